@@ -1,0 +1,556 @@
+//! Batches, tasks and their bookkeeping: checked handles, per-task slice counters, status,
+//! cancellation and event-driven waiting.
+//!
+//! A [`BatchId`] packs an engine tag, a generation and a slot index, so a stale or foreign
+//! handle is an error, never undefined behaviour. Completions update per-task atomics through
+//! the [`SliceToken`] each slice carries; the batch's lock is only taken when a task finishes
+//! (to wake waiters), never per slice. This module does no I/O and spawns nothing.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::memory::RegionPin;
+use crate::notify::Notification;
+use crate::segment::RemoteSegment;
+use crate::transport::{Opcode, SliceError};
+
+/// A checked batch handle (Mooncake's `BatchID`, but validated).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BatchId(u64);
+
+impl BatchId {
+    /// The raw value, for C APIs and logs.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+    /// Wraps a raw value; it is checked when used.
+    pub fn from_raw(raw: u64) -> Self {
+        BatchId(raw)
+    }
+    fn tag(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+    fn generation(self) -> u16 {
+        (self.0 >> 32) as u16
+    }
+    fn index(self) -> usize {
+        (self.0 & 0xffff_ffff) as usize
+    }
+}
+
+/// A task's or batch's state, numbered as Mooncake's `TransferStatusEnum`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum TransferState {
+    /// Posted; no slice has finished yet.
+    Waiting = 0,
+    /// Some slices have finished.
+    Pending = 1,
+    /// Canceled by the application; no slice is in flight any more.
+    Canceled = 3,
+    /// Every slice succeeded: the bytes are at their destination.
+    Completed = 4,
+    /// The task's deadline (`MC_SLICE_TIMEOUT`) passed; no slice is in flight any more.
+    Timeout = 5,
+    /// A slice failed for good; no slice is in flight any more.
+    Failed = 6,
+}
+
+impl TransferState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => TransferState::Waiting,
+            1 => TransferState::Pending,
+            3 => TransferState::Canceled,
+            4 => TransferState::Completed,
+            5 => TransferState::Timeout,
+            _ => TransferState::Failed,
+        }
+    }
+    /// Whether no slice of the task (or batch) is in flight any more.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, TransferState::Waiting | TransferState::Pending)
+    }
+}
+
+/// A state with the bytes that reached their destination so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferStatus {
+    /// The state.
+    pub state: TransferState,
+    /// Bytes of successful slices.
+    pub transferred_bytes: u64,
+}
+
+const RUN: u8 = 0;
+const STOP_CANCEL: u8 = 1;
+const STOP_TIMEOUT: u8 = 2;
+
+pub(crate) struct TaskShared {
+    opcode: Opcode,
+    len: u64,
+    slices_left: AtomicU64,
+    transferred: AtomicU64,
+    state: AtomicU8,
+    failed: AtomicBool,
+    skipped: AtomicBool,
+    stop: AtomicU8,
+    deadline: Option<Instant>,
+    error: Mutex<Option<SliceError>>,
+    pin: Mutex<Option<RegionPin>>,
+}
+
+impl TaskShared {
+    pub(crate) fn new(
+        opcode: Opcode,
+        len: u64,
+        slices: u64,
+        deadline: Option<Instant>,
+        pin: RegionPin,
+    ) -> Self {
+        TaskShared {
+            opcode,
+            len,
+            slices_left: AtomicU64::new(slices),
+            transferred: AtomicU64::new(0),
+            state: AtomicU8::new(TransferState::Waiting as u8),
+            failed: AtomicBool::new(false),
+            skipped: AtomicBool::new(false),
+            stop: AtomicU8::new(RUN),
+            deadline,
+            error: Mutex::new(None),
+            pin: Mutex::new(Some(pin)),
+        }
+    }
+
+    fn state(&self) -> TransferState {
+        TransferState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    fn status(&self) -> TransferStatus {
+        TransferStatus {
+            state: self.state(),
+            transferred_bytes: self.transferred.load(Ordering::Acquire),
+        }
+    }
+
+    fn request_stop(&self, reason: u8) {
+        let _ = self
+            .stop
+            .compare_exchange(RUN, reason, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// A notification to send once the batch completes.
+pub(crate) struct PendingNotify {
+    pub(crate) target: Arc<RemoteSegment>,
+    pub(crate) notification: Notification,
+}
+
+pub(crate) struct BatchShared {
+    raw_id: u64,
+    capacity: usize,
+    tasks: Mutex<Vec<Arc<TaskShared>>>,
+    unfinished: AtomicUsize,
+    any_failed: AtomicBool,
+    freed: AtomicBool,
+    finished_tasks: Mutex<u64>,
+    finished_cv: Condvar,
+    notify: Mutex<Option<PendingNotify>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl BatchShared {
+    /// Adds tasks built by `make` (all or none), counting them unfinished before any is posted.
+    pub(crate) fn add_tasks(
+        self: &Arc<Self>,
+        tasks: Vec<TaskShared>,
+        notify: Option<PendingNotify>,
+    ) -> Result<Vec<Arc<TaskShared>>> {
+        let mut list = lock(&self.tasks);
+        if self.freed.load(Ordering::Acquire) {
+            return Err(Error::InvalidBatch {
+                id: self.raw_id,
+                reason: "stale",
+            });
+        }
+        let requested = list.len() + tasks.len();
+        if requested > self.capacity {
+            return Err(Error::TooManyRequests {
+                capacity: self.capacity,
+                requested,
+            });
+        }
+        self.unfinished.fetch_add(tasks.len(), Ordering::AcqRel);
+        if notify.is_some() {
+            *lock(&self.notify) = notify;
+        }
+        let added: Vec<_> = tasks.into_iter().map(Arc::new).collect();
+        list.extend(added.iter().cloned());
+        Ok(added)
+    }
+
+    fn task(&self, index: usize) -> Result<Arc<TaskShared>> {
+        lock(&self.tasks)
+            .get(index)
+            .cloned()
+            .ok_or(Error::InvalidTask {
+                batch: self.raw_id,
+                task: index,
+            })
+    }
+
+    fn expire_deadlines(&self, now: Instant) -> Option<Instant> {
+        let mut earliest: Option<Instant> = None;
+        for t in lock(&self.tasks).iter() {
+            if let Some(d) = t.deadline {
+                if t.state().is_terminal() {
+                    continue;
+                }
+                if d <= now {
+                    t.request_stop(STOP_TIMEOUT);
+                } else {
+                    earliest = Some(earliest.map_or(d, |e| e.min(d)));
+                }
+            }
+        }
+        earliest
+    }
+
+    fn status(&self) -> TransferStatus {
+        let tasks = lock(&self.tasks);
+        let mut transferred = 0;
+        let mut all_terminal = true;
+        let mut progressed = false;
+        let mut worst = TransferState::Completed;
+        for t in tasks.iter() {
+            let s = t.status();
+            transferred += s.transferred_bytes;
+            match s.state {
+                TransferState::Waiting => all_terminal = false,
+                TransferState::Pending => {
+                    all_terminal = false;
+                    progressed = true;
+                }
+                TransferState::Completed => progressed = true,
+                other => {
+                    progressed = true;
+                    worst = match (worst, other) {
+                        (TransferState::Failed, _) | (_, TransferState::Failed) => TransferState::Failed,
+                        (TransferState::Timeout, _) | (_, TransferState::Timeout) => TransferState::Timeout,
+                        _ => TransferState::Canceled,
+                    };
+                }
+            }
+        }
+        let state = match (all_terminal, progressed) {
+            (true, _) => worst,
+            (false, true) => TransferState::Pending,
+            (false, false) => TransferState::Waiting,
+        };
+        TransferStatus {
+            state,
+            transferred_bytes: transferred,
+        }
+    }
+
+    fn cancel(&self) {
+        for t in lock(&self.tasks).iter() {
+            t.request_stop(STOP_CANCEL);
+        }
+    }
+}
+
+/// The engine's handle on one posted slice; transports carry it and hand it back.
+pub struct SliceToken {
+    batch: Arc<BatchShared>,
+    task: Arc<TaskShared>,
+    attempt: u32,
+}
+
+impl SliceToken {
+    pub(crate) fn new(batch: Arc<BatchShared>, task: Arc<TaskShared>) -> Self {
+        SliceToken {
+            batch,
+            task,
+            attempt: 0,
+        }
+    }
+
+    /// Whether the task was canceled or ran past its deadline.
+    pub fn is_canceled(&self) -> bool {
+        self.task.stop.load(Ordering::Acquire) != RUN
+    }
+
+    /// How many times this slice was posted before (0 on the first try).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    pub(crate) fn next_attempt(&mut self) {
+        self.attempt += 1;
+    }
+
+    /// Records one slice's outcome. Returns the notification to send if this slice finished
+    /// the whole batch successfully.
+    pub(crate) fn record(&self, len: u64, outcome: std::result::Result<(), SliceError>) -> Option<PendingNotify> {
+        let task = &self.task;
+        match outcome {
+            Ok(()) => {
+                task.transferred.fetch_add(len, Ordering::AcqRel);
+            }
+            Err(SliceError::Canceled) => task.skipped.store(true, Ordering::Release),
+            Err(e) => {
+                lock(&task.error).get_or_insert(e);
+                task.failed.store(true, Ordering::Release);
+            }
+        }
+        let _ = task.state.compare_exchange(
+            TransferState::Waiting as u8,
+            TransferState::Pending as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if task.slices_left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return None;
+        }
+        self.finish_task()
+    }
+
+    fn finish_task(&self) -> Option<PendingNotify> {
+        let task = &self.task;
+        let state = if task.failed.load(Ordering::Acquire) {
+            TransferState::Failed
+        } else if task.skipped.load(Ordering::Acquire) {
+            if task.stop.load(Ordering::Acquire) == STOP_TIMEOUT {
+                TransferState::Timeout
+            } else {
+                TransferState::Canceled
+            }
+        } else {
+            debug_assert_eq!(task.transferred.load(Ordering::Acquire), task.len);
+            TransferState::Completed
+        };
+        lock(&task.pin).take();
+        let batch = &self.batch;
+        if state != TransferState::Completed {
+            batch.any_failed.store(true, Ordering::Release);
+        }
+        // Publish the terminal state after the pin is released: a waiter that sees it may unregister.
+        task.state.store(state as u8, Ordering::Release);
+        let notify = if batch.unfinished.fetch_sub(1, Ordering::AcqRel) == 1
+            && !batch.any_failed.load(Ordering::Acquire)
+        {
+            lock(&batch.notify).take()
+        } else {
+            None
+        };
+        *lock(&batch.finished_tasks) += 1;
+        batch.finished_cv.notify_all();
+        notify
+    }
+
+    /// The task's opcode (for logs).
+    pub fn opcode(&self) -> Opcode {
+        self.task.opcode
+    }
+}
+
+/// Reused slot count kept before a freed slot is handed out again (spreads generations).
+const REUSE_AFTER: usize = 1024;
+static NEXT_TAG: AtomicU16 = AtomicU16::new(0);
+
+struct Slot {
+    generation: u16,
+    batch: Option<Arc<BatchShared>>,
+}
+
+/// The batches of one engine.
+pub(crate) struct BatchTable {
+    tag: u16,
+    max_batch_size: usize,
+    slots: Mutex<(Vec<Slot>, VecDeque<usize>)>,
+}
+
+impl BatchTable {
+    pub(crate) fn new(max_batch_size: usize, seed: u16) -> Self {
+        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed).wrapping_add(seed) | 1;
+        BatchTable {
+            tag,
+            max_batch_size,
+            slots: Mutex::new((Vec::new(), VecDeque::new())),
+        }
+    }
+
+    pub(crate) fn allocate(&self, capacity: usize) -> Result<BatchId> {
+        if capacity == 0 || capacity > self.max_batch_size {
+            return Err(Error::InvalidArgument(format!(
+                "batch size {capacity} not in 1..={}",
+                self.max_batch_size
+            )));
+        }
+        let mut guard = lock(&self.slots);
+        let (slots, free) = &mut *guard;
+        let index = if free.len() > REUSE_AFTER || slots.len() >= u32::MAX as usize {
+            free.pop_front().ok_or(Error::InvalidArgument("no batch slots left".into()))?
+        } else {
+            slots.push(Slot {
+                generation: 0,
+                batch: None,
+            });
+            slots.len() - 1
+        };
+        let slot = &mut slots[index];
+        slot.generation = slot.generation.wrapping_add(1);
+        let id = (u64::from(self.tag) << 48) | (u64::from(slot.generation) << 32) | index as u64;
+        slot.batch = Some(Arc::new(BatchShared {
+            raw_id: id,
+            capacity,
+            tasks: Mutex::new(Vec::new()),
+            unfinished: AtomicUsize::new(0),
+            any_failed: AtomicBool::new(false),
+            freed: AtomicBool::new(false),
+            finished_tasks: Mutex::new(0),
+            finished_cv: Condvar::new(),
+            notify: Mutex::new(None),
+        }));
+        Ok(BatchId(id))
+    }
+
+    pub(crate) fn get(&self, id: BatchId) -> Result<Arc<BatchShared>> {
+        if id.tag() != self.tag {
+            return Err(Error::InvalidBatch {
+                id: id.raw(),
+                reason: "foreign (not allocated by this engine)",
+            });
+        }
+        let guard = lock(&self.slots);
+        match guard.0.get(id.index()) {
+            Some(Slot {
+                generation,
+                batch: Some(b),
+            }) if *generation == id.generation() => Ok(b.clone()),
+            Some(_) => Err(Error::InvalidBatch {
+                id: id.raw(),
+                reason: "stale (already freed)",
+            }),
+            None => Err(Error::InvalidBatch {
+                id: id.raw(),
+                reason: "malformed",
+            }),
+        }
+    }
+
+    pub(crate) fn free(&self, id: BatchId) -> Result<()> {
+        let batch = self.get(id)?;
+        {
+            let _tasks = lock(&batch.tasks);
+            if batch.unfinished.load(Ordering::Acquire) > 0 {
+                return Err(Error::BatchBusy(id.raw()));
+            }
+            batch.freed.store(true, Ordering::Release);
+        }
+        let mut guard = lock(&self.slots);
+        let (slots, free) = &mut *guard;
+        let slot = &mut slots[id.index()];
+        if slot.generation == id.generation() && slot.batch.take().is_some() {
+            free.push_back(id.index());
+            Ok(())
+        } else {
+            Err(Error::InvalidBatch {
+                id: id.raw(),
+                reason: "stale (already freed)",
+            })
+        }
+    }
+
+    pub(crate) fn task_status(&self, id: BatchId, task: usize) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        batch.expire_deadlines(Instant::now());
+        Ok(batch.task(task)?.status())
+    }
+
+    pub(crate) fn batch_status(&self, id: BatchId) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        batch.expire_deadlines(Instant::now());
+        Ok(batch.status())
+    }
+
+    pub(crate) fn cancel(&self, id: BatchId) -> Result<()> {
+        self.get(id)?.cancel();
+        Ok(())
+    }
+
+    /// Blocks until every task of the batch is terminal, or `timeout` passes.
+    pub(crate) fn wait(&self, id: BatchId, timeout: Duration) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        let end = Instant::now() + timeout;
+        let mut seen = lock(&batch.finished_tasks);
+        loop {
+            if batch.unfinished.load(Ordering::Acquire) == 0 {
+                drop(seen);
+                return Ok(batch.status());
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Err(Error::WaitTimeout(timeout));
+            }
+            drop(seen);
+            let wake = batch.expire_deadlines(now).map_or(end, |d| d.min(end));
+            seen = lock(&batch.finished_tasks);
+            if batch.unfinished.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let (guard, _) = batch
+                .finished_cv
+                .wait_timeout(seen, wake.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner());
+            seen = guard;
+        }
+    }
+
+    /// Blocks until task `task` is terminal, or `timeout` passes.
+    pub(crate) fn wait_task(&self, id: BatchId, task: usize, timeout: Duration) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        let t = batch.task(task)?;
+        let end = Instant::now() + timeout;
+        let mut seen = lock(&batch.finished_tasks);
+        loop {
+            if t.state().is_terminal() {
+                return Ok(t.status());
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Err(Error::WaitTimeout(timeout));
+            }
+            drop(seen);
+            let wake = batch.expire_deadlines(now).map_or(end, |d| d.min(end));
+            seen = lock(&batch.finished_tasks);
+            if t.state().is_terminal() {
+                continue;
+            }
+            let (guard, _) = batch
+                .finished_cv
+                .wait_timeout(seen, wake.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner());
+            seen = guard;
+        }
+    }
+
+    /// The first slice error of a failed task, for diagnostics.
+    pub(crate) fn task_error(&self, id: BatchId, task: usize) -> Result<Option<SliceError>> {
+        let t = self.get(id)?.task(task)?;
+        Ok(lock(&t.error).clone())
+    }
+}
+
+#[cfg(test)]
+#[path = "batch_tests.rs"]
+mod tests;

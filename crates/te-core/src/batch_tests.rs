@@ -1,0 +1,172 @@
+//! Unit tests of batch bookkeeping, driven without any transport.
+
+use super::*;
+use crate::memory::{Location, Permission, Region, RegionTable};
+
+fn table_with_region() -> RegionTable {
+    let t = RegionTable::new();
+    t.insert_all(vec![Region::new(0x1000, 1 << 20, Location::Cpu(0), Permission::LocalOnly, None)])
+        .unwrap();
+    t
+}
+
+fn add(
+    table: &BatchTable,
+    regions: &RegionTable,
+    id: BatchId,
+    slices: &[u64],
+    notify: bool,
+) -> Vec<Arc<TaskShared>> {
+    let batch = table.get(id).unwrap();
+    let tasks = slices
+        .iter()
+        .map(|&n| TaskShared::new(Opcode::Write, n * 10, n, None, regions.pin_local(0x1000, 16).unwrap()))
+        .collect();
+    let notify = notify.then(|| PendingNotify {
+        target: Arc::new(RemoteSegment::new(
+            1,
+            "h".into(),
+            1,
+            crate::segment::SegmentDesc::from_json(br#"{"name":"h:1","protocol":"tcp"}"#).unwrap(),
+        )),
+        notification: Notification {
+            name: "n".into(),
+            notify_msg: "m".into(),
+        },
+    });
+    batch.add_tasks(tasks, notify).unwrap()
+}
+
+fn token(table: &BatchTable, id: BatchId, task: &Arc<TaskShared>) -> SliceToken {
+    SliceToken::new(table.get(id).unwrap(), task.clone())
+}
+
+#[test]
+fn handles_are_checked() {
+    let a = BatchTable::new(16, 0);
+    let b = BatchTable::new(16, 0);
+    let id = a.allocate(4).unwrap();
+    assert!(matches!(b.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("foreign")));
+    a.free(id).unwrap();
+    assert!(matches!(a.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("stale")));
+    assert!(matches!(a.free(id), Err(Error::InvalidBatch { .. })), "double free");
+    let made_up = BatchId::from_raw((id.raw() & !0xffff_ffff) | 999);
+    assert!(matches!(a.get(made_up), Err(Error::InvalidBatch { reason: "malformed", .. })));
+    assert!(matches!(a.allocate(0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(a.allocate(17), Err(Error::InvalidArgument(_))));
+    // A reused slot gets a new generation, so the old handle stays stale.
+    let ids: Vec<_> = (0..2000).map(|_| a.allocate(1).unwrap()).collect();
+    for id in &ids {
+        a.free(*id).unwrap();
+    }
+    let again = a.allocate(1).unwrap();
+    assert!(!ids.contains(&again));
+    assert!(ids.iter().all(|i| a.get(*i).is_err()));
+}
+
+#[test]
+fn capacity_is_enforced_across_submits() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0);
+    let id = t.allocate(3).unwrap();
+    add(&t, &regions, id, &[1, 1], false);
+    let batch = t.get(id).unwrap();
+    let extra = vec![
+        TaskShared::new(Opcode::Read, 1, 1, None, regions.pin_local(0x1000, 1).unwrap()),
+        TaskShared::new(Opcode::Read, 1, 1, None, regions.pin_local(0x1000, 1).unwrap()),
+    ];
+    assert!(matches!(
+        batch.add_tasks(extra, None),
+        Err(Error::TooManyRequests { capacity: 3, requested: 4 })
+    ));
+}
+
+#[test]
+fn a_batch_completes_when_every_slice_succeeds() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0);
+    let id = t.allocate(2).unwrap();
+    let tasks = add(&t, &regions, id, &[3, 1], true);
+    assert_eq!(t.batch_status(id).unwrap().state, TransferState::Waiting);
+    assert!(matches!(t.free(id), Err(Error::BatchBusy(_))));
+    assert!(regions.remove_all(&[0x1000]).is_err(), "pinned while in flight");
+    assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
+    assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Pending);
+    assert_eq!(t.batch_status(id).unwrap().state, TransferState::Pending);
+    assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
+    assert!(token(&t, id, &tasks[1]).record(10, Ok(())).is_none());
+    assert!(matches!(t.wait(id, Duration::from_millis(20)), Err(Error::WaitTimeout(_))));
+    let notify = token(&t, id, &tasks[0]).record(10, Ok(()));
+    assert_eq!(notify.unwrap().notification.notify_msg, "m", "last slice releases the notify");
+    let s = t.wait(id, Duration::from_secs(1)).unwrap();
+    assert_eq!(s, TransferStatus { state: TransferState::Completed, transferred_bytes: 40 });
+    assert_eq!(t.task_status(id, 1).unwrap().transferred_bytes, 10);
+    assert!(matches!(t.task_status(id, 2), Err(Error::InvalidTask { task: 2, .. })));
+    t.free(id).unwrap();
+    assert_eq!(regions.remove_all(&[0x1000]).unwrap().len(), 1, "pins released");
+}
+
+#[test]
+fn a_failed_slice_fails_its_task_and_withholds_the_notify() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0);
+    let id = t.allocate(2).unwrap();
+    let tasks = add(&t, &regions, id, &[2, 1], true);
+    token(&t, id, &tasks[0]).record(10, Err(SliceError::Path("reset".into())));
+    assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Pending);
+    assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
+    assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Failed);
+    assert_eq!(t.batch_status(id).unwrap().state, TransferState::Pending, "task 1 still in flight");
+    assert!(token(&t, id, &tasks[1]).record(10, Ok(())).is_none(), "no notify after a failure");
+    assert_eq!(t.batch_status(id).unwrap().state, TransferState::Failed);
+    assert_eq!(t.task_error(id, 0).unwrap(), Some(SliceError::Path("reset".into())));
+    t.free(id).unwrap();
+}
+
+#[test]
+fn cancel_is_seen_by_tokens_and_ends_canceled() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0);
+    let id = t.allocate(1).unwrap();
+    let tasks = add(&t, &regions, id, &[2], false);
+    let first = token(&t, id, &tasks[0]);
+    assert!(!first.is_canceled());
+    first.record(10, Ok(()));
+    t.cancel(id).unwrap();
+    let second = token(&t, id, &tasks[0]);
+    assert!(second.is_canceled());
+    second.record(10, Err(SliceError::Canceled));
+    let s = t.wait(id, Duration::from_secs(1)).unwrap();
+    assert_eq!(s, TransferStatus { state: TransferState::Canceled, transferred_bytes: 10 });
+}
+
+#[test]
+fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0);
+    let id = t.allocate(1).unwrap();
+    let past = Instant::now() - Duration::from_millis(1);
+    let task = TaskShared::new(Opcode::Read, 10, 1, Some(past), regions.pin_local(0x1000, 1).unwrap());
+    let tasks = t.get(id).unwrap().add_tasks(vec![task], None).unwrap();
+    assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Waiting);
+    let tok = token(&t, id, &tasks[0]);
+    assert!(tok.is_canceled(), "status query expired the deadline");
+    tok.record(10, Err(SliceError::Canceled));
+    assert_eq!(t.wait_task(id, 0, Duration::from_secs(1)).unwrap().state, TransferState::Timeout);
+}
+
+#[test]
+fn waiters_wake_without_polling() {
+    let regions = table_with_region();
+    let t = Arc::new(BatchTable::new(16, 0));
+    let id = t.allocate(1).unwrap();
+    let tasks = add(&t, &regions, id, &[1], false);
+    let tok = token(&t, id, &tasks[0]);
+    let waiter = {
+        let t = t.clone();
+        std::thread::spawn(move || t.wait(id, Duration::from_secs(30)))
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    tok.record(10, Ok(()));
+    assert_eq!(waiter.join().unwrap().unwrap().state, TransferState::Completed);
+}

@@ -1,0 +1,331 @@
+//! Engine configuration: Mooncake's defaults, overridden by the `MC_*` variables users know.
+//!
+//! [`Config::default`] holds Mooncake's defaults; [`Config::from_env`] applies the environment;
+//! [`Config::from_lookup`] applies any key→value source (tests use a table).
+//! An unparsable or out-of-range value is an [`Error::InvalidConfig`] naming the variable,
+//! never a silent default. This module reads no files and opens no sockets.
+
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Log verbosity, from `MC_LOG_LEVEL` (TRACE, DEBUG, INFO, WARNING, ERROR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LogLevel {
+    /// Everything.
+    Trace,
+    /// Decisions and connections.
+    Debug,
+    /// Start-up and notable events (the default).
+    Info,
+    /// Recoverable problems.
+    Warning,
+    /// Failures only.
+    Error,
+}
+
+/// The engine's settings. Fields are public; build one with `Config::default()` and adjust.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// Bytes per slice (`MC_SLICE_SIZE`, default 65536).
+    pub slice_size: u64,
+    /// A remainder up to `slice_size + fragment_limit` is sent as one final slice
+    /// (`MC_FRAGMENT_RATIO` = r sets it to `slice_size / r`; default `slice_size / 4`).
+    pub fragment_limit: u64,
+    /// Attempts after the first for a slice that failed on a retryable error (`MC_RETRY_CNT`, 1–127, default 9).
+    pub retry_cnt: u32,
+    /// Address the control and data listeners bind to (`MC_TCP_BIND_ADDRESS`).
+    pub tcp_bind_address: Option<IpAddr>,
+    /// Lowest port tried for the control listener (`MC_MIN_RPC_PORT`, default 15000).
+    pub rpc_min_port: u16,
+    /// Highest port tried for the control listener (`MC_MAX_RPC_PORT`, default 17000).
+    pub rpc_max_port: u16,
+    /// Connect timeout for control requests (`MC_HANDSHAKE_CONNECT_TIMEOUT`, seconds, default 5).
+    pub handshake_connect_timeout: Duration,
+    /// Largest control frame accepted (`MC_HANDSHAKE_MAX_LENGTH`, 1 B–128 MiB, default 1 MiB).
+    pub handshake_max_length: usize,
+    /// Per-task deadline after submit (`MC_SLICE_TIMEOUT`, seconds, 1–65535; default off).
+    pub slice_timeout: Option<Duration>,
+    /// TCP connections (lanes) per peer (`MC_TCP_LANES_PER_PEER`, 1–64, default 4).
+    pub tcp_lanes_per_peer: usize,
+    /// How long a TCP request may wait for its status or data (`MC_TCP_STATUS_TIMEOUT_SEC`, default 30).
+    pub tcp_status_timeout: Duration,
+    /// Cache segment descriptors (`MC_DISABLE_METACACHE` turns this off).
+    pub metacache: bool,
+    /// Log verbosity (`MC_LOG_LEVEL`).
+    pub log_level: LogLevel,
+    /// Queue pairs per RDMA endpoint (`MC_NUM_QP_PER_EP`, 1–255, default 2).
+    pub num_qp_per_ep: u32,
+    /// Endpoints per RDMA context (`MC_MAX_EP_PER_CTX`, 1–65535, default 65536 clamped to 65535).
+    pub max_ep_per_ctx: u32,
+    /// Worker threads per RDMA context (`MC_WORKERS_PER_CTX`, 1–8, default 2).
+    pub workers_per_ctx: u32,
+    /// Largest batch `allocate_batch` accepts (te's bound, not a Mooncake variable).
+    pub max_batch_size: usize,
+    /// Notifications kept until the application takes them (te's bound).
+    pub notification_queue_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            slice_size: 65536,
+            fragment_limit: 16384,
+            retry_cnt: 9,
+            tcp_bind_address: None,
+            rpc_min_port: 15000,
+            rpc_max_port: 17000,
+            handshake_connect_timeout: Duration::from_secs(5),
+            handshake_max_length: 1 << 20,
+            slice_timeout: None,
+            tcp_lanes_per_peer: 4,
+            tcp_status_timeout: Duration::from_secs(30),
+            metacache: true,
+            log_level: LogLevel::Info,
+            num_qp_per_ep: 2,
+            max_ep_per_ctx: 65535,
+            workers_per_ctx: 2,
+            max_batch_size: 1 << 20,
+            notification_queue_max: 65536,
+        }
+    }
+}
+
+fn invalid(name: &str, value: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidConfig {
+        name: name.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_in<T>(name: &str, value: &str, min: T, max: T) -> Result<T>
+where
+    T: FromStr + PartialOrd + Copy + std::fmt::Display,
+{
+    let parsed: T = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(name, value, "not a number"))?;
+    if parsed < min || parsed > max {
+        return Err(invalid(
+            name,
+            value,
+            format!("must be between {min} and {max}"),
+        ));
+    }
+    Ok(parsed)
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(invalid(name, value, "expected 0/1/true/false")),
+    }
+}
+
+impl LogLevel {
+    fn parse(name: &str, value: &str) -> Result<Self> {
+        match value.trim().to_ascii_uppercase().as_str() {
+            "TRACE" => Ok(LogLevel::Trace),
+            "DEBUG" => Ok(LogLevel::Debug),
+            "INFO" => Ok(LogLevel::Info),
+            "WARNING" | "WARN" => Ok(LogLevel::Warning),
+            "ERROR" => Ok(LogLevel::Error),
+            _ => Err(invalid(
+                name,
+                value,
+                "expected TRACE, DEBUG, INFO, WARNING or ERROR",
+            )),
+        }
+    }
+}
+
+impl Config {
+    /// Mooncake's defaults overridden by the process environment.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first variable whose value is unusable.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|key| std::env::var(key).ok())
+    }
+
+    /// Mooncake's defaults overridden by `lookup(name)` for each known `MC_*` name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first variable whose value is unusable.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut c = Config::default();
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        if let Some(v) = get("MC_SLICE_SIZE") {
+            c.slice_size = parse_in("MC_SLICE_SIZE", &v, 4096, 1 << 30)?;
+        }
+        c.fragment_limit = c.slice_size / 4;
+        if let Some(v) = get("MC_FRAGMENT_RATIO") {
+            let ratio: u64 = parse_in("MC_FRAGMENT_RATIO", &v, 1, 1024)?;
+            c.fragment_limit = c.slice_size / ratio;
+        }
+        if let Some(v) = get("MC_RETRY_CNT") {
+            c.retry_cnt = parse_in("MC_RETRY_CNT", &v, 1, 127)?;
+        }
+        if let Some(v) = get("MC_TCP_BIND_ADDRESS") {
+            let ip = v
+                .trim()
+                .parse()
+                .map_err(|_| invalid("MC_TCP_BIND_ADDRESS", &v, "not an IP address"))?;
+            c.tcp_bind_address = Some(ip);
+        }
+        if let Some(v) = get("MC_MIN_RPC_PORT").or_else(|| get("MC_MIN_PRC_PORT")) {
+            c.rpc_min_port = parse_in("MC_MIN_RPC_PORT", &v, 1, u16::MAX)?;
+        }
+        if let Some(v) = get("MC_MAX_RPC_PORT").or_else(|| get("MC_MAX_PRC_PORT")) {
+            c.rpc_max_port = parse_in("MC_MAX_RPC_PORT", &v, 1, u16::MAX)?;
+        }
+        if c.rpc_min_port > c.rpc_max_port {
+            return Err(invalid(
+                "MC_MIN_RPC_PORT",
+                &c.rpc_min_port.to_string(),
+                format!("greater than MC_MAX_RPC_PORT ({})", c.rpc_max_port),
+            ));
+        }
+        if let Some(v) = get("MC_HANDSHAKE_CONNECT_TIMEOUT") {
+            let s: u64 = parse_in("MC_HANDSHAKE_CONNECT_TIMEOUT", &v, 1, 3600)?;
+            c.handshake_connect_timeout = Duration::from_secs(s);
+        }
+        if let Some(v) = get("MC_HANDSHAKE_MAX_LENGTH") {
+            c.handshake_max_length = parse_in("MC_HANDSHAKE_MAX_LENGTH", &v, 1, 128 << 20)?;
+        }
+        if let Some(v) = get("MC_SLICE_TIMEOUT") {
+            let s: u64 = parse_in("MC_SLICE_TIMEOUT", &v, 1, 65535)?;
+            c.slice_timeout = Some(Duration::from_secs(s));
+        }
+        if let Some(v) = get("MC_TCP_LANES_PER_PEER") {
+            c.tcp_lanes_per_peer = parse_in("MC_TCP_LANES_PER_PEER", &v, 1, 64)?;
+        }
+        if let Some(v) = get("MC_TCP_STATUS_TIMEOUT_SEC") {
+            let s: u64 = parse_in("MC_TCP_STATUS_TIMEOUT_SEC", &v, 1, 3600)?;
+            c.tcp_status_timeout = Duration::from_secs(s);
+        }
+        if let Some(v) = get("MC_DISABLE_METACACHE") {
+            c.metacache = !parse_bool("MC_DISABLE_METACACHE", &v)?;
+        }
+        if let Some(v) = get("MC_LOG_LEVEL") {
+            c.log_level = LogLevel::parse("MC_LOG_LEVEL", &v)?;
+        }
+        if let Some(v) = get("MC_NUM_QP_PER_EP") {
+            c.num_qp_per_ep = parse_in("MC_NUM_QP_PER_EP", &v, 1, 255)?;
+        }
+        if let Some(v) = get("MC_MAX_EP_PER_CTX") {
+            c.max_ep_per_ctx = parse_in("MC_MAX_EP_PER_CTX", &v, 1, 65535)?;
+        }
+        if let Some(v) = get("MC_WORKERS_PER_CTX") {
+            c.workers_per_ctx = parse_in("MC_WORKERS_PER_CTX", &v, 1, 8)?;
+        }
+        Ok(c)
+    }
+
+    /// The variables this config reads, for documentation and `--help` output.
+    pub const VARIABLES: &'static [&'static str] = &[
+        "MC_SLICE_SIZE",
+        "MC_FRAGMENT_RATIO",
+        "MC_RETRY_CNT",
+        "MC_TCP_BIND_ADDRESS",
+        "MC_MIN_RPC_PORT",
+        "MC_MAX_RPC_PORT",
+        "MC_HANDSHAKE_CONNECT_TIMEOUT",
+        "MC_HANDSHAKE_MAX_LENGTH",
+        "MC_SLICE_TIMEOUT",
+        "MC_TCP_LANES_PER_PEER",
+        "MC_TCP_STATUS_TIMEOUT_SEC",
+        "MC_DISABLE_METACACHE",
+        "MC_LOG_LEVEL",
+        "MC_NUM_QP_PER_EP",
+        "MC_MAX_EP_PER_CTX",
+        "MC_WORKERS_PER_CTX",
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_match_mooncake() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.slice_size, 65536);
+        assert_eq!(c.fragment_limit, 16384);
+        assert_eq!(c.retry_cnt, 9);
+        assert_eq!((c.rpc_min_port, c.rpc_max_port), (15000, 17000));
+        assert_eq!(c.handshake_max_length, 1 << 20);
+        assert_eq!(c.slice_timeout, None);
+        assert_eq!(c.log_level, LogLevel::Info);
+        assert!(c.metacache);
+    }
+
+    #[test]
+    fn variables_override_defaults() {
+        let c = with(&[
+            ("MC_SLICE_SIZE", "131072"),
+            ("MC_RETRY_CNT", "3"),
+            ("MC_TCP_BIND_ADDRESS", "127.0.0.1"),
+            ("MC_LOG_LEVEL", "warning"),
+            ("MC_SLICE_TIMEOUT", "7"),
+            ("MC_TCP_LANES_PER_PEER", "2"),
+            ("MC_DISABLE_METACACHE", "1"),
+        ])
+        .unwrap();
+        assert_eq!(c.slice_size, 131072);
+        assert_eq!(c.fragment_limit, 32768);
+        assert_eq!(c.retry_cnt, 3);
+        assert_eq!(c.tcp_bind_address, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(c.log_level, LogLevel::Warning);
+        assert_eq!(c.slice_timeout, Some(Duration::from_secs(7)));
+        assert_eq!(c.tcp_lanes_per_peer, 2);
+        assert!(!c.metacache);
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable() {
+        let cases = [
+            ("MC_SLICE_SIZE", "abc"),
+            ("MC_SLICE_SIZE", "12"),
+            ("MC_RETRY_CNT", "0"),
+            ("MC_RETRY_CNT", "200"),
+            ("MC_TCP_BIND_ADDRESS", "not-an-ip"),
+            ("MC_LOG_LEVEL", "LOUD"),
+            ("MC_HANDSHAKE_MAX_LENGTH", "999999999999"),
+            ("MC_TCP_LANES_PER_PEER", "0"),
+            ("MC_DISABLE_METACACHE", "maybe"),
+            ("MC_WORKERS_PER_CTX", "9"),
+        ];
+        for (name, value) in cases {
+            match with(&[(name, value)]) {
+                Err(Error::InvalidConfig { name: n, value: v, .. }) => {
+                    assert_eq!(n, name);
+                    assert_eq!(v, value);
+                }
+                other => panic!("{name}={value}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn port_range_must_be_ordered() {
+        let err = with(&[("MC_MIN_RPC_PORT", "18000")]).unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig { ref name, .. } if name == "MC_MIN_RPC_PORT"));
+    }
+}

@@ -1,0 +1,196 @@
+//! The control channel: one listener per engine serving the P2P descriptor exchange,
+//! notifications and liveness probes (and, with RDMA, endpoint handshakes), plus the client side.
+//!
+//! Framing is Mooncake's (see [`frame`]); payloads are Mooncake's JSON. Many connections are
+//! served at once, each with an idle timeout; a bad frame closes only its own connection.
+//! Authentication of peers (cluster secret) is not done here yet.
+
+pub mod frame;
+
+use std::io::{BufReader, BufWriter};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde_json::json;
+use tracing::{debug, warn};
+
+use crate::error::{Error, Result};
+use crate::net::{ConnectionHandler, ServiceListener};
+use crate::notify::{Notification, NotificationQueue};
+use frame::{FrameError, FrameType, read_frame, write_frame};
+
+/// How long a control connection may sit idle (or stall mid-frame) before it is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Control connections served at once.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// What the control listener answers with.
+#[derive(Debug)]
+pub struct ControlState {
+    /// The local segment descriptor, serialised.
+    pub local_desc: RwLock<Arc<String>>,
+    /// Where received notifications go.
+    pub notifications: Arc<NotificationQueue>,
+    /// Largest frame payload accepted.
+    pub max_payload: usize,
+}
+
+impl ControlState {
+    fn answer(&self, kind: FrameType, payload: &[u8]) -> Vec<u8> {
+        match kind {
+            FrameType::Metadata => self
+                .local_desc
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_bytes()
+                .to_vec(),
+            FrameType::Probe => br#"{"status":"success"}"#.to_vec(),
+            FrameType::Notify => match serde_json::from_slice::<Notification>(payload) {
+                Ok(n) => {
+                    if self.notifications.push(n) {
+                        br#"{"name":"","notify_msg":"success"}"#.to_vec()
+                    } else {
+                        json!({"error": "notification queue full"}).to_string().into_bytes()
+                    }
+                }
+                Err(e) => json!({"error": format!("malformed notification: {e}")})
+                    .to_string()
+                    .into_bytes(),
+            },
+            FrameType::Connection => json!({"reply_msg": "te: no transport accepts endpoint handshakes"})
+                .to_string()
+                .into_bytes(),
+        }
+    }
+}
+
+fn serve(state: &ControlState, stream: TcpStream) {
+    let peer = stream.peer_addr().ok();
+    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IDLE_TIMEOUT));
+    let _ = stream.set_nodelay(true);
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    let mut writer = BufWriter::new(write_half);
+    loop {
+        match read_frame(&mut reader, state.max_payload) {
+            Ok((kind, payload)) => {
+                let reply = state.answer(kind, &payload);
+                if write_frame(&mut writer, kind, &reply).is_err() {
+                    return;
+                }
+            }
+            Err(FrameError::Closed) => return,
+            Err(e) => {
+                warn!(?peer, error = %e, "bad control frame; closing the connection");
+                return;
+            }
+        }
+    }
+}
+
+/// Starts serving `state` on `listener`.
+///
+/// # Errors
+/// The accept thread cannot start.
+pub fn start_server(listener: std::net::TcpListener, state: Arc<ControlState>) -> Result<ServiceListener> {
+    let handler: ConnectionHandler = Arc::new(move |stream| serve(&state, stream));
+    ServiceListener::spawn(listener, "te-control", MAX_CONNECTIONS, handler)
+        .map_err(|e| Error::socket("starting the control listener", e))
+}
+
+/// Resolves `host:port` (IPv6 hosts may be bracketed).
+///
+/// # Errors
+/// [`Error::Socket`] when the name does not resolve.
+pub fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host, port)
+        .to_socket_addrs()
+        .map(|a| a.collect())
+        .map_err(|e| Error::socket(format!("resolving {host}:{port}"), e))
+}
+
+/// Sends one request frame to the control listener at `host:port` and returns the reply payload.
+///
+/// # Errors
+/// [`Error::Socket`] for connect, I/O and timeout failures; [`Error::MalformedMessage`] for a
+/// bad reply frame.
+pub fn request(
+    host: &str,
+    port: u16,
+    kind: FrameType,
+    payload: &[u8],
+    connect_timeout: Duration,
+    max_payload: usize,
+) -> Result<Vec<u8>> {
+    let addrs = resolve(host, port)?;
+    let mut last = None;
+    let mut stream = None;
+    for addr in &addrs {
+        match TcpStream::connect_timeout(addr, connect_timeout) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let stream = stream.ok_or_else(|| {
+        Error::socket(
+            format!("connecting to {host}:{port}"),
+            last.unwrap_or_else(|| std::io::ErrorKind::NotFound.into()),
+        )
+    })?;
+    let io_timeout = connect_timeout.max(IDLE_TIMEOUT);
+    let ctx = |what: &str| format!("{what} {host}:{port}");
+    stream
+        .set_read_timeout(Some(io_timeout))
+        .and_then(|_| stream.set_write_timeout(Some(io_timeout)))
+        .map_err(|e| Error::socket(ctx("configuring"), e))?;
+    let _ = stream.set_nodelay(true);
+    let mut s = &stream;
+    write_frame(&mut s, kind, payload).map_err(|e| Error::socket(ctx("writing to"), e))?;
+    let (reply_kind, reply) = read_frame(&mut s, max_payload).map_err(|e| match e {
+        FrameError::Io(io) => Error::socket(ctx("reading from"), io),
+        other => Error::MalformedMessage(format!("reply from {host}:{port}: {other}")),
+    })?;
+    if reply_kind != kind {
+        return Err(Error::MalformedMessage(format!(
+            "reply from {host}:{port} has type {reply_kind:?}, asked {kind:?}"
+        )));
+    }
+    debug!(host, port, ?kind, bytes = reply.len(), "control reply");
+    Ok(reply)
+}
+
+/// Splits a P2P segment name `host:port` (or `[v6]:port`).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when there is no valid port.
+pub fn split_host_port(name: &str) -> Result<(String, u16)> {
+    let bad = || Error::InvalidArgument(format!("segment name {name:?} is not host:port"));
+    let (host, port) = name.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.is_empty() || port == 0 {
+        return Err(bad());
+    }
+    Ok((host.to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_names() {
+        assert_eq!(split_host_port("127.0.0.1:15000").unwrap(), ("127.0.0.1".into(), 15000));
+        assert_eq!(split_host_port("[::1]:9").unwrap(), ("[::1]".into(), 9));
+        for bad in ["host", "host:", ":80", "h:0", "h:70000", "h:x"] {
+            assert!(split_host_port(bad).is_err(), "{bad}");
+        }
+    }
+}

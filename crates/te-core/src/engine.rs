@@ -1,0 +1,604 @@
+//! The classic batch API: [`TransferEngine`].
+//!
+//! It owns the local region table, the segment cache, the batches, the control listener and the
+//! installed transports. `submit` validates every request against the local table and the
+//! target's descriptor, cuts slices, pins regions and posts; it returns when posted. Transports
+//! report slices back to the engine's sink, which retries path failures (up to `MC_RETRY_CNT`),
+//! finishes tasks, wakes waiters and sends completion notifications from its own thread.
+//! The engine itself moves no bytes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::mpsc;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use crate::batch::{BatchId, BatchTable, PendingNotify, SliceToken, TaskShared, TransferStatus};
+use crate::config::Config;
+use crate::control::{self, ControlState, frame::FrameType};
+use crate::error::{Error, Result};
+use crate::host_buffer::HostBuffer;
+use crate::memory::{Location, Permission, Region, RegionTable};
+use crate::metadata::{Metadata, MetadataKind, P2pMetadata};
+use crate::net::{self, ServiceListener};
+use crate::notify::{Notification, NotificationQueue};
+use crate::retry::RetryPolicy;
+use crate::segment::{RemoteSegment, SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
+use crate::slicer;
+use crate::transport::{CompletionSink, InstallContext, Opcode, SliceError, SliceOp, Transport};
+
+/// One READ or WRITE (Mooncake's `TransferRequest`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferRequest {
+    /// Direction.
+    pub opcode: Opcode,
+    /// Local address (inside a registered region).
+    pub source: u64,
+    /// Target segment, from `open_segment`.
+    pub target_id: SegmentId,
+    /// Absolute address in the target process (Mooncake's name; it is not an offset).
+    pub target_offset: u64,
+    /// Bytes to move (> 0).
+    pub length: u64,
+}
+
+/// Answer of a liveness probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PeerLiveness {
+    /// The peer's control listener answered.
+    Alive,
+    /// It did not.
+    Unreachable,
+}
+
+/// The part of the engine transports report to.
+struct Core {
+    retry: RetryPolicy,
+    transports: RwLock<Vec<Arc<dyn Transport>>>,
+    notifier: std::sync::Mutex<Option<mpsc::Sender<PendingNotify>>>,
+}
+
+impl Core {
+    fn transport_for(&self, protocol: &str) -> Result<Arc<dyn Transport>> {
+        self.transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|t| t.name() == protocol)
+            .cloned()
+            .ok_or_else(|| Error::NotSupportedTransport(protocol.to_string()))
+    }
+}
+
+impl CompletionSink for Core {
+    fn complete(&self, mut slice: SliceOp, outcome: std::result::Result<(), SliceError>) {
+        let outcome = match outcome {
+            Err(e) if e.is_retryable() && slice.is_canceled() => Err(SliceError::Canceled),
+            Err(e) if self.retry.should_retry(slice.token.attempt(), &e) => {
+                if let Ok(t) = self.transport_for(&slice.target.desc().protocol) {
+                    debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
+                    slice.token.next_attempt();
+                    t.post(vec![slice]);
+                    return;
+                }
+                Err(e)
+            }
+            other => other,
+        };
+        if let Err(e) = &outcome {
+            debug!(error = %e, ?slice, "slice failed");
+        }
+        if let Some(notify) = slice.token.record(slice.len, outcome) {
+            if let Some(tx) = self.notifier.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                let _ = tx.send(notify);
+            }
+        }
+    }
+}
+
+/// A transfer engine: one local segment, its registered memory, and transfers to peers.
+pub struct TransferEngine {
+    config: Arc<Config>,
+    name: String,
+    bind_ip: IpAddr,
+    secret: SegmentSecret,
+    regions: Arc<RegionTable>,
+    segments: SegmentCache,
+    batches: BatchTable,
+    metadata: Arc<dyn Metadata>,
+    control_state: Arc<ControlState>,
+    control: std::sync::Mutex<Option<ServiceListener>>,
+    notifications: Arc<NotificationQueue>,
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for TransferEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransferEngine").field("name", &self.name).finish()
+    }
+}
+
+fn name_host(local_server_name: &str) -> (Option<IpAddr>, Option<u16>) {
+    let name = local_server_name.trim();
+    if let Ok(addr) = name.parse::<SocketAddr>() {
+        return (Some(addr.ip()), Some(addr.port()));
+    }
+    if let Ok(ip) = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+        return (Some(ip), None);
+    }
+    match control::split_host_port(name) {
+        Ok((host, port)) => {
+            let ip = control::resolve(&host, port)
+                .ok()
+                .and_then(|a| a.into_iter().find(|a| a.is_ipv4()).map(|a| a.ip()));
+            (ip, Some(port))
+        }
+        Err(_) => (None, None),
+    }
+}
+
+impl TransferEngine {
+    /// Starts an engine: parses the metadata connection string, binds the control listener and
+    /// names the local segment `host:port` (P2P). `local_server_name` may be `IP:PORT` (serve
+    /// there), `IP` or a host name (pick a port in `MC_MIN_RPC_PORT..=MC_MAX_RPC_PORT`), or empty.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad connection string, [`Error::Metadata`] for a backend
+    /// not available yet, [`Error::Socket`] when no port can be bound.
+    pub fn init(config: Config, metadata_conn: &str, local_server_name: &str) -> Result<Self> {
+        let config = Arc::new(config);
+        let metadata: Arc<dyn Metadata> = match MetadataKind::parse(metadata_conn)? {
+            MetadataKind::P2p => Arc::new(P2pMetadata::new(
+                config.handshake_connect_timeout,
+                config.handshake_max_length,
+            )),
+            other => {
+                return Err(Error::Metadata(format!(
+                    "metadata backend {other:?} is not available in this build; use P2PHANDSHAKE"
+                )));
+            }
+        };
+        let (host_ip, port) = name_host(local_server_name);
+        let bind_ip = net::choose_bind_ip(config.tcp_bind_address, host_ip, &crate::sys::interface_addrs());
+        let listener = match port.filter(|p| *p != 0) {
+            Some(p) => std::net::TcpListener::bind((bind_ip, p))
+                .map_err(|e| Error::socket(format!("binding the control listener to {bind_ip}:{p}"), e))?,
+            None => net::bind_in_range(bind_ip, config.rpc_min_port..=config.rpc_max_port)
+                .map_err(|e| Error::socket(format!("binding the control listener on {bind_ip}"), e))?,
+        };
+        let addr = listener.local_addr().map_err(|e| Error::socket("reading the control address", e))?;
+        let name = addr.to_string();
+        let secret = SegmentSecret::random()?;
+        let notifications = Arc::new(NotificationQueue::new(config.notification_queue_max));
+        let control_state = Arc::new(ControlState {
+            local_desc: RwLock::new(Arc::new(SegmentDesc::local(&name, "none", secret, &[]).to_json())),
+            notifications: notifications.clone(),
+            max_payload: config.handshake_max_length,
+        });
+        let control = control::start_server(listener, control_state.clone())?;
+        let (tx, rx) = mpsc::channel::<PendingNotify>();
+        let notify_config = config.clone();
+        std::thread::Builder::new()
+            .name("te-notifier".into())
+            .spawn(move || {
+                for job in rx {
+                    if let Err(e) = send_notification(&notify_config, job.target.host(), job.target.rpc_port(), &job.notification) {
+                        warn!(target = job.target.name(), error = %e, "completion notification not delivered");
+                    }
+                }
+            })
+            .map_err(|e| Error::socket("spawning the notifier thread", e))?;
+        let seed = u16::from_le_bytes([secret.to_bytes()[0], secret.to_bytes()[1]]);
+        info!(segment = %name, "engine started");
+        Ok(TransferEngine {
+            batches: BatchTable::new(config.max_batch_size, seed),
+            core: Arc::new(Core {
+                retry: RetryPolicy::new(config.retry_cnt),
+                transports: RwLock::new(Vec::new()),
+                notifier: std::sync::Mutex::new(Some(tx)),
+            }),
+            config,
+            name,
+            bind_ip,
+            secret,
+            regions: Arc::new(RegionTable::new()),
+            segments: SegmentCache::default(),
+            metadata,
+            control_state,
+            control: std::sync::Mutex::new(Some(control)),
+            notifications,
+        })
+    }
+
+    /// The local segment's name (P2P: `ip:port` of the control listener).
+    pub fn segment_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Installs a transport; every registered region is registered on it too.
+    ///
+    /// # Errors
+    /// The transport failed to start or to register a region.
+    pub fn install_transport(&self, transport: Arc<dyn Transport>) -> Result<()> {
+        transport.install(InstallContext {
+            config: self.config.clone(),
+            local_name: self.name.clone(),
+            bind_ip: self.bind_ip,
+            regions: self.regions.clone(),
+            secret: self.secret,
+            sink: self.core.clone(),
+        })?;
+        for region in self.regions.snapshot() {
+            transport.register(&region)?;
+        }
+        self.core
+            .transports
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(transport);
+        self.publish()
+    }
+
+    fn local_desc(&self) -> SegmentDesc {
+        let transports = self.core.transports.read().unwrap_or_else(|e| e.into_inner());
+        let protocol = transports.first().map_or("none", |t| t.name());
+        let mut desc = SegmentDesc::local(&self.name, protocol, self.secret, &self.regions.snapshot());
+        for t in transports.iter() {
+            t.describe(&mut desc);
+        }
+        desc
+    }
+
+    fn publish(&self) -> Result<()> {
+        let desc = self.local_desc();
+        *self.control_state.local_desc.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(desc.to_json());
+        self.metadata.publish_segment(&desc)
+    }
+
+    fn resolve_location(addr: u64, location: &str) -> Result<Location> {
+        match location.parse::<Location>()? {
+            Location::Any => Ok(Location::Cpu(crate::sys::numa_node_of(addr).unwrap_or(0))),
+            Location::Cuda(_) => Err(Error::InvalidArgument(format!(
+                "location {location}: no GPU transport is installed in this build"
+            ))),
+            cpu => Ok(cpu),
+        }
+    }
+
+    fn register_regions(&self, regions: Vec<Region>) -> Result<()> {
+        let added = self.regions.insert_all(regions)?;
+        let transports = self.core.transports.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for t in &transports {
+            for (i, r) in added.iter().enumerate() {
+                if let Err(e) = t.register(r) {
+                    for done in &added[..i] {
+                        t.unregister(done);
+                    }
+                    let addrs: Vec<u64> = added.iter().map(|r| r.addr()).collect();
+                    let _ = self.regions.remove_all(&addrs);
+                    return Err(e);
+                }
+            }
+        }
+        self.publish()
+    }
+
+    /// Registers a te-owned buffer; the engine keeps it alive until it is unregistered.
+    ///
+    /// # Errors
+    /// As [`register_memory`](Self::register_memory).
+    pub fn register_buffer(&self, buffer: &Arc<HostBuffer>, location: &str, permission: Permission) -> Result<()> {
+        let addr = buffer.addr();
+        let location = Self::resolve_location(addr, location)?;
+        let owner: Arc<dyn std::any::Any + Send + Sync> = buffer.clone();
+        self.register_regions(vec![Region::new(addr, buffer.len() as u64, location, permission, Some(owner))])
+    }
+
+    /// Registers `[addr, addr+len)` (Mooncake's `registerLocalMemory`).
+    ///
+    /// # Safety
+    /// The range must be memory of this process that stays allocated, readable and writable
+    /// until `unregister_memory` succeeds for it: peers and transports read and write it from
+    /// other threads meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (zero length, null, overflow, bad location),
+    /// [`Error::AddressOverlapped`], or a transport's refusal.
+    #[allow(unsafe_code)]
+    pub unsafe fn register_memory(&self, addr: *mut u8, len: usize, location: &str, permission: Permission) -> Result<()> {
+        let addr = addr as u64;
+        let location = Self::resolve_location(addr, location)?;
+        self.register_regions(vec![Region::new(addr, len as u64, location, permission, None)])
+    }
+
+    /// Registers several ranges at once, all or none, with one republication.
+    ///
+    /// # Safety
+    /// As [`register_memory`](Self::register_memory), for every range.
+    ///
+    /// # Errors
+    /// As [`register_memory`](Self::register_memory).
+    #[allow(unsafe_code)]
+    pub unsafe fn register_memory_batch(&self, ranges: &[(*mut u8, usize)], location: &str, permission: Permission) -> Result<()> {
+        let regions = ranges
+            .iter()
+            .map(|&(addr, len)| {
+                let addr = addr as u64;
+                Ok(Region::new(addr, len as u64, Self::resolve_location(addr, location)?, permission, None))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.register_regions(regions)
+    }
+
+    /// Unregisters the region starting at `addr`.
+    ///
+    /// # Errors
+    /// [`Error::AddressNotRegistered`], or [`Error::RegionBusy`] while slices use it.
+    pub fn unregister_memory(&self, addr: u64) -> Result<()> {
+        self.unregister_memory_batch(&[addr])
+    }
+
+    /// Unregisters several regions, all or none.
+    ///
+    /// # Errors
+    /// As [`unregister_memory`](Self::unregister_memory).
+    pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
+        let removed = self.regions.remove_all(addrs)?;
+        for t in self.core.transports.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            for r in &removed {
+                t.unregister(r);
+            }
+        }
+        self.publish()
+    }
+
+    /// Opens segment `name` (P2P: `host:port`), fetching its descriptor unless cached.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] when the peer cannot be reached, [`Error::MalformedMessage`] for a bad
+    /// descriptor.
+    pub fn open_segment(&self, name: &str) -> Result<SegmentId> {
+        let name = name.trim_start_matches('/');
+        if self.config.metacache {
+            if let Some(seg) = self.segments.by_name(name) {
+                return Ok(seg.id());
+            }
+        }
+        let fetched = self.metadata.fetch_segment(name)?;
+        let seg = self.segments.insert(fetched.host, fetched.rpc_port, fetched.desc);
+        debug!(segment = name, id = seg.id(), buffers = seg.desc().buffers.len(), "segment opened");
+        Ok(seg.id())
+    }
+
+    /// Closes a segment: forgets its descriptor and drops transports' connections to it.
+    /// Slices already posted finish on their own.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`].
+    pub fn close_segment(&self, id: SegmentId) -> Result<()> {
+        let seg = self.segments.remove(id).ok_or(Error::UnknownSegment(id))?;
+        for t in self.core.transports.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            t.close_segment(&seg);
+        }
+        Ok(())
+    }
+
+    /// The descriptor of an opened segment.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`].
+    pub fn segment(&self, id: SegmentId) -> Result<Arc<RemoteSegment>> {
+        self.segments.by_id(id).ok_or(Error::UnknownSegment(id))
+    }
+
+    /// Allocates a batch that will hold up to `capacity` tasks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 or more than `Config::max_batch_size`.
+    pub fn allocate_batch(&self, capacity: usize) -> Result<BatchId> {
+        self.batches.allocate(capacity)
+    }
+
+    /// Frees a batch.
+    ///
+    /// # Errors
+    /// [`Error::BatchBusy`] while a slice of it is in flight; [`Error::InvalidBatch`] for a stale
+    /// (double free) or foreign handle.
+    pub fn free_batch(&self, batch: BatchId) -> Result<()> {
+        self.batches.free(batch)
+    }
+
+    /// Validates and posts `requests` as new tasks of `batch`; returns once posted.
+    /// Nothing is posted unless every request is valid.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`], [`Error::TooManyRequests`], [`Error::InvalidArgument`] (zero
+    /// length), [`Error::AddressNotRegistered`] (local range), [`Error::UnknownSegment`],
+    /// [`Error::RemoteAddressNotRegistered`], [`Error::PermissionDenied`],
+    /// [`Error::NotSupportedTransport`].
+    pub fn submit(&self, batch: BatchId, requests: &[TransferRequest]) -> Result<()> {
+        self.submit_inner(batch, requests, None)
+    }
+
+    /// As [`submit`](Self::submit); when every task of the batch has completed, the engine sends
+    /// `notification` to the target of `requests[0]` (from its own thread, not the caller's poll).
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit), and [`Error::InvalidArgument`] for an empty request list.
+    pub fn submit_with_notify(&self, batch: BatchId, requests: &[TransferRequest], notification: Notification) -> Result<()> {
+        let first = requests
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("submit_with_notify needs at least one request".into()))?;
+        let target = self.segment(first.target_id)?;
+        self.submit_inner(batch, requests, Some(PendingNotify { target, notification }))
+    }
+
+    fn submit_inner(&self, id: BatchId, requests: &[TransferRequest], notify: Option<PendingNotify>) -> Result<()> {
+        let batch = self.batches.get(id)?;
+        let deadline = self.config.slice_timeout.map(|t| Instant::now() + t);
+        let (slice_size, fragment_limit) = (self.config.slice_size, self.config.fragment_limit);
+        let mut tasks = Vec::with_capacity(requests.len());
+        let mut routes = Vec::with_capacity(requests.len());
+        for r in requests {
+            if r.length == 0 {
+                return Err(Error::InvalidArgument("zero-length transfer".into()));
+            }
+            if r.source.checked_add(r.length).is_none() {
+                return Err(Error::InvalidArgument(format!("{:#x}+{} overflows", r.source, r.length)));
+            }
+            let seg = self.segment(r.target_id)?;
+            seg.check_access(r.target_offset, r.length, r.opcode)?;
+            let transport = self.core.transport_for(&seg.desc().protocol)?;
+            let pin = self.regions.pin_local(r.source, r.length)?;
+            let slices = slicer::count(r.length, slice_size, fragment_limit);
+            tasks.push(TaskShared::new(r.opcode, r.length, slices, deadline, pin));
+            routes.push((seg, transport));
+        }
+        let added = batch.add_tasks(tasks, notify)?;
+        let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
+        for ((r, task), (seg, transport)) in requests.iter().zip(added).zip(routes) {
+            let idx = match posts.iter().position(|(t, _)| Arc::ptr_eq(t, &transport)) {
+                Some(i) => i,
+                None => {
+                    posts.push((transport, Vec::new()));
+                    posts.len() - 1
+                }
+            };
+            let ops = &mut posts[idx].1;
+            for s in slicer::plan(r.length, slice_size, fragment_limit) {
+                ops.push(SliceOp {
+                    opcode: r.opcode,
+                    local_addr: r.source + s.offset,
+                    remote_addr: r.target_offset + s.offset,
+                    len: s.len,
+                    target: seg.clone(),
+                    token: SliceToken::new(batch.clone(), task.clone()),
+                });
+            }
+        }
+        for (transport, ops) in posts {
+            transport.post(ops);
+        }
+        Ok(())
+    }
+
+    /// Status of task `task` (its index in submission order) of `batch`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`], [`Error::InvalidTask`].
+    pub fn task_status(&self, batch: BatchId, task: usize) -> Result<TransferStatus> {
+        self.batches.task_status(batch, task)
+    }
+
+    /// Aggregate status: terminal once every task is; then COMPLETED only if all completed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`].
+    pub fn batch_status(&self, batch: BatchId) -> Result<TransferStatus> {
+        self.batches.batch_status(batch)
+    }
+
+    /// Blocks (without spinning) until every task of `batch` is terminal.
+    ///
+    /// # Errors
+    /// [`Error::WaitTimeout`] when `timeout` passes first (the transfer goes on);
+    /// [`Error::InvalidBatch`].
+    pub fn wait(&self, batch: BatchId, timeout: Duration) -> Result<TransferStatus> {
+        self.batches.wait(batch, timeout)
+    }
+
+    /// Blocks until task `task` of `batch` is terminal.
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait), and [`Error::InvalidTask`].
+    pub fn wait_task(&self, batch: BatchId, task: usize, timeout: Duration) -> Result<TransferStatus> {
+        self.batches.wait_task(batch, task, timeout)
+    }
+
+    /// Cancels the batch's unfinished tasks: slices not yet on the wire are dropped, slices on
+    /// the wire finish. Tasks end CANCELED (or COMPLETED if every slice had already gone).
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`].
+    pub fn cancel(&self, batch: BatchId) -> Result<()> {
+        self.batches.cancel(batch)
+    }
+
+    /// The first slice error of a task, if it failed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`], [`Error::InvalidTask`].
+    pub fn task_error(&self, batch: BatchId, task: usize) -> Result<Option<SliceError>> {
+        self.batches.task_error(batch, task)
+    }
+
+    /// Sends a notification to segment `name`.
+    ///
+    /// # Errors
+    /// [`Error::Socket`] when unreachable; [`Error::PeerRefused`] when its queue is full.
+    pub fn send_notify(&self, name: &str, notification: &Notification) -> Result<()> {
+        let (host, port) = self.metadata.rpc_address(name)?;
+        send_notification(&self.config, &host, port, notification)
+    }
+
+    /// Takes every notification received so far.
+    pub fn take_notifications(&self) -> Vec<Notification> {
+        self.notifications.drain()
+    }
+
+    /// Takes the oldest notification, waiting up to `timeout` for one.
+    pub fn recv_notification(&self, timeout: Duration) -> Option<Notification> {
+        self.notifications.recv(timeout)
+    }
+
+    /// Asks segment `name`'s control listener whether it is alive.
+    pub fn probe(&self, name: &str) -> PeerLiveness {
+        let alive = self.metadata.rpc_address(name).and_then(|(host, port)| {
+            control::request(&host, port, FrameType::Probe, b"{}", self.config.handshake_connect_timeout, 4096)
+        });
+        match alive {
+            Ok(reply) if reply.windows(7).any(|w| w == b"success") => PeerLiveness::Alive,
+            _ => PeerLiveness::Unreachable,
+        }
+    }
+
+    /// Stops the control listener and the transports; queued slices fail. Idempotent.
+    pub fn shutdown(&self) {
+        if let Some(mut c) = self.control.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            c.shutdown();
+        }
+        let transports = std::mem::take(&mut *self.core.transports.write().unwrap_or_else(|e| e.into_inner()));
+        for t in &transports {
+            t.shutdown();
+        }
+        self.core.notifier.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let _ = self.metadata.remove_segment(&self.name);
+    }
+}
+
+impl Drop for TransferEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn send_notification(config: &Config, host: &str, port: u16, n: &Notification) -> Result<()> {
+    let payload = serde_json::to_vec(n).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let reply = control::request(host, port, FrameType::Notify, &payload, config.handshake_connect_timeout, 4096)?;
+    let v: serde_json::Value = serde_json::from_slice(&reply)
+        .map_err(|e| Error::MalformedMessage(format!("notify reply: {e}")))?;
+    match v.get("error").and_then(|e| e.as_str()) {
+        Some(reason) => Err(Error::PeerRefused {
+            peer: format!("{host}:{port}"),
+            reason: reason.to_string(),
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,179 @@
+//! The one error type of te-core and Mooncake's numeric codes for it.
+//!
+//! Synchronous refusals (bad arguments, unknown handles, busy resources) are `Err(Error)`.
+//! A slice failing on the wire is not an `Error`: it is a [`crate::transport::SliceError`]
+//! reported through the completion sink, and shows up in the task's status.
+
+use std::io;
+
+/// Result alias used across te-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything te-core can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument is out of its domain (zero length, overflow, bad location string).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// An `MC_*` variable (or config field) holds a value te cannot use.
+    #[error("invalid value {value:?} for {name}: {reason}")]
+    InvalidConfig {
+        /// The variable or field name.
+        name: String,
+        /// The value as given.
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A batch would exceed the capacity it was allocated with.
+    #[error("too many requests: batch holds {capacity} tasks, {requested} requested in all")]
+    TooManyRequests {
+        /// Capacity given to `allocate_batch`.
+        capacity: usize,
+        /// Tasks already submitted plus those asked for.
+        requested: usize,
+    },
+    /// A local range is not inside one registered region.
+    #[error("address range {addr:#x}+{len} is not inside one registered region")]
+    AddressNotRegistered {
+        /// Start of the range.
+        addr: u64,
+        /// Length of the range.
+        len: u64,
+    },
+    /// A remote range is not inside one buffer published by the target segment.
+    #[error("remote range {addr:#x}+{len} is not inside one buffer of segment {segment}")]
+    RemoteAddressNotRegistered {
+        /// Target segment name.
+        segment: String,
+        /// Start of the range.
+        addr: u64,
+        /// Length of the range.
+        len: u64,
+    },
+    /// The remote buffer's permission does not allow the operation.
+    #[error("segment {segment} buffer at {addr:#x} does not permit {operation}")]
+    PermissionDenied {
+        /// Target segment name.
+        segment: String,
+        /// Start of the requested range.
+        addr: u64,
+        /// "read" or "write".
+        operation: &'static str,
+    },
+    /// A new region overlaps one already registered.
+    #[error("range {addr:#x}+{len} overlaps the registered region {existing:#x}+{existing_len}")]
+    AddressOverlapped {
+        /// Start of the refused range.
+        addr: u64,
+        /// Length of the refused range.
+        len: u64,
+        /// Start of the region it overlaps.
+        existing: u64,
+        /// Length of the region it overlaps.
+        existing_len: u64,
+    },
+    /// The region still has slices in flight; try again once they complete.
+    #[error("region {addr:#x} has {pins} transfers in flight")]
+    RegionBusy {
+        /// Start of the region.
+        addr: u64,
+        /// Transfers holding it.
+        pins: u64,
+    },
+    /// The batch still has tasks in flight.
+    #[error("batch {0:#x} still has tasks in flight")]
+    BatchBusy(u64),
+    /// The batch handle is stale (already freed), foreign (another engine's) or made up.
+    #[error("batch handle {id:#x} is {reason}")]
+    InvalidBatch {
+        /// The raw handle value.
+        id: u64,
+        /// "stale", "foreign" or "malformed".
+        reason: &'static str,
+    },
+    /// A task index past the tasks submitted to the batch.
+    #[error("batch {batch:#x} has no task {task}")]
+    InvalidTask {
+        /// The raw batch handle.
+        batch: u64,
+        /// The task index asked for.
+        task: usize,
+    },
+    /// The segment id was never opened here, or was closed.
+    #[error("unknown segment id {0}")]
+    UnknownSegment(u64),
+    /// No installed transport speaks the target segment's protocol.
+    #[error("no installed transport for protocol {0:?}")]
+    NotSupportedTransport(String),
+    /// The metadata service (or the peer, in P2P mode) could not be reached or refused.
+    #[error("metadata: {0}")]
+    Metadata(String),
+    /// A descriptor or control message was not the JSON te expects.
+    #[error("malformed message: {0}")]
+    MalformedMessage(String),
+    /// A socket operation failed.
+    #[error("{context}: {source}")]
+    Socket {
+        /// What te was doing.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The peer answered a control request with an error.
+    #[error("peer {peer} refused: {reason}")]
+    PeerRefused {
+        /// The peer's address.
+        peer: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// A blocking wait ran out of time (the transfer goes on; cancel it or wait again).
+    #[error("timed out after {0:?}")]
+    WaitTimeout(std::time::Duration),
+    /// The engine is not initialised, or already shut down.
+    #[error("engine is not running: {0}")]
+    NotRunning(&'static str),
+    /// A transport failed to install or to register memory.
+    #[error("transport {transport}: {reason}")]
+    Transport {
+        /// The transport's name.
+        transport: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Mooncake's numeric code for this error (`TE/include/error.h`), for C-API compatibility.
+    pub fn mooncake_code(&self) -> i32 {
+        match self {
+            Error::InvalidArgument(_)
+            | Error::InvalidConfig { .. }
+            | Error::InvalidBatch { .. }
+            | Error::InvalidTask { .. }
+            | Error::UnknownSegment(_) => -1,
+            Error::TooManyRequests { .. } => -2,
+            Error::AddressNotRegistered { .. }
+            | Error::RemoteAddressNotRegistered { .. }
+            | Error::PermissionDenied { .. } => -3,
+            Error::BatchBusy(_) | Error::RegionBusy { .. } => -4,
+            Error::AddressOverlapped { .. } => -7,
+            Error::NotSupportedTransport(_) => -8,
+            Error::Socket { .. } | Error::WaitTimeout(_) => -102,
+            Error::MalformedMessage(_) => -103,
+            Error::PeerRefused { .. } => -104,
+            Error::Metadata(_) => -200,
+            Error::Transport { .. } | Error::NotRunning(_) => -202,
+        }
+    }
+
+    pub(crate) fn socket(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Socket {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! te-core: the shared vocabulary of te and its classic batch engine.
+//!
+//! - [`config`]: Mooncake's defaults and `MC_*` variables.
+//! - [`memory`], [`host_buffer`]: registered regions, permissions, pins, te-owned buffers.
+//! - [`segment`], [`metadata`], [`control`]: descriptors, where they come from, the control channel.
+//! - [`batch`], [`slicer`], [`retry`]: the decisions and bookkeeping of a transfer, no I/O.
+//! - [`transport`]: the seam transports implement.
+//! - [`engine`]: [`TransferEngine`], the classic API.
+//!
+//! te-core moves no bytes between processes: transports do. It knows nothing of a transport's
+//! wire format, verbs, CUDA or io_uring. Unsafe code lives only in [`sys`] (libc calls) and
+//! [`host_buffer`] (raw memory copies).
+#![deny(unsafe_code)]
+
+pub mod batch;
+pub mod config;
+pub mod control;
+pub mod engine;
+pub mod error;
+pub mod host_buffer;
+pub mod memory;
+pub mod metadata;
+pub mod net;
+pub mod notify;
+pub mod retry;
+pub mod segment;
+pub mod slicer;
+pub mod sys;
+pub mod transport;
+
+pub use batch::{BatchId, TransferState, TransferStatus};
+pub use config::Config;
+pub use engine::{PeerLiveness, TransferEngine, TransferRequest};
+pub use error::{Error, Result};
+pub use host_buffer::HostBuffer;
+pub use memory::{Location, Permission};
+pub use notify::Notification;
+pub use segment::SegmentId;
+pub use transport::Opcode;

@@ -1,0 +1,155 @@
+//! Where segment descriptors come from: the [`Metadata`] trait and its built-in backend,
+//! the P2P handshake (segment name = `host:port` of the peer's control listener).
+//!
+//! Mooncake's connection strings are parsed by [`MetadataKind::parse`]; the HTTP, etcd and Redis
+//! backends are separate work and are refused with a clear error until they exist.
+
+use std::time::Duration;
+
+use crate::control::{self, frame::FrameType};
+use crate::error::{Error, Result};
+use crate::segment::SegmentDesc;
+
+/// A fetched descriptor and where its owner's control listener is.
+#[derive(Clone, Debug)]
+pub struct FetchedSegment {
+    /// Host of the owner's control listener.
+    pub host: String,
+    /// Port of the owner's control listener.
+    pub rpc_port: u16,
+    /// The validated descriptor.
+    pub desc: SegmentDesc,
+}
+
+/// A source of segment descriptors.
+pub trait Metadata: Send + Sync {
+    /// Fetches and validates the descriptor of segment `name`.
+    ///
+    /// # Errors
+    /// [`Error::Metadata`] / [`Error::Socket`] when unreachable, [`Error::MalformedMessage`] for
+    /// a bad descriptor.
+    fn fetch_segment(&self, name: &str) -> Result<FetchedSegment>;
+
+    /// Publishes the local descriptor (P2P: nothing to do, the control listener serves it).
+    ///
+    /// # Errors
+    /// The store refused it.
+    fn publish_segment(&self, desc: &SegmentDesc) -> Result<()>;
+
+    /// Withdraws the local descriptor.
+    ///
+    /// # Errors
+    /// The store refused it.
+    fn remove_segment(&self, name: &str) -> Result<()>;
+
+    /// Host and port of segment `name`'s control listener.
+    ///
+    /// # Errors
+    /// The name cannot be resolved to a listener.
+    fn rpc_address(&self, name: &str) -> Result<(String, u16)>;
+}
+
+/// The metadata backends named by Mooncake's connection strings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MetadataKind {
+    /// `P2PHANDSHAKE`.
+    P2p,
+    /// `http://…` or `https://…` (the full URL).
+    Http(String),
+    /// `etcd://h1:2379,h2:2379` or a bare `host:port`.
+    Etcd(String),
+    /// `redis://host:port`.
+    Redis(String),
+}
+
+impl MetadataKind {
+    /// Parses a Mooncake metadata connection string.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty string or an unknown scheme.
+    pub fn parse(conn: &str) -> Result<Self> {
+        let conn = conn.trim();
+        if conn.eq_ignore_ascii_case("P2PHANDSHAKE") {
+            return Ok(MetadataKind::P2p);
+        }
+        match conn.split_once("://") {
+            Some(("http" | "https", _)) => Ok(MetadataKind::Http(conn.to_string())),
+            Some(("etcd", rest)) => Ok(MetadataKind::Etcd(rest.to_string())),
+            Some(("redis", _)) => Ok(MetadataKind::Redis(conn.to_string())),
+            Some((scheme, _)) => Err(Error::InvalidArgument(format!(
+                "unknown metadata scheme {scheme:?} in {conn:?}"
+            ))),
+            None if conn.is_empty() => Err(Error::InvalidArgument("empty metadata connection string".into())),
+            None => Ok(MetadataKind::Etcd(conn.to_string())),
+        }
+    }
+}
+
+/// The P2P handshake backend: descriptors come straight from the peer's control listener.
+#[derive(Debug)]
+pub struct P2pMetadata {
+    connect_timeout: Duration,
+    max_payload: usize,
+}
+
+impl P2pMetadata {
+    /// A backend using these limits for its control requests.
+    pub fn new(connect_timeout: Duration, max_payload: usize) -> Self {
+        P2pMetadata {
+            connect_timeout,
+            max_payload,
+        }
+    }
+}
+
+impl Metadata for P2pMetadata {
+    fn fetch_segment(&self, name: &str) -> Result<FetchedSegment> {
+        let (host, rpc_port) = self.rpc_address(name)?;
+        let reply = control::request(
+            &host,
+            rpc_port,
+            FrameType::Metadata,
+            b"{}",
+            self.connect_timeout,
+            self.max_payload,
+        )
+        .map_err(|e| Error::Metadata(format!("fetching segment {name}: {e}")))?;
+        let mut desc = SegmentDesc::from_json(&reply)?;
+        // The segment is known by the name it was opened with.
+        desc.name = name.to_string();
+        Ok(FetchedSegment {
+            host,
+            rpc_port,
+            desc,
+        })
+    }
+
+    fn publish_segment(&self, _desc: &SegmentDesc) -> Result<()> {
+        Ok(())
+    }
+
+    fn remove_segment(&self, _name: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn rpc_address(&self, name: &str) -> Result<(String, u16)> {
+        control::split_host_port(name.trim_start_matches('/'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_strings() {
+        assert_eq!(MetadataKind::parse("P2PHANDSHAKE").unwrap(), MetadataKind::P2p);
+        assert!(matches!(MetadataKind::parse("http://h:8080/metadata").unwrap(), MetadataKind::Http(_)));
+        assert!(matches!(MetadataKind::parse("redis://h:6379").unwrap(), MetadataKind::Redis(_)));
+        assert_eq!(MetadataKind::parse("etcd://a:1,b:2").unwrap(), MetadataKind::Etcd("a:1,b:2".into()));
+        assert_eq!(MetadataKind::parse("h:2379").unwrap(), MetadataKind::Etcd("h:2379".into()));
+        assert!(MetadataKind::parse("ftp://x").is_err());
+        assert!(MetadataKind::parse("").is_err());
+    }
+}

@@ -1,0 +1,442 @@
+//! Segment descriptors in Mooncake's JSON shape, the segment secret, and opened remote segments.
+//!
+//! A [`SegmentDesc`] is what a process publishes about its memory: Mooncake's fields (`name`,
+//! `protocol`, `tcp_data_port`, `buffers[{name, addr, length}]`) plus te's own (`permission` per
+//! buffer, `te_secret`). Local-only regions are never published.
+//! A [`RemoteSegment`] is a validated descriptor of a peer, opened by name and cached by id;
+//! [`RemoteSegment::check_access`] is the initiator-side bounds and permission check.
+//! Fetching descriptors is the metadata module's job, not this one's.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::memory::{Permission, Region};
+use crate::transport::Opcode;
+
+/// Segment id of a remote segment opened by this engine (Mooncake's `SegmentHandle`).
+pub type SegmentId = u64;
+
+/// Buffers a descriptor may list before it is refused as malformed.
+pub const MAX_BUFFERS: usize = 1 << 20;
+
+/// A per-segment random secret. Every remote data request must carry it.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentSecret([u8; 16]);
+
+impl fmt::Debug for SegmentSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SegmentSecret(..)")
+    }
+}
+
+impl SegmentSecret {
+    /// 16 bytes from the kernel's random source.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] if `/dev/urandom` cannot be read.
+    pub fn random() -> Result<Self> {
+        let mut bytes = [0u8; 16];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .map_err(|e| Error::Transport {
+                transport: "core",
+                reason: format!("reading /dev/urandom: {e}"),
+            })?;
+        Ok(SegmentSecret(bytes))
+    }
+
+    /// Wraps raw bytes (as read from the wire).
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        SegmentSecret(bytes)
+    }
+
+    /// The raw bytes (to put on the wire).
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0
+    }
+
+    /// Compares in time independent of where the inputs differ.
+    pub fn matches(&self, other: &[u8; 16]) -> bool {
+        self.0
+            .iter()
+            .zip(other.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+
+    fn to_hex(self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(SegmentSecret(out))
+    }
+}
+
+/// One published buffer (Mooncake's `BufferDesc` plus te's `permission`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferDesc {
+    /// Location, Mooncake's field name (`cpu:0`).
+    pub name: String,
+    /// Start address in the owner's address space.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// te: `remote_read` or `remote_read_write`. Absent (a Mooncake peer) means read-write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<String>,
+}
+
+/// A segment descriptor in Mooncake's JSON shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentDesc {
+    /// Segment name (P2P: `host:port` of the control listener).
+    pub name: String,
+    /// Transport protocol the segment is served by (`tcp`).
+    pub protocol: String,
+    /// TCP data port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_data_port: Option<u16>,
+    /// Publication time, informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<serde_json::Value>,
+    /// Remotely accessible buffers.
+    #[serde(default)]
+    pub buffers: Vec<BufferDesc>,
+    /// te: the segment secret, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_secret: Option<String>,
+    /// te: version of te's data wire format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_wire_version: Option<u32>,
+}
+
+impl SegmentDesc {
+    /// The descriptor of a local segment: remotely accessible regions only.
+    pub fn local(name: &str, protocol: &str, secret: SegmentSecret, regions: &[Arc<Region>]) -> Self {
+        let buffers = regions
+            .iter()
+            .filter(|r| r.permission() != Permission::LocalOnly)
+            .map(|r| BufferDesc {
+                name: r.location().to_string(),
+                addr: r.addr(),
+                length: r.len(),
+                permission: Some(r.permission().as_str().to_string()),
+            })
+            .collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        SegmentDesc {
+            name: name.to_string(),
+            protocol: protocol.to_string(),
+            tcp_data_port: None,
+            timestamp: Some(serde_json::Value::from(now.to_string())),
+            buffers,
+            te_secret: Some(secret.to_hex()),
+            te_wire_version: Some(1),
+        }
+    }
+
+    /// Serialises to Mooncake's compact JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Parses and validates a descriptor received from a peer or a metadata store.
+    ///
+    /// # Errors
+    /// [`Error::MalformedMessage`] for bad JSON, an empty name, too many buffers, a zero-length,
+    /// overflowing or overlapping buffer, an unknown permission or a bad secret.
+    pub fn from_json(bytes: &[u8]) -> Result<Self> {
+        let desc: SegmentDesc = serde_json::from_slice(bytes)
+            .map_err(|e| Error::MalformedMessage(format!("segment descriptor: {e}")))?;
+        desc.validate()?;
+        Ok(desc)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::MalformedMessage(format!("segment {:?}: {m}", self.name)));
+        if self.name.is_empty() || self.name.len() > 1024 {
+            return bad("name must be 1..=1024 bytes".into());
+        }
+        if self.buffers.len() > MAX_BUFFERS {
+            return bad(format!("{} buffers (max {MAX_BUFFERS})", self.buffers.len()));
+        }
+        let mut spans: Vec<(u64, u64)> = Vec::with_capacity(self.buffers.len());
+        for b in &self.buffers {
+            if b.length == 0 || b.addr.checked_add(b.length).is_none() {
+                return bad(format!("buffer {:#x}+{} is empty or overflows", b.addr, b.length));
+            }
+            if let Some(p) = &b.permission {
+                if Permission::parse(p).is_none() {
+                    return bad(format!("unknown permission {p:?}"));
+                }
+            }
+            spans.push((b.addr, b.addr + b.length));
+        }
+        spans.sort_unstable();
+        if spans.windows(2).any(|w| w[0].1 > w[1].0) {
+            return bad("overlapping buffers".into());
+        }
+        if let Some(s) = &self.te_secret {
+            if SegmentSecret::from_hex(s).is_none() {
+                return bad("te_secret is not 32 hex digits".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A peer's segment, opened and validated.
+#[derive(Debug)]
+pub struct RemoteSegment {
+    id: SegmentId,
+    host: String,
+    rpc_port: u16,
+    desc: SegmentDesc,
+    secret: SegmentSecret,
+    /// (addr, len, permission) sorted by addr.
+    spans: Vec<(u64, u64, Permission)>,
+}
+
+impl RemoteSegment {
+    /// Builds from a validated descriptor reached at `host:rpc_port`.
+    pub fn new(id: SegmentId, host: String, rpc_port: u16, desc: SegmentDesc) -> Self {
+        let secret = desc
+            .te_secret
+            .as_deref()
+            .and_then(SegmentSecret::from_hex)
+            .unwrap_or_default();
+        let mut spans: Vec<_> = desc
+            .buffers
+            .iter()
+            .map(|b| {
+                let p = b
+                    .permission
+                    .as_deref()
+                    .and_then(Permission::parse)
+                    .unwrap_or(Permission::RemoteReadWrite);
+                (b.addr, b.length, p)
+            })
+            .collect();
+        spans.sort_unstable_by_key(|s| s.0);
+        RemoteSegment {
+            id,
+            host,
+            rpc_port,
+            desc,
+            secret,
+            spans,
+        }
+    }
+
+    /// The id `open_segment` returned.
+    pub fn id(&self) -> SegmentId {
+        self.id
+    }
+    /// The segment name.
+    pub fn name(&self) -> &str {
+        &self.desc.name
+    }
+    /// Host the peer is reached at (its control listener's address).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+    /// Port of the peer's control listener.
+    pub fn rpc_port(&self) -> u16 {
+        self.rpc_port
+    }
+    /// The descriptor as published.
+    pub fn desc(&self) -> &SegmentDesc {
+        &self.desc
+    }
+    /// The secret requests to this segment must carry.
+    pub fn secret(&self) -> SegmentSecret {
+        self.secret
+    }
+
+    /// Checks that `[addr, addr+len)` lies in one published buffer that permits `op`.
+    ///
+    /// # Errors
+    /// [`Error::RemoteAddressNotRegistered`] or [`Error::PermissionDenied`].
+    pub fn check_access(&self, addr: u64, len: u64, op: Opcode) -> Result<()> {
+        let not_registered = || Error::RemoteAddressNotRegistered {
+            segment: self.desc.name.clone(),
+            addr,
+            len,
+        };
+        let end = addr.checked_add(len).ok_or_else(not_registered)?;
+        let idx = self.spans.partition_point(|s| s.0 <= addr);
+        let &(start, length, permission) = idx
+            .checked_sub(1)
+            .and_then(|i| self.spans.get(i))
+            .ok_or_else(not_registered)?;
+        if len == 0 || end > start + length {
+            return Err(not_registered());
+        }
+        if !permission.allows_remote(op) {
+            return Err(Error::PermissionDenied {
+                segment: self.desc.name.clone(),
+                addr,
+                operation: op.as_str(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Opened segments by name and by id.
+#[derive(Debug, Default)]
+pub struct SegmentCache {
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    next_id: SegmentId,
+    by_name: HashMap<String, SegmentId>,
+    by_id: HashMap<SegmentId, Arc<RemoteSegment>>,
+}
+
+impl SegmentCache {
+    /// The cached segment called `name`.
+    pub fn by_name(&self, name: &str) -> Option<Arc<RemoteSegment>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.by_name.get(name).and_then(|id| inner.by_id.get(id)).cloned()
+    }
+
+    /// The segment opened as `id`.
+    pub fn by_id(&self, id: SegmentId) -> Option<Arc<RemoteSegment>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.get(&id).cloned()
+    }
+
+    /// Stores a freshly fetched descriptor, keeping the id if the name was open already.
+    pub fn insert(&self, host: String, rpc_port: u16, desc: SegmentDesc) -> Arc<RemoteSegment> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let id = match inner.by_name.get(&desc.name) {
+            Some(id) => *id,
+            None => {
+                inner.next_id += 1;
+                inner.next_id
+            }
+        };
+        inner.by_name.insert(desc.name.clone(), id);
+        let seg = Arc::new(RemoteSegment::new(id, host, rpc_port, desc));
+        inner.by_id.insert(id, seg.clone());
+        seg
+    }
+
+    /// Forgets a segment; slices already posted keep their own reference.
+    pub fn remove(&self, id: SegmentId) -> Option<Arc<RemoteSegment>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let seg = inner.by_id.remove(&id)?;
+        inner.by_name.remove(seg.name());
+        Some(seg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Location;
+
+    fn desc_json(buffers: &str) -> String {
+        format!(r#"{{"name":"h:1","protocol":"tcp","tcp_data_port":9,"buffers":[{buffers}]}}"#)
+    }
+
+    #[test]
+    fn local_descriptor_round_trips_and_hides_local_only_regions() {
+        let secret = SegmentSecret::random().unwrap();
+        let regions = vec![
+            Arc::new(Region::new(0x1000, 64, Location::Cpu(0), Permission::RemoteRead, None)),
+            Arc::new(Region::new(0x2000, 64, Location::Cpu(0), Permission::LocalOnly, None)),
+        ];
+        let mut d = SegmentDesc::local("127.0.0.1:1", "tcp", secret, &regions);
+        d.tcp_data_port = Some(4000);
+        let back = SegmentDesc::from_json(d.to_json().as_bytes()).unwrap();
+        assert_eq!(back, d);
+        assert_eq!(back.buffers.len(), 1);
+        let seg = RemoteSegment::new(1, "127.0.0.1".into(), 1, back);
+        assert!(seg.secret().matches(&secret.to_bytes()));
+    }
+
+    #[test]
+    fn mooncake_descriptors_parse_as_read_write() {
+        let json = desc_json(r#"{"name":"cpu:0","addr":4096,"length":4096}"#);
+        let d = SegmentDesc::from_json(json.as_bytes()).unwrap();
+        let seg = RemoteSegment::new(1, "h".into(), 1, d);
+        seg.check_access(4096, 4096, Opcode::Write).unwrap();
+    }
+
+    #[test]
+    fn malformed_descriptors_are_refused() {
+        let cases = [
+            "not json".to_string(),
+            r#"{"name":"","protocol":"tcp"}"#.to_string(),
+            desc_json(r#"{"name":"cpu:0","addr":4096,"length":0}"#),
+            desc_json(r#"{"name":"cpu:0","addr":18446744073709551615,"length":2}"#),
+            desc_json(
+                r#"{"name":"cpu:0","addr":4096,"length":4096},{"name":"cpu:0","addr":8000,"length":10}"#,
+            ),
+            desc_json(r#"{"name":"cpu:0","addr":4096,"length":1,"permission":"all"}"#),
+            r#"{"name":"a","protocol":"tcp","te_secret":"xyz"}"#.to_string(),
+        ];
+        for json in cases {
+            assert!(
+                matches!(SegmentDesc::from_json(json.as_bytes()), Err(Error::MalformedMessage(_))),
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
+    fn initiator_side_access_check() {
+        let json = desc_json(
+            r#"{"name":"cpu:0","addr":4096,"length":4096,"permission":"remote_read"},
+               {"name":"cpu:0","addr":16384,"length":4096,"permission":"remote_read_write"}"#,
+        );
+        let seg = RemoteSegment::new(1, "h".into(), 1, SegmentDesc::from_json(json.as_bytes()).unwrap());
+        seg.check_access(4096, 4096, Opcode::Read).unwrap();
+        seg.check_access(16384 + 1, 4095, Opcode::Write).unwrap();
+        assert!(matches!(
+            seg.check_access(4096, 1, Opcode::Write),
+            Err(Error::PermissionDenied { .. })
+        ));
+        for (addr, len) in [(4095, 2), (8191, 2), (12000, 1), (4096, 0), (u64::MAX, 1), (0, 1)] {
+            assert!(
+                matches!(
+                    seg.check_access(addr, len, Opcode::Read),
+                    Err(Error::RemoteAddressNotRegistered { .. })
+                ),
+                "{addr}+{len}"
+            );
+        }
+    }
+
+    #[test]
+    fn cache_keeps_ids_per_name() {
+        let c = SegmentCache::default();
+        let d = SegmentDesc::from_json(desc_json("").as_bytes()).unwrap();
+        let a = c.insert("h".into(), 1, d.clone());
+        let b = c.insert("h".into(), 1, d);
+        assert_eq!(a.id(), b.id());
+        assert_eq!(c.by_name("h:1").unwrap().id(), a.id());
+        c.remove(a.id()).unwrap();
+        assert!(c.by_id(a.id()).is_none() && c.by_name("h:1").is_none());
+    }
+}

@@ -1,0 +1,114 @@
+//! The operating-system queries te-core needs, each a thin wrapper over one libc call:
+//! the NUMA node of a page (`move_pages` in query mode) and the IPv4/IPv6 addresses of the
+//! network interfaces (`getifaddrs`). Nothing here decides anything; callers choose.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The NUMA node holding the page at `addr`, or `None` when the kernel cannot say
+/// (page not yet touched, no NUMA support).
+pub fn numa_node_of(addr: u64) -> Option<u32> {
+    let mut pages = [(addr & !4095) as *mut libc::c_void];
+    let mut status = [-1i32];
+    // SAFETY: `move_pages` with a null `nodes` array only queries; `pages` and `status` are
+    // valid arrays of length 1 that live across the call, and pid 0 means this process.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            1usize,
+            pages.as_mut_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
+    };
+    (rc == 0 && status[0] >= 0).then_some(status[0] as u32)
+}
+
+/// One interface address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceAddr {
+    /// Interface name (`eth0`).
+    pub name: String,
+    /// Its address.
+    pub ip: IpAddr,
+    /// `IFF_UP` and `IFF_RUNNING` are set.
+    pub running: bool,
+    /// `IFF_LOOPBACK` is set.
+    pub loopback: bool,
+}
+
+/// Every interface address the kernel reports.
+pub fn interface_addrs() -> Vec<InterfaceAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `getifaddrs` fills `head` with a list we free below with `freeifaddrs`.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list returned by `getifaddrs`, valid until freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: `ifa_name` is a NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: `ifa_addr` is non-null and points to a sockaddr whose family says its real type.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let ip = match family {
+            libc::AF_INET => {
+                // SAFETY: the family is AF_INET, so the sockaddr is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family is AF_INET6, so the sockaddr is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
+            }
+            _ => continue,
+        };
+        let flags = ifa.ifa_flags as i32;
+        out.push(InterfaceAddr {
+            name,
+            ip,
+            running: flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0,
+            loopback: flags & libc::IFF_LOOPBACK != 0,
+        });
+    }
+    // SAFETY: `head` came from a successful `getifaddrs` and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_is_listed() {
+        let addrs = interface_addrs();
+        assert!(
+            addrs
+                .iter()
+                .any(|a| a.loopback && a.ip == IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            "{addrs:?}"
+        );
+    }
+
+    #[test]
+    fn a_touched_page_has_a_node_on_numa_kernels() {
+        let v = vec![1u8; 8192];
+        // Kernels without NUMA answer None; with NUMA the node exists in sysfs.
+        if let Some(node) = numa_node_of(v.as_ptr() as u64) {
+            assert!(std::path::Path::new(&format!("/sys/devices/system/node/node{node}")).exists());
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The seam between the engine and the transports: [`Transport`], the slices it is handed
+//! ([`SliceOp`]) and how it reports them back ([`CompletionSink`]).
+//!
+//! A transport executes slices on its own threads and reports each one exactly once.
+//! It knows nothing about batches or tasks beyond the opaque [`SliceToken`] it carries back,
+//! and must never block the submitting thread on a connect or a handshake.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::batch::SliceToken;
+use crate::config::Config;
+use crate::error::Result;
+use crate::memory::{Region, RegionTable};
+use crate::segment::{RemoteSegment, SegmentDesc, SegmentSecret};
+
+/// Direction of a transfer, seen from the initiator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Opcode {
+    /// Remote → local.
+    Read,
+    /// Local → remote.
+    Write,
+}
+
+impl Opcode {
+    /// "read" or "write".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Opcode::Read => "read",
+            Opcode::Write => "write",
+        }
+    }
+}
+
+/// One slice to move: `len` bytes between `local_addr` and `remote_addr` of `target`.
+pub struct SliceOp {
+    /// Direction.
+    pub opcode: Opcode,
+    /// Address in this process (inside a pinned local region).
+    pub local_addr: u64,
+    /// Address in the target process (inside one of its published buffers).
+    pub remote_addr: u64,
+    /// Bytes to move (> 0).
+    pub len: u64,
+    /// The target segment, as opened.
+    pub target: Arc<RemoteSegment>,
+    /// The engine's handle for this slice; hand it back through the sink.
+    pub token: SliceToken,
+}
+
+impl fmt::Debug for SliceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SliceOp")
+            .field("opcode", &self.opcode)
+            .field("local_addr", &format_args!("{:#x}", self.local_addr))
+            .field("remote_addr", &format_args!("{:#x}", self.remote_addr))
+            .field("len", &self.len)
+            .field("target", &self.target.name())
+            .finish()
+    }
+}
+
+impl SliceOp {
+    /// Whether the application canceled the slice's task (or its deadline passed);
+    /// a transport checks this before putting the slice on the wire.
+    pub fn is_canceled(&self) -> bool {
+        self.token.is_canceled()
+    }
+}
+
+/// Why a target refused a request. Carried on the wire by transports as a small integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The request's segment secret did not match.
+    BadSecret,
+    /// The range is not inside one registered region.
+    OutOfBounds,
+    /// The region does not permit the operation (local-only, or read-only for a WRITE).
+    PermissionDenied,
+    /// The request itself was malformed.
+    Malformed,
+}
+
+/// How a slice failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SliceError {
+    /// The target checked the request and refused it; no memory was touched. Not retried.
+    Rejected(Rejection),
+    /// The path failed (connect refused, reset, timeout, protocol violation). Retried.
+    Path(String),
+    /// The task was canceled before the slice went on the wire.
+    Canceled,
+}
+
+impl SliceError {
+    /// Whether the engine may try the slice again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SliceError::Path(_))
+    }
+}
+
+impl fmt::Display for SliceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SliceError::Rejected(r) => write!(f, "target rejected the request: {r:?}"),
+            SliceError::Path(m) => write!(f, "path failed: {m}"),
+            SliceError::Canceled => f.write_str("canceled"),
+        }
+    }
+}
+
+/// Where transports report slice outcomes. The engine implements it.
+pub trait CompletionSink: Send + Sync {
+    /// Reports `slice` as finished with `outcome`. Called exactly once per posted slice.
+    fn complete(&self, slice: SliceOp, outcome: Result<(), SliceError>);
+}
+
+/// What a transport gets when it is installed into an engine.
+#[derive(Clone)]
+pub struct InstallContext {
+    /// The engine's configuration.
+    pub config: Arc<Config>,
+    /// The local segment's name.
+    pub local_name: String,
+    /// The address the engine's listeners bind to.
+    pub bind_ip: std::net::IpAddr,
+    /// The local region table (checked by targets on every request).
+    pub regions: Arc<RegionTable>,
+    /// The local segment's secret (requests must carry it).
+    pub secret: SegmentSecret,
+    /// Where to report completions.
+    pub sink: Arc<dyn CompletionSink>,
+}
+
+/// A way of moving bytes. Object-safe; the engine holds `Arc<dyn Transport>`.
+pub trait Transport: Send + Sync {
+    /// The protocol name used in segment descriptors (`"tcp"`, `"rdma"`).
+    fn name(&self) -> &'static str;
+
+    /// Starts the transport's listeners and threads.
+    ///
+    /// # Errors
+    /// The transport cannot serve (no port, no device).
+    fn install(&self, ctx: InstallContext) -> Result<()>;
+
+    /// Adds this transport's fields (ports, keys) to the local segment descriptor.
+    fn describe(&self, desc: &mut SegmentDesc);
+
+    /// Called after a region enters the table.
+    ///
+    /// # Errors
+    /// The transport cannot use the region (the engine then rolls the registration back).
+    fn register(&self, _region: &Arc<Region>) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called after a region leaves the table (no slice holds it any more).
+    fn unregister(&self, _region: &Region) {}
+
+    /// Queues slices for execution and returns at once; outcomes go to the sink.
+    fn post(&self, slices: Vec<SliceOp>);
+
+    /// Drops connections to a segment that was closed.
+    fn close_segment(&self, _segment: &RemoteSegment) {}
+
+    /// Stops threads and listeners. Queued slices are failed through the sink.
+    fn shutdown(&self) {}
+}
