@@ -1,0 +1,265 @@
+//! The initiator side: per peer, a fixed set of lanes (TCP connections). Each lane has a sender
+//! thread that connects lazily, pipelines request headers (and WRITE bodies, straight from
+//! registered memory) onto the socket, and a receiver thread that reads replies in order and
+//! completes slices (READ data lands straight in registered memory).
+//!
+//! The submitting thread only enqueues: connects and I/O happen on lane threads. A lane whose
+//! connection breaks fails its in-flight slices as path errors (the engine retries them) and
+//! reconnects on its next slice.
+
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use te_core::Opcode;
+use te_core::transport::{CompletionSink, SliceError, SliceOp};
+use tracing::debug;
+
+use crate::error::Error;
+use crate::sys;
+use crate::wire::{REPLY_LEN, Reply, Request, Status};
+
+/// Where a peer's data listener is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PeerKey {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+}
+
+pub(crate) struct LaneSettings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) status_timeout: Duration,
+}
+
+/// One lane: a queue feeding a sender thread.
+pub(crate) struct Lane {
+    queue: Mutex<Option<Sender<SliceOp>>>,
+    queued_bytes: Arc<AtomicU64>,
+}
+
+impl Lane {
+    pub(crate) fn spawn(
+        peer: PeerKey,
+        index: usize,
+        settings: Arc<LaneSettings>,
+        sink: Arc<dyn CompletionSink>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let queued_bytes = Arc::new(AtomicU64::new(0));
+        let worker = SenderWorker {
+            peer,
+            settings,
+            sink,
+            queued_bytes: queued_bytes.clone(),
+            conn: None,
+            next_id: 0,
+        };
+        std::thread::Builder::new()
+            .name(format!("te-tcp-lane{index}"))
+            .spawn(move || worker.run(rx))?;
+        Ok(Lane {
+            queue: Mutex::new(Some(tx)),
+            queued_bytes,
+        })
+    }
+
+    pub(crate) fn queued_bytes(&self) -> u64 {
+        self.queued_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Queues a slice; if the lane is closed, the slice comes back.
+    pub(crate) fn push(&self, op: SliceOp) -> Result<(), SliceOp> {
+        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        match queue.as_ref() {
+            Some(tx) => {
+                self.queued_bytes.fetch_add(op.len, Ordering::Relaxed);
+                tx.send(op).map_err(|e| {
+                    self.queued_bytes.fetch_sub(e.0.len, Ordering::Relaxed);
+                    e.0
+                })
+            }
+            None => Err(op),
+        }
+    }
+
+    /// Stops taking slices; queued ones are still sent, then the threads exit.
+    pub(crate) fn close(&self) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+struct InFlight {
+    op: SliceOp,
+    request_id: u64,
+}
+
+struct Connection {
+    stream: TcpStream,
+    in_flight: Sender<InFlight>,
+    broken: Arc<AtomicBool>,
+}
+
+struct SenderWorker {
+    peer: PeerKey,
+    settings: Arc<LaneSettings>,
+    sink: Arc<dyn CompletionSink>,
+    queued_bytes: Arc<AtomicU64>,
+    conn: Option<Connection>,
+    next_id: u64,
+}
+
+impl SenderWorker {
+    fn run(mut self, rx: Receiver<SliceOp>) {
+        for op in rx {
+            self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
+            if op.is_canceled() {
+                self.sink.complete(op, Err(SliceError::Canceled));
+                continue;
+            }
+            if self.conn.as_ref().is_some_and(|c| c.broken.load(Ordering::Acquire)) {
+                self.conn = None;
+            }
+            if self.conn.is_none() {
+                if op.token.attempt() > 0 {
+                    // A retried slice after a failure: back off a little before reconnecting.
+                    let backoff = 5u64 << op.token.attempt().min(7);
+                    std::thread::sleep(Duration::from_millis(backoff));
+                }
+                match self.connect() {
+                    Ok(c) => self.conn = Some(c),
+                    Err(e) => {
+                        let msg = format!("connecting to {}:{}: {e}", self.peer.host, self.peer.port);
+                        self.sink.complete(op, Err(SliceError::Path(msg)));
+                        continue;
+                    }
+                }
+            }
+            self.send(op);
+        }
+        if let Some(c) = self.conn.take() {
+            // Let the receiver finish what is in flight, then the socket closes with it.
+            drop(c.in_flight);
+        }
+    }
+
+    fn connect(&self) -> std::io::Result<Connection> {
+        let addrs: Vec<SocketAddr> = te_core::control::resolve(&self.peer.host, self.peer.port)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string()))?;
+        let mut last = std::io::Error::from(std::io::ErrorKind::NotFound);
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, self.settings.connect_timeout) {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    stream.set_read_timeout(Some(self.settings.status_timeout))?;
+                    stream.set_write_timeout(Some(self.settings.status_timeout))?;
+                    let (tx, rx) = mpsc::channel();
+                    let broken = Arc::new(AtomicBool::new(false));
+                    let receiver = ReceiverWorker {
+                        stream: stream.try_clone()?,
+                        sink: self.sink.clone(),
+                        broken: broken.clone(),
+                    };
+                    std::thread::Builder::new()
+                        .name("te-tcp-recv".into())
+                        .spawn(move || receiver.run(rx))?;
+                    debug!(%addr, "lane connected");
+                    return Ok(Connection { stream, in_flight: tx, broken });
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn send(&mut self, op: SliceOp) {
+        let Some(conn) = self.conn.as_ref() else {
+            return;
+        };
+        self.next_id += 1;
+        let request_id = self.next_id;
+        let header = Request {
+            opcode: op.opcode,
+            request_id,
+            addr: op.remote_addr,
+            len: op.len,
+            secret: op.target.secret().to_bytes(),
+        }
+        .encode();
+        let body = match op.opcode {
+            Opcode::Write => (op.local_addr, op.len as usize),
+            _ => (0, 0),
+        };
+        if let Err(e) = conn.in_flight.send(InFlight { op, request_id }) {
+            // The receiver is gone (connection broken): fail the slice here.
+            let InFlight { op, .. } = e.0;
+            self.sink.complete(op, Err(SliceError::Path("lane connection closed".into())));
+            self.conn = None;
+            return;
+        }
+        let mut parts = [(header.as_ptr() as u64, header.len()), body];
+        // SAFETY: the header is a local array; the body range lies in a local region the engine
+        // pinned for this slice's task, which stays pinned until the receiver completes it.
+        let sent = unsafe { sys::send_parts(&conn.stream, &mut parts) };
+        if let Err(e) = sent {
+            debug!(error = %e, "lane send failed; reconnecting on next slice");
+            conn.broken.store(true, Ordering::Release);
+            let _ = conn.stream.shutdown(Shutdown::Both);
+            self.conn = None;
+        }
+    }
+}
+
+struct ReceiverWorker {
+    stream: TcpStream,
+    sink: Arc<dyn CompletionSink>,
+    broken: Arc<AtomicBool>,
+}
+
+impl ReceiverWorker {
+    fn run(self, rx: Receiver<InFlight>) {
+        while let Ok(flight) = rx.recv() {
+            match self.receive(&flight) {
+                Ok(outcome) => self.sink.complete(flight.op, outcome),
+                Err(e) => {
+                    self.broken.store(true, Ordering::Release);
+                    let _ = self.stream.shutdown(Shutdown::Both);
+                    let msg = format!("lane failed: {e}");
+                    self.sink.complete(flight.op, Err(SliceError::Path(msg.clone())));
+                    for rest in rx.iter() {
+                        self.sink.complete(rest.op, Err(SliceError::Path(msg.clone())));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn receive(&self, flight: &InFlight) -> Result<Result<(), SliceError>, Error> {
+        let mut head = [0u8; REPLY_LEN];
+        sys::recv_buf(&self.stream, &mut head)?;
+        let reply = Reply::decode(&head)?;
+        if reply.request_id != flight.request_id {
+            if let Status::Rejected(r) = reply.status {
+                // The target refused a header it could not parse: it closes, we fail the lane.
+                return Err(Error::Io(std::io::Error::other(format!("target closed the lane: {r:?}"))));
+            }
+            return Err(Error::OutOfOrder {
+                expected: flight.request_id,
+                got: reply.request_id,
+            });
+        }
+        let op = &flight.op;
+        match reply.status {
+            Status::Rejected(r) => Ok(Err(SliceError::Rejected(r))),
+            Status::Ok if op.opcode == Opcode::Read => {
+                // SAFETY: the destination lies in a local region the engine pinned for this
+                // slice's task; it stays pinned until this slice is completed below.
+                unsafe { sys::recv_exact(&self.stream, op.local_addr, op.len as usize)? };
+                Ok(Ok(()))
+            }
+            Status::Ok => Ok(Ok(())),
+        }
+    }
+}

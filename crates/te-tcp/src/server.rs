@@ -1,0 +1,136 @@
+//! The target side: one thread per data connection, reading request headers, checking the secret,
+//! the bounds of one registered region and its permission, then moving bytes directly between the
+//! socket and that region. A refused request gets an error reply and touches no memory; a refused
+//! WRITE's body is read and dropped so the connection stays usable. A malformed header closes
+//! the connection.
+
+use std::io::{self, Read};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use te_core::Opcode;
+use te_core::memory::{AccessDenied, RegionTable};
+use te_core::segment::SegmentSecret;
+use te_core::transport::Rejection;
+use tracing::{debug, warn};
+
+use crate::sys;
+use crate::wire::{REQUEST_LEN, Reply, Request, Status};
+
+/// A rejected WRITE body up to this size is drained to keep the connection; larger ones close it.
+const MAX_DRAIN: u64 = 64 << 20;
+/// An idle connection (no request started) is closed after this long.
+const IDLE_MAX: Duration = Duration::from_secs(600);
+
+/// What every data connection checks requests against.
+pub(crate) struct TargetState {
+    pub(crate) regions: Arc<RegionTable>,
+    pub(crate) secret: SegmentSecret,
+    /// How long a started request may stall.
+    pub(crate) stall_timeout: Duration,
+}
+
+enum Header {
+    Ready([u8; REQUEST_LEN]),
+    Closed,
+}
+
+/// Reads a header; waiting for its first byte may take up to `IDLE_MAX`, a started header
+/// must finish within the stall timeout.
+fn read_header(stream: &mut TcpStream, stall: Duration) -> io::Result<Header> {
+    let mut buf = [0u8; REQUEST_LEN];
+    let mut got = 0;
+    let mut idle = Duration::ZERO;
+    while got < REQUEST_LEN {
+        match stream.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(Header::Closed),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if got == 0 && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                idle += stall;
+                if idle >= IDLE_MAX {
+                    return Ok(Header::Closed);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Header::Ready(buf))
+}
+
+fn reply(stream: &TcpStream, request_id: u64, status: Status) -> io::Result<()> {
+    sys::send_buf(stream, &Reply { status, request_id }.encode())
+}
+
+/// Serves one connection until the peer closes it, it stalls, or it sends garbage.
+pub(crate) fn serve(state: &TargetState, mut stream: TcpStream) {
+    let peer = stream.peer_addr().ok();
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(state.stall_timeout));
+    let _ = stream.set_write_timeout(Some(state.stall_timeout));
+    loop {
+        let header = match read_header(&mut stream, state.stall_timeout) {
+            Ok(Header::Ready(h)) => h,
+            Ok(Header::Closed) => return,
+            Err(e) => {
+                debug!(?peer, error = %e, "data connection ended mid-header");
+                return;
+            }
+        };
+        let request = match Request::decode(&header) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(?peer, error = %e, "malformed data request; closing the connection");
+                let _ = reply(&stream, 0, Status::Rejected(Rejection::Malformed));
+                return;
+            }
+        };
+        if let Err(e) = handle(state, &stream, &request) {
+            debug!(?peer, error = %e, "data connection failed");
+            return;
+        }
+    }
+}
+
+fn handle(state: &TargetState, stream: &TcpStream, r: &Request) -> io::Result<()> {
+    let checked = if state.secret.matches(&r.secret) {
+        state
+            .regions
+            .pin_remote(r.addr, r.len, r.opcode)
+            .map_err(|denied| match denied {
+                AccessDenied::Permission => Rejection::PermissionDenied,
+                AccessDenied::BadRange => Rejection::Malformed,
+                _ => Rejection::OutOfBounds,
+            })
+    } else {
+        Err(Rejection::BadSecret)
+    };
+    let len = r.len as usize;
+    match (checked, r.opcode) {
+        (Ok(_pin), Opcode::Write) => {
+            // SAFETY: `_pin` keeps `[addr, addr+len)` registered (hence allocated, by the
+            // registration contract) until the bytes have landed; the range was checked to lie
+            // inside one region that permits remote writes.
+            unsafe { sys::recv_exact(stream, r.addr, len)? };
+            reply(stream, r.request_id, Status::Ok)
+        }
+        (Ok(_pin), _) => {
+            let head = Reply { status: Status::Ok, request_id: r.request_id }.encode();
+            // SAFETY: as above, for a region that permits remote reads; `head` is a local array.
+            unsafe { sys::send_parts(stream, &mut [(head.as_ptr() as u64, head.len()), (r.addr, len)]) }
+        }
+        (Err(rejection), opcode) => {
+            debug!(addr = r.addr, len = r.len, ?rejection, "request refused");
+            if opcode == Opcode::Write {
+                if r.len > MAX_DRAIN {
+                    let _ = reply(stream, r.request_id, Status::Rejected(rejection));
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "refused oversized write"));
+                }
+                sys::discard(stream, r.len)?;
+            }
+            reply(stream, r.request_id, Status::Rejected(rejection))
+        }
+    }
+}

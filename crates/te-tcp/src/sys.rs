@@ -1,0 +1,115 @@
+//! Socket I/O straight from and into registered memory: the only unsafe code of te-tcp.
+//!
+//! Registered memory is shared with the application and with peers, so no Rust reference to it is
+//! ever formed; the kernel copies between the socket and raw addresses. Callers guarantee that
+//! each range lies in a region pinned for the duration of the call.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+fn last_error() -> io::Error {
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::WouldBlock {
+        io::Error::new(io::ErrorKind::TimedOut, "socket timed out")
+    } else {
+        e
+    }
+}
+
+/// Sends every byte of `parts` (address, length pairs) on `sock`, without SIGPIPE.
+///
+/// # Safety
+/// Each `(addr, len)` must be readable memory that stays valid for the whole call.
+pub unsafe fn send_parts(sock: &impl AsRawFd, parts: &mut [(u64, usize)]) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let mut first = 0;
+    while first < parts.len() {
+        if parts[first].1 == 0 {
+            first += 1;
+            continue;
+        }
+        let mut iov: Vec<libc::iovec> = parts[first..]
+            .iter()
+            .map(|&(addr, len)| libc::iovec {
+                iov_base: addr as *mut libc::c_void,
+                iov_len: len,
+            })
+            .collect();
+        // SAFETY: zeroed msghdr is a valid "no name, no control" header.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
+        // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov` outlive
+        // the call; the kernel only reads from them.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = last_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let mut sent = n as usize;
+        while sent > 0 && first < parts.len() {
+            let (addr, len) = &mut parts[first];
+            let step = sent.min(*len);
+            *addr += step as u64;
+            *len -= step;
+            sent -= step;
+            if *len == 0 {
+                first += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Receives exactly `len` bytes from `sock` into `[addr, addr+len)`.
+///
+/// # Safety
+/// The range must be writable memory that stays valid for the whole call and that nothing else
+/// relies on while the kernel writes into it.
+pub unsafe fn recv_exact(sock: &impl AsRawFd, mut addr: u64, mut len: usize) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    while len > 0 {
+        // SAFETY: the caller guarantees `[addr, addr+len)` is writable for the call.
+        let n = unsafe { libc::recv(fd, addr as *mut libc::c_void, len, libc::MSG_WAITALL) };
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if n < 0 {
+            let e = last_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        addr += n as u64;
+        len -= n as usize;
+    }
+    Ok(())
+}
+
+/// Receives exactly `buf.len()` bytes into an ordinary buffer.
+pub fn recv_buf(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<()> {
+    // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.
+    unsafe { recv_exact(sock, buf.as_mut_ptr() as u64, buf.len()) }
+}
+
+/// Sends an ordinary buffer.
+pub fn send_buf(sock: &impl AsRawFd, buf: &[u8]) -> io::Result<()> {
+    // SAFETY: `buf` is a borrowed, readable Rust slice for the whole call.
+    unsafe { send_parts(sock, &mut [(buf.as_ptr() as u64, buf.len())]) }
+}
+
+/// Reads and discards `len` bytes.
+pub fn discard(sock: &impl AsRawFd, mut len: u64) -> io::Result<()> {
+    let mut scratch = vec![0u8; 64 * 1024];
+    while len > 0 {
+        let step = len.min(scratch.len() as u64) as usize;
+        recv_buf(sock, &mut scratch[..step])?;
+        len -= step as u64;
+    }
+    Ok(())
+}
