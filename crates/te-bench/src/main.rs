@@ -1,1 +1,245 @@
-fn main(){}
+//! te-bench: measures te with Mooncake's `transfer_engine_bench` flags and output line.
+//!
+//! Modes: `--mode=target` (register a buffer, print the segment name, serve until killed),
+//! `--mode=initiator --segment_id=HOST:PORT` (drive transfers at the target), and `--loopback`
+//! (both in one command, over real TCP sockets on 127.0.0.1). `--verify` fills patterns and
+//! compares every byte of the working set after the timed run; `--json` prints the figures as
+//! one JSON object last.
+#![forbid(unsafe_code)]
+
+mod flags;
+mod pattern;
+mod report;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use te_core::{Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState};
+use te_tcp::TcpTransport;
+
+use flags::Flags;
+
+const TARGET_SEED: u64 = 0x7e7a_0001;
+const INITIATOR_SEED: u64 = 0x1e17_0002;
+const WAIT: Duration = Duration::from_secs(120);
+
+type BenchResult<T> = Result<T, String>;
+
+fn init_logging(level: te_core::config::LogLevel) {
+    use te_core::config::LogLevel;
+    let max = match level {
+        LogLevel::Trace => tracing::Level::TRACE,
+        LogLevel::Debug => tracing::Level::DEBUG,
+        LogLevel::Info => tracing::Level::INFO,
+        LogLevel::Warning => tracing::Level::WARN,
+        _ => tracing::Level::ERROR,
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(max)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn start_engine(config: Config, flags: &Flags, name: &str) -> BenchResult<TransferEngine> {
+    let engine = TransferEngine::init(config, &flags.metadata_server, name).map_err(|e| format!("engine: {e}"))?;
+    engine
+        .install_transport(Arc::new(TcpTransport::new()))
+        .map_err(|e| format!("tcp transport: {e}"))?;
+    Ok(engine)
+}
+
+fn start_target(config: Config, flags: &Flags) -> BenchResult<(TransferEngine, Arc<HostBuffer>)> {
+    let engine = start_engine(config, flags, &flags.local_server_name)?;
+    let size = flags.buffer_size.max(flags.working_set()) as usize;
+    let buffer = Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?);
+    if flags.verify {
+        pattern::fill(&buffer, TARGET_SEED, 0, size as u64);
+    }
+    engine
+        .register_buffer(&buffer, "*", Permission::RemoteReadWrite)
+        .map_err(|e| format!("registering the target buffer: {e}"))?;
+    Ok((engine, buffer))
+}
+
+struct Measured {
+    elapsed: f64,
+    batches: u64,
+    latencies_us: Vec<f64>,
+    verified_bytes: Option<u64>,
+}
+
+fn run_thread(e: &TransferEngine, f: &Flags, tid: usize, local: u64, remote: (u64, u64), end: Instant) -> BenchResult<(u64, Vec<f64>)> {
+    let op = if f.operation == "write" { Opcode::Write } else { Opcode::Read };
+    let (segment, remote_base) = remote;
+    let requests: Vec<TransferRequest> = (0..f.batch_size)
+        .map(|i| {
+            let off = f.block_size * (i * f.threads + tid) as u64;
+            TransferRequest { opcode: op, source: local + off, target_id: segment, target_offset: remote_base + off, length: f.block_size }
+        })
+        .collect();
+    let mut batches = 0;
+    let mut latencies = Vec::new();
+    while Instant::now() < end {
+        let started = Instant::now();
+        let b = e.allocate_batch(f.batch_size).map_err(|e| e.to_string())?;
+        e.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
+        let status = e.wait(b, WAIT).map_err(|e| format!("wait: {e}"))?;
+        if status.state != TransferState::Completed {
+            let why = (0..f.batch_size).find_map(|i| e.task_error(b, i).ok().flatten());
+            return Err(format!("batch ended {:?}: {}", status.state, why.map_or("-".into(), |w| w.to_string())));
+        }
+        e.free_batch(b).map_err(|e| e.to_string())?;
+        latencies.push(started.elapsed().as_secs_f64() * 1e6);
+        batches += 1;
+    }
+    Ok((batches, latencies))
+}
+
+/// Reads `[0, len)` of the remote buffer back into a scratch buffer, outside the timed run.
+fn read_back(e: &TransferEngine, segment: u64, remote: u64, len: u64) -> BenchResult<Arc<HostBuffer>> {
+    let scratch = Arc::new(HostBuffer::new(len as usize).map_err(|e| e.to_string())?);
+    e.register_buffer(&scratch, "*", Permission::LocalOnly).map_err(|e| e.to_string())?;
+    let chunk = 1u64 << 20;
+    let requests: Vec<_> = (0..len.div_ceil(chunk))
+        .map(|i| TransferRequest {
+            opcode: Opcode::Read,
+            source: scratch.addr() + i * chunk,
+            target_id: segment,
+            target_offset: remote + i * chunk,
+            length: chunk.min(len - i * chunk),
+        })
+        .collect();
+    for group in requests.chunks(256) {
+        let b = e.allocate_batch(group.len()).map_err(|e| e.to_string())?;
+        e.submit(b, group).map_err(|e| e.to_string())?;
+        let s = e.wait(b, WAIT).map_err(|e| e.to_string())?;
+        e.free_batch(b).map_err(|e| e.to_string())?;
+        if s.state != TransferState::Completed {
+            return Err(format!("read-back ended {:?}", s.state));
+        }
+    }
+    Ok(scratch)
+}
+
+fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Measured> {
+    let segment = e.open_segment(target).map_err(|e| format!("opening {target}: {e}"))?;
+    let desc = e.segment(segment).map_err(|e| e.to_string())?;
+    let ws = f.working_set();
+    let remote = desc
+        .desc()
+        .buffers
+        .first()
+        .ok_or_else(|| format!("segment {target} publishes no buffer"))?;
+    if remote.length < ws {
+        return Err(format!(
+            "target buffer holds {} bytes; block_size × batch_size × threads needs {ws}",
+            remote.length
+        ));
+    }
+    let local = Arc::new(HostBuffer::new(ws as usize).map_err(|e| e.to_string())?);
+    if f.verify && f.operation == "write" {
+        pattern::fill(&local, INITIATOR_SEED, 0, ws);
+    }
+    e.register_buffer(&local, "*", Permission::LocalOnly).map_err(|e| format!("registering: {e}"))?;
+    let started = Instant::now();
+    let end = started + Duration::from_secs_f64(f.duration);
+    let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..f.threads)
+            .map(|tid| {
+                let local = local.addr();
+                let remote = (segment, remote.addr);
+                s.spawn(move || run_thread(e, f, tid, local, remote, end))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut batches = 0;
+    let mut latencies_us = Vec::new();
+    for r in results {
+        let (b, l) = r?;
+        batches += b;
+        latencies_us.extend(l);
+    }
+    latencies_us.sort_by(|a, b| a.total_cmp(b));
+    let verified_bytes = if f.verify {
+        let mismatch = if f.operation == "write" {
+            let back = read_back(e, segment, remote.addr, ws)?;
+            pattern::first_mismatch(&back, INITIATOR_SEED, 0, ws)
+        } else {
+            pattern::first_mismatch(&local, TARGET_SEED, 0, ws)
+        };
+        if let Some(at) = mismatch {
+            return Err(format!("verification failed: byte {at} of the working set differs from the pattern"));
+        }
+        Some(ws)
+    } else {
+        None
+    };
+    Ok(Measured { elapsed, batches, latencies_us, verified_bytes })
+}
+
+fn print_report(f: &Flags, m: &Measured) {
+    let bytes = m.batches * f.batch_size as u64 * f.block_size;
+    let rate = bytes as f64 / m.elapsed;
+    let p = |q| report::percentile(&m.latencies_us, q);
+    println!(
+        "te-bench: {} {}, block {} B, batch {}, {} thread(s); batch latency p50 {:.0} us, p99 {:.0} us, p999 {:.0} us",
+        f.protocol, f.operation, f.block_size, f.batch_size, f.threads, p(0.5), p(0.99), p(0.999)
+    );
+    if let Some(v) = m.verified_bytes {
+        println!("te-bench: verified {v} bytes byte by byte against the pattern (after the timed run)");
+    }
+    println!("{}", report::completed_line(m.elapsed, m.batches, rate, &f.report_unit, f.report_precision));
+    if f.json {
+        let json = serde_json::json!({
+            "protocol": f.protocol, "operation": f.operation, "block_size": f.block_size,
+            "batch_size": f.batch_size, "threads": f.threads, "duration_s": m.elapsed,
+            "batch_count": m.batches, "bytes": bytes, "throughput_gb_s": rate / 1e9,
+            "batch_latency_us": {"p50": p(0.5), "p99": p(0.99), "p999": p(0.999)},
+            "verified_bytes": m.verified_bytes, "loopback": f.loopback,
+            "includes": "submit, slicing, transfer, completion wait, batch allocate/free",
+            "excludes": "registration, connection set-up before the first batch is not excluded (lanes connect lazily), verification",
+        });
+        println!("{json}");
+    }
+}
+
+fn main_inner() -> BenchResult<()> {
+    let flags = Flags::parse(std::env::args().skip(1))?;
+    let mut config = Config::from_env().map_err(|e| e.to_string())?;
+    init_logging(config.log_level);
+    if flags.loopback && config.tcp_bind_address.is_none() {
+        config.tcp_bind_address = Some(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    if flags.mode == "target" {
+        let (engine, _buffer) = start_target(config, &flags)?;
+        println!("te-bench target ready, segment name: {}", engine.segment_name());
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    if flags.loopback {
+        let (target, _buffer) = start_target(config.clone(), &flags)?;
+        let initiator = start_engine(config, &flags, "")?;
+        let m = run_initiator(&initiator, &flags, target.segment_name())?;
+        print_report(&flags, &m);
+        return Ok(());
+    }
+    let initiator = start_engine(config, &flags, &flags.local_server_name)?;
+    let m = run_initiator(&initiator, &flags, &flags.segment_id)?;
+    print_report(&flags, &m);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match main_inner() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("te-bench: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

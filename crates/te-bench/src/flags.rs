@@ -1,0 +1,178 @@
+//! Command-line flags, in Mooncake's `transfer_engine_bench` spelling (gflags style:
+//! `--name=value`, `--name value`, `--flag`, `--noflag`).
+
+use std::collections::HashMap;
+
+/// What one run is asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flags {
+    pub mode: String,
+    pub metadata_server: String,
+    pub local_server_name: String,
+    pub segment_id: String,
+    pub operation: String,
+    pub protocol: String,
+    pub block_size: u64,
+    pub batch_size: usize,
+    pub buffer_size: u64,
+    pub duration: f64,
+    pub threads: usize,
+    pub report_unit: String,
+    pub report_precision: usize,
+    pub verify: bool,
+    pub json: bool,
+    pub loopback: bool,
+}
+
+const BOOLS: [&str; 6] = ["verify", "json", "loopback", "auto_discovery", "use_vram", "init_mem"];
+/// Mooncake flags accepted for compatibility; they select hardware te-bench does not drive yet.
+const IGNORED: [&str; 5] = ["device_name", "nic_priority_matrix", "auto_discovery", "init_mem", "gpu_id"];
+
+pub const USAGE: &str = "usage: te-bench [--mode=initiator|target] [--loopback] [--metadata_server=P2PHANDSHAKE]
+  [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp]
+  [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
+  [--report_unit=GB] [--report_precision=2] [--verify] [--json]";
+
+fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("--{name}: {v:?} is not a valid number"))
+}
+
+impl Flags {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Flags, String> {
+        let mut values: HashMap<String, String> = HashMap::new();
+        let mut args = args.into_iter().peekable();
+        while let Some(arg) = args.next() {
+            if arg == "--help" || arg == "-h" {
+                return Err(USAGE.to_string());
+            }
+            let body = arg
+                .strip_prefix("--")
+                .or_else(|| arg.strip_prefix('-'))
+                .ok_or_else(|| format!("unexpected argument {arg:?}\n{USAGE}"))?;
+            let (name, value) = match body.split_once('=') {
+                Some((n, v)) => (n.to_string(), v.to_string()),
+                None if BOOLS.contains(&body) => (body.to_string(), "true".to_string()),
+                None if body.starts_with("no") && BOOLS.contains(&&body[2..]) => (body[2..].to_string(), "false".to_string()),
+                None => {
+                    let v = args.next().ok_or_else(|| format!("--{body} needs a value"))?;
+                    (body.to_string(), v)
+                }
+            };
+            values.insert(name, value);
+        }
+        let mut take = |name: &str, default: &str| values.remove(name).unwrap_or_else(|| default.to_string());
+        let bool_of = |name: &str, v: String| match v.as_str() {
+            "true" | "1" | "yes" => Ok(true),
+            "false" | "0" | "no" => Ok(false),
+            _ => Err(format!("--{name}: expected true or false, got {v:?}")),
+        };
+        let flags = Flags {
+            mode: take("mode", "initiator"),
+            metadata_server: take("metadata_server", "P2PHANDSHAKE"),
+            local_server_name: take("local_server_name", ""),
+            segment_id: take("segment_id", ""),
+            operation: take("operation", "read"),
+            protocol: take("protocol", "tcp"),
+            block_size: number("block_size", &take("block_size", "65536"))?,
+            batch_size: number("batch_size", &take("batch_size", "128"))?,
+            buffer_size: number("buffer_size", &take("buffer_size", "1073741824"))?,
+            duration: number("duration", &take("duration", "10"))?,
+            threads: number("threads", &take("threads", "12"))?,
+            report_unit: take("report_unit", "GB"),
+            report_precision: number("report_precision", &take("report_precision", "2"))?,
+            verify: bool_of("verify", take("verify", "false"))?,
+            json: bool_of("json", take("json", "false"))?,
+            loopback: bool_of("loopback", take("loopback", "false"))?,
+        };
+        let backend = take("backend", "classic");
+        if backend != "classic" {
+            return Err(format!("--backend={backend}: only the classic engine is available in this build"));
+        }
+        if bool_of("use_vram", take("use_vram", "false"))? {
+            return Err("--use_vram: GPU memory needs te-nvlink, not in this build".into());
+        }
+        for name in IGNORED {
+            if let Some(v) = values.remove(name) {
+                tracing::warn!("--{name}={v} is accepted for compatibility and ignored (TCP needs no NIC choice)");
+            }
+        }
+        if let Some(unknown) = values.keys().next() {
+            return Err(format!("unknown flag --{unknown}\n{USAGE}"));
+        }
+        flags.check()?;
+        Ok(flags)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if !matches!(self.mode.as_str(), "initiator" | "target") {
+            return Err(format!("--mode={}: expected initiator or target", self.mode));
+        }
+        if !matches!(self.operation.as_str(), "read" | "write") {
+            return Err(format!("--operation={}: expected read or write", self.operation));
+        }
+        if self.protocol != "tcp" {
+            return Err(format!(
+                "--protocol={}: not available in this build (te-bench drives tcp today)",
+                self.protocol
+            ));
+        }
+        if self.block_size == 0 || self.batch_size == 0 || self.threads == 0 {
+            return Err("--block_size, --batch_size and --threads must be positive".into());
+        }
+        if !(self.duration > 0.0 && self.duration.is_finite()) {
+            return Err("--duration must be a positive number of seconds".into());
+        }
+        if crate::report::unit_scale(&self.report_unit).is_none() {
+            return Err(format!("--report_unit={}: expected GB, GiB, Gb, MB, MiB, Mb, KB, KiB or Kb", self.report_unit));
+        }
+        if self.mode == "initiator" && !self.loopback && self.segment_id.is_empty() {
+            return Err("--segment_id=HOST:PORT (printed by the target) is required, or use --loopback".into());
+        }
+        Ok(())
+    }
+
+    /// Bytes each side needs: at least one full round of every thread's batch.
+    pub fn working_set(&self) -> u64 {
+        self.block_size * self.batch_size as u64 * self.threads as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Flags, String> {
+        Flags::parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn mooncake_flags_parse() {
+        let f = parse(&[
+            "--mode=initiator", "--metadata_server=P2PHANDSHAKE", "--segment_id", "127.0.0.1:15000",
+            "--operation=write", "--protocol=tcp", "--block_size=1048576", "--batch_size=64",
+            "--duration=3", "--threads=1", "--report_unit=GiB", "--verify", "--nojson", "--device_name=mlx5_0",
+        ])
+        .unwrap();
+        assert_eq!(f.segment_id, "127.0.0.1:15000");
+        assert_eq!((f.block_size, f.batch_size, f.threads), (1 << 20, 64, 1));
+        assert!(f.verify && !f.json);
+        assert_eq!(f.working_set(), 64 << 20);
+    }
+
+    #[test]
+    fn bad_flags_are_explained() {
+        for (args, needle) in [
+            (&["--segment_id=x", "--block_size=abc"][..], "block_size"),
+            (&["--segment_id=x", "--operation=copy"], "operation"),
+            (&["--segment_id=x", "--protocol=rdma"], "protocol"),
+            (&["--segment_id=x", "--frobnicate=1"], "unknown flag"),
+            (&["--mode=initiator"], "segment_id"),
+            (&["--segment_id=x", "--report_unit=parsecs"], "report_unit"),
+            (&["--segment_id=x", "--threads=0"], "positive"),
+            (&["--segment_id=x", "--use_vram"], "use_vram"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+}
