@@ -1,1 +1,70 @@
-fn main(){}
+//! `cargo xtask`: the project's only script.
+//!
+//! - `cargo xtask ci`: rustfmt check, clippy with warnings denied, and every test of the workspace.
+//! - `cargo xtask bench tcp [--duration S]`: te-bench over TCP on loopback (target and initiator
+//!   as two processes) next to iperf3 single-stream in the same run, with the ratios.
+#![forbid(unsafe_code)]
+
+mod bench;
+
+use std::process::{Command, ExitCode};
+
+pub(crate) fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+pub(crate) fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: {step}: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{step} failed ({status})"))
+    }
+}
+
+fn ci() -> Result<(), String> {
+    run("fmt", cargo().args(["fmt", "--all", "--check"]))?;
+    run(
+        "clippy",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    run(
+        "test",
+        cargo().args(["test", "--workspace", "--no-fail-fast"]),
+    )?;
+    eprintln!("xtask: ci passed");
+    Ok(())
+}
+
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["ci"] => ci(),
+        ["bench", "tcp", rest @ ..] => bench::tcp(rest),
+        _ => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

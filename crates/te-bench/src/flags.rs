@@ -24,17 +24,32 @@ pub struct Flags {
     pub loopback: bool,
 }
 
-const BOOLS: [&str; 6] = ["verify", "json", "loopback", "auto_discovery", "use_vram", "init_mem"];
+const BOOLS: [&str; 6] = [
+    "verify",
+    "json",
+    "loopback",
+    "auto_discovery",
+    "use_vram",
+    "init_mem",
+];
 /// Mooncake flags accepted for compatibility; they select hardware te-bench does not drive yet.
-const IGNORED: [&str; 5] = ["device_name", "nic_priority_matrix", "auto_discovery", "init_mem", "gpu_id"];
+const IGNORED: [&str; 5] = [
+    "device_name",
+    "nic_priority_matrix",
+    "auto_discovery",
+    "init_mem",
+    "gpu_id",
+];
 
-pub const USAGE: &str = "usage: te-bench [--mode=initiator|target] [--loopback] [--metadata_server=P2PHANDSHAKE]
+pub const USAGE: &str =
+    "usage: te-bench [--mode=initiator|target] [--loopback] [--metadata_server=P2PHANDSHAKE]
   [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp]
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]";
 
 fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
-    v.parse().map_err(|_| format!("--{name}: {v:?} is not a valid number"))
+    v.parse()
+        .map_err(|_| format!("--{name}: {v:?} is not a valid number"))
 }
 
 impl Flags {
@@ -52,15 +67,20 @@ impl Flags {
             let (name, value) = match body.split_once('=') {
                 Some((n, v)) => (n.to_string(), v.to_string()),
                 None if BOOLS.contains(&body) => (body.to_string(), "true".to_string()),
-                None if body.starts_with("no") && BOOLS.contains(&&body[2..]) => (body[2..].to_string(), "false".to_string()),
+                None if body.starts_with("no") && BOOLS.contains(&&body[2..]) => {
+                    (body[2..].to_string(), "false".to_string())
+                }
                 None => {
-                    let v = args.next().ok_or_else(|| format!("--{body} needs a value"))?;
+                    let v = args
+                        .next()
+                        .ok_or_else(|| format!("--{body} needs a value"))?;
                     (body.to_string(), v)
                 }
             };
             values.insert(name, value);
         }
-        let mut take = |name: &str, default: &str| values.remove(name).unwrap_or_else(|| default.to_string());
+        let mut take =
+            |name: &str, default: &str| values.remove(name).unwrap_or_else(|| default.to_string());
         let bool_of = |name: &str, v: String| match v.as_str() {
             "true" | "1" | "yes" => Ok(true),
             "false" | "0" | "no" => Ok(false),
@@ -86,14 +106,18 @@ impl Flags {
         };
         let backend = take("backend", "classic");
         if backend != "classic" {
-            return Err(format!("--backend={backend}: only the classic engine is available in this build"));
+            return Err(format!(
+                "--backend={backend}: only the classic engine is available in this build"
+            ));
         }
         if bool_of("use_vram", take("use_vram", "false"))? {
             return Err("--use_vram: GPU memory needs te-nvlink, not in this build".into());
         }
         for name in IGNORED {
             if let Some(v) = values.remove(name) {
-                tracing::warn!("--{name}={v} is accepted for compatibility and ignored (TCP needs no NIC choice)");
+                tracing::warn!(
+                    "--{name}={v} is accepted for compatibility and ignored (TCP needs no NIC choice)"
+                );
             }
         }
         if let Some(unknown) = values.keys().next() {
@@ -105,10 +129,16 @@ impl Flags {
 
     fn check(&self) -> Result<(), String> {
         if !matches!(self.mode.as_str(), "initiator" | "target") {
-            return Err(format!("--mode={}: expected initiator or target", self.mode));
+            return Err(format!(
+                "--mode={}: expected initiator or target",
+                self.mode
+            ));
         }
         if !matches!(self.operation.as_str(), "read" | "write") {
-            return Err(format!("--operation={}: expected read or write", self.operation));
+            return Err(format!(
+                "--operation={}: expected read or write",
+                self.operation
+            ));
         }
         if self.protocol != "tcp" {
             return Err(format!(
@@ -123,10 +153,16 @@ impl Flags {
             return Err("--duration must be a positive number of seconds".into());
         }
         if crate::report::unit_scale(&self.report_unit).is_none() {
-            return Err(format!("--report_unit={}: expected GB, GiB, Gb, MB, MiB, Mb, KB, KiB or Kb", self.report_unit));
+            return Err(format!(
+                "--report_unit={}: expected GB, GiB, Gb, MB, MiB, Mb, KB, KiB or Kb",
+                self.report_unit
+            ));
         }
         if self.mode == "initiator" && !self.loopback && self.segment_id.is_empty() {
-            return Err("--segment_id=HOST:PORT (printed by the target) is required, or use --loopback".into());
+            return Err(
+                "--segment_id=HOST:PORT (printed by the target) is required, or use --loopback"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -148,9 +184,20 @@ mod tests {
     #[test]
     fn mooncake_flags_parse() {
         let f = parse(&[
-            "--mode=initiator", "--metadata_server=P2PHANDSHAKE", "--segment_id", "127.0.0.1:15000",
-            "--operation=write", "--protocol=tcp", "--block_size=1048576", "--batch_size=64",
-            "--duration=3", "--threads=1", "--report_unit=GiB", "--verify", "--nojson", "--device_name=mlx5_0",
+            "--mode=initiator",
+            "--metadata_server=P2PHANDSHAKE",
+            "--segment_id",
+            "127.0.0.1:15000",
+            "--operation=write",
+            "--protocol=tcp",
+            "--block_size=1048576",
+            "--batch_size=64",
+            "--duration=3",
+            "--threads=1",
+            "--report_unit=GiB",
+            "--verify",
+            "--nojson",
+            "--device_name=mlx5_0",
         ])
         .unwrap();
         assert_eq!(f.segment_id, "127.0.0.1:15000");

@@ -15,7 +15,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use te_core::{Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState};
+use te_core::{
+    Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
+};
 use te_tcp::TcpTransport;
 
 use flags::Flags;
@@ -43,7 +45,8 @@ fn init_logging(level: te_core::config::LogLevel) {
 }
 
 fn start_engine(config: Config, flags: &Flags, name: &str) -> BenchResult<TransferEngine> {
-    let engine = TransferEngine::init(config, &flags.metadata_server, name).map_err(|e| format!("engine: {e}"))?;
+    let engine = TransferEngine::init(config, &flags.metadata_server, name)
+        .map_err(|e| format!("engine: {e}"))?;
     engine
         .install_transport(Arc::new(TcpTransport::new()))
         .map_err(|e| format!("tcp transport: {e}"))?;
@@ -70,13 +73,30 @@ struct Measured {
     verified_bytes: Option<u64>,
 }
 
-fn run_thread(e: &TransferEngine, f: &Flags, tid: usize, local: u64, remote: (u64, u64), end: Instant) -> BenchResult<(u64, Vec<f64>)> {
-    let op = if f.operation == "write" { Opcode::Write } else { Opcode::Read };
+fn run_thread(
+    e: &TransferEngine,
+    f: &Flags,
+    tid: usize,
+    local: u64,
+    remote: (u64, u64),
+    end: Instant,
+) -> BenchResult<(u64, Vec<f64>)> {
+    let op = if f.operation == "write" {
+        Opcode::Write
+    } else {
+        Opcode::Read
+    };
     let (segment, remote_base) = remote;
     let requests: Vec<TransferRequest> = (0..f.batch_size)
         .map(|i| {
             let off = f.block_size * (i * f.threads + tid) as u64;
-            TransferRequest { opcode: op, source: local + off, target_id: segment, target_offset: remote_base + off, length: f.block_size }
+            TransferRequest {
+                opcode: op,
+                source: local + off,
+                target_id: segment,
+                target_offset: remote_base + off,
+                length: f.block_size,
+            }
         })
         .collect();
     let mut batches = 0;
@@ -88,7 +108,11 @@ fn run_thread(e: &TransferEngine, f: &Flags, tid: usize, local: u64, remote: (u6
         let status = e.wait(b, WAIT).map_err(|e| format!("wait: {e}"))?;
         if status.state != TransferState::Completed {
             let why = (0..f.batch_size).find_map(|i| e.task_error(b, i).ok().flatten());
-            return Err(format!("batch ended {:?}: {}", status.state, why.map_or("-".into(), |w| w.to_string())));
+            return Err(format!(
+                "batch ended {:?}: {}",
+                status.state,
+                why.map_or("-".into(), |w| w.to_string())
+            ));
         }
         e.free_batch(b).map_err(|e| e.to_string())?;
         latencies.push(started.elapsed().as_secs_f64() * 1e6);
@@ -98,9 +122,15 @@ fn run_thread(e: &TransferEngine, f: &Flags, tid: usize, local: u64, remote: (u6
 }
 
 /// Reads `[0, len)` of the remote buffer back into a scratch buffer, outside the timed run.
-fn read_back(e: &TransferEngine, segment: u64, remote: u64, len: u64) -> BenchResult<Arc<HostBuffer>> {
+fn read_back(
+    e: &TransferEngine,
+    segment: u64,
+    remote: u64,
+    len: u64,
+) -> BenchResult<Arc<HostBuffer>> {
     let scratch = Arc::new(HostBuffer::new(len as usize).map_err(|e| e.to_string())?);
-    e.register_buffer(&scratch, "*", Permission::LocalOnly).map_err(|e| e.to_string())?;
+    e.register_buffer(&scratch, "*", Permission::LocalOnly)
+        .map_err(|e| e.to_string())?;
     let chunk = 1u64 << 20;
     let requests: Vec<_> = (0..len.div_ceil(chunk))
         .map(|i| TransferRequest {
@@ -124,7 +154,9 @@ fn read_back(e: &TransferEngine, segment: u64, remote: u64, len: u64) -> BenchRe
 }
 
 fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Measured> {
-    let segment = e.open_segment(target).map_err(|e| format!("opening {target}: {e}"))?;
+    let segment = e
+        .open_segment(target)
+        .map_err(|e| format!("opening {target}: {e}"))?;
     let desc = e.segment(segment).map_err(|e| e.to_string())?;
     let ws = f.working_set();
     let remote = desc
@@ -142,7 +174,8 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
     if f.verify && f.operation == "write" {
         pattern::fill(&local, INITIATOR_SEED, 0, ws);
     }
-    e.register_buffer(&local, "*", Permission::LocalOnly).map_err(|e| format!("registering: {e}"))?;
+    e.register_buffer(&local, "*", Permission::LocalOnly)
+        .map_err(|e| format!("registering: {e}"))?;
     let started = Instant::now();
     let end = started + Duration::from_secs_f64(f.duration);
     let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
@@ -153,7 +186,10 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
                 s.spawn(move || run_thread(e, f, tid, local, remote, end))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
     });
     let elapsed = started.elapsed().as_secs_f64();
     let mut batches = 0;
@@ -172,13 +208,20 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
             pattern::first_mismatch(&local, TARGET_SEED, 0, ws)
         };
         if let Some(at) = mismatch {
-            return Err(format!("verification failed: byte {at} of the working set differs from the pattern"));
+            return Err(format!(
+                "verification failed: byte {at} of the working set differs from the pattern"
+            ));
         }
         Some(ws)
     } else {
         None
     };
-    Ok(Measured { elapsed, batches, latencies_us, verified_bytes })
+    Ok(Measured {
+        elapsed,
+        batches,
+        latencies_us,
+        verified_bytes,
+    })
 }
 
 fn print_report(f: &Flags, m: &Measured) {
@@ -187,12 +230,30 @@ fn print_report(f: &Flags, m: &Measured) {
     let p = |q| report::percentile(&m.latencies_us, q);
     println!(
         "te-bench: {} {}, block {} B, batch {}, {} thread(s); batch latency p50 {:.0} us, p99 {:.0} us, p999 {:.0} us",
-        f.protocol, f.operation, f.block_size, f.batch_size, f.threads, p(0.5), p(0.99), p(0.999)
+        f.protocol,
+        f.operation,
+        f.block_size,
+        f.batch_size,
+        f.threads,
+        p(0.5),
+        p(0.99),
+        p(0.999)
     );
     if let Some(v) = m.verified_bytes {
-        println!("te-bench: verified {v} bytes byte by byte against the pattern (after the timed run)");
+        println!(
+            "te-bench: verified {v} bytes byte by byte against the pattern (after the timed run)"
+        );
     }
-    println!("{}", report::completed_line(m.elapsed, m.batches, rate, &f.report_unit, f.report_precision));
+    println!(
+        "{}",
+        report::completed_line(
+            m.elapsed,
+            m.batches,
+            rate,
+            &f.report_unit,
+            f.report_precision
+        )
+    );
     if f.json {
         let json = serde_json::json!({
             "protocol": f.protocol, "operation": f.operation, "block_size": f.block_size,
@@ -200,8 +261,8 @@ fn print_report(f: &Flags, m: &Measured) {
             "batch_count": m.batches, "bytes": bytes, "throughput_gb_s": rate / 1e9,
             "batch_latency_us": {"p50": p(0.5), "p99": p(0.99), "p999": p(0.999)},
             "verified_bytes": m.verified_bytes, "loopback": f.loopback,
-            "includes": "submit, slicing, transfer, completion wait, batch allocate/free",
-            "excludes": "registration, connection set-up before the first batch is not excluded (lanes connect lazily), verification",
+            "includes": "batch allocate/free, submit, slicing, transfer, completion wait, lane connection set-up in the first batch",
+            "excludes": "engine start, registration, segment open, verification",
         });
         println!("{json}");
     }
@@ -216,7 +277,10 @@ fn main_inner() -> BenchResult<()> {
     }
     if flags.mode == "target" {
         let (engine, _buffer) = start_target(config, &flags)?;
-        println!("te-bench target ready, segment name: {}", engine.segment_name());
+        println!(
+            "te-bench target ready, segment name: {}",
+            engine.segment_name()
+        );
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }

@@ -31,7 +31,8 @@ pub fn fill(buf: &HostBuffer, seed: u64, offset: u64, len: u64) {
     let mut at = offset;
     while at < offset + len {
         let step = CHUNK.min((offset + len - at) as usize);
-        buf.write_at(at as usize, &bytes(seed, at, step)).expect("pattern range inside the buffer");
+        buf.write_at(at as usize, &bytes(seed, at, step))
+            .expect("pattern range inside the buffer");
         at += step as u64;
     }
 }
@@ -63,7 +64,8 @@ mod tests {
         let b = HostBuffer::new(3 << 20).unwrap();
         fill(&b, 9, 3, (3 << 20) - 3);
         assert_eq!(first_mismatch(&b, 9, 3, (3 << 20) - 3), None);
-        b.write_at(2_000_001, &[!bytes(9, 2_000_001, 1)[0]]).unwrap();
+        b.write_at(2_000_001, &[!bytes(9, 2_000_001, 1)[0]])
+            .unwrap();
         assert_eq!(first_mismatch(&b, 9, 3, (3 << 20) - 3), Some(2_000_001));
     }
 }

@@ -26,9 +26,17 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Mooncake's `Test completed: duration D, batch count N, throughput X GB/s` line.
-pub fn completed_line(duration: f64, batches: u64, bytes_per_sec: f64, unit: &str, precision: usize) -> String {
+pub fn completed_line(
+    duration: f64,
+    batches: u64,
+    bytes_per_sec: f64,
+    unit: &str,
+    precision: usize,
+) -> String {
     let rate = bytes_per_sec / unit_scale(unit).unwrap_or(1e9);
-    format!("Test completed: duration {duration:.2}, batch count {batches}, throughput {rate:.precision$} {unit}/s")
+    format!(
+        "Test completed: duration {duration:.2}, batch count {batches}, throughput {rate:.precision$} {unit}/s"
+    )
 }
 
 #[cfg(test)]
@@ -41,7 +49,10 @@ mod tests {
             completed_line(10.0, 1234, 3.2e9, "GB", 2),
             "Test completed: duration 10.00, batch count 1234, throughput 3.20 GB/s"
         );
-        assert_eq!(completed_line(1.0, 1, 1e9, "Gb", 1), "Test completed: duration 1.00, batch count 1, throughput 8.0 Gb/s");
+        assert_eq!(
+            completed_line(1.0, 1, 1e9, "Gb", 1),
+            "Test completed: duration 1.00, batch count 1, throughput 8.0 Gb/s"
+        );
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.5), 3.0);
         assert_eq!(percentile(&[], 0.99), 0.0);
     }

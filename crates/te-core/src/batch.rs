@@ -243,8 +243,12 @@ impl BatchShared {
                 other => {
                     progressed = true;
                     worst = match (worst, other) {
-                        (TransferState::Failed, _) | (_, TransferState::Failed) => TransferState::Failed,
-                        (TransferState::Timeout, _) | (_, TransferState::Timeout) => TransferState::Timeout,
+                        (TransferState::Failed, _) | (_, TransferState::Failed) => {
+                            TransferState::Failed
+                        }
+                        (TransferState::Timeout, _) | (_, TransferState::Timeout) => {
+                            TransferState::Timeout
+                        }
                         _ => TransferState::Canceled,
                     };
                 }
@@ -300,7 +304,11 @@ impl SliceToken {
 
     /// Records one slice's outcome. Returns the notification to send if this slice finished
     /// the whole batch successfully.
-    pub(crate) fn record(&self, len: u64, outcome: std::result::Result<(), SliceError>) -> Option<PendingNotify> {
+    pub(crate) fn record(
+        &self,
+        len: u64,
+        outcome: std::result::Result<(), SliceError>,
+    ) -> Option<PendingNotify> {
         let task = &self.task;
         match outcome {
             Ok(()) => {
@@ -399,7 +407,8 @@ impl BatchTable {
         let mut guard = lock(&self.slots);
         let (slots, free) = &mut *guard;
         let index = if free.len() > REUSE_AFTER || slots.len() >= u32::MAX as usize {
-            free.pop_front().ok_or(Error::InvalidArgument("no batch slots left".into()))?
+            free.pop_front()
+                .ok_or(Error::InvalidArgument("no batch slots left".into()))?
         } else {
             slots.push(Slot {
                 generation: 0,
@@ -517,7 +526,12 @@ impl BatchTable {
     }
 
     /// Blocks until task `task` is terminal, or `timeout` passes.
-    pub(crate) fn wait_task(&self, id: BatchId, task: usize, timeout: Duration) -> Result<TransferStatus> {
+    pub(crate) fn wait_task(
+        &self,
+        id: BatchId,
+        task: usize,
+        timeout: Duration,
+    ) -> Result<TransferStatus> {
         let batch = self.get(id)?;
         let t = batch.task(task)?;
         let end = Instant::now() + timeout;

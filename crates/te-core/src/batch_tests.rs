@@ -5,8 +5,14 @@ use crate::memory::{Location, Permission, Region, RegionTable};
 
 fn table_with_region() -> RegionTable {
     let t = RegionTable::new();
-    t.insert_all(vec![Region::new(0x1000, 1 << 20, Location::Cpu(0), Permission::LocalOnly, None)])
-        .unwrap();
+    t.insert_all(vec![Region::new(
+        0x1000,
+        1 << 20,
+        Location::Cpu(0),
+        Permission::LocalOnly,
+        None,
+    )])
+    .unwrap();
     t
 }
 
@@ -20,7 +26,15 @@ fn add(
     let batch = table.get(id).unwrap();
     let tasks = slices
         .iter()
-        .map(|&n| TaskShared::new(Opcode::Write, n * 10, n, None, regions.pin_local(0x1000, 16).unwrap()))
+        .map(|&n| {
+            TaskShared::new(
+                Opcode::Write,
+                n * 10,
+                n,
+                None,
+                regions.pin_local(0x1000, 16).unwrap(),
+            )
+        })
         .collect();
     let notify = notify.then(|| PendingNotify {
         target: Arc::new(RemoteSegment::new(
@@ -46,12 +60,25 @@ fn handles_are_checked() {
     let a = BatchTable::new(16, 0);
     let b = BatchTable::new(16, 0);
     let id = a.allocate(4).unwrap();
-    assert!(matches!(b.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("foreign")));
+    assert!(
+        matches!(b.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("foreign"))
+    );
     a.free(id).unwrap();
-    assert!(matches!(a.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("stale")));
-    assert!(matches!(a.free(id), Err(Error::InvalidBatch { .. })), "double free");
+    assert!(
+        matches!(a.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("stale"))
+    );
+    assert!(
+        matches!(a.free(id), Err(Error::InvalidBatch { .. })),
+        "double free"
+    );
     let made_up = BatchId::from_raw((id.raw() & !0xffff_ffff) | 999);
-    assert!(matches!(a.get(made_up), Err(Error::InvalidBatch { reason: "malformed", .. })));
+    assert!(matches!(
+        a.get(made_up),
+        Err(Error::InvalidBatch {
+            reason: "malformed",
+            ..
+        })
+    ));
     assert!(matches!(a.allocate(0), Err(Error::InvalidArgument(_))));
     assert!(matches!(a.allocate(17), Err(Error::InvalidArgument(_))));
     // A reused slot gets a new generation, so the old handle stays stale.
@@ -72,12 +99,27 @@ fn capacity_is_enforced_across_submits() {
     add(&t, &regions, id, &[1, 1], false);
     let batch = t.get(id).unwrap();
     let extra = vec![
-        TaskShared::new(Opcode::Read, 1, 1, None, regions.pin_local(0x1000, 1).unwrap()),
-        TaskShared::new(Opcode::Read, 1, 1, None, regions.pin_local(0x1000, 1).unwrap()),
+        TaskShared::new(
+            Opcode::Read,
+            1,
+            1,
+            None,
+            regions.pin_local(0x1000, 1).unwrap(),
+        ),
+        TaskShared::new(
+            Opcode::Read,
+            1,
+            1,
+            None,
+            regions.pin_local(0x1000, 1).unwrap(),
+        ),
     ];
     assert!(matches!(
         batch.add_tasks(extra, None),
-        Err(Error::TooManyRequests { capacity: 3, requested: 4 })
+        Err(Error::TooManyRequests {
+            capacity: 3,
+            requested: 4
+        })
     ));
 }
 
@@ -89,21 +131,44 @@ fn a_batch_completes_when_every_slice_succeeds() {
     let tasks = add(&t, &regions, id, &[3, 1], true);
     assert_eq!(t.batch_status(id).unwrap().state, TransferState::Waiting);
     assert!(matches!(t.free(id), Err(Error::BatchBusy(_))));
-    assert!(regions.remove_all(&[0x1000]).is_err(), "pinned while in flight");
+    assert!(
+        regions.remove_all(&[0x1000]).is_err(),
+        "pinned while in flight"
+    );
     assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
     assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Pending);
     assert_eq!(t.batch_status(id).unwrap().state, TransferState::Pending);
     assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
     assert!(token(&t, id, &tasks[1]).record(10, Ok(())).is_none());
-    assert!(matches!(t.wait(id, Duration::from_millis(20)), Err(Error::WaitTimeout(_))));
+    assert!(matches!(
+        t.wait(id, Duration::from_millis(20)),
+        Err(Error::WaitTimeout(_))
+    ));
     let notify = token(&t, id, &tasks[0]).record(10, Ok(()));
-    assert_eq!(notify.unwrap().notification.notify_msg, "m", "last slice releases the notify");
+    assert_eq!(
+        notify.unwrap().notification.notify_msg,
+        "m",
+        "last slice releases the notify"
+    );
     let s = t.wait(id, Duration::from_secs(1)).unwrap();
-    assert_eq!(s, TransferStatus { state: TransferState::Completed, transferred_bytes: 40 });
+    assert_eq!(
+        s,
+        TransferStatus {
+            state: TransferState::Completed,
+            transferred_bytes: 40
+        }
+    );
     assert_eq!(t.task_status(id, 1).unwrap().transferred_bytes, 10);
-    assert!(matches!(t.task_status(id, 2), Err(Error::InvalidTask { task: 2, .. })));
+    assert!(matches!(
+        t.task_status(id, 2),
+        Err(Error::InvalidTask { task: 2, .. })
+    ));
     t.free(id).unwrap();
-    assert_eq!(regions.remove_all(&[0x1000]).unwrap().len(), 1, "pins released");
+    assert_eq!(
+        regions.remove_all(&[0x1000]).unwrap().len(),
+        1,
+        "pins released"
+    );
 }
 
 #[test]
@@ -116,10 +181,20 @@ fn a_failed_slice_fails_its_task_and_withholds_the_notify() {
     assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Pending);
     assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
     assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Failed);
-    assert_eq!(t.batch_status(id).unwrap().state, TransferState::Pending, "task 1 still in flight");
-    assert!(token(&t, id, &tasks[1]).record(10, Ok(())).is_none(), "no notify after a failure");
+    assert_eq!(
+        t.batch_status(id).unwrap().state,
+        TransferState::Pending,
+        "task 1 still in flight"
+    );
+    assert!(
+        token(&t, id, &tasks[1]).record(10, Ok(())).is_none(),
+        "no notify after a failure"
+    );
     assert_eq!(t.batch_status(id).unwrap().state, TransferState::Failed);
-    assert_eq!(t.task_error(id, 0).unwrap(), Some(SliceError::Path("reset".into())));
+    assert_eq!(
+        t.task_error(id, 0).unwrap(),
+        Some(SliceError::Path("reset".into()))
+    );
     t.free(id).unwrap();
 }
 
@@ -137,7 +212,13 @@ fn cancel_is_seen_by_tokens_and_ends_canceled() {
     assert!(second.is_canceled());
     second.record(10, Err(SliceError::Canceled));
     let s = t.wait(id, Duration::from_secs(1)).unwrap();
-    assert_eq!(s, TransferStatus { state: TransferState::Canceled, transferred_bytes: 10 });
+    assert_eq!(
+        s,
+        TransferStatus {
+            state: TransferState::Canceled,
+            transferred_bytes: 10
+        }
+    );
 }
 
 #[test]
@@ -146,13 +227,22 @@ fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
     let t = BatchTable::new(16, 0);
     let id = t.allocate(1).unwrap();
     let past = Instant::now() - Duration::from_millis(1);
-    let task = TaskShared::new(Opcode::Read, 10, 1, Some(past), regions.pin_local(0x1000, 1).unwrap());
+    let task = TaskShared::new(
+        Opcode::Read,
+        10,
+        1,
+        Some(past),
+        regions.pin_local(0x1000, 1).unwrap(),
+    );
     let tasks = t.get(id).unwrap().add_tasks(vec![task], None).unwrap();
     assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Waiting);
     let tok = token(&t, id, &tasks[0]);
     assert!(tok.is_canceled(), "status query expired the deadline");
     tok.record(10, Err(SliceError::Canceled));
-    assert_eq!(t.wait_task(id, 0, Duration::from_secs(1)).unwrap().state, TransferState::Timeout);
+    assert_eq!(
+        t.wait_task(id, 0, Duration::from_secs(1)).unwrap().state,
+        TransferState::Timeout
+    );
 }
 
 #[test]
@@ -168,5 +258,8 @@ fn waiters_wake_without_polling() {
     };
     std::thread::sleep(Duration::from_millis(20));
     tok.record(10, Ok(()));
-    assert_eq!(waiter.join().unwrap().unwrap().state, TransferState::Completed);
+    assert_eq!(
+        waiter.join().unwrap().unwrap().state,
+        TransferState::Completed
+    );
 }

@@ -314,7 +314,9 @@ mod tests {
         ];
         for (name, value) in cases {
             match with(&[(name, value)]) {
-                Err(Error::InvalidConfig { name: n, value: v, .. }) => {
+                Err(Error::InvalidConfig {
+                    name: n, value: v, ..
+                }) => {
                     assert_eq!(n, name);
                     assert_eq!(v, value);
                 }

@@ -91,7 +91,12 @@ impl CompletionSink for Core {
             debug!(error = %e, ?slice, "slice failed");
         }
         if let Some(notify) = slice.token.record(slice.len, outcome) {
-            if let Some(tx) = self.notifier.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if let Some(tx) = self
+                .notifier
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
                 let _ = tx.send(notify);
             }
         }
@@ -116,7 +121,9 @@ pub struct TransferEngine {
 
 impl std::fmt::Debug for TransferEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TransferEngine").field("name", &self.name).finish()
+        f.debug_struct("TransferEngine")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -125,7 +132,11 @@ fn name_host(local_server_name: &str) -> (Option<IpAddr>, Option<u16>) {
     if let Ok(addr) = name.parse::<SocketAddr>() {
         return (Some(addr.ip()), Some(addr.port()));
     }
-    if let Ok(ip) = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+    if let Ok(ip) = name
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
         return (Some(ip), None);
     }
     match control::split_host_port(name) {
@@ -161,19 +172,30 @@ impl TransferEngine {
             }
         };
         let (host_ip, port) = name_host(local_server_name);
-        let bind_ip = net::choose_bind_ip(config.tcp_bind_address, host_ip, &crate::sys::interface_addrs());
+        let bind_ip = net::choose_bind_ip(
+            config.tcp_bind_address,
+            host_ip,
+            &crate::sys::interface_addrs(),
+        );
         let listener = match port.filter(|p| *p != 0) {
-            Some(p) => std::net::TcpListener::bind((bind_ip, p))
-                .map_err(|e| Error::socket(format!("binding the control listener to {bind_ip}:{p}"), e))?,
+            Some(p) => std::net::TcpListener::bind((bind_ip, p)).map_err(|e| {
+                Error::socket(format!("binding the control listener to {bind_ip}:{p}"), e)
+            })?,
             None => net::bind_in_range(bind_ip, config.rpc_min_port..=config.rpc_max_port)
-                .map_err(|e| Error::socket(format!("binding the control listener on {bind_ip}"), e))?,
+                .map_err(|e| {
+                    Error::socket(format!("binding the control listener on {bind_ip}"), e)
+                })?,
         };
-        let addr = listener.local_addr().map_err(|e| Error::socket("reading the control address", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::socket("reading the control address", e))?;
         let name = addr.to_string();
         let secret = SegmentSecret::random()?;
         let notifications = Arc::new(NotificationQueue::new(config.notification_queue_max));
         let control_state = Arc::new(ControlState {
-            local_desc: RwLock::new(Arc::new(SegmentDesc::local(&name, "none", secret, &[]).to_json())),
+            local_desc: RwLock::new(Arc::new(
+                SegmentDesc::local(&name, "none", secret, &[]).to_json(),
+            )),
             notifications: notifications.clone(),
             max_payload: config.handshake_max_length,
         });
@@ -247,9 +269,14 @@ impl TransferEngine {
     }
 
     fn local_desc(&self) -> SegmentDesc {
-        let transports = self.core.transports.read().unwrap_or_else(|e| e.into_inner());
+        let transports = self
+            .core
+            .transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         let protocol = transports.first().map_or("none", |t| t.name());
-        let mut desc = SegmentDesc::local(&self.name, protocol, self.secret, &self.regions.snapshot());
+        let mut desc =
+            SegmentDesc::local(&self.name, protocol, self.secret, &self.regions.snapshot());
         for t in transports.iter() {
             t.describe(&mut desc);
         }
@@ -258,7 +285,11 @@ impl TransferEngine {
 
     fn publish(&self) -> Result<()> {
         let desc = self.local_desc();
-        *self.control_state.local_desc.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(desc.to_json());
+        *self
+            .control_state
+            .local_desc
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(desc.to_json());
         self.metadata.publish_segment(&desc)
     }
 
@@ -274,7 +305,12 @@ impl TransferEngine {
 
     fn register_regions(&self, regions: Vec<Region>) -> Result<()> {
         let added = self.regions.insert_all(regions)?;
-        let transports = self.core.transports.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let transports = self
+            .core
+            .transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         for t in &transports {
             for (i, r) in added.iter().enumerate() {
                 if let Err(e) = t.register(r) {
@@ -294,11 +330,22 @@ impl TransferEngine {
     ///
     /// # Errors
     /// As [`register_memory`](Self::register_memory).
-    pub fn register_buffer(&self, buffer: &Arc<HostBuffer>, location: &str, permission: Permission) -> Result<()> {
+    pub fn register_buffer(
+        &self,
+        buffer: &Arc<HostBuffer>,
+        location: &str,
+        permission: Permission,
+    ) -> Result<()> {
         let addr = buffer.addr();
         let location = Self::resolve_location(addr, location)?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = buffer.clone();
-        self.register_regions(vec![Region::new(addr, buffer.len() as u64, location, permission, Some(owner))])
+        self.register_regions(vec![Region::new(
+            addr,
+            buffer.len() as u64,
+            location,
+            permission,
+            Some(owner),
+        )])
     }
 
     /// Registers `[addr, addr+len)` (Mooncake's `registerLocalMemory`).
@@ -312,10 +359,18 @@ impl TransferEngine {
     /// [`Error::InvalidArgument`] (zero length, null, overflow, bad location),
     /// [`Error::AddressOverlapped`], or a transport's refusal.
     #[allow(unsafe_code)]
-    pub unsafe fn register_memory(&self, addr: *mut u8, len: usize, location: &str, permission: Permission) -> Result<()> {
+    pub unsafe fn register_memory(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        location: &str,
+        permission: Permission,
+    ) -> Result<()> {
         let addr = addr as u64;
         let location = Self::resolve_location(addr, location)?;
-        self.register_regions(vec![Region::new(addr, len as u64, location, permission, None)])
+        self.register_regions(vec![Region::new(
+            addr, len as u64, location, permission, None,
+        )])
     }
 
     /// Registers several ranges at once, all or none, with one republication.
@@ -326,12 +381,23 @@ impl TransferEngine {
     /// # Errors
     /// As [`register_memory`](Self::register_memory).
     #[allow(unsafe_code)]
-    pub unsafe fn register_memory_batch(&self, ranges: &[(*mut u8, usize)], location: &str, permission: Permission) -> Result<()> {
+    pub unsafe fn register_memory_batch(
+        &self,
+        ranges: &[(*mut u8, usize)],
+        location: &str,
+        permission: Permission,
+    ) -> Result<()> {
         let regions = ranges
             .iter()
             .map(|&(addr, len)| {
                 let addr = addr as u64;
-                Ok(Region::new(addr, len as u64, Self::resolve_location(addr, location)?, permission, None))
+                Ok(Region::new(
+                    addr,
+                    len as u64,
+                    Self::resolve_location(addr, location)?,
+                    permission,
+                    None,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         self.register_regions(regions)
@@ -351,7 +417,13 @@ impl TransferEngine {
     /// As [`unregister_memory`](Self::unregister_memory).
     pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
         let removed = self.regions.remove_all(addrs)?;
-        for t in self.core.transports.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        for t in self
+            .core
+            .transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             for r in &removed {
                 t.unregister(r);
             }
@@ -372,8 +444,15 @@ impl TransferEngine {
             }
         }
         let fetched = self.metadata.fetch_segment(name)?;
-        let seg = self.segments.insert(fetched.host, fetched.rpc_port, fetched.desc);
-        debug!(segment = name, id = seg.id(), buffers = seg.desc().buffers.len(), "segment opened");
+        let seg = self
+            .segments
+            .insert(fetched.host, fetched.rpc_port, fetched.desc);
+        debug!(
+            segment = name,
+            id = seg.id(),
+            buffers = seg.desc().buffers.len(),
+            "segment opened"
+        );
         Ok(seg.id())
     }
 
@@ -384,7 +463,13 @@ impl TransferEngine {
     /// [`Error::UnknownSegment`].
     pub fn close_segment(&self, id: SegmentId) -> Result<()> {
         let seg = self.segments.remove(id).ok_or(Error::UnknownSegment(id))?;
-        for t in self.core.transports.read().unwrap_or_else(|e| e.into_inner()).iter() {
+        for t in self
+            .core
+            .transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             t.close_segment(&seg);
         }
         Ok(())
@@ -432,15 +517,32 @@ impl TransferEngine {
     ///
     /// # Errors
     /// As [`submit`](Self::submit), and [`Error::InvalidArgument`] for an empty request list.
-    pub fn submit_with_notify(&self, batch: BatchId, requests: &[TransferRequest], notification: Notification) -> Result<()> {
-        let first = requests
-            .first()
-            .ok_or_else(|| Error::InvalidArgument("submit_with_notify needs at least one request".into()))?;
+    pub fn submit_with_notify(
+        &self,
+        batch: BatchId,
+        requests: &[TransferRequest],
+        notification: Notification,
+    ) -> Result<()> {
+        let first = requests.first().ok_or_else(|| {
+            Error::InvalidArgument("submit_with_notify needs at least one request".into())
+        })?;
         let target = self.segment(first.target_id)?;
-        self.submit_inner(batch, requests, Some(PendingNotify { target, notification }))
+        self.submit_inner(
+            batch,
+            requests,
+            Some(PendingNotify {
+                target,
+                notification,
+            }),
+        )
     }
 
-    fn submit_inner(&self, id: BatchId, requests: &[TransferRequest], notify: Option<PendingNotify>) -> Result<()> {
+    fn submit_inner(
+        &self,
+        id: BatchId,
+        requests: &[TransferRequest],
+        notify: Option<PendingNotify>,
+    ) -> Result<()> {
         let batch = self.batches.get(id)?;
         let deadline = self.config.slice_timeout.map(|t| Instant::now() + t);
         let (slice_size, fragment_limit) = (self.config.slice_size, self.config.fragment_limit);
@@ -451,7 +553,10 @@ impl TransferEngine {
                 return Err(Error::InvalidArgument("zero-length transfer".into()));
             }
             if r.source.checked_add(r.length).is_none() {
-                return Err(Error::InvalidArgument(format!("{:#x}+{} overflows", r.source, r.length)));
+                return Err(Error::InvalidArgument(format!(
+                    "{:#x}+{} overflows",
+                    r.source, r.length
+                )));
             }
             let seg = self.segment(r.target_id)?;
             seg.check_access(r.target_offset, r.length, r.opcode)?;
@@ -518,7 +623,12 @@ impl TransferEngine {
     ///
     /// # Errors
     /// As [`wait`](Self::wait), and [`Error::InvalidTask`].
-    pub fn wait_task(&self, batch: BatchId, task: usize, timeout: Duration) -> Result<TransferStatus> {
+    pub fn wait_task(
+        &self,
+        batch: BatchId,
+        task: usize,
+        timeout: Duration,
+    ) -> Result<TransferStatus> {
         self.batches.wait_task(batch, task, timeout)
     }
 
@@ -561,7 +671,14 @@ impl TransferEngine {
     /// Asks segment `name`'s control listener whether it is alive.
     pub fn probe(&self, name: &str) -> PeerLiveness {
         let alive = self.metadata.rpc_address(name).and_then(|(host, port)| {
-            control::request(&host, port, FrameType::Probe, b"{}", self.config.handshake_connect_timeout, 4096)
+            control::request(
+                &host,
+                port,
+                FrameType::Probe,
+                b"{}",
+                self.config.handshake_connect_timeout,
+                4096,
+            )
         });
         match alive {
             Ok(reply) if reply.windows(7).any(|w| w == b"success") => PeerLiveness::Alive,
@@ -571,14 +688,29 @@ impl TransferEngine {
 
     /// Stops the control listener and the transports; queued slices fail. Idempotent.
     pub fn shutdown(&self) {
-        if let Some(mut c) = self.control.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(mut c) = self
+            .control
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             c.shutdown();
         }
-        let transports = std::mem::take(&mut *self.core.transports.write().unwrap_or_else(|e| e.into_inner()));
+        let transports = std::mem::take(
+            &mut *self
+                .core
+                .transports
+                .write()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         for t in &transports {
             t.shutdown();
         }
-        self.core.notifier.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.core
+            .notifier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let _ = self.metadata.remove_segment(&self.name);
     }
 }
@@ -591,7 +723,14 @@ impl Drop for TransferEngine {
 
 fn send_notification(config: &Config, host: &str, port: u16, n: &Notification) -> Result<()> {
     let payload = serde_json::to_vec(n).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let reply = control::request(host, port, FrameType::Notify, &payload, config.handshake_connect_timeout, 4096)?;
+    let reply = control::request(
+        host,
+        port,
+        FrameType::Notify,
+        &payload,
+        config.handshake_connect_timeout,
+        4096,
+    )?;
     let v: serde_json::Value = serde_json::from_slice(&reply)
         .map_err(|e| Error::MalformedMessage(format!("notify reply: {e}")))?;
     match v.get("error").and_then(|e| e.as_str()) {

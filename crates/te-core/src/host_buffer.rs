@@ -95,7 +95,11 @@ impl HostBuffer {
         self.check(offset, dst.len())?;
         // SAFETY: as in `write_at`, with the copy going the other way.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len());
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            );
         }
         Ok(())
     }

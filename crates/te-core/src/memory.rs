@@ -276,9 +276,10 @@ impl RegionTable {
     pub fn remove_all(&self, addrs: &[u64]) -> Result<Vec<Arc<Region>>> {
         let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
         for addr in addrs {
-            let region = map
-                .get(addr)
-                .ok_or(Error::AddressNotRegistered { addr: *addr, len: 0 })?;
+            let region = map.get(addr).ok_or(Error::AddressNotRegistered {
+                addr: *addr,
+                len: 0,
+            })?;
             let pins = region.pins();
             if pins > 0 {
                 return Err(Error::RegionBusy { addr: *addr, pins });
@@ -363,11 +364,19 @@ mod tests {
         let t = RegionTable::new();
         t.insert_all(vec![region(0x1000, 0x1000, Permission::RemoteRead)])
             .unwrap();
-        for (addr, len) in [(0x1800, 0x100), (0x0800, 0x1000), (0x1fff, 1), (0x0, 0x10000)] {
+        for (addr, len) in [
+            (0x1800, 0x100),
+            (0x0800, 0x1000),
+            (0x1fff, 1),
+            (0x0, 0x10000),
+        ] {
             let err = t
                 .insert_all(vec![region(addr.max(1), len, Permission::RemoteRead)])
                 .unwrap_err();
-            assert!(matches!(err, Error::AddressOverlapped { .. }), "{addr:#x}+{len}: {err}");
+            assert!(
+                matches!(err, Error::AddressOverlapped { .. }),
+                "{addr:#x}+{len}: {err}"
+            );
         }
         assert!(matches!(
             t.insert_all(vec![region(0x9000, 0, Permission::RemoteRead)]),
@@ -444,6 +453,9 @@ mod tests {
             assert_eq!(got, want, "{addr:#x}+{len} {op:?}");
         }
         assert!(t.snapshot().iter().all(|r| r.pins() == 0));
-        assert!(t.pin_local(0x4000, 0x10).is_ok(), "local-only is usable locally");
+        assert!(
+            t.pin_local(0x4000, 0x10).is_ok(),
+            "local-only is usable locally"
+        );
     }
 }

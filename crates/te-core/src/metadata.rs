@@ -80,7 +80,9 @@ impl MetadataKind {
             Some((scheme, _)) => Err(Error::InvalidArgument(format!(
                 "unknown metadata scheme {scheme:?} in {conn:?}"
             ))),
-            None if conn.is_empty() => Err(Error::InvalidArgument("empty metadata connection string".into())),
+            None if conn.is_empty() => Err(Error::InvalidArgument(
+                "empty metadata connection string".into(),
+            )),
             None => Ok(MetadataKind::Etcd(conn.to_string())),
         }
     }
@@ -144,11 +146,26 @@ mod tests {
 
     #[test]
     fn connection_strings() {
-        assert_eq!(MetadataKind::parse("P2PHANDSHAKE").unwrap(), MetadataKind::P2p);
-        assert!(matches!(MetadataKind::parse("http://h:8080/metadata").unwrap(), MetadataKind::Http(_)));
-        assert!(matches!(MetadataKind::parse("redis://h:6379").unwrap(), MetadataKind::Redis(_)));
-        assert_eq!(MetadataKind::parse("etcd://a:1,b:2").unwrap(), MetadataKind::Etcd("a:1,b:2".into()));
-        assert_eq!(MetadataKind::parse("h:2379").unwrap(), MetadataKind::Etcd("h:2379".into()));
+        assert_eq!(
+            MetadataKind::parse("P2PHANDSHAKE").unwrap(),
+            MetadataKind::P2p
+        );
+        assert!(matches!(
+            MetadataKind::parse("http://h:8080/metadata").unwrap(),
+            MetadataKind::Http(_)
+        ));
+        assert!(matches!(
+            MetadataKind::parse("redis://h:6379").unwrap(),
+            MetadataKind::Redis(_)
+        ));
+        assert_eq!(
+            MetadataKind::parse("etcd://a:1,b:2").unwrap(),
+            MetadataKind::Etcd("a:1,b:2".into())
+        );
+        assert_eq!(
+            MetadataKind::parse("h:2379").unwrap(),
+            MetadataKind::Etcd("h:2379".into())
+        );
         assert!(MetadataKind::parse("ftp://x").is_err());
         assert!(MetadataKind::parse("").is_err());
     }

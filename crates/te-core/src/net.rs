@@ -30,7 +30,9 @@ pub struct ServiceListener {
 
 impl std::fmt::Debug for ServiceListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServiceListener").field("addr", &self.addr).finish()
+        f.debug_struct("ServiceListener")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 
@@ -168,7 +170,11 @@ fn accept_loop(
             });
         if spawned.is_err() {
             warn!(listener = name, "cannot spawn a connection thread");
-            shared.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            shared
+                .live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
         }
     }
 }
@@ -199,7 +205,12 @@ mod tests {
     use crate::sys::InterfaceAddr;
 
     fn ifa(name: &str, ip: &str, running: bool, loopback: bool) -> InterfaceAddr {
-        InterfaceAddr { name: name.into(), ip: ip.parse().unwrap(), running, loopback }
+        InterfaceAddr {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            running,
+            loopback,
+        }
     }
 
     #[test]
@@ -211,11 +222,23 @@ mod tests {
             ifa("eth0", "fe80::1", true, false),
             ifa("eth0", "10.0.0.5", true, false),
         ];
-        assert_eq!(choose_bind_ip(None, None, &list), "10.0.0.5".parse::<IpAddr>().unwrap());
-        let forced = Some("192.0.2.1".parse().unwrap());
-        assert_eq!(choose_bind_ip(forced, Some("127.0.0.1".parse().unwrap()), &list), forced.unwrap());
-        assert_eq!(choose_bind_ip(None, Some("127.0.0.1".parse().unwrap()), &list), "127.0.0.1".parse::<IpAddr>().unwrap());
-        assert_eq!(choose_bind_ip(None, None, &list[..3]), "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            choose_bind_ip(None, None, &list),
+            "10.0.0.5".parse::<IpAddr>().unwrap()
+        );
+        let forced: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!(
+            choose_bind_ip(Some(forced), Some("127.0.0.1".parse().unwrap()), &list),
+            forced
+        );
+        assert_eq!(
+            choose_bind_ip(None, Some("127.0.0.1".parse().unwrap()), &list),
+            "127.0.0.1".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            choose_bind_ip(None, None, &list[..3]),
+            "127.0.0.1".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]
@@ -237,14 +260,20 @@ mod tests {
         c.read_exact(&mut b).unwrap();
         assert_eq!(&b, b"x");
         svc.shutdown();
-        c.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
         assert_eq!(c.read(&mut b).unwrap_or(0), 0, "closed on shutdown");
-        silent.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        silent
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
         assert_eq!(silent.read(&mut b).unwrap_or(0), 0);
-        assert!(TcpStream::connect(addr).is_err() || {
-            let mut s = TcpStream::connect(addr).unwrap();
-            s.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
-            s.read(&mut b).unwrap_or(0) == 0
-        });
+        assert!(
+            TcpStream::connect(addr).is_err() || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                    .unwrap();
+                s.read(&mut b).unwrap_or(0) == 0
+            }
+        );
     }
 }

@@ -80,7 +80,10 @@ mod tests {
     use super::*;
 
     fn n(i: usize) -> Notification {
-        Notification { name: "a".into(), notify_msg: i.to_string() }
+        Notification {
+            name: "a".into(),
+            notify_msg: i.to_string(),
+        }
     }
 
     #[test]

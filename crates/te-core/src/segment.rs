@@ -125,7 +125,12 @@ pub struct SegmentDesc {
 
 impl SegmentDesc {
     /// The descriptor of a local segment: remotely accessible regions only.
-    pub fn local(name: &str, protocol: &str, secret: SegmentSecret, regions: &[Arc<Region>]) -> Self {
+    pub fn local(
+        name: &str,
+        protocol: &str,
+        secret: SegmentSecret,
+        regions: &[Arc<Region>],
+    ) -> Self {
         let buffers = regions
             .iter()
             .filter(|r| r.permission() != Permission::LocalOnly)
@@ -169,17 +174,28 @@ impl SegmentDesc {
     }
 
     fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::MalformedMessage(format!("segment {:?}: {m}", self.name)));
+        let bad = |m: String| {
+            Err(Error::MalformedMessage(format!(
+                "segment {:?}: {m}",
+                self.name
+            )))
+        };
         if self.name.is_empty() || self.name.len() > 1024 {
             return bad("name must be 1..=1024 bytes".into());
         }
         if self.buffers.len() > MAX_BUFFERS {
-            return bad(format!("{} buffers (max {MAX_BUFFERS})", self.buffers.len()));
+            return bad(format!(
+                "{} buffers (max {MAX_BUFFERS})",
+                self.buffers.len()
+            ));
         }
         let mut spans: Vec<(u64, u64)> = Vec::with_capacity(self.buffers.len());
         for b in &self.buffers {
             if b.length == 0 || b.addr.checked_add(b.length).is_none() {
-                return bad(format!("buffer {:#x}+{} is empty or overflows", b.addr, b.length));
+                return bad(format!(
+                    "buffer {:#x}+{} is empty or overflows",
+                    b.addr, b.length
+                ));
             }
             if let Some(p) = &b.permission {
                 if Permission::parse(p).is_none() {
@@ -316,7 +332,11 @@ impl SegmentCache {
     /// The cached segment called `name`.
     pub fn by_name(&self, name: &str) -> Option<Arc<RemoteSegment>> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.by_name.get(name).and_then(|id| inner.by_id.get(id)).cloned()
+        inner
+            .by_name
+            .get(name)
+            .and_then(|id| inner.by_id.get(id))
+            .cloned()
     }
 
     /// The segment opened as `id`.
@@ -363,8 +383,20 @@ mod tests {
     fn local_descriptor_round_trips_and_hides_local_only_regions() {
         let secret = SegmentSecret::random().unwrap();
         let regions = vec![
-            Arc::new(Region::new(0x1000, 64, Location::Cpu(0), Permission::RemoteRead, None)),
-            Arc::new(Region::new(0x2000, 64, Location::Cpu(0), Permission::LocalOnly, None)),
+            Arc::new(Region::new(
+                0x1000,
+                64,
+                Location::Cpu(0),
+                Permission::RemoteRead,
+                None,
+            )),
+            Arc::new(Region::new(
+                0x2000,
+                64,
+                Location::Cpu(0),
+                Permission::LocalOnly,
+                None,
+            )),
         ];
         let mut d = SegmentDesc::local("127.0.0.1:1", "tcp", secret, &regions);
         d.tcp_data_port = Some(4000);
@@ -398,7 +430,10 @@ mod tests {
         ];
         for json in cases {
             assert!(
-                matches!(SegmentDesc::from_json(json.as_bytes()), Err(Error::MalformedMessage(_))),
+                matches!(
+                    SegmentDesc::from_json(json.as_bytes()),
+                    Err(Error::MalformedMessage(_))
+                ),
                 "{json}"
             );
         }
@@ -410,14 +445,26 @@ mod tests {
             r#"{"name":"cpu:0","addr":4096,"length":4096,"permission":"remote_read"},
                {"name":"cpu:0","addr":16384,"length":4096,"permission":"remote_read_write"}"#,
         );
-        let seg = RemoteSegment::new(1, "h".into(), 1, SegmentDesc::from_json(json.as_bytes()).unwrap());
+        let seg = RemoteSegment::new(
+            1,
+            "h".into(),
+            1,
+            SegmentDesc::from_json(json.as_bytes()).unwrap(),
+        );
         seg.check_access(4096, 4096, Opcode::Read).unwrap();
         seg.check_access(16384 + 1, 4095, Opcode::Write).unwrap();
         assert!(matches!(
             seg.check_access(4096, 1, Opcode::Write),
             Err(Error::PermissionDenied { .. })
         ));
-        for (addr, len) in [(4095, 2), (8191, 2), (12000, 1), (4096, 0), (u64::MAX, 1), (0, 1)] {
+        for (addr, len) in [
+            (4095, 2),
+            (8191, 2),
+            (12000, 1),
+            (4096, 0),
+            (u64::MAX, 1),
+            (0, 1),
+        ] {
             assert!(
                 matches!(
                     seg.check_access(addr, len, Opcode::Read),

@@ -46,7 +46,10 @@ mod tests {
         for slice_size in [1u64, 7, 4096, 65536] {
             for fragment_limit in [0, 1, slice_size / 4, slice_size] {
                 let big: &[u64] = if slice_size >= 4096 { &[1 << 26] } else { &[] };
-                for len in (0..3 * slice_size + 5).chain([10 * slice_size + 3]).chain(big.iter().copied()) {
+                for len in (0..3 * slice_size + 5)
+                    .chain([10 * slice_size + 3])
+                    .chain(big.iter().copied())
+                {
                     let slices: Vec<_> = plan(len, slice_size, fragment_limit).collect();
                     assert_eq!(slices.len() as u64, count(len, slice_size, fragment_limit));
                     let mut next = 0;

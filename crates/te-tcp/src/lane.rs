@@ -118,7 +118,11 @@ impl SenderWorker {
                 self.sink.complete(op, Err(SliceError::Canceled));
                 continue;
             }
-            if self.conn.as_ref().is_some_and(|c| c.broken.load(Ordering::Acquire)) {
+            if self
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.broken.load(Ordering::Acquire))
+            {
                 self.conn = None;
             }
             if self.conn.is_none() {
@@ -130,7 +134,8 @@ impl SenderWorker {
                 match self.connect() {
                     Ok(c) => self.conn = Some(c),
                     Err(e) => {
-                        let msg = format!("connecting to {}:{}: {e}", self.peer.host, self.peer.port);
+                        let msg =
+                            format!("connecting to {}:{}: {e}", self.peer.host, self.peer.port);
                         self.sink.complete(op, Err(SliceError::Path(msg)));
                         continue;
                     }
@@ -165,7 +170,11 @@ impl SenderWorker {
                         .name("te-tcp-recv".into())
                         .spawn(move || receiver.run(rx))?;
                     debug!(%addr, "lane connected");
-                    return Ok(Connection { stream, in_flight: tx, broken });
+                    return Ok(Connection {
+                        stream,
+                        in_flight: tx,
+                        broken,
+                    });
                 }
                 Err(e) => last = e,
             }
@@ -194,7 +203,8 @@ impl SenderWorker {
         if let Err(e) = conn.in_flight.send(InFlight { op, request_id }) {
             // The receiver is gone (connection broken): fail the slice here.
             let InFlight { op, .. } = e.0;
-            self.sink.complete(op, Err(SliceError::Path("lane connection closed".into())));
+            self.sink
+                .complete(op, Err(SliceError::Path("lane connection closed".into())));
             self.conn = None;
             return;
         }
@@ -226,9 +236,11 @@ impl ReceiverWorker {
                     self.broken.store(true, Ordering::Release);
                     let _ = self.stream.shutdown(Shutdown::Both);
                     let msg = format!("lane failed: {e}");
-                    self.sink.complete(flight.op, Err(SliceError::Path(msg.clone())));
+                    self.sink
+                        .complete(flight.op, Err(SliceError::Path(msg.clone())));
                     for rest in rx.iter() {
-                        self.sink.complete(rest.op, Err(SliceError::Path(msg.clone())));
+                        self.sink
+                            .complete(rest.op, Err(SliceError::Path(msg.clone())));
                     }
                     return;
                 }
@@ -243,7 +255,9 @@ impl ReceiverWorker {
         if reply.request_id != flight.request_id {
             if let Status::Rejected(r) = reply.status {
                 // The target refused a header it could not parse: it closes, we fail the lane.
-                return Err(Error::Io(std::io::Error::other(format!("target closed the lane: {r:?}"))));
+                return Err(Error::Io(std::io::Error::other(format!(
+                    "target closed the lane: {r:?}"
+                ))));
             }
             return Err(Error::OutOfOrder {
                 expected: flight.request_id,

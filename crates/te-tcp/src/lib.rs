@@ -47,7 +47,9 @@ pub struct TcpTransport {
 
 impl std::fmt::Debug for TcpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpTransport").field("port", &self.data_port()).finish()
+        f.debug_struct("TcpTransport")
+            .field("port", &self.data_port())
+            .finish()
     }
 }
 
@@ -112,7 +114,10 @@ impl Transport for TcpTransport {
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
-        let err = |reason: String| te_core::Error::Transport { transport: "tcp", reason };
+        let err = |reason: String| te_core::Error::Transport {
+            transport: "tcp",
+            reason,
+        };
         let listener = std::net::TcpListener::bind((ctx.bind_ip, 0))
             .map_err(|e| err(format!("binding the data listener on {}: {e}", ctx.bind_ip)))?;
         let state = Arc::new(TargetState {
@@ -120,9 +125,11 @@ impl Transport for TcpTransport {
             secret: ctx.secret,
             stall_timeout: ctx.config.tcp_status_timeout,
         });
-        let handler: te_core::net::ConnectionHandler = Arc::new(move |stream| server::serve(&state, stream));
-        let listener = ServiceListener::spawn(listener, "te-tcp-data", MAX_DATA_CONNECTIONS, handler)
-            .map_err(|e| err(format!("starting the data listener: {e}")))?;
+        let handler: te_core::net::ConnectionHandler =
+            Arc::new(move |stream| server::serve(&state, stream));
+        let listener =
+            ServiceListener::spawn(listener, "te-tcp-data", MAX_DATA_CONNECTIONS, handler)
+                .map_err(|e| err(format!("starting the data listener: {e}")))?;
         info!(addr = %listener.local_addr(), segment = %ctx.local_name, "tcp transport installed");
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
             sink: ctx.sink,
@@ -162,7 +169,10 @@ impl Transport for TcpTransport {
             let Some((_, lanes)) = current.as_ref() else {
                 continue;
             };
-            let lane = lanes.iter().min_by_key(|l| l.queued_bytes()).unwrap_or(&lanes[0]);
+            let lane = lanes
+                .iter()
+                .min_by_key(|l| l.queued_bytes())
+                .unwrap_or(&lanes[0]);
             if let Err(op) = lane.push(op) {
                 self.fail(op, "lane closed".into());
             }
@@ -171,7 +181,12 @@ impl Transport for TcpTransport {
 
     fn close_segment(&self, segment: &RemoteSegment) {
         if let Ok(key) = peer_key(segment) {
-            if let Some(lanes) = self.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(&key) {
+            if let Some(lanes) = self
+                .peers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&key)
+            {
                 lanes.iter().for_each(Lane::close);
             }
         }
@@ -182,7 +197,12 @@ impl Transport for TcpTransport {
         for lanes in peers.values() {
             lanes.iter().for_each(Lane::close);
         }
-        if let Some(mut inst) = self.installed.write().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(mut inst) = self
+            .installed
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             inst.listener.shutdown();
         }
     }

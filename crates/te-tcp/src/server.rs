@@ -48,7 +48,13 @@ fn read_header(stream: &mut TcpStream, stall: Duration) -> io::Result<Header> {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if got == 0 && matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if got == 0
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+            {
                 idle += stall;
                 if idle >= IDLE_MAX {
                     return Ok(Header::Closed);
@@ -117,16 +123,28 @@ fn handle(state: &TargetState, stream: &TcpStream, r: &Request) -> io::Result<()
             reply(stream, r.request_id, Status::Ok)
         }
         (Ok(_pin), _) => {
-            let head = Reply { status: Status::Ok, request_id: r.request_id }.encode();
+            let head = Reply {
+                status: Status::Ok,
+                request_id: r.request_id,
+            }
+            .encode();
             // SAFETY: as above, for a region that permits remote reads; `head` is a local array.
-            unsafe { sys::send_parts(stream, &mut [(head.as_ptr() as u64, head.len()), (r.addr, len)]) }
+            unsafe {
+                sys::send_parts(
+                    stream,
+                    &mut [(head.as_ptr() as u64, head.len()), (r.addr, len)],
+                )
+            }
         }
         (Err(rejection), opcode) => {
             debug!(addr = r.addr, len = r.len, ?rejection, "request refused");
             if opcode == Opcode::Write {
                 if r.len > MAX_DRAIN {
                     let _ = reply(stream, r.request_id, Status::Rejected(rejection));
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "refused oversized write"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "refused oversized write",
+                    ));
                 }
                 sys::discard(stream, r.len)?;
             }

@@ -165,7 +165,13 @@ mod tests {
     use super::*;
 
     fn request() -> Request {
-        Request { opcode: Opcode::Write, request_id: 7, addr: 0x1000, len: 65536, secret: [9; 16] }
+        Request {
+            opcode: Opcode::Write,
+            request_id: 7,
+            addr: 0x1000,
+            len: 65536,
+            secret: [9; 16],
+        }
     }
 
     #[test]
@@ -179,7 +185,10 @@ mod tests {
             Status::Rejected(Rejection::PermissionDenied),
             Status::Rejected(Rejection::Malformed),
         ] {
-            let reply = Reply { status, request_id: u64::MAX };
+            let reply = Reply {
+                status,
+                request_id: u64::MAX,
+            };
             assert_eq!(Reply::decode(&reply.encode()).unwrap(), reply);
         }
     }
@@ -202,10 +211,17 @@ mod tests {
         let mut huge = good;
         huge[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(Request::decode(&huge), Err(Error::BadLength(_))));
-        let mut reply = Reply { status: Status::Ok, request_id: 1 }.encode();
+        let mut reply = Reply {
+            status: Status::Ok,
+            request_id: 1,
+        }
+        .encode();
         reply[4] = 99;
         assert!(matches!(Reply::decode(&reply), Err(Error::BadStatus(99))));
-        assert!(matches!(Reply::decode(&[0u8; REPLY_LEN]), Err(Error::BadMagic(0))));
+        assert!(matches!(
+            Reply::decode(&[0u8; REPLY_LEN]),
+            Err(Error::BadMagic(0))
+        ));
     }
 
     #[test]

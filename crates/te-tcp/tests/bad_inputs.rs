@@ -19,23 +19,40 @@ use te_tcp::wire::{REPLY_LEN, Reply, Request, Status};
 fn still_serves(p: &Pair) {
     let data = pattern(rand_seed(), 200_000);
     p.local.write_at(0, &data).unwrap();
-    let w = request(Opcode::Write, p.local.addr(), p.segment, p.remote.addr(), data.len() as u64);
+    let w = request(
+        Opcode::Write,
+        p.local.addr(),
+        p.segment,
+        p.remote.addr(),
+        data.len() as u64,
+    );
     assert_eq!(run(&p.initiator, &[w]), TransferState::Completed);
     assert!(p.remote.to_vec(0, data.len()).unwrap() == data);
     p.local.write_at(0, &vec![0u8; data.len()]).unwrap();
-    let r = request(Opcode::Read, p.local.addr(), p.segment, p.remote.addr(), data.len() as u64);
+    let r = request(
+        Opcode::Read,
+        p.local.addr(),
+        p.segment,
+        p.remote.addr(),
+        data.len() as u64,
+    );
     assert_eq!(run(&p.initiator, &[r]), TransferState::Completed);
     assert!(p.local.to_vec(0, data.len()).unwrap() == data);
 }
 
 fn rand_seed() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
 }
 
 fn submit_err(p: &Pair, req: te_core::TransferRequest) -> Error {
     let b = p.initiator.allocate_batch(1).unwrap();
     let err = p.initiator.submit(b, &[req]).unwrap_err();
-    p.initiator.free_batch(b).expect("nothing was posted, so the batch frees");
+    p.initiator
+        .free_batch(b)
+        .expect("nothing was posted, so the batch frees");
     err
 }
 
@@ -44,15 +61,46 @@ fn request_validation_table() {
     let p = pair(1 << 20);
     let len = 1u64 << 20;
     let (l, r, s) = (p.local.addr(), p.remote.addr(), p.segment);
-    let cases: Vec<(&str, te_core::TransferRequest, fn(&Error) -> bool)> = vec![
-        ("unregistered source", request(Opcode::Write, l + len, s, r, 16), |e| matches!(e, Error::AddressNotRegistered { .. })),
-        ("source runs past its region", request(Opcode::Write, l + len - 8, s, r, 16), |e| matches!(e, Error::AddressNotRegistered { .. })),
-        ("remote range past the end", request(Opcode::Write, l, s, r + len - 8, 16), |e| matches!(e, Error::RemoteAddressNotRegistered { .. })),
-        ("remote address below the buffer", request(Opcode::Read, l, s, r - 1, 16), |e| matches!(e, Error::RemoteAddressNotRegistered { .. })),
-        ("source addr + len overflows", request(Opcode::Write, u64::MAX - 4, s, r, 16), |e| matches!(e, Error::InvalidArgument(_))),
-        ("remote addr + len overflows", request(Opcode::Read, l, s, u64::MAX - 4, 16), |e| matches!(e, Error::RemoteAddressNotRegistered { .. })),
-        ("zero length", request(Opcode::Write, l, s, r, 0), |e| matches!(e, Error::InvalidArgument(_))),
-        ("unknown segment", request(Opcode::Write, l, 9999, r, 16), |e| matches!(e, Error::UnknownSegment(9999))),
+    type Case = (&'static str, te_core::TransferRequest, fn(&Error) -> bool);
+    let cases: Vec<Case> = vec![
+        (
+            "unregistered source",
+            request(Opcode::Write, l + len, s, r, 16),
+            |e| matches!(e, Error::AddressNotRegistered { .. }),
+        ),
+        (
+            "source runs past its region",
+            request(Opcode::Write, l + len - 8, s, r, 16),
+            |e| matches!(e, Error::AddressNotRegistered { .. }),
+        ),
+        (
+            "remote range past the end",
+            request(Opcode::Write, l, s, r + len - 8, 16),
+            |e| matches!(e, Error::RemoteAddressNotRegistered { .. }),
+        ),
+        (
+            "remote address below the buffer",
+            request(Opcode::Read, l, s, r - 1, 16),
+            |e| matches!(e, Error::RemoteAddressNotRegistered { .. }),
+        ),
+        (
+            "source addr + len overflows",
+            request(Opcode::Write, u64::MAX - 4, s, r, 16),
+            |e| matches!(e, Error::InvalidArgument(_)),
+        ),
+        (
+            "remote addr + len overflows",
+            request(Opcode::Read, l, s, u64::MAX - 4, 16),
+            |e| matches!(e, Error::RemoteAddressNotRegistered { .. }),
+        ),
+        ("zero length", request(Opcode::Write, l, s, r, 0), |e| {
+            matches!(e, Error::InvalidArgument(_))
+        }),
+        (
+            "unknown segment",
+            request(Opcode::Write, l, 9999, r, 16),
+            |e| matches!(e, Error::UnknownSegment(9999)),
+        ),
     ];
     for (name, req, expected) in cases {
         let err = submit_err(&p, req);
@@ -64,15 +112,30 @@ fn request_validation_table() {
     let good = request(Opcode::Write, l, s, r, 16);
     let bad = request(Opcode::Write, l, s, r + len, 16);
     assert!(p.initiator.submit(b, &[good, bad]).is_err());
-    assert!(matches!(p.initiator.task_status(b, 0), Err(Error::InvalidTask { .. })));
+    assert!(matches!(
+        p.initiator.task_status(b, 0),
+        Err(Error::InvalidTask { .. })
+    ));
     p.initiator.free_batch(b).unwrap();
     // Too many requests for the batch.
     let b = p.initiator.allocate_batch(1).unwrap();
-    assert!(matches!(p.initiator.submit(b, &[good, good]), Err(Error::TooManyRequests { capacity: 1, requested: 2 })));
+    assert!(matches!(
+        p.initiator.submit(b, &[good, good]),
+        Err(Error::TooManyRequests {
+            capacity: 1,
+            requested: 2
+        })
+    ));
     p.initiator.free_batch(b).unwrap();
     // Opening a segment nobody serves.
-    assert!(matches!(p.initiator.open_segment("127.0.0.1:1"), Err(Error::Metadata(_))));
-    assert!(matches!(p.initiator.open_segment("no-port"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        p.initiator.open_segment("127.0.0.1:1"),
+        Err(Error::Metadata(_))
+    ));
+    assert!(matches!(
+        p.initiator.open_segment("no-port"),
+        Err(Error::InvalidArgument(_))
+    ));
     still_serves(&p);
 }
 
@@ -81,13 +144,40 @@ fn batch_handle_misuse() {
     let p = pair(1 << 20);
     let b = p.initiator.allocate_batch(1).unwrap();
     p.initiator.free_batch(b).unwrap();
-    let req = request(Opcode::Write, p.local.addr(), p.segment, p.remote.addr(), 16);
-    assert!(matches!(p.initiator.submit(b, &[req]), Err(Error::InvalidBatch { .. })), "stale handle");
-    assert!(matches!(p.initiator.batch_status(b), Err(Error::InvalidBatch { .. })));
-    assert!(matches!(p.initiator.free_batch(b), Err(Error::InvalidBatch { .. })), "double free");
+    let req = request(
+        Opcode::Write,
+        p.local.addr(),
+        p.segment,
+        p.remote.addr(),
+        16,
+    );
+    assert!(
+        matches!(
+            p.initiator.submit(b, &[req]),
+            Err(Error::InvalidBatch { .. })
+        ),
+        "stale handle"
+    );
+    assert!(matches!(
+        p.initiator.batch_status(b),
+        Err(Error::InvalidBatch { .. })
+    ));
+    assert!(
+        matches!(p.initiator.free_batch(b), Err(Error::InvalidBatch { .. })),
+        "double free"
+    );
     let foreign = p.target.allocate_batch(1).unwrap();
-    assert!(matches!(p.initiator.free_batch(foreign), Err(Error::InvalidBatch { .. })), "foreign handle");
-    assert!(matches!(p.initiator.allocate_batch(0), Err(Error::InvalidArgument(_))));
+    assert!(
+        matches!(
+            p.initiator.free_batch(foreign),
+            Err(Error::InvalidBatch { .. })
+        ),
+        "foreign handle"
+    );
+    assert!(matches!(
+        p.initiator.allocate_batch(0),
+        Err(Error::InvalidArgument(_))
+    ));
     still_serves(&p);
 }
 
@@ -105,9 +195,15 @@ fn permissions_are_enforced_on_both_sides() {
     let p = Pair { segment: seg, ..p };
     // Initiator side: the descriptor says what is allowed.
     let w = request(Opcode::Write, p.local.addr(), seg, read_only.addr(), 64);
-    assert!(matches!(submit_err(&p, w), Error::PermissionDenied { .. }), "write to a read-only buffer");
+    assert!(
+        matches!(submit_err(&p, w), Error::PermissionDenied { .. }),
+        "write to a read-only buffer"
+    );
     let r = request(Opcode::Read, p.local.addr(), seg, local_only.addr(), 64);
-    assert!(matches!(submit_err(&p, r), Error::RemoteAddressNotRegistered { .. }), "local-only is not published");
+    assert!(
+        matches!(submit_err(&p, r), Error::RemoteAddressNotRegistered { .. }),
+        "local-only is not published"
+    );
     let r = request(Opcode::Read, p.local.addr(), seg, read_only.addr(), 64);
     assert_eq!(run(&p.initiator, &[r]), TransferState::Completed);
     assert_eq!(p.local.to_vec(0, 64).unwrap(), vec![7u8; 64]);
@@ -119,24 +215,91 @@ fn permissions_are_enforced_on_both_sides() {
     let secret = target.secret().to_bytes();
     let mut conn = DataConn::open(port);
     let cases = [
-        (Opcode::Write, read_only.addr(), secret, Rejection::PermissionDenied),
-        (Opcode::Read, local_only.addr(), secret, Rejection::PermissionDenied),
-        (Opcode::Write, local_only.addr(), secret, Rejection::PermissionDenied),
-        (Opcode::Read, p.remote.addr(), [0u8; 16], Rejection::BadSecret),
-        (Opcode::Write, p.remote.addr(), [1u8; 16], Rejection::BadSecret),
-        (Opcode::Read, p.remote.addr() + (1 << 20) - 8, secret, Rejection::OutOfBounds),
+        (
+            Opcode::Write,
+            read_only.addr(),
+            secret,
+            Rejection::PermissionDenied,
+        ),
+        (
+            Opcode::Read,
+            local_only.addr(),
+            secret,
+            Rejection::PermissionDenied,
+        ),
+        (
+            Opcode::Write,
+            local_only.addr(),
+            secret,
+            Rejection::PermissionDenied,
+        ),
+        (
+            Opcode::Read,
+            p.remote.addr(),
+            [0u8; 16],
+            Rejection::BadSecret,
+        ),
+        (
+            Opcode::Write,
+            p.remote.addr(),
+            [1u8; 16],
+            Rejection::BadSecret,
+        ),
+        (
+            Opcode::Read,
+            p.remote.addr() + (1 << 20) - 8,
+            secret,
+            Rejection::OutOfBounds,
+        ),
         (Opcode::Write, 0x1000, secret, Rejection::OutOfBounds),
     ];
     let before_remote = p.remote.to_vec(0, 64).unwrap();
     for (i, (op, addr, secret, want)) in cases.into_iter().enumerate() {
-        let reply = conn.call(Request { opcode: op, request_id: i as u64 + 1, addr, len: 64, secret }, &[0xab; 64]);
-        assert_eq!(reply, Reply { status: Status::Rejected(want), request_id: i as u64 + 1 }, "case {i}");
+        let reply = conn.call(
+            Request {
+                opcode: op,
+                request_id: i as u64 + 1,
+                addr,
+                len: 64,
+                secret,
+            },
+            &[0xab; 64],
+        );
+        assert_eq!(
+            reply,
+            Reply {
+                status: Status::Rejected(want),
+                request_id: i as u64 + 1
+            },
+            "case {i}"
+        );
     }
-    assert_eq!(read_only.to_vec(0, 64).unwrap(), vec![7u8; 64], "read-only buffer untouched");
-    assert_eq!(local_only.to_vec(0, 64).unwrap(), vec![9u8; 64], "local-only buffer untouched");
-    assert_eq!(p.remote.to_vec(0, 64).unwrap(), before_remote, "wrong-secret write touched nothing");
+    assert_eq!(
+        read_only.to_vec(0, 64).unwrap(),
+        vec![7u8; 64],
+        "read-only buffer untouched"
+    );
+    assert_eq!(
+        local_only.to_vec(0, 64).unwrap(),
+        vec![9u8; 64],
+        "local-only buffer untouched"
+    );
+    assert_eq!(
+        p.remote.to_vec(0, 64).unwrap(),
+        before_remote,
+        "wrong-secret write touched nothing"
+    );
     // The same connection still serves a valid request afterwards.
-    let ok = conn.call(Request { opcode: Opcode::Write, request_id: 99, addr: p.remote.addr(), len: 64, secret }, &[0xcd; 64]);
+    let ok = conn.call(
+        Request {
+            opcode: Opcode::Write,
+            request_id: 99,
+            addr: p.remote.addr(),
+            len: 64,
+            secret,
+        },
+        &[0xcd; 64],
+    );
     assert_eq!(ok.status, Status::Ok);
     assert_eq!(p.remote.to_vec(0, 64).unwrap(), vec![0xcd; 64]);
     still_serves(&p);
@@ -189,7 +352,13 @@ fn garbage_on_the_data_and_control_ports() {
     register(&initiator, &local, Permission::LocalOnly);
     register(&target, &remote, Permission::RemoteReadWrite);
     let segment = initiator.open_segment(target.segment_name()).unwrap();
-    let p = Pair { initiator, target, local, remote, segment };
+    let p = Pair {
+        initiator,
+        target,
+        local,
+        remote,
+        segment,
+    };
     let desc = p.initiator.segment(segment).unwrap();
     let port = desc.desc().tcp_data_port.unwrap();
     let secret = desc.secret().to_bytes();
@@ -200,13 +369,25 @@ fn garbage_on_the_data_and_control_ports() {
     let _silent_control = TcpStream::connect((chost.as_str(), cport)).unwrap();
     still_serves(&p);
 
-    let header = |len: u64| Request { opcode: Opcode::Write, request_id: 1, addr: p.remote.addr(), len, secret }.encode();
+    let header = |len: u64| {
+        Request {
+            opcode: Opcode::Write,
+            request_id: 1,
+            addr: p.remote.addr(),
+            len,
+            secret,
+        }
+        .encode()
+    };
     let mut bad_magic = header(8);
     bad_magic[0] = b'X';
     let mut bad_reserved = header(8);
     bad_reserved[6] = 1;
     let data_cases: Vec<(&str, Vec<u8>)> = vec![
-        ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n garbage garbage garbage".to_vec()),
+        (
+            "garbage",
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n garbage garbage garbage".to_vec(),
+        ),
         ("bad magic", bad_magic.to_vec()),
         ("reserved bytes set", bad_reserved.to_vec()),
         ("oversized length", header(u64::MAX).to_vec()),
@@ -215,17 +396,33 @@ fn garbage_on_the_data_and_control_ports() {
     ];
     for (name, bytes) in data_cases {
         let before = p.remote.to_vec(0, 64).unwrap();
-        assert!(DataConn::open(port).closes_after(&bytes), "data port: {name}");
-        assert_eq!(p.remote.to_vec(0, 64).unwrap(), before, "{name}: memory untouched");
+        assert!(
+            DataConn::open(port).closes_after(&bytes),
+            "data port: {name}"
+        );
+        assert_eq!(
+            p.remote.to_vec(0, 64).unwrap(),
+            before,
+            "{name}: memory untouched"
+        );
         still_serves(&p);
     }
     // An oversized write to a bad address is refused, its body not drained: the connection closes.
     let mut conn = DataConn::open(port);
-    let r = Request { opcode: Opcode::Write, request_id: 5, addr: 0x10, len: 1 << 30, secret };
+    let r = Request {
+        opcode: Opcode::Write,
+        request_id: 5,
+        addr: 0x10,
+        len: 1 << 30,
+        secret,
+    };
     conn.0.write_all(&r.encode()).unwrap();
     let mut head = [0u8; REPLY_LEN];
     conn.0.read_exact(&mut head).unwrap();
-    assert_eq!(Reply::decode(&head).unwrap().status, Status::Rejected(Rejection::OutOfBounds));
+    assert_eq!(
+        Reply::decode(&head).unwrap().status,
+        Status::Rejected(Rejection::OutOfBounds)
+    );
     assert!(conn.closes_after(&[]));
 
     let frame = |len: u64, kind: u8, payload: &[u8]| {
@@ -235,7 +432,10 @@ fn garbage_on_the_data_and_control_ports() {
         v
     };
     let control_cases: Vec<(&str, Vec<u8>)> = vec![
-        ("garbage", b"\xff\xfe garbage that is not a frame at all".to_vec()),
+        (
+            "garbage",
+            b"\xff\xfe garbage that is not a frame at all".to_vec(),
+        ),
         ("oversized length", frame(u64::MAX, 1, b"")),
         ("over the handshake limit", frame((1 << 20) + 2, 1, b"")),
         ("unknown type", frame(3, 42, b"{}")),
@@ -249,14 +449,31 @@ fn garbage_on_the_data_and_control_ports() {
         let mut sink = [0u8; 64];
         let closed = matches!(s.read(&mut sink), Ok(0) | Err(_));
         assert!(closed, "control port: {name}");
-        assert_eq!(p.initiator.probe(p.target.segment_name()), te_core::PeerLiveness::Alive, "{name}");
+        assert_eq!(
+            p.initiator.probe(p.target.segment_name()),
+            te_core::PeerLiveness::Alive,
+            "{name}"
+        );
         still_serves(&p);
     }
     // A malformed notification is answered with an error, and the next one is delivered.
-    let reply = te_core::control::request(&chost, cport, FrameType::Notify, b"{\"nope\":1}", Duration::from_secs(5), 4096).unwrap();
+    let reply = te_core::control::request(
+        &chost,
+        cport,
+        FrameType::Notify,
+        b"{\"nope\":1}",
+        Duration::from_secs(5),
+        4096,
+    )
+    .unwrap();
     assert!(String::from_utf8_lossy(&reply).contains("error"));
-    let n = te_core::Notification { name: "a".into(), notify_msg: "b".into() };
-    p.initiator.send_notify(p.target.segment_name(), &n).unwrap();
+    let n = te_core::Notification {
+        name: "a".into(),
+        notify_msg: "b".into(),
+    };
+    p.initiator
+        .send_notify(p.target.segment_name(), &n)
+        .unwrap();
     assert_eq!(p.target.recv_notification(WAIT), Some(n));
 }
 
@@ -292,22 +509,47 @@ fn in_flight_batches_and_regions_cannot_be_freed_and_cancel_drains_them() {
     let seg = e.open_segment(&name).unwrap();
 
     let b = e.allocate_batch(1).unwrap();
-    e.submit(b, &[request(Opcode::Write, local.addr(), seg, 4096, 8 << 20)]).unwrap();
-    assert!(matches!(e.free_batch(b), Err(Error::BatchBusy(_))), "free while in flight");
-    assert!(matches!(e.unregister_memory(local.addr()), Err(Error::RegionBusy { .. })), "unregister while in flight");
-    assert!(matches!(e.wait(b, Duration::from_millis(100)), Err(Error::WaitTimeout(_))));
+    e.submit(
+        b,
+        &[request(Opcode::Write, local.addr(), seg, 4096, 8 << 20)],
+    )
+    .unwrap();
+    assert!(
+        matches!(e.free_batch(b), Err(Error::BatchBusy(_))),
+        "free while in flight"
+    );
+    assert!(
+        matches!(
+            e.unregister_memory(local.addr()),
+            Err(Error::RegionBusy { .. })
+        ),
+        "unregister while in flight"
+    );
+    assert!(matches!(
+        e.wait(b, Duration::from_millis(100)),
+        Err(Error::WaitTimeout(_))
+    ));
     e.cancel(b).unwrap();
     let s = e.wait(b, WAIT).unwrap();
-    assert_eq!(s.state, TransferState::Canceled, "nothing can succeed against a silent peer");
+    assert_eq!(
+        s.state,
+        TransferState::Canceled,
+        "nothing can succeed against a silent peer"
+    );
     assert_eq!(s.transferred_bytes, 0);
     e.free_batch(b).unwrap();
 
     // Without cancel, a silent peer fails the task after the status timeout and one retry.
     let b = e.allocate_batch(1).unwrap();
-    e.submit(b, &[request(Opcode::Read, local.addr(), seg, 4096, 4096)]).unwrap();
+    e.submit(b, &[request(Opcode::Read, local.addr(), seg, 4096, 4096)])
+        .unwrap();
     let s = e.wait(b, WAIT).unwrap();
     assert_eq!(s.state, TransferState::Failed);
-    assert!(matches!(e.task_error(b, 0).unwrap(), Some(te_core::transport::SliceError::Path(_))));
+    assert!(matches!(
+        e.task_error(b, 0).unwrap(),
+        Some(te_core::transport::SliceError::Path(_))
+    ));
     e.free_batch(b).unwrap();
-    e.unregister_memory(local.addr()).expect("no slice holds the region any more");
+    e.unregister_memory(local.addr())
+        .expect("no slice holds the region any more");
 }

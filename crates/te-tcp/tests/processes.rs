@@ -30,7 +30,9 @@ fn child_target() {
     buf.write_at(0, &pattern(READ_SEED, WRITE_BASE)).unwrap();
     register(&e, &buf, Permission::RemoteReadWrite);
     println!("READY {} {}", e.segment_name(), buf.addr());
-    let n = e.recv_notification(Duration::from_secs(120)).expect("verify request");
+    let n = e
+        .recv_notification(Duration::from_secs(120))
+        .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
     for (i, &len) in SIZES.iter().enumerate() {
         let got = buf.to_vec(WRITE_BASE + slot(i), len).unwrap();
@@ -45,7 +47,13 @@ fn child_target() {
 #[test]
 fn two_processes() {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_target", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_target",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("TE_CHILD_TARGET", "1")
         .stdout(Stdio::piped())
         .spawn()
@@ -67,19 +75,40 @@ fn two_processes() {
     let expected = pattern(READ_SEED, WRITE_BASE);
     for (i, &len) in SIZES.iter().enumerate() {
         let at = slot(i);
-        let r = request(Opcode::Read, local.addr() + at as u64 + 1, seg, remote + at as u64, len as u64);
+        let r = request(
+            Opcode::Read,
+            local.addr() + at as u64 + 1,
+            seg,
+            remote + at as u64,
+            len as u64,
+        );
         assert_eq!(run(&e, &[r]), TransferState::Completed, "read {len}");
-        assert!(local.to_vec(at + 1, len).unwrap() == expected[at..at + len], "read {len} across processes");
+        assert!(
+            local.to_vec(at + 1, len).unwrap() == expected[at..at + len],
+            "read {len} across processes"
+        );
     }
     for (i, &len) in SIZES.iter().enumerate() {
         let at = slot(i);
         let data = pattern(100 + i as u64, len);
         local.write_at(at, &data).unwrap();
-        let w = request(Opcode::Write, local.addr() + at as u64, seg, remote + (WRITE_BASE + at) as u64, len as u64);
+        let w = request(
+            Opcode::Write,
+            local.addr() + at as u64,
+            seg,
+            remote + (WRITE_BASE + at) as u64,
+            len as u64,
+        );
         assert_eq!(run(&e, &[w]), TransferState::Completed, "write {len}");
     }
-    let n = te_core::Notification { name: e.segment_name().into(), notify_msg: "verify".into() };
+    let n = te_core::Notification {
+        name: e.segment_name().into(),
+        notify_msg: "verify".into(),
+    };
     e.send_notify(&name, &n).unwrap();
     let status = child.wait().unwrap();
-    assert!(status.success(), "the target process found its memory wrong: {status}");
+    assert!(
+        status.success(),
+        "the target process found its memory wrong: {status}"
+    );
 }

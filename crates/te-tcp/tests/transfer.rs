@@ -26,23 +26,61 @@ fn write_and_read_are_byte_exact_across_sizes_and_alignments() {
                 p.remote.write_at(remote_off - 1, &[0xee]).unwrap();
             }
             p.remote.write_at(remote_off + len, &[0xee]).unwrap();
-            let req = request(Opcode::Write, p.local.addr() + off as u64, p.segment, p.remote.addr() + remote_off as u64, len as u64);
-            assert_eq!(run(&p.initiator, &[req]), TransferState::Completed, "write {len}@{off}");
+            let req = request(
+                Opcode::Write,
+                p.local.addr() + off as u64,
+                p.segment,
+                p.remote.addr() + remote_off as u64,
+                len as u64,
+            );
+            assert_eq!(
+                run(&p.initiator, &[req]),
+                TransferState::Completed,
+                "write {len}@{off}"
+            );
             // Completed means the bytes are in the target's memory now.
-            assert!(p.remote.to_vec(remote_off, len).unwrap() == data, "write {len}@{off} corrupted");
+            assert!(
+                p.remote.to_vec(remote_off, len).unwrap() == data,
+                "write {len}@{off} corrupted"
+            );
             if remote_off > 0 {
-                assert_eq!(p.remote.to_vec(remote_off - 1, 1).unwrap(), [0xee], "byte before clobbered");
+                assert_eq!(
+                    p.remote.to_vec(remote_off - 1, 1).unwrap(),
+                    [0xee],
+                    "byte before clobbered"
+                );
             }
-            assert_eq!(p.remote.to_vec(remote_off + len, 1).unwrap(), [0xee], "byte after clobbered");
+            assert_eq!(
+                p.remote.to_vec(remote_off + len, 1).unwrap(),
+                [0xee],
+                "byte after clobbered"
+            );
 
             // READ: remote pattern → local.
             let data = pattern(seed + 1000, len);
             p.remote.write_at(remote_off, &data).unwrap();
             p.local.write_at(off + len, &[0x5a]).unwrap();
-            let req = request(Opcode::Read, p.local.addr() + off as u64, p.segment, p.remote.addr() + remote_off as u64, len as u64);
-            assert_eq!(run(&p.initiator, &[req]), TransferState::Completed, "read {len}@{off}");
-            assert!(p.local.to_vec(off, len).unwrap() == data, "read {len}@{off} corrupted");
-            assert_eq!(p.local.to_vec(off + len, 1).unwrap(), [0x5a], "read overran");
+            let req = request(
+                Opcode::Read,
+                p.local.addr() + off as u64,
+                p.segment,
+                p.remote.addr() + remote_off as u64,
+                len as u64,
+            );
+            assert_eq!(
+                run(&p.initiator, &[req]),
+                TransferState::Completed,
+                "read {len}@{off}"
+            );
+            assert!(
+                p.local.to_vec(off, len).unwrap() == data,
+                "read {len}@{off} corrupted"
+            );
+            assert_eq!(
+                p.local.to_vec(off + len, 1).unwrap(),
+                [0x5a],
+                "read overran"
+            );
         }
     }
 }
@@ -58,7 +96,13 @@ fn many_tasks_in_one_batch() {
         let at = i * 16384;
         let data = pattern(i as u64, len);
         p.local.write_at(at, &data).unwrap();
-        reqs.push(request(Opcode::Write, p.local.addr() + at as u64, p.segment, p.remote.addr() + at as u64, len as u64));
+        reqs.push(request(
+            Opcode::Write,
+            p.local.addr() + at as u64,
+            p.segment,
+            p.remote.addr() + at as u64,
+            len as u64,
+        ));
         expected.push((at, data));
     }
     let b = p.initiator.allocate_batch(n).unwrap();
@@ -69,11 +113,17 @@ fn many_tasks_in_one_batch() {
     let total: u64 = reqs.iter().map(|r| r.length).sum();
     assert_eq!(status.transferred_bytes, total);
     for i in 0..n {
-        assert_eq!(p.initiator.task_status(b, i).unwrap().state, TransferState::Completed);
+        assert_eq!(
+            p.initiator.task_status(b, i).unwrap().state,
+            TransferState::Completed
+        );
     }
     p.initiator.free_batch(b).unwrap();
     for (at, data) in expected {
-        assert!(p.remote.to_vec(at, data.len()).unwrap() == data, "task at {at}");
+        assert!(
+            p.remote.to_vec(at, data.len()).unwrap() == data,
+            "task at {at}"
+        );
     }
 }
 
@@ -90,12 +140,27 @@ fn concurrent_batches_from_several_threads() {
                     let base = t * per;
                     let data = pattern(round * 100 + t as u64, per);
                     p.local.write_at(base, &data).unwrap();
-                    let w = request(Opcode::Write, p.local.addr() + base as u64, p.segment, p.remote.addr() + base as u64, per as u64);
+                    let w = request(
+                        Opcode::Write,
+                        p.local.addr() + base as u64,
+                        p.segment,
+                        p.remote.addr() + base as u64,
+                        per as u64,
+                    );
                     assert_eq!(run(&p.initiator, &[w]), TransferState::Completed);
                     p.local.write_at(base, &vec![0u8; per]).unwrap();
-                    let r = request(Opcode::Read, p.local.addr() + base as u64, p.segment, p.remote.addr() + base as u64, per as u64);
+                    let r = request(
+                        Opcode::Read,
+                        p.local.addr() + base as u64,
+                        p.segment,
+                        p.remote.addr() + base as u64,
+                        per as u64,
+                    );
                     assert_eq!(run(&p.initiator, &[r]), TransferState::Completed);
-                    assert!(p.local.to_vec(base, per).unwrap() == data, "thread {t} round {round}");
+                    assert!(
+                        p.local.to_vec(base, per).unwrap() == data,
+                        "thread {t} round {round}"
+                    );
                 }
             });
         }
@@ -105,26 +170,53 @@ fn concurrent_batches_from_several_threads() {
 #[test]
 fn notifications_probes_and_submit_with_notify() {
     let p = pair(1 << 20);
-    let n = te_core::Notification { name: "init".into(), notify_msg: "hello".into() };
-    p.initiator.send_notify(p.target.segment_name(), &n).unwrap();
+    let n = te_core::Notification {
+        name: "init".into(),
+        notify_msg: "hello".into(),
+    };
+    p.initiator
+        .send_notify(p.target.segment_name(), &n)
+        .unwrap();
     assert_eq!(p.target.recv_notification(WAIT), Some(n));
 
     let data = pattern(5, 300_000);
     p.local.write_at(0, &data).unwrap();
     let b = p.initiator.allocate_batch(1).unwrap();
-    let done = te_core::Notification { name: "init".into(), notify_msg: "kv ready".into() };
+    let done = te_core::Notification {
+        name: "init".into(),
+        notify_msg: "kv ready".into(),
+    };
     p.initiator
-        .submit_with_notify(b, &[request(Opcode::Write, p.local.addr(), p.segment, p.remote.addr(), data.len() as u64)], done.clone())
+        .submit_with_notify(
+            b,
+            &[request(
+                Opcode::Write,
+                p.local.addr(),
+                p.segment,
+                p.remote.addr(),
+                data.len() as u64,
+            )],
+            done.clone(),
+        )
         .unwrap();
     // Delivered by the engine when the batch completes; nobody polls the batch here.
-    let got = p.target.recv_notification(WAIT).expect("completion notification");
+    let got = p
+        .target
+        .recv_notification(WAIT)
+        .expect("completion notification");
     assert_eq!(got, done);
     // The notification follows the data: the bytes are readable when it arrives.
     assert!(p.remote.to_vec(0, data.len()).unwrap() == data);
-    assert_eq!(p.initiator.wait(b, WAIT).unwrap().state, TransferState::Completed);
+    assert_eq!(
+        p.initiator.wait(b, WAIT).unwrap().state,
+        TransferState::Completed
+    );
     p.initiator.free_batch(b).unwrap();
 
-    assert_eq!(p.initiator.probe(p.target.segment_name()), te_core::PeerLiveness::Alive);
+    assert_eq!(
+        p.initiator.probe(p.target.segment_name()),
+        te_core::PeerLiveness::Alive
+    );
     let gone = p.target.segment_name().to_string();
     drop(p.target);
     assert_eq!(p.initiator.probe(&gone), te_core::PeerLiveness::Unreachable);

@@ -55,7 +55,10 @@ pub enum FrameError {
 ///
 /// # Errors
 /// [`FrameError`]; after an error the connection should be closed.
-pub fn read_frame(r: &mut impl Read, max_payload: usize) -> Result<(FrameType, Vec<u8>), FrameError> {
+pub fn read_frame(
+    r: &mut impl Read,
+    max_payload: usize,
+) -> Result<(FrameType, Vec<u8>), FrameError> {
     let mut len = [0u8; 8];
     let mut got = 0;
     while got < len.len() {
@@ -116,15 +119,36 @@ mod tests {
 
     #[test]
     fn bad_frames_are_refused_without_allocating() {
-        assert!(matches!(read_frame(&mut &[][..], 64), Err(FrameError::Closed)));
-        assert!(matches!(read_frame(&mut &[1u8, 0, 0][..], 64), Err(FrameError::Io(_))));
-        assert!(matches!(read_frame(&mut raw(0, 1, b"").as_slice(), 64), Err(FrameError::Empty)));
+        assert!(matches!(
+            read_frame(&mut &[][..], 64),
+            Err(FrameError::Closed)
+        ));
+        assert!(matches!(
+            read_frame(&mut &[1u8, 0, 0][..], 64),
+            Err(FrameError::Io(_))
+        ));
+        assert!(matches!(
+            read_frame(&mut raw(0, 1, b"").as_slice(), 64),
+            Err(FrameError::Empty)
+        ));
         assert!(matches!(
             read_frame(&mut raw(u64::MAX, 1, b"").as_slice(), 64),
             Err(FrameError::TooLarge(_))
         ));
-        assert!(matches!(read_frame(&mut raw(66, 1, b"").as_slice(), 64), Err(FrameError::TooLarge(65))));
-        assert!(matches!(read_frame(&mut raw(3, 9, b"ab").as_slice(), 64), Err(FrameError::UnknownType(9))));
-        assert!(matches!(read_frame(&mut raw(10, 1, b"ab").as_slice(), 64), Err(FrameError::Io(_))), "truncated");
+        assert!(matches!(
+            read_frame(&mut raw(66, 1, b"").as_slice(), 64),
+            Err(FrameError::TooLarge(65))
+        ));
+        assert!(matches!(
+            read_frame(&mut raw(3, 9, b"ab").as_slice(), 64),
+            Err(FrameError::UnknownType(9))
+        ));
+        assert!(
+            matches!(
+                read_frame(&mut raw(10, 1, b"ab").as_slice(), 64),
+                Err(FrameError::Io(_))
+            ),
+            "truncated"
+        );
     }
 }

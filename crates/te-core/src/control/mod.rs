@@ -51,16 +51,20 @@ impl ControlState {
                     if self.notifications.push(n) {
                         br#"{"name":"","notify_msg":"success"}"#.to_vec()
                     } else {
-                        json!({"error": "notification queue full"}).to_string().into_bytes()
+                        json!({"error": "notification queue full"})
+                            .to_string()
+                            .into_bytes()
                     }
                 }
                 Err(e) => json!({"error": format!("malformed notification: {e}")})
                     .to_string()
                     .into_bytes(),
             },
-            FrameType::Connection => json!({"reply_msg": "te: no transport accepts endpoint handshakes"})
-                .to_string()
-                .into_bytes(),
+            FrameType::Connection => {
+                json!({"reply_msg": "te: no transport accepts endpoint handshakes"})
+                    .to_string()
+                    .into_bytes()
+            }
         }
     }
 }
@@ -96,7 +100,10 @@ fn serve(state: &ControlState, stream: TcpStream) {
 ///
 /// # Errors
 /// The accept thread cannot start.
-pub fn start_server(listener: std::net::TcpListener, state: Arc<ControlState>) -> Result<ServiceListener> {
+pub fn start_server(
+    listener: std::net::TcpListener,
+    state: Arc<ControlState>,
+) -> Result<ServiceListener> {
     let handler: ConnectionHandler = Arc::new(move |stream| serve(&state, stream));
     ServiceListener::spawn(listener, "te-control", MAX_CONNECTIONS, handler)
         .map_err(|e| Error::socket("starting the control listener", e))
@@ -187,7 +194,10 @@ mod tests {
 
     #[test]
     fn host_port_names() {
-        assert_eq!(split_host_port("127.0.0.1:15000").unwrap(), ("127.0.0.1".into(), 15000));
+        assert_eq!(
+            split_host_port("127.0.0.1:15000").unwrap(),
+            ("127.0.0.1".into(), 15000)
+        );
         assert_eq!(split_host_port("[::1]:9").unwrap(), ("[::1]".into(), 9));
         for bad in ["host", "host:", ":80", "h:0", "h:70000", "h:x"] {
             assert!(split_host_port(bad).is_err(), "{bad}");

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::{Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState};
+use te_core::{
+    Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
+};
 use te_tcp::TcpTransport;
 
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -17,7 +19,8 @@ pub fn config() -> Config {
 
 pub fn engine_with(config: Config) -> TransferEngine {
     let e = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").expect("engine starts");
-    e.install_transport(Arc::new(TcpTransport::new())).expect("tcp installs");
+    e.install_transport(Arc::new(TcpTransport::new()))
+        .expect("tcp installs");
     e
 }
 
@@ -47,7 +50,13 @@ pub fn register(e: &TransferEngine, b: &Arc<HostBuffer>, p: Permission) {
 }
 
 pub fn request(op: Opcode, source: u64, target_id: u64, target: u64, len: u64) -> TransferRequest {
-    TransferRequest { opcode: op, source, target_id, target_offset: target, length: len }
+    TransferRequest {
+        opcode: op,
+        source,
+        target_id,
+        target_offset: target,
+        length: len,
+    }
 }
 
 /// Submits `requests` as one batch, waits, frees, and returns the final state.
@@ -76,5 +85,11 @@ pub fn pair(len: usize) -> Pair {
     register(&initiator, &local, Permission::LocalOnly);
     register(&target, &remote, Permission::RemoteReadWrite);
     let segment = initiator.open_segment(target.segment_name()).unwrap();
-    Pair { initiator, target, local, remote, segment }
+    Pair {
+        initiator,
+        target,
+        local,
+        remote,
+        segment,
+    }
 }

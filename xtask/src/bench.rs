@@ -1,0 +1,202 @@
+//! `cargo xtask bench tcp`: te-bench and iperf3 on loopback in one run, printed as ratios.
+//!
+//! The reference is iperf3 with one stream, measured right before and right after te; te-bench
+//! runs as two processes (target, initiator) like iperf3's server and client.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::{cargo, run};
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ensure_iperf3() -> Result<(), String> {
+    if Command::new("iperf3").arg("--version").output().is_ok() {
+        return Ok(());
+    }
+    eprintln!("xtask: iperf3 missing; installing it with apt-get");
+    run(
+        "apt-get update",
+        Command::new("apt-get").args(["update", "-qq"]),
+    )?;
+    run(
+        "apt-get install iperf3",
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "iperf3"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+fn json_number(json: &str, key: &str) -> Option<f64> {
+    let at = json.find(&format!("\"{key}\""))? + key.len() + 2;
+    let rest = json[at..].trim_start().strip_prefix(':')?.trim_start();
+    let end =
+        rest.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+')))?;
+    rest[..end].parse().ok()
+}
+
+/// iperf3 single-stream loopback throughput in GB/s.
+fn iperf3(seconds: u64) -> Result<f64, String> {
+    let port = "5299";
+    let _server = KillOnDrop(
+        Command::new("iperf3")
+            .args(["-s", "-1", "-p", port])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("iperf3 -s: {e}"))?,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let out = Command::new("iperf3")
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-t",
+            &seconds.to_string(),
+            "-J",
+        ])
+        .output()
+        .map_err(|e| format!("iperf3 -c: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let received = text
+        .find("\"sum_received\"")
+        .ok_or("iperf3 printed no sum_received")?;
+    let bits =
+        json_number(&text[received..], "bits_per_second").ok_or("iperf3: no bits_per_second")?;
+    Ok(bits / 8e9)
+}
+
+/// One te-bench case with the target in its own process; returns GB/s.
+fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String> {
+    let buffer = (block * 128).max(64 << 20).to_string();
+    let mut target = KillOnDrop(
+        Command::new(bin)
+            .args([
+                "--mode=target",
+                "--local_server_name=127.0.0.1:0",
+                &format!("--buffer_size={buffer}"),
+            ])
+            .env("MC_LOG_LEVEL", "WARNING")
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("te-bench target: {e}"))?,
+    );
+    let stdout = target.0.stdout.take().ok_or("no target stdout")?;
+    let line = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("segment name:"))
+        .ok_or("the target printed no segment name")?;
+    let segment = line.rsplit(' ').next().unwrap_or_default().to_string();
+    let out = Command::new(bin)
+        .args([
+            "--mode=initiator",
+            &format!("--segment_id={segment}"),
+            "--local_server_name=127.0.0.1",
+            &format!("--operation={op}"),
+            "--protocol=tcp",
+            &format!("--block_size={block}"),
+            "--batch_size=128",
+            "--threads=1",
+            &format!("--duration={seconds}"),
+            "--json",
+        ])
+        .env("MC_LOG_LEVEL", "WARNING")
+        .output()
+        .map_err(|e| format!("te-bench initiator: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "te-bench {op} {block} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if let Some(line) = text.lines().find(|l| l.starts_with("Test completed")) {
+        eprintln!("  te-bench {op:5} {block:>8} B: {line}");
+    }
+    json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
+}
+
+pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
+    let seconds: u64 = match args {
+        [] => 5,
+        ["--duration", s] => s
+            .parse()
+            .map_err(|_| format!("--duration {s}: not a number"))?,
+        _ => return Err("usage: cargo xtask bench tcp [--duration SECONDS]".into()),
+    };
+    ensure_iperf3()?;
+    run(
+        "build te-bench",
+        cargo().args(["build", "--release", "-p", "te-bench"]),
+    )?;
+    let target_dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let bin = format!("{target_dir}/release/te-bench");
+    let before = iperf3(seconds)?;
+    eprintln!("  iperf3 1 stream (before): {before:.2} GB/s");
+    let cases = [
+        ("write", 1u64 << 20, 0.90),
+        ("read", 1 << 20, 0.90),
+        ("write", 64 << 10, 0.60),
+        ("read", 64 << 10, 0.60),
+    ];
+    let mut results = Vec::new();
+    for (op, block, goal) in cases {
+        results.push((op, block, goal, te_bench(&bin, op, block, seconds)?));
+    }
+    let after = iperf3(seconds)?;
+    eprintln!("  iperf3 1 stream (after):  {after:.2} GB/s");
+    let reference = (before + after) / 2.0;
+    println!(
+        "te TCP loopback vs iperf3 single stream ({reference:.2} GB/s, mean of before and after), 1 thread, batch 128"
+    );
+    println!(
+        "{:<6} {:>9} {:>10} {:>7} {:>6}  verdict",
+        "op", "block", "te GB/s", "ratio", "goal"
+    );
+    let mut all_met = true;
+    for (op, block, goal, gbps) in results {
+        let ratio = gbps / reference;
+        let met = ratio >= goal;
+        all_met &= met;
+        let block = if block >= 1 << 20 {
+            format!("{} MiB", block >> 20)
+        } else {
+            format!("{} KiB", block >> 10)
+        };
+        println!(
+            "{op:<6} {block:>9} {gbps:>10.2} {:>6.0}% {:>5.0}%  {}",
+            ratio * 100.0,
+            goal * 100.0,
+            if met { "met" } else { "BELOW GOAL" }
+        );
+    }
+    if all_met {
+        Ok(())
+    } else {
+        Err("a ratio is below its goal".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_number;
+
+    #[test]
+    fn reads_numbers_from_json_text() {
+        let j = r#"{"a": 1, "throughput_gb_s":2.5e0,"bits_per_second": 123.5}"#;
+        assert_eq!(json_number(j, "throughput_gb_s"), Some(2.5));
+        assert_eq!(json_number(j, "bits_per_second"), Some(123.5));
+        assert_eq!(json_number(j, "missing"), None);
+    }
+}
