@@ -500,29 +500,10 @@ impl BatchTable {
     /// Blocks until every task of the batch is terminal, or `timeout` passes.
     pub(crate) fn wait(&self, id: BatchId, timeout: Duration) -> Result<TransferStatus> {
         let batch = self.get(id)?;
-        let end = Instant::now() + timeout;
-        let mut seen = lock(&batch.finished_tasks);
-        loop {
-            if batch.unfinished.load(Ordering::Acquire) == 0 {
-                drop(seen);
-                return Ok(batch.status());
-            }
-            let now = Instant::now();
-            if now >= end {
-                return Err(Error::WaitTimeout(timeout));
-            }
-            drop(seen);
-            let wake = batch.expire_deadlines(now).map_or(end, |d| d.min(end));
-            seen = lock(&batch.finished_tasks);
-            if batch.unfinished.load(Ordering::Acquire) == 0 {
-                continue;
-            }
-            let (guard, _) = batch
-                .finished_cv
-                .wait_timeout(seen, wake.saturating_duration_since(now))
-                .unwrap_or_else(|e| e.into_inner());
-            seen = guard;
-        }
+        Self::wait_until(&batch, timeout, || {
+            batch.unfinished.load(Ordering::Acquire) == 0
+        })?;
+        Ok(batch.status())
     }
 
     /// Blocks until task `task` is terminal, or `timeout` passes.
@@ -534,27 +515,29 @@ impl BatchTable {
     ) -> Result<TransferStatus> {
         let batch = self.get(id)?;
         let t = batch.task(task)?;
+        Self::wait_until(&batch, timeout, || t.state().is_terminal())?;
+        Ok(t.status())
+    }
+
+    /// Sleeps on the batch's condition variable (woken whenever one of its tasks finishes, and
+    /// at task deadlines) until `done()` holds or `timeout` passes.
+    fn wait_until(batch: &BatchShared, timeout: Duration, done: impl Fn() -> bool) -> Result<()> {
         let end = Instant::now() + timeout;
-        let mut seen = lock(&batch.finished_tasks);
         loop {
-            if t.state().is_terminal() {
-                return Ok(t.status());
-            }
             let now = Instant::now();
+            let wake = batch.expire_deadlines(now).map_or(end, |d| d.min(end));
+            let finished = lock(&batch.finished_tasks);
+            // Checked under the lock that finishing tasks take before notifying: no lost wake-up.
+            if done() {
+                return Ok(());
+            }
             if now >= end {
                 return Err(Error::WaitTimeout(timeout));
             }
-            drop(seen);
-            let wake = batch.expire_deadlines(now).map_or(end, |d| d.min(end));
-            seen = lock(&batch.finished_tasks);
-            if t.state().is_terminal() {
-                continue;
-            }
-            let (guard, _) = batch
+            let _ = batch
                 .finished_cv
-                .wait_timeout(seen, wake.saturating_duration_since(now))
+                .wait_timeout(finished, wake.saturating_duration_since(now))
                 .unwrap_or_else(|e| e.into_inner());
-            seen = guard;
         }
     }
 

@@ -61,6 +61,14 @@ struct Core {
 }
 
 impl Core {
+    /// A snapshot of the installed transports (the lock is not held while they are called).
+    fn transports(&self) -> Vec<Arc<dyn Transport>> {
+        self.transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn transport_for(&self, protocol: &str) -> Result<Arc<dyn Transport>> {
         self.transports
             .read()
@@ -257,8 +265,15 @@ impl TransferEngine {
             secret: self.secret,
             sink: self.core.clone(),
         })?;
-        for region in self.regions.snapshot() {
-            transport.register(&region)?;
+        let regions = self.regions.snapshot();
+        for (i, region) in regions.iter().enumerate() {
+            if let Err(e) = transport.register(region) {
+                regions[..i]
+                    .iter()
+                    .for_each(|done| transport.unregister(done));
+                transport.shutdown();
+                return Err(e);
+            }
         }
         self.core
             .transports
@@ -269,11 +284,7 @@ impl TransferEngine {
     }
 
     fn local_desc(&self) -> SegmentDesc {
-        let transports = self
-            .core
-            .transports
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
+        let transports = self.core.transports();
         let protocol = transports.first().map_or("none", |t| t.name());
         let mut desc =
             SegmentDesc::local(&self.name, protocol, self.secret, &self.regions.snapshot());
@@ -305,17 +316,14 @@ impl TransferEngine {
 
     fn register_regions(&self, regions: Vec<Region>) -> Result<()> {
         let added = self.regions.insert_all(regions)?;
-        let transports = self
-            .core
-            .transports
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for t in &transports {
+        let transports = self.core.transports();
+        for (ti, t) in transports.iter().enumerate() {
             for (i, r) in added.iter().enumerate() {
                 if let Err(e) = t.register(r) {
-                    for done in &added[..i] {
-                        t.unregister(done);
+                    // Roll back: this transport's earlier regions, every earlier transport, the table.
+                    added[..i].iter().for_each(|done| t.unregister(done));
+                    for earlier in &transports[..ti] {
+                        added.iter().for_each(|done| earlier.unregister(done));
                     }
                     let addrs: Vec<u64> = added.iter().map(|r| r.addr()).collect();
                     let _ = self.regions.remove_all(&addrs);
@@ -417,13 +425,7 @@ impl TransferEngine {
     /// As [`unregister_memory`](Self::unregister_memory).
     pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
         let removed = self.regions.remove_all(addrs)?;
-        for t in self
-            .core
-            .transports
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for t in self.core.transports() {
             for r in &removed {
                 t.unregister(r);
             }
@@ -463,13 +465,7 @@ impl TransferEngine {
     /// [`Error::UnknownSegment`].
     pub fn close_segment(&self, id: SegmentId) -> Result<()> {
         let seg = self.segments.remove(id).ok_or(Error::UnknownSegment(id))?;
-        for t in self
-            .core
-            .transports
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for t in self.core.transports() {
             t.close_segment(&seg);
         }
         Ok(())

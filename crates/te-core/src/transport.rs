@@ -167,6 +167,7 @@ pub trait Transport: Send + Sync {
     /// Drops connections to a segment that was closed.
     fn close_segment(&self, _segment: &RemoteSegment) {}
 
-    /// Stops threads and listeners. Queued slices are failed through the sink.
+    /// Stops listeners and takes no more slices; slices already queued still complete or fail
+    /// through the sink, each exactly once.
     fn shutdown(&self) {}
 }
