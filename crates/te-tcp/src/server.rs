@@ -36,11 +36,36 @@ enum Header {
     Closed,
 }
 
-/// Reads a header; waiting for its first byte may take up to `IDLE_MAX`, a started header
-/// must finish within the stall timeout.
-fn read_header(stream: &mut TcpStream, stall: Duration) -> io::Result<Header> {
+/// Replies waiting to go out: WRITE acknowledgements and refusals are sent together when the
+/// connection has no further request ready (or when this many bytes are waiting), so a stream
+/// of pipelined WRITEs costs one reply packet per burst instead of one per slice.
+const REPLY_FLUSH_BYTES: usize = 4096;
+
+/// Reads a header. Waiting for its first byte may take up to `IDLE_MAX`; a started header must
+/// finish within the stall timeout. Queued replies are flushed before any wait.
+fn read_header(
+    stream: &mut TcpStream,
+    stall: Duration,
+    replies: &mut Vec<u8>,
+) -> io::Result<Header> {
     let mut buf = [0u8; REQUEST_LEN];
     let mut got = 0;
+    if !replies.is_empty() {
+        match sys::recv_now(stream, &mut buf) {
+            Ok(0) => {
+                // The peer finished sending; it may still read what it is owed.
+                let _ = sys::send_buf(stream, replies);
+                return Ok(Header::Closed);
+            }
+            Ok(n) => got = n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        if got < REQUEST_LEN {
+            sys::send_buf(stream, replies)?;
+            replies.clear();
+        }
+    }
     let mut idle = Duration::ZERO;
     while got < REQUEST_LEN {
         match stream.read(&mut buf[got..]) {
@@ -66,8 +91,8 @@ fn read_header(stream: &mut TcpStream, stall: Duration) -> io::Result<Header> {
     Ok(Header::Ready(buf))
 }
 
-fn reply(stream: &TcpStream, request_id: u64, status: Status) -> io::Result<()> {
-    sys::send_buf(stream, &Reply { status, request_id }.encode())
+fn queue_reply(replies: &mut Vec<u8>, request_id: u64, status: Status) {
+    replies.extend_from_slice(&Reply { status, request_id }.encode());
 }
 
 /// Serves one connection until the peer closes it, it stalls, or it sends garbage.
@@ -76,8 +101,9 @@ pub(crate) fn serve(state: &TargetState, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(state.stall_timeout));
     let _ = stream.set_write_timeout(Some(state.stall_timeout));
+    let mut replies = Vec::with_capacity(REPLY_FLUSH_BYTES);
     loop {
-        let header = match read_header(&mut stream, state.stall_timeout) {
+        let header = match read_header(&mut stream, state.stall_timeout, &mut replies) {
             Ok(Header::Ready(h)) => h,
             Ok(Header::Closed) => return,
             Err(e) => {
@@ -89,18 +115,31 @@ pub(crate) fn serve(state: &TargetState, mut stream: TcpStream) {
             Ok(r) => r,
             Err(e) => {
                 warn!(?peer, error = %e, "malformed data request; closing the connection");
-                let _ = reply(&stream, 0, Status::Rejected(Rejection::Malformed));
+                queue_reply(&mut replies, 0, Status::Rejected(Rejection::Malformed));
+                let _ = sys::send_buf(&stream, &replies);
                 return;
             }
         };
-        if let Err(e) = handle(state, &stream, &request) {
+        let handled = handle(state, &stream, &request, &mut replies).and_then(|()| {
+            if replies.len() >= REPLY_FLUSH_BYTES {
+                sys::send_buf(&stream, &replies)?;
+                replies.clear();
+            }
+            Ok(())
+        });
+        if let Err(e) = handled {
             debug!(?peer, error = %e, "data connection failed");
             return;
         }
     }
 }
 
-fn handle(state: &TargetState, stream: &TcpStream, r: &Request) -> io::Result<()> {
+fn handle(
+    state: &TargetState,
+    stream: &TcpStream,
+    r: &Request,
+    replies: &mut Vec<u8>,
+) -> io::Result<()> {
     let checked = if state.secret.matches(&r.secret) {
         state
             .regions
@@ -120,7 +159,8 @@ fn handle(state: &TargetState, stream: &TcpStream, r: &Request) -> io::Result<()
             // registration contract) until the bytes have landed; the range was checked to lie
             // inside one region that permits remote writes.
             unsafe { sys::recv_exact(stream, r.addr, len)? };
-            reply(stream, r.request_id, Status::Ok)
+            queue_reply(replies, r.request_id, Status::Ok);
+            Ok(())
         }
         (Ok(_pin), _) => {
             let head = Reply {
@@ -128,19 +168,24 @@ fn handle(state: &TargetState, stream: &TcpStream, r: &Request) -> io::Result<()
                 request_id: r.request_id,
             }
             .encode();
-            // SAFETY: as above, for a region that permits remote reads; `head` is a local array.
-            unsafe {
+            replies.extend_from_slice(&head);
+            // SAFETY: as above, for a region that permits remote reads; `replies` is a local
+            // buffer holding the queued replies and this one, which precede the data in order.
+            let sent = unsafe {
                 sys::send_parts(
                     stream,
-                    &mut [(head.as_ptr() as u64, head.len()), (r.addr, len)],
+                    &mut [(replies.as_ptr() as u64, replies.len()), (r.addr, len)],
                 )
-            }
+            };
+            replies.clear();
+            sent
         }
         (Err(rejection), opcode) => {
             debug!(addr = r.addr, len = r.len, ?rejection, "request refused");
             if opcode == Opcode::Write {
                 if r.len > MAX_DRAIN {
-                    let _ = reply(stream, r.request_id, Status::Rejected(rejection));
+                    queue_reply(replies, r.request_id, Status::Rejected(rejection));
+                    let _ = sys::send_buf(stream, replies);
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "refused oversized write",
@@ -148,7 +193,8 @@ fn handle(state: &TargetState, stream: &TcpStream, r: &Request) -> io::Result<()
                 }
                 sys::discard(stream, r.len)?;
             }
-            reply(stream, r.request_id, Status::Rejected(rejection))
+            queue_reply(replies, r.request_id, Status::Rejected(rejection));
+            Ok(())
         }
     }
 }

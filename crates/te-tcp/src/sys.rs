@@ -97,6 +97,28 @@ pub fn recv_buf(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<()> {
     unsafe { recv_exact(sock, buf.as_mut_ptr() as u64, buf.len()) }
 }
 
+/// Reads what is available into `buf` without waiting: `WouldBlock` when nothing is.
+pub fn recv_now(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Sends an ordinary buffer.
 pub fn send_buf(sock: &impl AsRawFd, buf: &[u8]) -> io::Result<()> {
     // SAFETY: `buf` is a borrowed, readable Rust slice for the whole call.

@@ -553,3 +553,70 @@ fn in_flight_batches_and_regions_cannot_be_freed_and_cancel_drains_them() {
     e.unregister_memory(local.addr())
         .expect("no slice holds the region any more");
 }
+
+#[test]
+fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
+    let p = pair(1 << 20);
+    let desc = p.initiator.segment(p.segment).unwrap();
+    let port = desc.desc().tcp_data_port.unwrap();
+    let secret = desc.secret().to_bytes();
+    let mut conn = DataConn::open(port);
+    let mut wire = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..64u64 {
+        let (addr, want) = if i == 17 {
+            (0x10, Status::Rejected(Rejection::OutOfBounds))
+        } else {
+            (p.remote.addr() + i * 100, Status::Ok)
+        };
+        let r = Request {
+            opcode: Opcode::Write,
+            request_id: 1000 + i,
+            addr,
+            len: 100,
+            secret,
+        };
+        wire.extend_from_slice(&r.encode());
+        wire.extend_from_slice(&[i as u8; 100]);
+        expected.push(Reply {
+            status: want,
+            request_id: 1000 + i,
+        });
+    }
+    // A READ at the end: its data follows every earlier reply.
+    let r = Request {
+        opcode: Opcode::Read,
+        request_id: 7,
+        addr: p.remote.addr() + 300,
+        len: 100,
+        secret,
+    };
+    wire.extend_from_slice(&r.encode());
+    conn.0.write_all(&wire).unwrap();
+    for want in expected {
+        let mut head = [0u8; REPLY_LEN];
+        conn.0.read_exact(&mut head).unwrap();
+        assert_eq!(Reply::decode(&head).unwrap(), want);
+    }
+    let mut head = [0u8; REPLY_LEN];
+    conn.0.read_exact(&mut head).unwrap();
+    assert_eq!(
+        Reply::decode(&head).unwrap(),
+        Reply {
+            status: Status::Ok,
+            request_id: 7
+        }
+    );
+    let mut data = [0u8; 100];
+    conn.0.read_exact(&mut data).unwrap();
+    assert_eq!(
+        data, [3u8; 100],
+        "the READ sees the WRITE before it on the same connection"
+    );
+    assert_eq!(
+        p.remote.to_vec(17 * 100, 100).unwrap(),
+        vec![0u8; 100],
+        "refused write left no trace"
+    );
+    still_serves(&p);
+}
