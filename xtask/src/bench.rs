@@ -43,8 +43,8 @@ fn json_number(json: &str, key: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-/// iperf3 single-stream loopback throughput in GB/s.
-fn iperf3(seconds: u64) -> Result<f64, String> {
+/// iperf3 loopback throughput in GB/s with `streams` parallel streams.
+fn iperf3(seconds: u64, streams: usize) -> Result<f64, String> {
     let port = "5299";
     let _server = KillOnDrop(
         Command::new("iperf3")
@@ -63,6 +63,8 @@ fn iperf3(seconds: u64) -> Result<f64, String> {
             port,
             "-t",
             &seconds.to_string(),
+            "-P",
+            &streams.to_string(),
             "-J",
         ])
         .output()
@@ -142,7 +144,11 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
     )?;
     let target_dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let bin = format!("{target_dir}/release/te-bench");
-    let before = iperf3(seconds)?;
+    let lanes: usize = std::env::var("MC_TCP_LANES_PER_PEER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let before = iperf3(seconds, 1)?;
     eprintln!("  iperf3 1 stream (before): {before:.2} GB/s");
     let cases = [
         ("write", 1u64 << 20, 0.90),
@@ -154,15 +160,23 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
     for (op, block, goal) in cases {
         results.push((op, block, goal, te_bench(&bin, op, block, seconds)?));
     }
-    let after = iperf3(seconds)?;
+    let after = iperf3(seconds, 1)?;
     eprintln!("  iperf3 1 stream (after):  {after:.2} GB/s");
+    let same_streams = iperf3(seconds, lanes)?;
+    eprintln!("  iperf3 {lanes} streams (te's lanes per peer): {same_streams:.2} GB/s");
     let reference = (before + after) / 2.0;
     println!(
         "te TCP loopback vs iperf3 single stream ({reference:.2} GB/s, mean of before and after), 1 thread, batch 128"
     );
     println!(
-        "{:<6} {:>9} {:>10} {:>7} {:>6}  verdict",
-        "op", "block", "te GB/s", "ratio", "goal"
+        "{:<6} {:>9} {:>10} {:>7} {:>6}  {:<10} {:>9}",
+        "op",
+        "block",
+        "te GB/s",
+        "ratio",
+        "goal",
+        "verdict",
+        format!("vs -P {lanes}")
     );
     let mut all_met = true;
     for (op, block, goal, gbps) in results {
@@ -175,10 +189,11 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
             format!("{} KiB", block >> 10)
         };
         println!(
-            "{op:<6} {block:>9} {gbps:>10.2} {:>6.0}% {:>5.0}%  {}",
+            "{op:<6} {block:>9} {gbps:>10.2} {:>6.0}% {:>5.0}%  {:<10} {:>8.0}%",
             ratio * 100.0,
             goal * 100.0,
-            if met { "met" } else { "BELOW GOAL" }
+            if met { "met" } else { "BELOW GOAL" },
+            gbps / same_streams * 100.0
         );
     }
     if all_met {
