@@ -5,12 +5,10 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use te_core::control::{ControlState, frame::FrameType};
-use te_core::notify::NotificationQueue;
+use te_core::control::frame::FrameType;
 use te_core::transport::Rejection;
 use te_core::{Error, Opcode, Permission, TransferState};
 use te_tcp::wire::{REPLY_LEN, Reply, Request, Status};
@@ -475,26 +473,6 @@ fn garbage_on_the_data_and_control_ports() {
         .send_notify(p.target.segment_name(), &n)
         .unwrap();
     assert_eq!(p.target.recv_notification(WAIT), Some(n));
-}
-
-/// A segment whose descriptor (served by a real control listener) points at a data port that
-/// accepts connections and never answers.
-fn silent_segment(len: u64) -> (te_core::net::ServiceListener, String, std::net::TcpListener) {
-    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = blackhole.local_addr().unwrap().port();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let name = listener.local_addr().unwrap().to_string();
-    let desc = format!(
-        r#"{{"name":"{name}","protocol":"tcp","tcp_data_port":{port},"te_secret":"{}","buffers":[{{"name":"cpu:0","addr":4096,"length":{len},"permission":"remote_read_write"}}]}}"#,
-        "00".repeat(16)
-    );
-    let state = Arc::new(ControlState {
-        local_desc: std::sync::RwLock::new(Arc::new(desc)),
-        notifications: Arc::new(NotificationQueue::new(4)),
-        max_payload: 1 << 20,
-    });
-    let control = te_core::control::start_server(listener, state).unwrap();
-    (control, name, blackhole)
 }
 
 #[test]

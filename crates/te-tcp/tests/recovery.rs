@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-use te_core::control::ControlState;
-use te_core::notify::NotificationQueue;
 use te_core::{Opcode, Permission, TransferState};
 
 /// Forwards connections to `target_port`; each of the first `cuts` connections is cut after
@@ -53,23 +51,6 @@ fn pump(mut from: TcpStream, mut to: TcpStream, limit: usize) {
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
-}
-
-/// Serves `desc_json` as a segment descriptor on a real control listener; returns its name.
-fn serve_descriptor(desc: serde_json::Value) -> (te_core::net::ServiceListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let name = listener.local_addr().unwrap().to_string();
-    let mut desc = desc;
-    desc["name"] = name.clone().into();
-    let state = Arc::new(ControlState {
-        local_desc: std::sync::RwLock::new(Arc::new(desc.to_string())),
-        notifications: Arc::new(NotificationQueue::new(4)),
-        max_payload: 1 << 20,
-    });
-    (
-        te_core::control::start_server(listener, state).unwrap(),
-        name,
-    )
 }
 
 #[test]
@@ -118,14 +99,7 @@ fn a_task_past_its_deadline_ends_timeout() {
     let e = engine_with(cfg);
     let local = buffer(1 << 20);
     register(&e, &local, Permission::LocalOnly);
-    // A data port that accepts and never answers.
-    let blackhole = TcpListener::bind("127.0.0.1:0").unwrap();
-    let desc = serde_json::json!({
-        "name": "x", "protocol": "tcp", "tcp_data_port": blackhole.local_addr().unwrap().port(),
-        "te_secret": "00".repeat(16),
-        "buffers": [{"name": "cpu:0", "addr": 4096, "length": 1 << 20, "permission": "remote_read_write"}],
-    });
-    let (_control, name) = serve_descriptor(desc);
+    let (_control, name, _blackhole) = silent_segment(1 << 20);
     let seg = e.open_segment(&name).unwrap();
     let b = e.allocate_batch(1).unwrap();
     e.submit(

@@ -8,79 +8,66 @@ use te_core::{Opcode, TransferState};
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 64 << 20];
 const OFFSETS: [usize; 3] = [0, 1, 4093];
 
+/// Moves `len` pattern bytes from the source side to the destination side with `op`, then checks
+/// every byte and the sentinel bytes right before and after the destination range.
+fn check_transfer(
+    p: &Pair,
+    op: Opcode,
+    local_off: usize,
+    remote_off: usize,
+    len: usize,
+    seed: u64,
+) {
+    let (src, src_off, dst, dst_off) = match op {
+        Opcode::Write => (&p.local, local_off, &p.remote, remote_off),
+        _ => (&p.remote, remote_off, &p.local, local_off),
+    };
+    let data = pattern(seed, len);
+    src.write_at(src_off, &data).unwrap();
+    if dst_off > 0 {
+        dst.write_at(dst_off - 1, &[0xee]).unwrap();
+    }
+    dst.write_at(dst_off + len, &[0xee]).unwrap();
+    let req = request(
+        op,
+        p.local.addr() + local_off as u64,
+        p.segment,
+        p.remote.addr() + remote_off as u64,
+        len as u64,
+    );
+    assert_eq!(
+        run(&p.initiator, &[req]),
+        TransferState::Completed,
+        "{op:?} {len}@{local_off}"
+    );
+    // Completed means the bytes are at the destination now (for a WRITE: in the target's memory).
+    assert!(
+        dst.to_vec(dst_off, len).unwrap() == data,
+        "{op:?} {len}@{local_off} corrupted"
+    );
+    if dst_off > 0 {
+        assert_eq!(
+            dst.to_vec(dst_off - 1, 1).unwrap(),
+            [0xee],
+            "{op:?}: byte before clobbered"
+        );
+    }
+    assert_eq!(
+        dst.to_vec(dst_off + len, 1).unwrap(),
+        [0xee],
+        "{op:?}: byte after clobbered"
+    );
+}
+
 #[test]
 fn write_and_read_are_byte_exact_across_sizes_and_alignments() {
-    let span = (64 << 20) + 8192;
-    let p = pair(span);
-    let guard = vec![0xeeu8; 8192];
+    let p = pair((64 << 20) + 8192);
     for (i, &len) in SIZES.iter().enumerate() {
         for &off in &OFFSETS {
             let seed = (i * 10 + off) as u64;
-            // WRITE: local pattern → remote, surrounded by guard bytes that must stay.
-            p.remote.write_at(0, &guard).unwrap();
-            p.remote.write_at(span - guard.len(), &guard).unwrap();
-            let data = pattern(seed, len);
-            p.local.write_at(off, &data).unwrap();
             let remote_off = (off * 3) % 4096;
-            if remote_off > 0 {
-                p.remote.write_at(remote_off - 1, &[0xee]).unwrap();
-            }
-            p.remote.write_at(remote_off + len, &[0xee]).unwrap();
-            let req = request(
-                Opcode::Write,
-                p.local.addr() + off as u64,
-                p.segment,
-                p.remote.addr() + remote_off as u64,
-                len as u64,
-            );
-            assert_eq!(
-                run(&p.initiator, &[req]),
-                TransferState::Completed,
-                "write {len}@{off}"
-            );
-            // Completed means the bytes are in the target's memory now.
-            assert!(
-                p.remote.to_vec(remote_off, len).unwrap() == data,
-                "write {len}@{off} corrupted"
-            );
-            if remote_off > 0 {
-                assert_eq!(
-                    p.remote.to_vec(remote_off - 1, 1).unwrap(),
-                    [0xee],
-                    "byte before clobbered"
-                );
-            }
-            assert_eq!(
-                p.remote.to_vec(remote_off + len, 1).unwrap(),
-                [0xee],
-                "byte after clobbered"
-            );
-
-            // READ: remote pattern → local.
-            let data = pattern(seed + 1000, len);
-            p.remote.write_at(remote_off, &data).unwrap();
-            p.local.write_at(off + len, &[0x5a]).unwrap();
-            let req = request(
-                Opcode::Read,
-                p.local.addr() + off as u64,
-                p.segment,
-                p.remote.addr() + remote_off as u64,
-                len as u64,
-            );
-            assert_eq!(
-                run(&p.initiator, &[req]),
-                TransferState::Completed,
-                "read {len}@{off}"
-            );
-            assert!(
-                p.local.to_vec(off, len).unwrap() == data,
-                "read {len}@{off} corrupted"
-            );
-            assert_eq!(
-                p.local.to_vec(off + len, 1).unwrap(),
-                [0x5a],
-                "read overran"
-            );
+            check_transfer(&p, Opcode::Write, off, remote_off, len, seed);
+            check_transfer(&p, Opcode::Read, off, remote_off, len, seed + 1000);
         }
     }
 }

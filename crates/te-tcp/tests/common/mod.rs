@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use te_core::control::ControlState;
+use te_core::notify::NotificationQueue;
 use te_core::{
     Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
@@ -92,4 +94,34 @@ pub fn pair(len: usize) -> Pair {
         remote,
         segment,
     }
+}
+
+/// Serves `desc` as a segment descriptor on a real control listener (its `name` is set to the
+/// listener's address); returns the listener and that name.
+pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::net::ServiceListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let name = listener.local_addr().unwrap().to_string();
+    desc["name"] = name.clone().into();
+    let state = Arc::new(ControlState {
+        local_desc: std::sync::RwLock::new(Arc::new(desc.to_string())),
+        notifications: Arc::new(NotificationQueue::new(4)),
+        max_payload: 1 << 20,
+    });
+    (
+        te_core::control::start_server(listener, state).unwrap(),
+        name,
+    )
+}
+
+/// A segment whose descriptor points at a data port that accepts connections and never answers.
+/// Keep the returned listeners alive for as long as the segment is used.
+pub fn silent_segment(len: u64) -> (te_core::net::ServiceListener, String, std::net::TcpListener) {
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let desc = serde_json::json!({
+        "protocol": "tcp", "tcp_data_port": blackhole.local_addr().unwrap().port(),
+        "te_secret": "00".repeat(16),
+        "buffers": [{"name": "cpu:0", "addr": 4096, "length": len, "permission": "remote_read_write"}],
+    });
+    let (control, name) = serve_descriptor(desc);
+    (control, name, blackhole)
 }
