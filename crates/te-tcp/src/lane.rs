@@ -99,6 +99,10 @@ struct Connection {
     stream: TcpStream,
     in_flight: Sender<InFlight>,
     broken: Arc<AtomicBool>,
+    /// Held by the sender from queueing a slice for the receiver until its bytes are on the
+    /// socket; a receiver failing slices takes it first, so a slice's memory is never released
+    /// to the application while its body is still being sent.
+    sending: Arc<Mutex<()>>,
 }
 
 struct SenderWorker {
@@ -161,10 +165,12 @@ impl SenderWorker {
                     stream.set_write_timeout(Some(self.settings.status_timeout))?;
                     let (tx, rx) = mpsc::channel();
                     let broken = Arc::new(AtomicBool::new(false));
+                    let sending = Arc::new(Mutex::new(()));
                     let receiver = ReceiverWorker {
                         stream: stream.try_clone()?,
                         sink: self.sink.clone(),
                         broken: broken.clone(),
+                        sending: sending.clone(),
                     };
                     std::thread::Builder::new()
                         .name("te-tcp-recv".into())
@@ -174,6 +180,7 @@ impl SenderWorker {
                         stream,
                         in_flight: tx,
                         broken,
+                        sending,
                     });
                 }
                 Err(e) => last = e,
@@ -184,6 +191,8 @@ impl SenderWorker {
 
     fn send(&mut self, op: SliceOp) {
         let Some(conn) = self.conn.as_ref() else {
+            let reason = "lane has no connection".to_string();
+            self.sink.complete(op, Err(SliceError::Path(reason)));
             return;
         };
         self.next_id += 1;
@@ -200,7 +209,9 @@ impl SenderWorker {
             Opcode::Write => (op.local_addr, op.len as usize),
             _ => (0, 0),
         };
+        let sending = conn.sending.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = conn.in_flight.send(InFlight { op, request_id }) {
+            drop(sending);
             // The receiver is gone (connection broken): fail the slice here.
             let InFlight { op, .. } = e.0;
             self.sink
@@ -212,6 +223,7 @@ impl SenderWorker {
         // SAFETY: the header is a local array; the body range lies in a local region the engine
         // pinned for this slice's task, which stays pinned until the receiver completes it.
         let sent = unsafe { sys::send_parts(&conn.stream, &mut parts) };
+        drop(sending);
         if let Err(e) = sent {
             debug!(error = %e, "lane send failed; reconnecting on next slice");
             conn.broken.store(true, Ordering::Release);
@@ -225,6 +237,7 @@ struct ReceiverWorker {
     stream: TcpStream,
     sink: Arc<dyn CompletionSink>,
     broken: Arc<AtomicBool>,
+    sending: Arc<Mutex<()>>,
 }
 
 impl ReceiverWorker {
@@ -236,12 +249,14 @@ impl ReceiverWorker {
                     self.broken.store(true, Ordering::Release);
                     let _ = self.stream.shutdown(Shutdown::Both);
                     let msg = format!("lane failed: {e}");
-                    self.sink
-                        .complete(flight.op, Err(SliceError::Path(msg.clone())));
-                    for rest in rx.iter() {
-                        self.sink
-                            .complete(rest.op, Err(SliceError::Path(msg.clone())));
-                    }
+                    let fail = |op| {
+                        // Wait until the sender is done with this slice's body (the shut-down
+                        // socket makes that quick) before its task may release the memory.
+                        drop(self.sending.lock().unwrap_or_else(|e| e.into_inner()));
+                        self.sink.complete(op, Err(SliceError::Path(msg.clone())));
+                    };
+                    fail(flight.op);
+                    rx.iter().for_each(|rest| fail(rest.op));
                     return;
                 }
             }
