@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's only script.
 //!
-//! - `cargo xtask ci`: rustfmt check, clippy with warnings denied, and every test of the workspace.
+//! - `cargo xtask ci`: rustfmt check, clippy with warnings denied, every test of the workspace,
+//!   and the docs built with warnings denied.
 //! - `cargo xtask bench tcp [--duration S]`: te-bench over TCP on loopback (target and initiator
 //!   as two processes) next to iperf3 single-stream in the same run, with the ratios.
 #![forbid(unsafe_code)]
@@ -41,6 +42,12 @@ fn ci() -> Result<(), String> {
     run(
         "test",
         cargo().args(["test", "--workspace", "--no-fail-fast"]),
+    )?;
+    run(
+        "doc",
+        cargo()
+            .args(["doc", "--no-deps", "--workspace"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     eprintln!("xtask: ci passed");
     Ok(())

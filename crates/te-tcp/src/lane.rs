@@ -7,6 +7,8 @@
 //! connection breaks fails its in-flight slices as path errors (the engine retries them) and
 //! reconnects on its next slice.
 
+#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
+
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};

@@ -1,14 +1,18 @@
 //! te-tcp: the TCP transport.
 //!
-//! - Target side ([`server`]): a data listener on the engine's bind address; every request is
+//! - Target side (`server`): a data listener on the engine's bind address; every request is
 //!   checked (segment secret, bounds of one registered region, permission) before any byte of
 //!   memory is touched, and a WRITE is acknowledged only once its bytes are in memory.
-//! - Initiator side ([`lane`]): per peer, `MC_TCP_LANES_PER_PEER` persistent connections; slices
+//! - Initiator side (`lane`): per peer, `MC_TCP_LANES_PER_PEER` persistent connections; slices
 //!   go to the least-loaded lane and are pipelined; bytes move between the socket and registered
 //!   memory with no copy of te's own.
 //!
 //! The wire format is te's own ([`wire`]), not Mooncake's: it carries the segment secret.
 //! Not done here: several interfaces as rails, failover across rails (te-core's router).
+//!
+//! Unsafe code is confined to `sys` (the raw socket calls) and the two places that hand it
+//! registered addresses (`lane`, `server`), each call with a `SAFETY:` comment.
+#![deny(unsafe_code)]
 
 mod error;
 mod lane;

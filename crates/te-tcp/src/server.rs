@@ -4,6 +4,8 @@
 //! WRITE's body is read and dropped so the connection stays usable. A malformed header closes
 //! the connection.
 
+#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
+
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::sync::Arc;
