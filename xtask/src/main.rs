@@ -44,6 +44,24 @@ fn ci() -> Result<(), String> {
         cargo().args(["test", "--workspace", "--no-fail-fast"]),
     )?;
     run(
+        "clippy (te-topology with hwloc)",
+        cargo().args([
+            "clippy",
+            "-p",
+            "te-topology",
+            "--features",
+            "hwloc",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    run(
+        "test (te-topology with hwloc: the two backends agree)",
+        cargo().args(["test", "-p", "te-topology", "--features", "hwloc"]),
+    )?;
+    run(
         "doc",
         cargo()
             .args(["doc", "--no-deps", "--workspace"])

@@ -11,10 +11,10 @@
 //! This crate only reads; it opens no device and sends nothing.
 #![forbid(unsafe_code)]
 
-pub mod matrix;
-pub mod sysfs;
 #[cfg(feature = "hwloc")]
 pub mod hwloc;
+pub mod matrix;
+pub mod sysfs;
 
 use serde::{Deserialize, Serialize};
 

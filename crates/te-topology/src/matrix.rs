@@ -23,15 +23,23 @@ pub struct NicFilter {
 }
 
 fn csv(v: &str) -> Vec<String> {
-    v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 impl NicFilter {
     /// From `MC_TE_FILTERS` and `MC_TE_FILTERS_EXCLUDE` (comma lists) read through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         NicFilter {
-            allow: lookup("MC_TE_FILTERS").map(|v| csv(&v)).filter(|l| !l.is_empty()),
-            deny: lookup("MC_TE_FILTERS_EXCLUDE").map(|v| csv(&v)).unwrap_or_default(),
+            allow: lookup("MC_TE_FILTERS")
+                .map(|v| csv(&v))
+                .filter(|l| !l.is_empty()),
+            deny: lookup("MC_TE_FILTERS_EXCLUDE")
+                .map(|v| csv(&v))
+                .unwrap_or_default(),
         }
     }
 
@@ -42,7 +50,9 @@ impl NicFilter {
 
     /// Whether the allow-list names `nic` explicitly.
     pub fn names(&self, nic: &str) -> bool {
-        self.allow.as_ref().is_some_and(|a| a.iter().any(|n| n == nic))
+        self.allow
+            .as_ref()
+            .is_some_and(|a| a.iter().any(|n| n == nic))
     }
 
     /// Whether `nic` may be used (`virtual_nic`: only when named).
@@ -71,20 +81,39 @@ impl PriorityMatrix {
             .collect();
         let mut m = BTreeMap::new();
         for node in &topology.numa_nodes {
-            let (pref, avail): (Vec<_>, Vec<_>) =
-                nics.iter().partition(|n| n.numa_node.is_none_or(|x| x == node.id));
+            let (pref, avail): (Vec<_>, Vec<_>) = nics
+                .iter()
+                .partition(|n| n.numa_node.is_none_or(|x| x == node.id));
             m.insert(format!("cpu:{}", node.id), (names(&pref), names(&avail)));
         }
         for gpu in &topology.gpus {
             let near: Vec<_> = nics
                 .iter()
-                .filter(|n| n.numa_node.is_none() || gpu.numa_node.is_none() || n.numa_node == gpu.numa_node)
+                .filter(|n| {
+                    n.numa_node.is_none() || gpu.numa_node.is_none() || n.numa_node == gpu.numa_node
+                })
                 .collect();
-            let pool = if near.is_empty() { nics.iter().collect() } else { near };
-            let distance = |n: &&&crate::Nic| n.pci_path.as_deref().map_or(usize::MAX, |p| pci_distance(p, &gpu.pci_path));
+            let pool = if near.is_empty() {
+                nics.iter().collect()
+            } else {
+                near
+            };
+            let distance = |n: &&&crate::Nic| {
+                n.pci_path
+                    .as_deref()
+                    .map_or(usize::MAX, |p| pci_distance(p, &gpu.pci_path))
+            };
             let best = pool.iter().map(distance).min();
-            let pref: Vec<_> = pool.iter().filter(|n| Some(distance(n)) == best).map(|n| **n).collect();
-            let avail: Vec<_> = nics.iter().copied().filter(|n| !pref.iter().any(|p| p.name == n.name)).collect();
+            let pref: Vec<_> = pool
+                .iter()
+                .filter(|n| Some(distance(n)) == best)
+                .map(|n| **n)
+                .collect();
+            let avail: Vec<_> = nics
+                .iter()
+                .copied()
+                .filter(|n| !pref.iter().any(|p| p.name == n.name))
+                .collect();
             m.insert(format!("cuda:{}", gpu.index), (names(&pref), names(&avail)));
         }
         PriorityMatrix(m)
@@ -92,7 +121,10 @@ impl PriorityMatrix {
 
     /// Every NIC preferred for every location (Mooncake's `--device_name` matrix).
     pub fn uniform(nics: &[String]) -> Self {
-        PriorityMatrix(BTreeMap::from([("*".to_string(), (nics.to_vec(), Vec::new()))]))
+        PriorityMatrix(BTreeMap::from([(
+            "*".to_string(),
+            (nics.to_vec(), Vec::new()),
+        )]))
     }
 
     /// Parses Mooncake's JSON shape.
@@ -100,10 +132,19 @@ impl PriorityMatrix {
     /// # Errors
     /// [`Error::Parse`] for anything else, or an empty NIC name.
     pub fn parse(source: &str, json: &str) -> Result<Self> {
-        let m: PriorityMatrix = serde_json::from_str(json)
-            .map_err(|e| Error::Parse { path: source.to_string(), reason: e.to_string() })?;
-        if m.0.values().flat_map(|(p, a)| p.iter().chain(a)).any(|n| n.is_empty()) {
-            return Err(Error::Parse { path: source.to_string(), reason: "empty NIC name".into() });
+        let m: PriorityMatrix = serde_json::from_str(json).map_err(|e| Error::Parse {
+            path: source.to_string(),
+            reason: e.to_string(),
+        })?;
+        if m.0
+            .values()
+            .flat_map(|(p, a)| p.iter().chain(a))
+            .any(|n| n.is_empty())
+        {
+            return Err(Error::Parse {
+                path: source.to_string(),
+                reason: "empty NIC name".into(),
+            });
         }
         Ok(m)
     }
@@ -116,14 +157,27 @@ impl PriorityMatrix {
         let Some(path) = lookup("MC_CUSTOM_TOPO_JSON").filter(|p| !p.trim().is_empty()) else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+            path: path.clone(),
+            source,
+        })?;
         Self::parse(&path, &text).map(Some)
     }
 
     /// Drops NICs the filter refuses (virtual-ness is not known here, so only the lists apply).
     pub fn filtered(&self, filter: &NicFilter) -> Self {
-        let keep = |l: &Vec<String>| l.iter().filter(|n| filter.admits(n, false) || filter.names(n)).cloned().collect();
-        PriorityMatrix(self.0.iter().map(|(k, (p, a))| (k.clone(), (keep(p), keep(a)))).collect())
+        let keep = |l: &Vec<String>| {
+            l.iter()
+                .filter(|n| filter.admits(n, false) || filter.names(n))
+                .cloned()
+                .collect()
+        };
+        PriorityMatrix(
+            self.0
+                .iter()
+                .map(|(k, (p, a))| (k.clone(), (keep(p), keep(a))))
+                .collect(),
+        )
     }
 
     /// The entry for `location`, else the `*` entry.
@@ -178,10 +232,18 @@ mod tests {
         assert_eq!(m.entry("cpu:0").unwrap().0, ["mlx5_0", "mlx5_1"]);
         assert_eq!(m.entry("cuda:3").unwrap().0, ["mlx5_2"]);
         assert_eq!(m.devices(), ["mlx5_2", "mlx5_0", "mlx5_1"]);
-        for bad in ["[]", r#"{"cpu:0":[["a"]]}"#, r#"{"cpu:0":[[""],[]]}"#, "nope"] {
+        for bad in [
+            "[]",
+            r#"{"cpu:0":[["a"]]}"#,
+            r#"{"cpu:0":[[""],[]]}"#,
+            "nope",
+        ] {
             assert!(PriorityMatrix::parse("t", bad).is_err(), "{bad}");
         }
-        let deny = NicFilter { allow: None, deny: vec!["mlx5_1".into()] };
+        let deny = NicFilter {
+            allow: None,
+            deny: vec!["mlx5_1".into()],
+        };
         assert_eq!(m.filtered(&deny).entry("cpu:0").unwrap().0, ["mlx5_0"]);
     }
 }

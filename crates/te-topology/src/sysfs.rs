@@ -17,12 +17,19 @@ use crate::{Error, Gpu, GpuVendor, Nic, NicKind, NumaNode, Result, Topology};
 fn read(path: &Path) -> Result<String> {
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|source| Error::Read { path: path.display().to_string(), source })
+        .map_err(|source| Error::Read {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
-        .map(|it| it.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|it| {
+            it.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     names
@@ -33,12 +40,16 @@ fn entries(dir: &Path) -> Vec<String> {
 /// # Errors
 /// [`Error::Parse`] on anything else.
 pub fn parse_cpulist(path: &str, text: &str) -> Result<Vec<u32>> {
-    let bad = || Error::Parse { path: path.to_string(), reason: format!("bad cpu list {text:?}") };
+    let bad = || Error::Parse {
+        path: path.to_string(),
+        reason: format!("bad cpu list {text:?}"),
+    };
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                let (a, b): (u32, u32) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
                 if b < a || b - a > 1 << 16 {
                     return Err(bad());
                 }
@@ -56,7 +67,10 @@ fn numa_nodes(root: &Path) -> Result<Vec<NumaNode>> {
     let dir = root.join("sys/devices/system/node");
     let mut nodes = Vec::new();
     for name in entries(&dir) {
-        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(id) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let path = dir.join(&name).join("cpulist");
@@ -66,7 +80,10 @@ fn numa_nodes(root: &Path) -> Result<Vec<NumaNode>> {
     if nodes.is_empty() {
         let online = root.join("sys/devices/system/cpu/online");
         if let Ok(text) = read(&online) {
-            nodes.push(NumaNode { id: 0, cpus: parse_cpulist(&online.display().to_string(), &text)? });
+            nodes.push(NumaNode {
+                id: 0,
+                cpus: parse_cpulist(&online.display().to_string(), &text)?,
+            });
         }
     }
     nodes.sort_by_key(|n| n.id);
@@ -79,7 +96,9 @@ fn is_pci_address(s: &str) -> bool {
         && b[4] == b':'
         && b[7] == b':'
         && b[10] == b'.'
-        && s.chars().enumerate().all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+        && s.chars()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
 
 /// Where a sysfs entry really lives: (PCI address, PCI path, NUMA node, virtual).
@@ -91,10 +110,17 @@ struct Placement {
 }
 
 fn placement(root: &Path, entry: &Path) -> Placement {
-    let devices = fs::canonicalize(root.join("sys/devices")).unwrap_or_else(|_| root.join("sys/devices"));
+    let devices =
+        fs::canonicalize(root.join("sys/devices")).unwrap_or_else(|_| root.join("sys/devices"));
     let real = fs::canonicalize(entry).unwrap_or_else(|_| entry.to_path_buf());
-    let rel = real.strip_prefix(&devices).map(Path::to_path_buf).unwrap_or_default();
-    let parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let rel = real
+        .strip_prefix(&devices)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let parts: Vec<String> = rel
+        .iter()
+        .map(|c| c.to_string_lossy().into_owned())
+        .collect();
     let is_virtual = parts.first().is_none_or(|p| p == "virtual");
     let pci: Vec<(usize, &String)> = parts
         .iter()
@@ -102,13 +128,26 @@ fn placement(root: &Path, entry: &Path) -> Placement {
         .filter(|(_, p)| p.starts_with("pci") || is_pci_address(p))
         .collect();
     let Some(&(last, address)) = pci.last().filter(|(_, a)| is_pci_address(a)) else {
-        return Placement { pci_address: None, pci_path: None, numa_node: None, is_virtual };
+        return Placement {
+            pci_address: None,
+            pci_path: None,
+            numa_node: None,
+            is_virtual,
+        };
     };
     let device_dir: PathBuf = devices.join(parts[..=last].iter().collect::<PathBuf>());
-    let numa_node = read(&device_dir.join("numa_node")).ok().and_then(|n| n.parse::<i64>().ok()).and_then(|n| u32::try_from(n).ok());
+    let numa_node = read(&device_dir.join("numa_node"))
+        .ok()
+        .and_then(|n| n.parse::<i64>().ok())
+        .and_then(|n| u32::try_from(n).ok());
     Placement {
         pci_address: Some(address.clone()),
-        pci_path: Some(pci.iter().map(|(_, p)| p.as_str()).collect::<Vec<_>>().join("/")),
+        pci_path: Some(
+            pci.iter()
+                .map(|(_, p)| p.as_str())
+                .collect::<Vec<_>>()
+                .join("/"),
+        ),
         numa_node,
         is_virtual,
     }
@@ -178,7 +217,11 @@ fn gpus(root: &Path) -> Vec<Gpu> {
 /// # Errors
 /// [`Error::Read`] / [`Error::Parse`] for an unreadable or malformed NUMA description.
 pub fn discover(root: &Path) -> Result<Topology> {
-    Ok(Topology { numa_nodes: numa_nodes(root)?, nics: nics(root), gpus: gpus(root) })
+    Ok(Topology {
+        numa_nodes: numa_nodes(root)?,
+        nics: nics(root),
+        gpus: gpus(root),
+    })
 }
 
 #[cfg(test)]
@@ -187,7 +230,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpulist("x", "0-3,8,10-11\n").unwrap(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(
+            parse_cpulist("x", "0-3,8,10-11\n").unwrap(),
+            vec![0, 1, 2, 3, 8, 10, 11]
+        );
         assert_eq!(parse_cpulist("x", "").unwrap(), Vec::<u32>::new());
         for bad in ["a", "3-1", "1-", "0-99999999"] {
             assert!(parse_cpulist("x", bad).is_err(), "{bad}");
