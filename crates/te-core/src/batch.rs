@@ -102,6 +102,7 @@ pub(crate) struct TaskShared {
     deadline: Option<Instant>,
     error: Mutex<Option<SliceError>>,
     pin: Mutex<Option<RegionPin>>,
+    route: Option<crate::router::TaskRoute>,
 }
 
 impl TaskShared {
@@ -124,7 +125,14 @@ impl TaskShared {
             deadline,
             error: Mutex::new(None),
             pin: Mutex::new(Some(pin)),
+            route: None,
         }
+    }
+
+    /// Attaches the task's rail candidates.
+    pub(crate) fn with_route(mut self, route: crate::router::TaskRoute) -> Self {
+        self.route = Some(route);
+        self
     }
 
     fn state(&self) -> TransferState {
@@ -276,16 +284,27 @@ impl BatchShared {
 pub struct SliceToken {
     batch: Arc<BatchShared>,
     task: Arc<TaskShared>,
+    seq: u64,
     attempt: u32,
 }
 
 impl SliceToken {
-    pub(crate) fn new(batch: Arc<BatchShared>, task: Arc<TaskShared>) -> Self {
+    pub(crate) fn new(batch: Arc<BatchShared>, task: Arc<TaskShared>, seq: u64) -> Self {
         SliceToken {
             batch,
             task,
+            seq,
             attempt: 0,
         }
+    }
+
+    /// The slice's position in its task.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    pub(crate) fn route(&self) -> Option<&crate::router::TaskRoute> {
+        self.task.route.as_ref()
     }
 
     /// Whether the task was canceled or ran past its deadline.

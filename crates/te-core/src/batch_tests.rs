@@ -52,7 +52,7 @@ fn add(
 }
 
 fn token(table: &BatchTable, id: BatchId, task: &Arc<TaskShared>) -> SliceToken {
-    SliceToken::new(table.get(id).unwrap(), task.clone())
+    SliceToken::new(table.get(id).unwrap(), task.clone(), 0)
 }
 
 #[test]

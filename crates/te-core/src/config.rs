@@ -64,6 +64,20 @@ pub struct Config {
     pub max_ep_per_ctx: u32,
     /// Worker threads per RDMA context (`MC_WORKERS_PER_CTX`, 1–8, default 2).
     pub workers_per_ctx: u32,
+    /// NICs to use as rails, by name (te-bench's `--device_name`); `None` means discover them.
+    pub rails: Option<Vec<String>>,
+    /// `MC_TE_FILTERS` (allow-list) and `MC_TE_FILTERS_EXCLUDE` (deny-list) of NICs.
+    pub nic_filter: te_topology::NicFilter,
+    /// A priority matrix file to use instead of discovery (`MC_CUSTOM_TOPO_JSON`).
+    pub custom_topo_json: Option<String>,
+    /// Stripe tasks from a shared counter instead of a random start (`MC_PATH_ROUNDROBIN`).
+    pub path_roundrobin: bool,
+    /// How long a failing rail is paused (`MC_RDMA_RAIL_PAUSE_SECONDS`, default 30).
+    pub rail_pause: Duration,
+    /// Errors within `rail_error_window` that pause a rail (te, default 3).
+    pub rail_error_threshold: usize,
+    /// Window in which rail errors add up (te, default 10 s).
+    pub rail_error_window: Duration,
     /// Largest batch `allocate_batch` accepts (te's bound, not a Mooncake variable).
     pub max_batch_size: usize,
     /// Notifications kept until the application takes them (te's bound).
@@ -89,6 +103,13 @@ impl Default for Config {
             num_qp_per_ep: 2,
             max_ep_per_ctx: 65535,
             workers_per_ctx: 2,
+            rails: None,
+            nic_filter: te_topology::NicFilter::default(),
+            custom_topo_json: None,
+            path_roundrobin: false,
+            rail_pause: Duration::from_secs(30),
+            rail_error_threshold: 3,
+            rail_error_window: Duration::from_secs(10),
             max_batch_size: 1 << 20,
             notification_queue_max: 65536,
         }
@@ -226,6 +247,15 @@ impl Config {
         if let Some(v) = get("MC_WORKERS_PER_CTX") {
             c.workers_per_ctx = parse_in("MC_WORKERS_PER_CTX", &v, 1, 8)?;
         }
+        c.nic_filter = te_topology::NicFilter::from_lookup(|k| get(k));
+        c.custom_topo_json = get("MC_CUSTOM_TOPO_JSON");
+        if let Some(v) = get("MC_PATH_ROUNDROBIN") {
+            c.path_roundrobin = parse_bool("MC_PATH_ROUNDROBIN", &v)?;
+        }
+        if let Some(v) = get("MC_RDMA_RAIL_PAUSE_SECONDS") {
+            let s: u64 = parse_in("MC_RDMA_RAIL_PAUSE_SECONDS", &v, 1, 3600)?;
+            c.rail_pause = Duration::from_secs(s);
+        }
         Ok(c)
     }
 
@@ -247,6 +277,11 @@ impl Config {
         "MC_NUM_QP_PER_EP",
         "MC_MAX_EP_PER_CTX",
         "MC_WORKERS_PER_CTX",
+        "MC_TE_FILTERS",
+        "MC_TE_FILTERS_EXCLUDE",
+        "MC_CUSTOM_TOPO_JSON",
+        "MC_PATH_ROUNDROBIN",
+        "MC_RDMA_RAIL_PAUSE_SECONDS",
     ];
 }
 
@@ -286,6 +321,9 @@ mod tests {
             ("MC_SLICE_TIMEOUT", "7"),
             ("MC_TCP_LANES_PER_PEER", "2"),
             ("MC_DISABLE_METACACHE", "1"),
+            ("MC_TE_FILTERS", "eth1,veth0"),
+            ("MC_PATH_ROUNDROBIN", "1"),
+            ("MC_RDMA_RAIL_PAUSE_SECONDS", "5"),
         ])
         .unwrap();
         assert_eq!(c.slice_size, 131072);
@@ -296,6 +334,9 @@ mod tests {
         assert_eq!(c.slice_timeout, Some(Duration::from_secs(7)));
         assert_eq!(c.tcp_lanes_per_peer, 2);
         assert!(!c.metacache);
+        assert!(c.nic_filter.names("veth0") && !c.nic_filter.admits("eth0", false));
+        assert!(c.path_roundrobin);
+        assert_eq!(c.rail_pause, Duration::from_secs(5));
     }
 
     #[test]
@@ -311,6 +352,8 @@ mod tests {
             ("MC_TCP_LANES_PER_PEER", "0"),
             ("MC_DISABLE_METACACHE", "maybe"),
             ("MC_WORKERS_PER_CTX", "9"),
+            ("MC_PATH_ROUNDROBIN", "sometimes"),
+            ("MC_RDMA_RAIL_PAUSE_SECONDS", "0"),
         ];
         for (name, value) in cases {
             match with(&[(name, value)]) {

@@ -15,18 +15,21 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use crate::batch::{BatchId, BatchTable, PendingNotify, SliceToken, TaskShared, TransferStatus};
+use crate::completion::Core;
 use crate::config::Config;
 use crate::control::{self, ControlState, frame::FrameType};
 use crate::error::{Error, Result};
+use crate::health::RailHealth;
 use crate::host_buffer::HostBuffer;
 use crate::memory::{Location, Permission, Region, RegionTable};
 use crate::metadata::{Metadata, MetadataKind, P2pMetadata};
 use crate::net::{self, ServiceListener};
 use crate::notify::{Notification, NotificationQueue};
 use crate::retry::RetryPolicy;
+use crate::router::{Candidates, TaskRoute};
 use crate::segment::{RemoteSegment, SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
 use crate::slicer;
-use crate::transport::{CompletionSink, InstallContext, Opcode, SliceError, SliceOp, Transport};
+use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, SliceOp, Transport};
 
 /// One READ or WRITE (Mooncake's `TransferRequest`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,69 +56,14 @@ pub enum PeerLiveness {
     Unreachable,
 }
 
-/// The part of the engine transports report to.
-struct Core {
-    retry: RetryPolicy,
-    transports: RwLock<Vec<Arc<dyn Transport>>>,
-    notifier: std::sync::Mutex<Option<mpsc::Sender<PendingNotify>>>,
-}
-
-impl Core {
-    /// A snapshot of the installed transports (the lock is not held while they are called).
-    fn transports(&self) -> Vec<Arc<dyn Transport>> {
-        self.transports
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn transport_for(&self, protocol: &str) -> Result<Arc<dyn Transport>> {
-        self.transports
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .find(|t| t.name() == protocol)
-            .cloned()
-            .ok_or_else(|| Error::NotSupportedTransport(protocol.to_string()))
-    }
-}
-
-impl CompletionSink for Core {
-    fn complete(&self, mut slice: SliceOp, outcome: std::result::Result<(), SliceError>) {
-        let outcome = match outcome {
-            Err(e) if e.is_retryable() && slice.is_canceled() => Err(SliceError::Canceled),
-            Err(e) if self.retry.should_retry(slice.token.attempt(), &e) => {
-                if let Ok(t) = self.transport_for(&slice.target.desc().protocol) {
-                    debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
-                    slice.token.next_attempt();
-                    t.post(vec![slice]);
-                    return;
-                }
-                Err(e)
-            }
-            other => other,
-        };
-        if let Err(e) = &outcome {
-            debug!(error = %e, ?slice, "slice failed");
-        }
-        if let Some(notify) = slice.token.record(slice.len, outcome) {
-            if let Some(tx) = self
-                .notifier
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-            {
-                let _ = tx.send(notify);
-            }
-        }
-    }
-}
-
 /// A transfer engine: one local segment, its registered memory, and transfers to peers.
 pub struct TransferEngine {
     config: Arc<Config>,
     name: String,
     bind_ip: IpAddr,
+    rails: Vec<Rail>,
+    local_matrix: te_topology::PriorityMatrix,
+    stripe: std::sync::atomic::AtomicU64,
     secret: SegmentSecret,
     regions: Arc<RegionTable>,
     segments: SegmentCache,
@@ -194,6 +142,9 @@ impl TransferEngine {
                     Error::socket(format!("binding the control listener on {bind_ip}"), e)
                 })?,
         };
+        let topology = te_topology::Topology::discover().unwrap_or_default();
+        let (rails, local_matrix) =
+            crate::rails::plan(&config, bind_ip, &topology, &crate::sys::interface_addrs())?;
         let addr = listener
             .local_addr()
             .map_err(|e| Error::socket("reading the control address", e))?;
@@ -226,12 +177,21 @@ impl TransferEngine {
             batches: BatchTable::new(config.max_batch_size, seed),
             core: Arc::new(Core {
                 retry: RetryPolicy::new(config.retry_cnt),
+                health: std::sync::Mutex::new(RailHealth::new(
+                    config.rail_error_threshold,
+                    config.rail_error_window,
+                    config.rail_pause,
+                )),
+                health_clean: std::sync::atomic::AtomicBool::new(true),
                 transports: RwLock::new(Vec::new()),
                 notifier: std::sync::Mutex::new(Some(tx)),
             }),
             config,
             name,
             bind_ip,
+            rails,
+            local_matrix,
+            stripe: std::sync::atomic::AtomicU64::new(u64::from(seed).wrapping_mul(0x9e37_79b9)),
             secret,
             regions: Arc::new(RegionTable::new()),
             segments: SegmentCache::default(),
@@ -252,6 +212,49 @@ impl TransferEngine {
         &self.config
     }
 
+    /// The local rails, in index order.
+    pub fn rails(&self) -> &[Rail] {
+        &self.rails
+    }
+
+    /// The local priority matrix (published in the descriptor).
+    pub fn priority_matrix(&self) -> &te_topology::PriorityMatrix {
+        &self.local_matrix
+    }
+
+    /// Load and health of each local rail (Mooncake's `getNicLoadStats`, with te's counters).
+    pub fn nic_load_stats(&self) -> Vec<RailStats> {
+        let now = Instant::now();
+        let health = self
+            .core
+            .health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut stats: Vec<RailStats> = self
+            .rails
+            .iter()
+            .map(|r| RailStats {
+                name: r.name.clone(),
+                ..RailStats::default()
+            })
+            .collect();
+        for t in self.core.transports() {
+            for s in t.rail_stats() {
+                if let Some(mine) = stats.iter_mut().find(|m| m.name == s.name) {
+                    mine.inflight_bytes += s.inflight_bytes;
+                    mine.bytes_done += s.bytes_done;
+                    mine.errors += s.errors;
+                    mine.ewma_bandwidth_bps += s.ewma_bandwidth_bps;
+                }
+            }
+        }
+        for (i, s) in stats.iter_mut().enumerate() {
+            s.paused = health.local_paused(i as u16, now);
+        }
+        stats
+    }
+
     /// Installs a transport; every registered region is registered on it too.
     ///
     /// # Errors
@@ -264,6 +267,7 @@ impl TransferEngine {
             regions: self.regions.clone(),
             secret: self.secret,
             sink: self.core.clone(),
+            rails: self.rails.clone(),
         })?;
         let regions = self.regions.snapshot();
         for (i, region) in regions.iter().enumerate() {
@@ -288,10 +292,43 @@ impl TransferEngine {
         let protocol = transports.first().map_or("none", |t| t.name());
         let mut desc =
             SegmentDesc::local(&self.name, protocol, self.secret, &self.regions.snapshot());
+        desc.priority_matrix = Some(self.local_matrix.clone());
         for t in transports.iter() {
             t.describe(&mut desc);
         }
         desc
+    }
+
+    /// Where the next task's stripe starts: a shared counter (`MC_PATH_ROUNDROBIN`) or a
+    /// well-mixed value of it (random start, Mooncake's default).
+    fn next_salt(&self) -> u64 {
+        let n = self
+            .stripe
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.config.path_roundrobin {
+            return n;
+        }
+        let mut z = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z ^ (z >> 31)
+    }
+
+    fn route_for(
+        &self,
+        local_location: &str,
+        seg: &RemoteSegment,
+        remote_location: &str,
+    ) -> TaskRoute {
+        let local_names: Vec<String> = self.rails.iter().map(|r| r.name.clone()).collect();
+        TaskRoute {
+            local: Candidates::for_location(Some(&self.local_matrix), local_location, &local_names),
+            remote: Candidates::for_location(
+                seg.desc().priority_matrix.as_ref(),
+                remote_location,
+                seg.rail_names(),
+            ),
+            salt: self.next_salt(),
+        }
     }
 
     fn publish(&self) -> Result<()> {
@@ -555,11 +592,13 @@ impl TransferEngine {
                 )));
             }
             let seg = self.segment(r.target_id)?;
-            seg.check_access(r.target_offset, r.length, r.opcode)?;
+            let remote_location = seg.check_access(r.target_offset, r.length, r.opcode)?;
             let transport = self.core.transport_for(&seg.desc().protocol)?;
             let pin = self.regions.pin_local(r.source, r.length)?;
+            let route = self.route_for(&pin.region().location().to_string(), &seg, remote_location);
             let slices = slicer::count(r.length, slice_size, fragment_limit);
-            tasks.push(TaskShared::new(r.opcode, r.length, slices, deadline, pin));
+            tasks
+                .push(TaskShared::new(r.opcode, r.length, slices, deadline, pin).with_route(route));
             routes.push((seg, transport));
         }
         let added = batch.add_tasks(tasks, notify)?;
@@ -573,14 +612,23 @@ impl TransferEngine {
                 }
             };
             let ops = &mut posts[idx].1;
-            for s in slicer::plan(r.length, slice_size, fragment_limit) {
+            let now = Instant::now();
+            for (seq, s) in slicer::plan(r.length, slice_size, fragment_limit).enumerate() {
+                let token = SliceToken::new(batch.clone(), task.clone(), seq as u64);
+                let (local_rail, remote_rail) = token.route().map_or((0, 0), |route| {
+                    route.choose(seq as u64, 0, |l, rr| {
+                        self.core.usable(l, seg.id(), rr, now)
+                    })
+                });
                 ops.push(SliceOp {
                     opcode: r.opcode,
                     local_addr: r.source + s.offset,
                     remote_addr: r.target_offset + s.offset,
                     len: s.len,
+                    local_rail,
+                    remote_rail,
                     target: seg.clone(),
-                    token: SliceToken::new(batch.clone(), task.clone()),
+                    token,
                 });
             }
         }

@@ -13,16 +13,20 @@
 #![deny(unsafe_code)]
 
 pub mod batch;
+mod completion;
 pub mod config;
 pub mod control;
 pub mod engine;
 pub mod error;
+pub mod health;
 pub mod host_buffer;
 pub mod memory;
 pub mod metadata;
 pub mod net;
 pub mod notify;
+pub mod rails;
 pub mod retry;
+pub mod router;
 pub mod segment;
 pub mod slicer;
 pub mod sys;

@@ -99,6 +99,20 @@ pub struct BufferDesc {
     pub permission: Option<String>,
 }
 
+/// One rail a segment serves on (te): a NIC name and the address its transport listens on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RailAddr {
+    /// NIC name, as in the priority matrix (`eth0`).
+    pub name: String,
+    /// Address on that NIC.
+    pub ip: String,
+    /// Port the transport listens on there.
+    pub port: u16,
+}
+
+/// Rails a descriptor may list before it is refused as malformed.
+pub const MAX_RAILS: usize = 1024;
+
 /// A segment descriptor in Mooncake's JSON shape.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SegmentDesc {
@@ -115,6 +129,12 @@ pub struct SegmentDesc {
     /// Remotely accessible buffers.
     #[serde(default)]
     pub buffers: Vec<BufferDesc>,
+    /// For each buffer location, the preferred and other usable NICs (Mooncake's field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_matrix: Option<te_topology::PriorityMatrix>,
+    /// te: the rails the segment serves on, with their addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub te_rails: Vec<RailAddr>,
     /// te: the segment secret, hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_secret: Option<String>,
@@ -151,6 +171,8 @@ impl SegmentDesc {
             tcp_data_port: None,
             timestamp: Some(serde_json::Value::from(now.to_string())),
             buffers,
+            priority_matrix: None,
+            te_rails: Vec::new(),
             te_secret: Some(secret.to_hex()),
             te_wire_version: Some(1),
         }
@@ -208,6 +230,14 @@ impl SegmentDesc {
         if spans.windows(2).any(|w| w[0].1 > w[1].0) {
             return bad("overlapping buffers".into());
         }
+        if self.te_rails.len() > MAX_RAILS
+            || self
+                .te_rails
+                .iter()
+                .any(|r| r.name.is_empty() || r.port == 0)
+        {
+            return bad("te_rails: too many, or a rail without name or port".into());
+        }
         if let Some(s) = &self.te_secret {
             if SegmentSecret::from_hex(s).is_none() {
                 return bad("te_secret is not 32 hex digits".into());
@@ -225,8 +255,9 @@ pub struct RemoteSegment {
     rpc_port: u16,
     desc: SegmentDesc,
     secret: SegmentSecret,
-    /// (addr, len, permission) sorted by addr.
-    spans: Vec<(u64, u64, Permission)>,
+    /// (addr, len, permission, buffer index) sorted by addr.
+    spans: Vec<(u64, u64, Permission, usize)>,
+    rail_names: Vec<String>,
 }
 
 impl RemoteSegment {
@@ -240,16 +271,21 @@ impl RemoteSegment {
         let mut spans: Vec<_> = desc
             .buffers
             .iter()
-            .map(|b| {
+            .enumerate()
+            .map(|(i, b)| {
                 let p = b
                     .permission
                     .as_deref()
                     .and_then(Permission::parse)
                     .unwrap_or(Permission::RemoteReadWrite);
-                (b.addr, b.length, p)
+                (b.addr, b.length, p, i)
             })
             .collect();
         spans.sort_unstable_by_key(|s| s.0);
+        let rail_names = match desc.te_rails.is_empty() {
+            true => vec!["default".to_string()],
+            false => desc.te_rails.iter().map(|r| r.name.clone()).collect(),
+        };
         RemoteSegment {
             id,
             host,
@@ -257,7 +293,13 @@ impl RemoteSegment {
             desc,
             secret,
             spans,
+            rail_names,
         }
+    }
+
+    /// The rails the segment serves on, by NIC name (`default` for a single unnamed rail).
+    pub fn rail_names(&self) -> &[String] {
+        &self.rail_names
     }
 
     /// The id `open_segment` returned.
@@ -285,11 +327,12 @@ impl RemoteSegment {
         self.secret
     }
 
-    /// Checks that `[addr, addr+len)` lies in one published buffer that permits `op`.
+    /// Checks that `[addr, addr+len)` lies in one published buffer that permits `op`, and
+    /// returns that buffer's location (`cpu:0`).
     ///
     /// # Errors
     /// [`Error::RemoteAddressNotRegistered`] or [`Error::PermissionDenied`].
-    pub fn check_access(&self, addr: u64, len: u64, op: Opcode) -> Result<()> {
+    pub fn check_access(&self, addr: u64, len: u64, op: Opcode) -> Result<&str> {
         let not_registered = || Error::RemoteAddressNotRegistered {
             segment: self.desc.name.clone(),
             addr,
@@ -297,7 +340,7 @@ impl RemoteSegment {
         };
         let end = addr.checked_add(len).ok_or_else(not_registered)?;
         let idx = self.spans.partition_point(|s| s.0 <= addr);
-        let &(start, length, permission) = idx
+        let &(start, length, permission, buffer) = idx
             .checked_sub(1)
             .and_then(|i| self.spans.get(i))
             .ok_or_else(not_registered)?;
@@ -311,7 +354,7 @@ impl RemoteSegment {
                 operation: op.as_str(),
             });
         }
-        Ok(())
+        Ok(&self.desc.buffers[buffer].name)
     }
 }
 

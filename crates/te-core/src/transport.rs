@@ -44,6 +44,10 @@ pub struct SliceOp {
     pub remote_addr: u64,
     /// Bytes to move (> 0).
     pub len: u64,
+    /// Local rail (index into the rails given at install).
+    pub local_rail: u16,
+    /// Remote rail (index into the target's `te_rails`).
+    pub remote_rail: u16,
     /// The target segment, as opened.
     pub target: Arc<RemoteSegment>,
     /// The engine's handle for this slice; hand it back through the sink.
@@ -57,6 +61,7 @@ impl fmt::Debug for SliceOp {
             .field("local_addr", &format_args!("{:#x}", self.local_addr))
             .field("remote_addr", &format_args!("{:#x}", self.remote_addr))
             .field("len", &self.len)
+            .field("rails", &(self.local_rail, self.remote_rail))
             .field("target", &self.target.name())
             .finish()
     }
@@ -134,6 +139,34 @@ pub struct InstallContext {
     pub secret: SegmentSecret,
     /// Where to report completions.
     pub sink: Arc<dyn CompletionSink>,
+    /// The local rails (NIC name and address), in the order slices name them by index.
+    pub rails: Vec<Rail>,
+}
+
+/// One local rail: a NIC and the address on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rail {
+    /// NIC name (`eth0`, or `default`).
+    pub name: String,
+    /// Its address.
+    pub ip: std::net::IpAddr,
+}
+
+/// Load and health of one local rail (Mooncake's `NicLoadStats`, plus te's counters).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RailStats {
+    /// NIC name.
+    pub name: String,
+    /// Bytes posted on the rail and not yet completed.
+    pub inflight_bytes: u64,
+    /// Bytes completed successfully.
+    pub bytes_done: u64,
+    /// Slices that failed on the rail.
+    pub errors: u64,
+    /// Exponentially weighted bandwidth of completions, bytes per second.
+    pub ewma_bandwidth_bps: f64,
+    /// Paused by rail health (filled in by the engine).
+    pub paused: bool,
 }
 
 /// A way of moving bytes. Object-safe; the engine holds `Arc<dyn Transport>`.
@@ -163,6 +196,11 @@ pub trait Transport: Send + Sync {
 
     /// Queues slices for execution and returns at once; outcomes go to the sink.
     fn post(&self, slices: Vec<SliceOp>);
+
+    /// Per local rail load counters; transports without rails report none.
+    fn rail_stats(&self) -> Vec<RailStats> {
+        Vec::new()
+    }
 
     /// Drops connections to a segment that was closed.
     fn close_segment(&self, _segment: &RemoteSegment) {}

@@ -26,6 +26,8 @@ use crate::wire::{REPLY_LEN, Reply, Request, Status};
 /// Where a peer's data listener is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PeerKey {
+    /// The local rail's address connections are made from.
+    pub(crate) local_ip: std::net::IpAddr,
     pub(crate) host: String,
     pub(crate) port: u16,
 }
@@ -90,6 +92,21 @@ impl Lane {
     pub(crate) fn close(&self) {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
+}
+
+/// Connects to `to` from the local rail's address `from` (when both are of one family).
+fn connect_from(
+    from: std::net::IpAddr,
+    to: SocketAddr,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
+    if from.is_ipv4() == to.is_ipv4() && !from.is_unspecified() {
+        socket.bind(&SocketAddr::new(from, 0).into())?;
+    }
+    socket.connect_timeout(&to.into(), timeout)?;
+    Ok(socket.into())
 }
 
 struct InFlight {
@@ -160,7 +177,7 @@ impl SenderWorker {
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string()))?;
         let mut last = std::io::Error::from(std::io::ErrorKind::NotFound);
         for addr in addrs {
-            match TcpStream::connect_timeout(&addr, self.settings.connect_timeout) {
+            match connect_from(self.peer.local_ip, addr, self.settings.connect_timeout) {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
                     stream.set_read_timeout(Some(self.settings.status_timeout))?;

@@ -16,6 +16,7 @@
 
 mod error;
 mod lane;
+mod rails;
 mod server;
 mod sys;
 pub mod wire;
@@ -24,12 +25,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use te_core::net::ServiceListener;
-use te_core::segment::{RemoteSegment, SegmentDesc};
-use te_core::transport::{CompletionSink, InstallContext, SliceError, SliceOp, Transport};
+use te_core::segment::{RailAddr, RemoteSegment, SegmentDesc};
+use te_core::transport::{
+    CompletionSink, InstallContext, Rail, RailStats, SliceError, SliceOp, Transport,
+};
 use tracing::info;
 
 pub use error::Error;
 use lane::{Lane, LaneSettings, PeerKey};
+use rails::{CountingSink, RailCounters};
 use server::TargetState;
 
 /// Data connections a target serves at once.
@@ -39,7 +43,9 @@ struct Installed {
     sink: Arc<dyn CompletionSink>,
     settings: Arc<LaneSettings>,
     lanes_per_peer: usize,
-    listener: ServiceListener,
+    /// One data listener per local rail, in rail order.
+    listeners: Vec<(Rail, ServiceListener)>,
+    counters: Arc<Vec<RailCounters>>,
 }
 
 /// The TCP transport. Create it, then hand it to `TransferEngine::install_transport`.
@@ -63,13 +69,14 @@ impl TcpTransport {
         Self::default()
     }
 
-    /// The data listener's port, once installed.
+    /// The first rail's data listener port, once installed.
     pub fn data_port(&self) -> Option<u16> {
         self.installed
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|i| i.listener.local_addr().port())
+            .and_then(|i| i.listeners.first())
+            .map(|(_, l)| l.local_addr().port())
     }
 
     fn lanes_for(&self, key: &PeerKey) -> Result<Arc<Vec<Lane>>, String> {
@@ -101,13 +108,27 @@ impl TcpTransport {
     }
 }
 
-fn peer_key(segment: &RemoteSegment) -> Result<PeerKey, String> {
-    let port = segment
+/// Where slice `op` goes: the remote rail's address, from the local rail's address.
+fn peer_key(op: &SliceOp, rails: &[(Rail, ServiceListener)]) -> Result<PeerKey, String> {
+    let local_ip = rails
+        .get(usize::from(op.local_rail))
+        .map(|(r, _)| r.ip)
+        .ok_or_else(|| format!("no local rail {}", op.local_rail))?;
+    let seg = &op.target;
+    if let Some(rail) = seg.desc().te_rails.get(usize::from(op.remote_rail)) {
+        return Ok(PeerKey {
+            local_ip,
+            host: rail.ip.clone(),
+            port: rail.port,
+        });
+    }
+    let port = seg
         .desc()
         .tcp_data_port
-        .ok_or_else(|| format!("segment {} publishes no tcp_data_port", segment.name()))?;
+        .ok_or_else(|| format!("segment {} publishes no tcp_data_port", seg.name()))?;
     Ok(PeerKey {
-        host: segment.host().to_string(),
+        local_ip,
+        host: seg.host().to_string(),
         port,
     })
 }
@@ -122,8 +143,6 @@ impl Transport for TcpTransport {
             transport: "tcp",
             reason,
         };
-        let listener = std::net::TcpListener::bind((ctx.bind_ip, 0))
-            .map_err(|e| err(format!("binding the data listener on {}: {e}", ctx.bind_ip)))?;
         let state = Arc::new(TargetState {
             regions: ctx.regions.clone(),
             secret: ctx.secret,
@@ -131,30 +150,92 @@ impl Transport for TcpTransport {
         });
         let handler: te_core::net::ConnectionHandler =
             Arc::new(move |stream| server::serve(&state, stream));
-        let listener =
-            ServiceListener::spawn(listener, "te-tcp-data", MAX_DATA_CONNECTIONS, handler)
-                .map_err(|e| err(format!("starting the data listener: {e}")))?;
-        info!(addr = %listener.local_addr(), segment = %ctx.local_name, "tcp transport installed");
+        let mut listeners = Vec::with_capacity(ctx.rails.len());
+        for rail in &ctx.rails {
+            let listener = std::net::TcpListener::bind((rail.ip, 0)).map_err(|e| {
+                err(format!(
+                    "binding the data listener of rail {} on {}: {e}",
+                    rail.name, rail.ip
+                ))
+            })?;
+            let listener = ServiceListener::spawn(
+                listener,
+                "te-tcp-data",
+                MAX_DATA_CONNECTIONS,
+                handler.clone(),
+            )
+            .map_err(|e| {
+                err(format!(
+                    "starting the data listener of rail {}: {e}",
+                    rail.name
+                ))
+            })?;
+            info!(rail = %rail.name, addr = %listener.local_addr(), segment = %ctx.local_name, "tcp rail serving");
+            listeners.push((rail.clone(), listener));
+        }
+        let counters = Arc::new(
+            ctx.rails
+                .iter()
+                .map(|r| RailCounters::new(r.name.clone()))
+                .collect::<Vec<_>>(),
+        );
+        let sink: Arc<dyn CompletionSink> = Arc::new(CountingSink {
+            inner: ctx.sink,
+            rails: counters.clone(),
+        });
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
-            sink: ctx.sink,
+            sink,
             settings: Arc::new(LaneSettings {
                 connect_timeout: ctx.config.handshake_connect_timeout,
                 status_timeout: ctx.config.tcp_status_timeout,
             }),
             lanes_per_peer: ctx.config.tcp_lanes_per_peer,
-            listener,
+            listeners,
+            counters,
         });
         Ok(())
     }
 
     fn describe(&self, desc: &mut SegmentDesc) {
-        desc.tcp_data_port = self.data_port();
+        let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
+        let Some(inst) = installed.as_ref() else {
+            return;
+        };
+        desc.te_rails = inst
+            .listeners
+            .iter()
+            .map(|(rail, l)| RailAddr {
+                name: rail.name.clone(),
+                ip: rail.ip.to_string(),
+                port: l.local_addr().port(),
+            })
+            .collect();
+        desc.tcp_data_port = desc.te_rails.first().map(|r| r.port);
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
+        let keys: Vec<Result<PeerKey, String>> = {
+            let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
+            let Some(inst) = installed.as_ref() else {
+                drop(installed);
+                slices
+                    .into_iter()
+                    .for_each(|op| self.fail(op, "tcp transport is not installed".into()));
+                return;
+            };
+            for op in &slices {
+                if let Some(c) = inst.counters.get(usize::from(op.local_rail)) {
+                    c.posted(op.len);
+                }
+            }
+            slices
+                .iter()
+                .map(|op| peer_key(op, &inst.listeners))
+                .collect()
+        };
         let mut current: Option<(PeerKey, Arc<Vec<Lane>>)> = None;
-        for op in slices {
-            let key = match peer_key(&op.target) {
+        for (op, key) in slices.into_iter().zip(keys) {
+            let key = match key {
                 Ok(k) => k,
                 Err(reason) => {
                     self.fail(op, reason);
@@ -183,17 +264,29 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn rail_stats(&self) -> Vec<RailStats> {
+        let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
+        installed.as_ref().map_or_else(Vec::new, |i| {
+            i.counters.iter().map(RailCounters::stats).collect()
+        })
+    }
+
     fn close_segment(&self, segment: &RemoteSegment) {
-        if let Ok(key) = peer_key(segment) {
-            if let Some(lanes) = self
-                .peers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&key)
-            {
+        let desc = segment.desc();
+        let serves = |k: &PeerKey| {
+            desc.te_rails
+                .iter()
+                .any(|r| r.ip == k.host && r.port == k.port)
+                || (k.host == segment.host() && Some(k.port) == desc.tcp_data_port)
+        };
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.retain(|k, lanes| {
+            let keep = !serves(k);
+            if !keep {
                 lanes.iter().for_each(Lane::close);
             }
-        }
+            keep
+        });
     }
 
     fn shutdown(&self) {
@@ -207,7 +300,7 @@ impl Transport for TcpTransport {
             .unwrap_or_else(|e| e.into_inner())
             .take()
         {
-            inst.listener.shutdown();
+            inst.listeners.iter_mut().for_each(|(_, l)| l.shutdown());
         }
     }
 }

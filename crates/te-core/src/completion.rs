@@ -1,0 +1,124 @@
+//! The engine's completion sink: what happens when a transport reports a slice.
+//!
+//! A path failure charges the slice's rail (pausing it after repeated errors) and, within
+//! `MC_RETRY_CNT`, re-posts the slice on its next rail; anything else is recorded on the task,
+//! which finishes when its last slice reports. A finished batch's notification is handed to the
+//! notifier thread. No byte moves here.
+
+use std::sync::mpsc;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use tracing::{debug, warn};
+
+use crate::batch::PendingNotify;
+use crate::error::{Error, Result};
+use crate::health::RailHealth;
+use crate::retry::RetryPolicy;
+use crate::transport::{CompletionSink, SliceError, SliceOp, Transport};
+
+/// The part of the engine transports report to.
+pub(crate) struct Core {
+    pub(crate) retry: RetryPolicy,
+    pub(crate) health: std::sync::Mutex<RailHealth>,
+    pub(crate) health_clean: std::sync::atomic::AtomicBool,
+    pub(crate) transports: RwLock<Vec<Arc<dyn Transport>>>,
+    pub(crate) notifier: std::sync::Mutex<Option<mpsc::Sender<PendingNotify>>>,
+}
+
+impl Core {
+    /// Whether the rail may carry slices now (no lock while every rail is healthy).
+    pub(crate) fn usable(&self, local: u16, segment: u64, remote: u16, now: Instant) -> bool {
+        if self.health_clean.load(std::sync::atomic::Ordering::Acquire) {
+            return true;
+        }
+        let h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        h.usable((local, segment, remote), now)
+    }
+
+    fn record_rail(&self, slice: &SliceOp, failed: bool) {
+        use std::sync::atomic::Ordering;
+        if !failed && self.health_clean.load(Ordering::Acquire) {
+            return;
+        }
+        let key = (slice.local_rail, slice.target.id(), slice.remote_rail);
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        if failed {
+            if h.record_error(key, Instant::now()) {
+                warn!(
+                    local_rail = key.0,
+                    segment = slice.target.name(),
+                    remote_rail = key.2,
+                    "rail paused after repeated errors"
+                );
+            }
+        } else {
+            h.record_success(key);
+        }
+        self.health_clean.store(h.is_clean(), Ordering::Release);
+    }
+
+    /// Moves a slice to its next rail before it is posted again.
+    fn reroute(&self, slice: &mut SliceOp) {
+        if let Some(route) = slice.token.route() {
+            let now = Instant::now();
+            let seg = slice.target.id();
+            let (l, r) = route.choose(slice.token.seq(), slice.token.attempt(), |l, r| {
+                self.usable(l, seg, r, now)
+            });
+            slice.local_rail = l;
+            slice.remote_rail = r;
+        }
+    }
+
+    /// A snapshot of the installed transports (the lock is not held while they are called).
+    pub(crate) fn transports(&self) -> Vec<Arc<dyn Transport>> {
+        self.transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn transport_for(&self, protocol: &str) -> Result<Arc<dyn Transport>> {
+        self.transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|t| t.name() == protocol)
+            .cloned()
+            .ok_or_else(|| Error::NotSupportedTransport(protocol.to_string()))
+    }
+}
+
+impl CompletionSink for Core {
+    fn complete(&self, mut slice: SliceOp, outcome: std::result::Result<(), SliceError>) {
+        self.record_rail(&slice, matches!(outcome, Err(SliceError::Path(_))));
+        let outcome = match outcome {
+            Err(e) if e.is_retryable() && slice.is_canceled() => Err(SliceError::Canceled),
+            Err(e) if self.retry.should_retry(slice.token.attempt(), &e) => {
+                if let Ok(t) = self.transport_for(&slice.target.desc().protocol) {
+                    debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
+                    slice.token.next_attempt();
+                    self.reroute(&mut slice);
+                    t.post(vec![slice]);
+                    return;
+                }
+                Err(e)
+            }
+            other => other,
+        };
+        if let Err(e) = &outcome {
+            debug!(error = %e, ?slice, "slice failed");
+        }
+        if let Some(notify) = slice.token.record(slice.len, outcome) {
+            if let Some(tx) = self
+                .notifier
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
+                let _ = tx.send(notify);
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Rail health: a pure record of errors per rail, deciding which rails are paused.
+//!
+//! `threshold` errors within `window` pause a rail for `cooldown`; a success or the end of the
+//! cooldown restores it. Time comes in as an argument; nothing here reads a clock.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Identifies a rail: (local rail, remote segment, remote rail).
+pub type RailKey = (u16, u64, u16);
+
+#[derive(Clone, Debug, Default)]
+struct State {
+    errors: Vec<Instant>,
+    paused_until: Option<Instant>,
+}
+
+/// Error history and pauses of every rail that has failed.
+#[derive(Clone, Debug)]
+pub struct RailHealth {
+    threshold: usize,
+    window: Duration,
+    cooldown: Duration,
+    rails: HashMap<RailKey, State>,
+}
+
+impl RailHealth {
+    /// `threshold` errors within `window` pause a rail for `cooldown`.
+    pub fn new(threshold: usize, window: Duration, cooldown: Duration) -> Self {
+        RailHealth {
+            threshold: threshold.max(1),
+            window,
+            cooldown,
+            rails: HashMap::new(),
+        }
+    }
+
+    /// Records a failure on `rail` at `now`; returns true if that paused it.
+    pub fn record_error(&mut self, rail: RailKey, now: Instant) -> bool {
+        let s = self.rails.entry(rail).or_default();
+        s.errors
+            .retain(|t| now.saturating_duration_since(*t) <= self.window);
+        s.errors.push(now);
+        if s.errors.len() >= self.threshold && s.paused_until.is_none_or(|u| u <= now) {
+            s.paused_until = Some(now + self.cooldown);
+            s.errors.clear();
+            return true;
+        }
+        false
+    }
+
+    /// Records a success: the rail is healthy again.
+    pub fn record_success(&mut self, rail: RailKey) {
+        self.rails.remove(&rail);
+    }
+
+    /// Whether `rail` may carry slices at `now`.
+    pub fn usable(&self, rail: RailKey, now: Instant) -> bool {
+        self.rails
+            .get(&rail)
+            .and_then(|s| s.paused_until)
+            .is_none_or(|u| u <= now)
+    }
+
+    /// Whether any rail has a recorded error or pause (cheap check before a success update).
+    pub fn is_clean(&self) -> bool {
+        self.rails.is_empty()
+    }
+
+    /// Whether a local rail is paused towards any peer at `now`.
+    pub fn local_paused(&self, local: u16, now: Instant) -> bool {
+        self.rails
+            .iter()
+            .any(|((l, _, _), s)| *l == local && s.paused_until.is_some_and(|u| u > now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_pause_and_time_or_success_restore() {
+        let t0 = Instant::now();
+        let mut h = RailHealth::new(3, Duration::from_secs(10), Duration::from_secs(30));
+        let r = (0, 1, 0);
+        assert!(!h.record_error(r, t0));
+        assert!(!h.record_error(r, t0 + Duration::from_secs(1)));
+        assert!(h.usable(r, t0 + Duration::from_secs(1)));
+        assert!(
+            h.record_error(r, t0 + Duration::from_secs(2)),
+            "third error in the window pauses"
+        );
+        assert!(!h.usable(r, t0 + Duration::from_secs(3)));
+        assert!(h.local_paused(0, t0 + Duration::from_secs(3)));
+        assert!(
+            h.usable((1, 1, 0), t0 + Duration::from_secs(3)),
+            "other rails unaffected"
+        );
+        assert!(h.usable(r, t0 + Duration::from_secs(33)), "cooldown over");
+        h.record_error(r, t0 + Duration::from_secs(40));
+        h.record_success(r);
+        assert!(h.is_clean());
+    }
+
+    #[test]
+    fn errors_outside_the_window_do_not_add_up() {
+        let t0 = Instant::now();
+        let mut h = RailHealth::new(2, Duration::from_secs(1), Duration::from_secs(30));
+        let r = (0, 1, 0);
+        assert!(!h.record_error(r, t0));
+        assert!(!h.record_error(r, t0 + Duration::from_secs(5)));
+        assert!(h.usable(r, t0 + Duration::from_secs(5)));
+    }
+}
