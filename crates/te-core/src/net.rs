@@ -208,6 +208,7 @@ mod tests {
         InterfaceAddr {
             name: name.into(),
             ip: ip.parse().unwrap(),
+            up: running,
             running,
             loopback,
         }

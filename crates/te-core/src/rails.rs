@@ -4,7 +4,7 @@
 //! Rails are, in order of precedence: the NICs named in `Config::rails` (te-bench's
 //! `--device_name`); the interfaces the `MC_TE_FILTERS` allow-list names; the single interface
 //! of `MC_TCP_BIND_ADDRESS`; every physical interface the filters admit; and, when none has an
-//! address, the bind address alone. A rail needs a running IPv4 address.
+//! address, the bind address alone. A rail needs an IPv4 address on an interface that is up.
 
 use std::net::IpAddr;
 
@@ -15,10 +15,12 @@ use crate::error::{Error, Result};
 use crate::sys::InterfaceAddr;
 use crate::transport::Rail;
 
+/// The IPv4 address of interface `name`. The interface must be up; carrier may still be coming
+/// (a veth whose peer was just brought up), so `IFF_RUNNING` is not required.
 fn address_of(name: &str, interfaces: &[InterfaceAddr]) -> Option<IpAddr> {
     interfaces
         .iter()
-        .find(|a| a.name == name && a.running && a.ip.is_ipv4())
+        .find(|a| a.name == name && a.up && a.ip.is_ipv4())
         .map(|a| a.ip)
 }
 
@@ -111,6 +113,7 @@ mod tests {
         InterfaceAddr {
             name: name.into(),
             ip: ip.parse().unwrap(),
+            up: true,
             running: true,
             loopback: name == "lo",
         }

@@ -34,6 +34,8 @@ pub struct InterfaceAddr {
     pub name: String,
     /// Its address.
     pub ip: IpAddr,
+    /// `IFF_UP` is set.
+    pub up: bool,
     /// `IFF_UP` and `IFF_RUNNING` are set.
     pub running: bool,
     /// `IFF_LOOPBACK` is set.
@@ -79,6 +81,7 @@ pub fn interface_addrs() -> Vec<InterfaceAddr> {
         out.push(InterfaceAddr {
             name,
             ip,
+            up: flags & libc::IFF_UP != 0,
             running: flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0,
             loopback: flags & libc::IFF_LOOPBACK != 0,
         });
