@@ -129,21 +129,33 @@ fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String
     json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
 }
 
-pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
-    let seconds: u64 = match args {
-        [] => 5,
+fn duration_arg(args: &[&str], usage: &str) -> Result<u64, String> {
+    match args {
+        [] => Ok(5),
         ["--duration", s] => s
             .parse()
-            .map_err(|_| format!("--duration {s}: not a number"))?,
-        _ => return Err("usage: cargo xtask bench tcp [--duration SECONDS]".into()),
-    };
-    ensure_iperf3()?;
+            .map_err(|_| format!("--duration {s}: not a number")),
+        _ => Err(usage.to_string()),
+    }
+}
+
+fn build_te_bench() -> Result<String, String> {
     run(
         "build te-bench",
         cargo().args(["build", "--release", "-p", "te-bench"]),
     )?;
     let target_dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let bin = format!("{target_dir}/release/te-bench");
+    let bin = std::path::Path::new(&target_dir).join("release/te-bench");
+    let bin = bin
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    Ok(bin.display().to_string())
+}
+
+pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(args, "usage: cargo xtask bench tcp [--duration SECONDS]")?;
+    ensure_iperf3()?;
+    let bin = build_te_bench()?;
     let lanes: usize = std::env::var("MC_TCP_LANES_PER_PEER")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -200,6 +212,101 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
         Ok(())
     } else {
         Err("a ratio is below its goal".into())
+    }
+}
+
+/// Per-rail rate in `bench topo`: low enough that the rails, not the CPUs, are the limit.
+const TOPO_RAIL_MBIT: u32 = 500;
+
+/// One te-bench WRITE run from host A to host B using `rails` rails on each side; GB/s.
+fn topo_case(
+    hosts: &crate::netns::TwoHosts,
+    bin: &str,
+    rails: usize,
+    seconds: u64,
+) -> Result<f64, String> {
+    let mut target = KillOnDrop(
+        hosts
+            .command(false, bin)
+            .args([
+                "--mode=target",
+                "--local_server_name=198.18.0.2:15000",
+                "--buffer_size=67108864",
+            ])
+            .env("MC_TE_FILTERS", hosts.interfaces(false, rails))
+            .env("MC_LOG_LEVEL", "WARNING")
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("te-bench target: {e}"))?,
+    );
+    let stdout = target.0.stdout.take().ok_or("no target stdout")?;
+    BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("segment name:"))
+        .ok_or("the target printed no segment name")?;
+    let out = hosts
+        .command(true, bin)
+        .args([
+            "--mode=initiator",
+            "--segment_id=198.18.0.2:15000",
+            "--local_server_name=198.18.0.1",
+        ])
+        .args([
+            "--operation=write",
+            "--block_size=1048576",
+            "--batch_size=32",
+            "--threads=1",
+            "--json",
+        ])
+        .arg(format!("--duration={seconds}"))
+        .env("MC_TE_FILTERS", hosts.interfaces(true, rails))
+        .env("MC_LOG_LEVEL", "WARNING")
+        .output()
+        .map_err(|e| format!("te-bench initiator: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "te-bench over {rails} rail(s) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if let Some(line) = text.lines().find(|l| l.starts_with("Test completed")) {
+        eprintln!("  {rails} rail(s): {line}");
+    }
+    json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
+}
+
+pub(crate) fn topo(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(args, "usage: cargo xtask bench topo [--duration SECONDS]")?;
+    if let Some(why) = crate::netns::unavailable() {
+        return Err(format!("bench topo needs network namespaces: {why}"));
+    }
+    let bin = build_te_bench()?;
+    let hosts = crate::netns::TwoHosts::create("bench", 2, Some(TOPO_RAIL_MBIT))?;
+    let one = topo_case(&hosts, &bin, 1, seconds)?;
+    let two = topo_case(&hosts, &bin, 2, seconds)?;
+    let ratio = two / one;
+    let limit = f64::from(TOPO_RAIL_MBIT) / 8e3;
+    println!(
+        "te TCP WRITE between two namespaces, each veth rail limited to {TOPO_RAIL_MBIT} Mbit/s ({limit:.4} GB/s), 1 MiB blocks, batch 32, 1 thread"
+    );
+    println!(
+        "one rail:  {one:.4} GB/s ({:.0}% of the rail limit)",
+        one / limit * 100.0
+    );
+    println!(
+        "two rails: {two:.4} GB/s ({:.0}% of twice the limit)",
+        two / (2.0 * limit) * 100.0
+    );
+    println!(
+        "ratio two/one: {ratio:.2} (goal >= 1.80): {}",
+        if ratio >= 1.8 { "met" } else { "BELOW GOAL" }
+    );
+    if ratio >= 1.8 {
+        Ok(())
+    } else {
+        Err("multi-rail ratio below its goal".into())
     }
 }
 

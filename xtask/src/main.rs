@@ -4,9 +4,12 @@
 //!   and the docs built with warnings denied.
 //! - `cargo xtask bench tcp [--duration S]`: te-bench over TCP on loopback (target and initiator
 //!   as two processes) next to iperf3 single-stream in the same run, with the ratios.
+//! - `cargo xtask bench topo [--duration S]`: te-bench between two network namespaces joined by
+//!   two equally rate-limited veth rails, over one rail and over both, with the ratio.
 #![forbid(unsafe_code)]
 
 mod bench;
+mod netns;
 
 use std::process::{Command, ExitCode};
 
@@ -71,7 +74,7 @@ fn ci() -> Result<(), String> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
     {
         ["ci"] => ci(),
         ["bench", "tcp", rest @ ..] => bench::tcp(rest),
+        ["bench", "topo", rest @ ..] => bench::topo(rest),
         _ => Err(USAGE.to_string()),
     };
     match result {

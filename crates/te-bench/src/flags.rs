@@ -22,6 +22,12 @@ pub struct Flags {
     pub verify: bool,
     pub json: bool,
     pub loopback: bool,
+    /// NICs to use as rails (for TCP: interface names), comma-separated.
+    pub device_name: String,
+    /// A priority matrix file (Mooncake's shape), instead of discovery.
+    pub nic_priority_matrix: String,
+    /// Discover the topology (te always does; accepted for Mooncake's scripts).
+    pub auto_discovery: bool,
 }
 
 const BOOLS: [&str; 6] = [
@@ -33,19 +39,14 @@ const BOOLS: [&str; 6] = [
     "init_mem",
 ];
 /// Mooncake flags accepted for compatibility; they select hardware te-bench does not drive yet.
-const IGNORED: [&str; 5] = [
-    "device_name",
-    "nic_priority_matrix",
-    "auto_discovery",
-    "init_mem",
-    "gpu_id",
-];
+const IGNORED: [&str; 2] = ["init_mem", "gpu_id"];
 
 pub const USAGE: &str =
-    "usage: te-bench [--mode=initiator|target] [--loopback] [--metadata_server=P2PHANDSHAKE]
+    "usage: te-bench [--mode=initiator|target|topology] [--loopback] [--metadata_server=P2PHANDSHAKE]
   [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp]
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
-  [--report_unit=GB] [--report_precision=2] [--verify] [--json]";
+  [--report_unit=GB] [--report_precision=2] [--verify] [--json]
+  [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery]";
 
 fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
     v.parse()
@@ -103,6 +104,9 @@ impl Flags {
             verify: bool_of("verify", take("verify", "false"))?,
             json: bool_of("json", take("json", "false"))?,
             loopback: bool_of("loopback", take("loopback", "false"))?,
+            device_name: take("device_name", ""),
+            nic_priority_matrix: take("nic_priority_matrix", ""),
+            auto_discovery: bool_of("auto_discovery", take("auto_discovery", "true"))?,
         };
         let backend = take("backend", "classic");
         if backend != "classic" {
@@ -116,7 +120,7 @@ impl Flags {
         for name in IGNORED {
             if let Some(v) = values.remove(name) {
                 tracing::warn!(
-                    "--{name}={v} is accepted for compatibility and ignored (TCP needs no NIC choice)"
+                    "--{name}={v} is accepted for compatibility and ignored (no GPU memory in this build)"
                 );
             }
         }
@@ -128,9 +132,9 @@ impl Flags {
     }
 
     fn check(&self) -> Result<(), String> {
-        if !matches!(self.mode.as_str(), "initiator" | "target") {
+        if !matches!(self.mode.as_str(), "initiator" | "target" | "topology") {
             return Err(format!(
-                "--mode={}: expected initiator or target",
+                "--mode={}: expected initiator, target or topology",
                 self.mode
             ));
         }
@@ -197,12 +201,17 @@ mod tests {
             "--report_unit=GiB",
             "--verify",
             "--nojson",
-            "--device_name=mlx5_0",
+            "--device_name=eth0,eth1",
+            "--nic_priority_matrix=/tmp/m.json",
         ])
         .unwrap();
         assert_eq!(f.segment_id, "127.0.0.1:15000");
         assert_eq!((f.block_size, f.batch_size, f.threads), (1 << 20, 64, 1));
-        assert!(f.verify && !f.json);
+        assert!(f.verify && !f.json && f.auto_discovery);
+        assert_eq!(
+            (f.device_name.as_str(), f.nic_priority_matrix.as_str()),
+            ("eth0,eth1", "/tmp/m.json")
+        );
         assert_eq!(f.working_set(), 64 << 20);
     }
 

@@ -268,10 +268,54 @@ fn print_report(f: &Flags, m: &Measured) {
     }
 }
 
+/// `--mode=topology`: what discovery found, the matrices, and the rails te would use.
+fn print_topology(config: &Config) -> BenchResult<()> {
+    use te_topology::{NicKind, PriorityMatrix, Topology};
+    let topology = Topology::discover().map_err(|e| e.to_string())?;
+    let bind_ip = te_core::net::choose_bind_ip(
+        config.tcp_bind_address,
+        None,
+        &te_core::sys::interface_addrs(),
+    );
+    let (rails, matrix) =
+        te_core::rails::plan(config, bind_ip, &topology, &te_core::sys::interface_addrs())
+            .map_err(|e| e.to_string())?;
+    let json = serde_json::json!({
+        "topology": topology,
+        "priority_matrix": {
+            "rdma": PriorityMatrix::from_topology(&topology, NicKind::Rdma, &config.nic_filter),
+            "ethernet": PriorityMatrix::from_topology(&topology, NicKind::Ethernet, &config.nic_filter),
+        },
+        "tcp_rails": rails.iter().map(|r| serde_json::json!({"name": r.name, "ip": r.ip.to_string()})).collect::<Vec<_>>(),
+        "tcp_priority_matrix": matrix,
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
 fn main_inner() -> BenchResult<()> {
     let flags = Flags::parse(std::env::args().skip(1))?;
     let mut config = Config::from_env().map_err(|e| e.to_string())?;
     init_logging(config.log_level);
+    if !flags.device_name.is_empty() {
+        config.rails = Some(
+            flags
+                .device_name
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        );
+    }
+    if !flags.nic_priority_matrix.is_empty() {
+        config.custom_topo_json = Some(flags.nic_priority_matrix.clone());
+    }
+    if flags.mode == "topology" {
+        return print_topology(&config);
+    }
     if flags.loopback && config.tcp_bind_address.is_none() {
         config.tcp_bind_address = Some(std::net::Ipv4Addr::LOCALHOST.into());
     }
