@@ -3,7 +3,8 @@
 //! - [`config`]: Mooncake's defaults and `MC_*` variables.
 //! - [`memory`], [`host_buffer`]: registered regions, permissions, pins, te-owned buffers.
 //! - [`segment`], [`metadata`], [`control`]: descriptors, where they come from, the control channel.
-//! - [`batch`], [`slicer`], [`retry`]: the decisions and bookkeeping of a transfer, no I/O.
+//! - [`batch`], [`slicer`], [`retry`], [`router`], [`health`], [`rails`]: the decisions and
+//!   bookkeeping of a transfer (which slice, which rail, which rail is paused), no I/O.
 //! - [`transport`]: the seam transports implement.
 //! - [`engine`]: [`TransferEngine`], the classic API.
 //!
