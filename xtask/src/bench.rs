@@ -78,17 +78,10 @@ fn iperf3(seconds: u64, streams: usize) -> Result<f64, String> {
     Ok(bits / 8e9)
 }
 
-/// One te-bench case with the target in its own process; returns GB/s.
-fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String> {
-    let buffer = (block * 128).max(64 << 20).to_string();
+/// Starts a te-bench target (`cmd` already holds its flags) and returns it with its segment name.
+fn start_target(mut cmd: Command) -> Result<(KillOnDrop, String), String> {
     let mut target = KillOnDrop(
-        Command::new(bin)
-            .args([
-                "--mode=target",
-                "--local_server_name=127.0.0.1:0",
-                &format!("--buffer_size={buffer}"),
-            ])
-            .env("MC_LOG_LEVEL", "WARNING")
+        cmd.env("MC_LOG_LEVEL", "WARNING")
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| format!("te-bench target: {e}"))?,
@@ -100,33 +93,57 @@ fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String
         .find(|l| l.contains("segment name:"))
         .ok_or("the target printed no segment name")?;
     let segment = line.rsplit(' ').next().unwrap_or_default().to_string();
-    let out = Command::new(bin)
-        .args([
-            "--mode=initiator",
-            &format!("--segment_id={segment}"),
-            "--local_server_name=127.0.0.1",
-            &format!("--operation={op}"),
-            "--protocol=tcp",
-            &format!("--block_size={block}"),
-            "--batch_size=128",
-            "--threads=1",
-            &format!("--duration={seconds}"),
-            "--json",
-        ])
+    Ok((target, segment))
+}
+
+/// Runs a te-bench initiator (`cmd` holds its flags; `--json` is added) and returns its GB/s.
+fn run_initiator(mut cmd: Command, label: &str) -> Result<f64, String> {
+    let out = cmd
+        .arg("--json")
         .env("MC_LOG_LEVEL", "WARNING")
         .output()
         .map_err(|e| format!("te-bench initiator: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!(
-            "te-bench {op} {block} failed: {}",
+            "te-bench {label} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         ));
     }
     if let Some(line) = text.lines().find(|l| l.starts_with("Test completed")) {
-        eprintln!("  te-bench {op:5} {block:>8} B: {line}");
+        eprintln!("  {label}: {line}");
     }
     json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
+}
+
+/// One te-bench case with the target in its own process; returns GB/s.
+fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String> {
+    let mut target = Command::new(bin);
+    let buffer = (block * 128).max(64 << 20);
+    target.args([
+        "--mode=target",
+        "--local_server_name=127.0.0.1:0",
+        &format!("--buffer_size={buffer}"),
+    ]);
+    let (_target, segment) = start_target(target)?;
+    let mut initiator = Command::new(bin);
+    initiator
+        .args([
+            "--mode=initiator",
+            &format!("--segment_id={segment}"),
+            "--local_server_name=127.0.0.1",
+        ])
+        .args([
+            &format!("--operation={op}"),
+            "--protocol=tcp",
+            &format!("--block_size={block}"),
+        ])
+        .args([
+            "--batch_size=128",
+            "--threads=1",
+            &format!("--duration={seconds}"),
+        ]);
+    run_initiator(initiator, &format!("te-bench {op:5} {block:>8} B"))
 }
 
 fn duration_arg(args: &[&str], usage: &str) -> Result<u64, String> {
@@ -225,31 +242,20 @@ fn topo_case(
     rails: usize,
     seconds: u64,
 ) -> Result<f64, String> {
-    let mut target = KillOnDrop(
-        hosts
-            .command(false, bin)
-            .args([
-                "--mode=target",
-                "--local_server_name=198.18.0.2:15000",
-                "--buffer_size=67108864",
-            ])
-            .env("MC_TE_FILTERS", hosts.interfaces(false, rails))
-            .env("MC_LOG_LEVEL", "WARNING")
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("te-bench target: {e}"))?,
-    );
-    let stdout = target.0.stdout.take().ok_or("no target stdout")?;
-    BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find(|l| l.contains("segment name:"))
-        .ok_or("the target printed no segment name")?;
-    let out = hosts
-        .command(true, bin)
+    let mut target = hosts.command(false, bin);
+    target
+        .args([
+            "--mode=target",
+            "--local_server_name=198.18.0.2:15000",
+            "--buffer_size=67108864",
+        ])
+        .env("MC_TE_FILTERS", hosts.interfaces(false, rails));
+    let (_target, segment) = start_target(target)?;
+    let mut initiator = hosts.command(true, bin);
+    initiator
         .args([
             "--mode=initiator",
-            "--segment_id=198.18.0.2:15000",
+            &format!("--segment_id={segment}"),
             "--local_server_name=198.18.0.1",
         ])
         .args([
@@ -257,24 +263,10 @@ fn topo_case(
             "--block_size=1048576",
             "--batch_size=32",
             "--threads=1",
-            "--json",
         ])
         .arg(format!("--duration={seconds}"))
-        .env("MC_TE_FILTERS", hosts.interfaces(true, rails))
-        .env("MC_LOG_LEVEL", "WARNING")
-        .output()
-        .map_err(|e| format!("te-bench initiator: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "te-bench over {rails} rail(s) failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    if let Some(line) = text.lines().find(|l| l.starts_with("Test completed")) {
-        eprintln!("  {rails} rail(s): {line}");
-    }
-    json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
+        .env("MC_TE_FILTERS", hosts.interfaces(true, rails));
+    run_initiator(initiator, &format!("{rails} rail(s)"))
 }
 
 pub(crate) fn topo(args: &[&str]) -> Result<(), String> {
