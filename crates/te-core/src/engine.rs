@@ -128,10 +128,18 @@ impl TransferEngine {
             }
         };
         let (host_ip, port) = name_host(local_server_name);
+        let topology = te_topology::Topology::discover().unwrap_or_default();
+        let virtual_nics: Vec<&str> = topology
+            .nics
+            .iter()
+            .filter(|n| n.is_virtual)
+            .map(|n| n.name.as_str())
+            .collect();
         let bind_ip = net::choose_bind_ip(
             config.tcp_bind_address,
             host_ip,
             &crate::sys::interface_addrs(),
+            &virtual_nics,
         );
         let listener = match port.filter(|p| *p != 0) {
             Some(p) => std::net::TcpListener::bind((bind_ip, p)).map_err(|e| {
@@ -142,7 +150,6 @@ impl TransferEngine {
                     Error::socket(format!("binding the control listener on {bind_ip}"), e)
                 })?,
         };
-        let topology = te_topology::Topology::discover().unwrap_or_default();
         let (rails, local_matrix) =
             crate::rails::plan(&config, bind_ip, &topology, &crate::sys::interface_addrs())?;
         let addr = listener

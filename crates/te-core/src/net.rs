@@ -181,11 +181,13 @@ fn accept_loop(
 
 /// Chooses the address listeners bind to: the configured one (`MC_TCP_BIND_ADDRESS`), else the
 /// host of the local server name when it is an address, else the first running, non-loopback
-/// IPv4 address of an interface that is not a container bridge or veth, else 127.0.0.1.
+/// IPv4 address of an interface that is neither virtual (as sysfs says, `virtual_nics`) nor
+/// named like a container bridge or veth, else 127.0.0.1.
 pub fn choose_bind_ip(
     configured: Option<IpAddr>,
     name_host: Option<IpAddr>,
     interfaces: &[crate::sys::InterfaceAddr],
+    virtual_nics: &[&str],
 ) -> IpAddr {
     if let Some(ip) = configured.or(name_host) {
         return ip;
@@ -194,6 +196,7 @@ pub fn choose_bind_ip(
     interfaces
         .iter()
         .filter(|a| a.running && !a.loopback && a.ip.is_ipv4())
+        .filter(|a| !virtual_nics.contains(&a.name.as_str()))
         .find(|a| !VIRTUAL.iter().any(|p| a.name.starts_with(p)))
         .map(|a| a.ip)
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
@@ -224,21 +227,37 @@ mod tests {
             ifa("eth0", "10.0.0.5", true, false),
         ];
         assert_eq!(
-            choose_bind_ip(None, None, &list),
+            choose_bind_ip(None, None, &list, &[]),
             "10.0.0.5".parse::<IpAddr>().unwrap()
         );
         let forced: IpAddr = "192.0.2.1".parse().unwrap();
         assert_eq!(
-            choose_bind_ip(Some(forced), Some("127.0.0.1".parse().unwrap()), &list),
+            choose_bind_ip(Some(forced), Some("127.0.0.1".parse().unwrap()), &list, &[]),
             forced
         );
         assert_eq!(
-            choose_bind_ip(None, Some("127.0.0.1".parse().unwrap()), &list),
+            choose_bind_ip(None, Some("127.0.0.1".parse().unwrap()), &list, &[]),
             "127.0.0.1".parse::<IpAddr>().unwrap()
         );
         assert_eq!(
-            choose_bind_ip(None, None, &list[..3]),
+            choose_bind_ip(None, None, &list[..3], &[]),
             "127.0.0.1".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn interfaces_sysfs_calls_virtual_are_skipped() {
+        let list = [
+            ifa("br0", "10.1.0.1", true, false),
+            ifa("eth0", "10.0.0.5", true, false),
+        ];
+        assert_eq!(
+            choose_bind_ip(None, None, &list, &["br0"]),
+            "10.0.0.5".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            choose_bind_ip(None, None, &list, &[]),
+            "10.1.0.1".parse::<IpAddr>().unwrap()
         );
     }
 

@@ -106,6 +106,19 @@ fn many_tasks_in_one_batch() {
         );
     }
     p.initiator.free_batch(b).unwrap();
+    // The single loopback rail carried every byte and has nothing left in flight.
+    let stats = p.initiator.nic_load_stats();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert_eq!(
+        (
+            stats[0].name.as_str(),
+            stats[0].inflight_bytes,
+            stats[0].errors
+        ),
+        ("lo", 0, 0)
+    );
+    assert_eq!(stats[0].bytes_done, total);
+    assert!(!stats[0].paused);
     for (at, data) in expected {
         assert!(
             p.remote.to_vec(at, data.len()).unwrap() == data,
