@@ -80,13 +80,16 @@ pub fn choose(
     attempt: u32,
     usable: impl Fn(u16, u16) -> bool,
 ) -> (u16, u16) {
-    let turn = seq + u64::from(attempt);
-    let pick = |list: &[u16], extra: u64| list[((turn + extra) % list.len() as u64) as usize];
+    let turn = seq.wrapping_add(u64::from(attempt));
+    let pick =
+        |list: &[u16], extra: u64| list[(turn.wrapping_add(extra) % list.len() as u64) as usize];
     let first = (pick(&local.preferred, 0), pick(&remote.preferred, 0));
     if usable(first.0, first.1) {
         return first;
     }
-    // Every preferred pair in striping order, then pairs involving the other usable NICs.
+    // Every preferred pair, then pairs involving the other usable NICs. Within a tier the
+    // aligned pairs (i-th local with i-th remote, as rails on separate subnets need) come
+    // before crossed ones.
     let all_local: Vec<u16> = local
         .preferred
         .iter()
@@ -104,8 +107,8 @@ pub fn choose(
         (&all_local[..], &all_remote[..]),
     ];
     for (ls, rs) in tiers {
-        for i in 0..ls.len() as u64 {
-            for j in 0..rs.len() as u64 {
+        for j in 0..rs.len() as u64 {
+            for i in 0..ls.len() as u64 {
                 let pair = (pick(ls, i), pick(rs, i + j));
                 if usable(pair.0, pair.1) {
                     return pair;
@@ -173,6 +176,11 @@ mod tests {
             (1, 1),
             "a retry moves on"
         );
+        // With (1, 1) paused, the aligned (0, 0) serves before any crossed pair.
+        for seq in 0..4 {
+            assert_eq!(choose(&l, &r, seq, 0, |a, b| (a, b) != (1, 1)), (0, 0));
+        }
+        assert_eq!(choose(&l, &r, u64::MAX, 3, |_, _| true).0, 0, "no overflow");
     }
 
     #[test]

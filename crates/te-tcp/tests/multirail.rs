@@ -1,5 +1,6 @@
 //! Multi-rail over real sockets: two network namespaces joined by two rate-limited veth rails.
-//! A 64 MiB WRITE and READ verify byte for byte, and each rail carries at least 30 % of the bytes.
+//! A 64 MiB WRITE and READ verify byte for byte, and each rail carries at least 30 % of the bytes;
+//! with one rail taken down mid-transfer, the other carries the rest and the dead one is paused.
 //! Needs root and iproute2 (CI has both); elsewhere it says why and does nothing.
 
 mod common;
@@ -67,7 +68,17 @@ fn multirail_initiator() {
     let data = pattern(SEED, LEN);
     local.write_at(0, &data).unwrap();
     let w = request(Opcode::Write, local.addr(), seg, remote, LEN as u64);
-    assert_eq!(run(&e, &[w]), TransferState::Completed);
+    let b = e.allocate_batch(1).unwrap();
+    e.submit(b, &[w]).unwrap();
+    println!("STARTED");
+    let s = e.wait(b, WAIT).unwrap();
+    assert_eq!(
+        s.state,
+        TransferState::Completed,
+        "{:?}",
+        e.task_error(b, 0)
+    );
+    e.free_batch(b).unwrap();
     local.write_at(0, &vec![0u8; LEN]).unwrap();
     let r = request(Opcode::Read, local.addr(), seg, remote, LEN as u64);
     assert_eq!(run(&e, &[r]), TransferState::Completed);
@@ -86,13 +97,84 @@ fn multirail_initiator() {
     let stats = e.nic_load_stats();
     let line: Vec<String> = stats
         .iter()
-        .map(|s| format!("{}={}", s.name, s.bytes_done))
+        .map(|s| format!("{}={}/{}/{}", s.name, s.bytes_done, s.errors, s.paused))
         .collect();
     println!("RAILS {}", line.join(" "));
-    assert!(
-        stats.iter().all(|s| s.inflight_bytes == 0 && s.errors == 0),
-        "{stats:?}"
+    assert!(stats.iter().all(|s| s.inflight_bytes == 0), "{stats:?}");
+}
+
+/// A child process killed if the test fails before it exits.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One rail's counters as the initiator printed them: (name, bytes, errors, paused).
+type RailLine = (String, u64, u64, bool);
+
+/// Runs a target in host B and an initiator in host A; `during` runs once the initiator's WRITE
+/// is in flight. Returns the initiator's rail counters.
+fn transfer_between(
+    hosts: &netns::TwoHosts,
+    status_timeout: &str,
+    during: impl FnOnce(),
+) -> Vec<RailLine> {
+    let mut target = Reap(
+        child(hosts, false, "multirail_target")
+            .env("MC_TCP_BIND_ADDRESS", "198.18.0.2")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
     );
+    let ready = BufReader::new(target.0.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.split_once("READY ").map(|(_, r)| r.to_string()))
+        .expect("target ready");
+    let mut initiator = Reap(
+        child(hosts, true, "multirail_initiator")
+            .env("TE_MULTIRAIL_TARGET", &ready)
+            .env("MC_TCP_BIND_ADDRESS", "198.18.0.1")
+            .env("MC_TCP_STATUS_TIMEOUT_SEC", status_timeout)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(initiator.0.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    assert!(
+        lines.by_ref().any(|l| l.contains("STARTED")),
+        "initiator started its write"
+    );
+    during();
+    let rails = lines.find_map(|l| l.split_once("RAILS ").map(|(_, r)| r.to_string()));
+    assert!(
+        initiator.0.wait().unwrap().success(),
+        "initiator failed (see its output above)"
+    );
+    assert!(
+        target.0.wait().unwrap().success(),
+        "target found its memory wrong"
+    );
+    rails
+        .expect("rail counters printed")
+        .split_whitespace()
+        .map(|kv| {
+            let (name, v) = kv.split_once('=').unwrap();
+            let f: Vec<&str> = v.split('/').collect();
+            (
+                name.to_string(),
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2] == "true",
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -102,53 +184,59 @@ fn two_rails_share_a_transfer() {
         return;
     }
     let hosts = netns::TwoHosts::create("mr", 2, Some(400)).expect("two namespaces with two rails");
-    let mut target = child(&hosts, false, "multirail_target")
-        .env("MC_TCP_BIND_ADDRESS", "198.18.0.2")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = BufReader::new(target.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("READY ").map(|(_, r)| r.to_string()))
-        .expect("target ready");
-    let out = child(&hosts, true, "multirail_initiator")
-        .env("TE_MULTIRAIL_TARGET", &ready)
-        .env("MC_TCP_BIND_ADDRESS", "198.18.0.1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "initiator failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        target.wait().unwrap().success(),
-        "target found its memory wrong"
-    );
-    let rails: Vec<(String, u64)> = stdout
-        .lines()
-        .find_map(|l| l.split_once("RAILS ").map(|(_, r)| r.to_string()))
-        .expect("rail counters printed")
-        .split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect();
+    let rails = transfer_between(&hosts, "30", || {});
     let total: u64 = rails.iter().map(|r| r.1).sum();
-    eprintln!("bytes per rail: {rails:?}");
+    eprintln!("rails (name, bytes, errors, paused): {rails:?}");
     assert_eq!(
         total,
         2 * LEN as u64,
         "every byte counted on some rail: {rails:?}"
     );
     assert_eq!(rails.len(), 2);
-    for (name, bytes) in &rails {
+    for (name, bytes, errors, paused) in &rails {
         assert!(
             *bytes * 10 >= total * 3,
             "rail {name} carried {bytes} of {total} bytes"
         );
+        assert!(
+            *errors == 0 && !paused,
+            "rail {name}: {errors} errors, paused {paused}"
+        );
     }
+}
+
+#[test]
+fn a_rail_taken_down_mid_transfer_leaves_the_other_to_finish() {
+    if let Some(why) = netns::unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let hosts =
+        netns::TwoHosts::create("down", 2, Some(200)).expect("two namespaces with two rails");
+    let ns = hosts.a.clone();
+    let rails = transfer_between(&hosts, "2", || {
+        std::thread::sleep(Duration::from_millis(300));
+        let down = Command::new("ip")
+            .args(["-n", &ns, "link", "set", "ta1", "down"])
+            .status()
+            .unwrap();
+        assert!(down.success());
+    });
+    eprintln!("rails (name, bytes, errors, paused): {rails:?}");
+    let total: u64 = rails.iter().map(|r| r.1).sum();
+    assert_eq!(
+        total,
+        2 * LEN as u64,
+        "every byte landed, verified by both sides"
+    );
+    let (ta0, ta1) = (&rails[0], &rails[1]);
+    assert_eq!((ta0.0.as_str(), ta1.0.as_str()), ("ta0", "ta1"));
+    assert!(
+        ta1.2 > 0 && ta1.3,
+        "the dead rail has errors and is paused: {ta1:?}"
+    );
+    assert!(
+        !ta0.3 && ta0.1 > ta1.1,
+        "the live rail carried the rest: {ta0:?}"
+    );
 }
