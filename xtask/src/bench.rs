@@ -302,6 +302,65 @@ pub(crate) fn topo(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Engine overhead goal: slices per second on one submitting thread, one slice per task.
+const ENGINE_GOAL: f64 = 1_000_000.0;
+
+pub(crate) fn engine(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(args, "usage: cargo xtask bench engine [--duration SECONDS]")?;
+    let bin = build_te_bench()?;
+    println!(
+        "te engine overhead: InstantTransport (completes each slice at once), batch 128, {seconds} s per case"
+    );
+    println!(
+        "{:>7} {:>9} {:>14} {:>12}",
+        "threads", "block", "slices/s", "tasks/s"
+    );
+    let mut one_thread_small = 0.0;
+    for (threads, block) in [(1, 65536u64), (2, 65536), (1, 1 << 20), (2, 1 << 20)] {
+        let out = Command::new(&bin)
+            .args([
+                "--mode=engine",
+                "--batch_size=128",
+                "--buffer_size=1",
+                "--json",
+            ])
+            .args([
+                format!("--threads={threads}"),
+                format!("--block_size={block}"),
+                format!("--duration={seconds}"),
+            ])
+            .env("MC_LOG_LEVEL", "WARNING")
+            .output()
+            .map_err(|e| format!("te-bench --mode=engine: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "te-bench --mode=engine failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let slices = json_number(&text, "slices_per_s").ok_or("no slices_per_s")?;
+        let tasks = json_number(&text, "tasks_per_s").ok_or("no tasks_per_s")?;
+        if threads == 1 && block == 65536 {
+            one_thread_small = slices;
+        }
+        println!(
+            "{threads:>7} {:>9} {slices:>14.0} {tasks:>12.0}",
+            format!("{} KiB", block >> 10)
+        );
+    }
+    let met = one_thread_small >= ENGINE_GOAL;
+    println!(
+        "1 thread, one slice per task: {one_thread_small:.0} slices/s (goal >= {ENGINE_GOAL:.0}): {}",
+        if met { "met" } else { "BELOW GOAL" }
+    );
+    if met {
+        Ok(())
+    } else {
+        Err("engine overhead below its goal".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::json_number;

@@ -6,6 +6,8 @@
 //!   as two processes) next to iperf3 single-stream in the same run, with the ratios.
 //! - `cargo xtask bench topo [--duration S]`: te-bench between two network namespaces joined by
 //!   two equally rate-limited veth rails, over one rail and over both, with the ratio.
+//! - `cargo xtask bench engine [--duration S]`: slices per second through the engine with a
+//!   transport that completes at once, on 1 and 2 submitting threads.
 #![forbid(unsafe_code)]
 
 mod bench;
@@ -74,7 +76,7 @@ fn ci() -> Result<(), String> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
         ["ci"] => ci(),
         ["bench", "tcp", rest @ ..] => bench::tcp(rest),
         ["bench", "topo", rest @ ..] => bench::topo(rest),
+        ["bench", "engine", rest @ ..] => bench::engine(rest),
         _ => Err(USAGE.to_string()),
     };
     match result {

@@ -42,7 +42,7 @@ const BOOLS: [&str; 6] = [
 const IGNORED: [&str; 2] = ["init_mem", "gpu_id"];
 
 pub const USAGE: &str =
-    "usage: te-bench [--mode=initiator|target|topology] [--loopback] [--metadata_server=P2PHANDSHAKE]
+    "usage: te-bench [--mode=initiator|target|topology|engine] [--loopback] [--metadata_server=P2PHANDSHAKE]
   [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp]
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
@@ -132,9 +132,12 @@ impl Flags {
     }
 
     fn check(&self) -> Result<(), String> {
-        if !matches!(self.mode.as_str(), "initiator" | "target" | "topology") {
+        if !matches!(
+            self.mode.as_str(),
+            "initiator" | "target" | "topology" | "engine"
+        ) {
             return Err(format!(
-                "--mode={}: expected initiator, target or topology",
+                "--mode={}: expected initiator, target, topology or engine",
                 self.mode
             ));
         }

@@ -7,6 +7,7 @@
 //! one JSON object last.
 #![forbid(unsafe_code)]
 
+mod engine_bench;
 mod flags;
 mod pattern;
 mod report;
@@ -26,7 +27,7 @@ const TARGET_SEED: u64 = 0x7e7a_0001;
 const INITIATOR_SEED: u64 = 0x1e17_0002;
 const WAIT: Duration = Duration::from_secs(120);
 
-type BenchResult<T> = Result<T, String>;
+pub(crate) type BenchResult<T> = Result<T, String>;
 
 fn init_logging(level: te_core::config::LogLevel) {
     use te_core::config::LogLevel;
@@ -322,6 +323,9 @@ fn main_inner() -> BenchResult<()> {
     }
     if flags.mode == "topology" {
         return print_topology(&config);
+    }
+    if flags.mode == "engine" {
+        return engine_bench::run(config, &flags);
     }
     if flags.loopback && config.tcp_bind_address.is_none() {
         config.tcp_bind_address = Some(std::net::Ipv4Addr::LOCALHOST.into());

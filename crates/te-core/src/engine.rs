@@ -62,6 +62,7 @@ pub struct TransferEngine {
     name: String,
     bind_ip: IpAddr,
     rails: Vec<Rail>,
+    rail_names: Vec<String>,
     local_matrix: te_topology::PriorityMatrix,
     stripe: std::sync::atomic::AtomicU64,
     secret: SegmentSecret,
@@ -196,6 +197,7 @@ impl TransferEngine {
             config,
             name,
             bind_ip,
+            rail_names: rails.iter().map(|r| r.name.clone()).collect(),
             rails,
             local_matrix,
             stripe: std::sync::atomic::AtomicU64::new(u64::from(seed).wrapping_mul(0x9e37_79b9)),
@@ -326,9 +328,12 @@ impl TransferEngine {
         seg: &RemoteSegment,
         remote_location: &str,
     ) -> TaskRoute {
-        let local_names: Vec<String> = self.rails.iter().map(|r| r.name.clone()).collect();
         TaskRoute {
-            local: Candidates::for_location(Some(&self.local_matrix), local_location, &local_names),
+            local: Candidates::for_location(
+                Some(&self.local_matrix),
+                local_location,
+                &self.rail_names,
+            ),
             remote: Candidates::for_location(
                 seg.desc().priority_matrix.as_ref(),
                 remote_location,
@@ -587,7 +592,8 @@ impl TransferEngine {
         let deadline = self.config.slice_timeout.map(|t| Instant::now() + t);
         let (slice_size, fragment_limit) = (self.config.slice_size, self.config.fragment_limit);
         let mut tasks = Vec::with_capacity(requests.len());
-        let mut routes = Vec::with_capacity(requests.len());
+        let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
+            Vec::with_capacity(requests.len());
         for r in requests {
             if r.length == 0 {
                 return Err(Error::InvalidArgument("zero-length transfer".into()));
@@ -598,7 +604,11 @@ impl TransferEngine {
                     r.source, r.length
                 )));
             }
-            let seg = self.segment(r.target_id)?;
+            // Requests of one submit usually share a target: look it up once.
+            let seg = match routes.last() {
+                Some((last, _)) if last.id() == r.target_id => Arc::clone(last),
+                _ => self.segment(r.target_id)?,
+            };
             let remote_location = seg.check_access(r.target_offset, r.length, r.opcode)?;
             let transport = self.core.transport_for(&seg.desc().protocol)?;
             let pin = self.regions.pin_local(r.source, r.length)?;

@@ -31,6 +31,8 @@ pub mod router;
 pub mod segment;
 pub mod slicer;
 pub mod sys;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transport;
 
 pub use batch::{BatchId, TransferState, TransferStatus};
