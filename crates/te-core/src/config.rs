@@ -74,10 +74,12 @@ pub struct Config {
     pub path_roundrobin: bool,
     /// How long a failing rail is paused (`MC_RDMA_RAIL_PAUSE_SECONDS`, default 30).
     pub rail_pause: Duration,
-    /// Errors within `rail_error_window` that pause a rail (te, default 3).
+    /// Errors within `rail_error_window` that pause a rail (`MC_TE_RAIL_ERROR_THRESHOLD`, default 3).
     pub rail_error_threshold: usize,
-    /// Window in which rail errors add up (te, default 10 s).
+    /// Window in which rail errors add up (`MC_TE_RAIL_ERROR_WINDOW_SECS`, default 10).
     pub rail_error_window: Duration,
+    /// Longest pause of a rail failing again and again (`MC_TE_RAIL_COOLDOWN_MAX_SECS`, default 300).
+    pub rail_cooldown_max: Duration,
     /// Largest batch `allocate_batch` accepts (te's bound, not a Mooncake variable).
     pub max_batch_size: usize,
     /// Notifications kept until the application takes them (te's bound).
@@ -110,6 +112,7 @@ impl Default for Config {
             rail_pause: Duration::from_secs(30),
             rail_error_threshold: 3,
             rail_error_window: Duration::from_secs(10),
+            rail_cooldown_max: Duration::from_secs(300),
             max_batch_size: 1 << 20,
             notification_queue_max: 65536,
         }
@@ -256,6 +259,17 @@ impl Config {
             let s: u64 = parse_in("MC_RDMA_RAIL_PAUSE_SECONDS", &v, 1, 3600)?;
             c.rail_pause = Duration::from_secs(s);
         }
+        if let Some(v) = get("MC_TE_RAIL_ERROR_THRESHOLD") {
+            c.rail_error_threshold = parse_in("MC_TE_RAIL_ERROR_THRESHOLD", &v, 1, 1000)?;
+        }
+        if let Some(v) = get("MC_TE_RAIL_ERROR_WINDOW_SECS") {
+            let s: u64 = parse_in("MC_TE_RAIL_ERROR_WINDOW_SECS", &v, 1, 3600)?;
+            c.rail_error_window = Duration::from_secs(s);
+        }
+        if let Some(v) = get("MC_TE_RAIL_COOLDOWN_MAX_SECS") {
+            let s: u64 = parse_in("MC_TE_RAIL_COOLDOWN_MAX_SECS", &v, 1, 86400)?;
+            c.rail_cooldown_max = Duration::from_secs(s);
+        }
         Ok(c)
     }
 
@@ -282,6 +296,9 @@ impl Config {
         "MC_CUSTOM_TOPO_JSON",
         "MC_PATH_ROUNDROBIN",
         "MC_RDMA_RAIL_PAUSE_SECONDS",
+        "MC_TE_RAIL_ERROR_THRESHOLD",
+        "MC_TE_RAIL_ERROR_WINDOW_SECS",
+        "MC_TE_RAIL_COOLDOWN_MAX_SECS",
     ];
 }
 

@@ -189,6 +189,7 @@ impl TransferEngine {
                     config.rail_error_threshold,
                     config.rail_error_window,
                     config.rail_pause,
+                    config.rail_cooldown_max,
                 )),
                 health_clean: std::sync::atomic::AtomicBool::new(true),
                 transports: RwLock::new(Vec::new()),

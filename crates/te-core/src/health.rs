@@ -1,7 +1,9 @@
 //! Rail health: a pure record of errors per rail, deciding which rails are paused.
 //!
-//! `threshold` errors within `window` pause a rail for `cooldown`; a success or the end of the
-//! cooldown restores it. Time comes in as an argument; nothing here reads a clock.
+//! `threshold` errors within `window` pause a rail for a cooldown that doubles with each pause
+//! in a row (`cooldown`, `2 × cooldown`, … up to `cooldown_max`). The end of the cooldown makes
+//! the rail usable again; a success on it forgets its history (the next pause is short again).
+//! Time comes in as an argument; nothing here reads a clock.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -13,6 +15,8 @@ pub type RailKey = (u16, u64, u16);
 struct State {
     errors: Vec<Instant>,
     paused_until: Option<Instant>,
+    /// Pauses since the last success.
+    strikes: u32,
 }
 
 /// Error history and pauses of every rail that has failed.
@@ -21,18 +25,32 @@ pub struct RailHealth {
     threshold: usize,
     window: Duration,
     cooldown: Duration,
+    cooldown_max: Duration,
     rails: HashMap<RailKey, State>,
 }
 
 impl RailHealth {
-    /// `threshold` errors within `window` pause a rail for `cooldown`.
-    pub fn new(threshold: usize, window: Duration, cooldown: Duration) -> Self {
+    /// `threshold` errors within `window` pause a rail for `cooldown`, doubling per repeat up
+    /// to `cooldown_max`.
+    pub fn new(
+        threshold: usize,
+        window: Duration,
+        cooldown: Duration,
+        cooldown_max: Duration,
+    ) -> Self {
         RailHealth {
             threshold: threshold.max(1),
             window,
             cooldown,
+            cooldown_max: cooldown_max.max(cooldown),
             rails: HashMap::new(),
         }
+    }
+
+    /// How long the `strikes`-th pause in a row lasts.
+    pub fn cooldown_for(&self, strikes: u32) -> Duration {
+        let factor = 1u32 << strikes.saturating_sub(1).min(20);
+        self.cooldown.saturating_mul(factor).min(self.cooldown_max)
     }
 
     /// Records a failure on `rail` at `now`; returns true if that paused it.
@@ -42,8 +60,13 @@ impl RailHealth {
             .retain(|t| now.saturating_duration_since(*t) <= self.window);
         s.errors.push(now);
         if s.errors.len() >= self.threshold && s.paused_until.is_none_or(|u| u <= now) {
-            s.paused_until = Some(now + self.cooldown);
+            s.strikes += 1;
+            let strikes = s.strikes;
             s.errors.clear();
+            let until = now + self.cooldown_for(strikes);
+            if let Some(s) = self.rails.get_mut(&rail) {
+                s.paused_until = Some(until);
+            }
             return true;
         }
         false
@@ -82,7 +105,12 @@ mod tests {
     #[test]
     fn errors_pause_and_time_or_success_restore() {
         let t0 = Instant::now();
-        let mut h = RailHealth::new(3, Duration::from_secs(10), Duration::from_secs(30));
+        let mut h = RailHealth::new(
+            3,
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+            Duration::from_secs(300),
+        );
         let r = (0, 1, 0);
         assert!(!h.record_error(r, t0));
         assert!(!h.record_error(r, t0 + Duration::from_secs(1)));
@@ -104,9 +132,45 @@ mod tests {
     }
 
     #[test]
+    fn repeated_pauses_double_up_to_the_maximum_and_success_resets() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut h = RailHealth::new(1, s(10), s(30), s(100));
+        assert_eq!(
+            (
+                h.cooldown_for(1),
+                h.cooldown_for(2),
+                h.cooldown_for(3),
+                h.cooldown_for(9)
+            ),
+            (s(30), s(60), s(100), s(100))
+        );
+        let r = (0, 1, 0);
+        assert!(h.record_error(r, t0));
+        assert!(!h.usable(r, t0 + s(29)) && h.usable(r, t0 + s(30)));
+        assert!(
+            h.record_error(r, t0 + s(31)),
+            "fails again after expiry: second pause"
+        );
+        assert!(
+            !h.usable(r, t0 + s(90)) && h.usable(r, t0 + s(91)),
+            "60 s this time"
+        );
+        assert!(!h.record_error(r, t0 + s(50)), "no new pause while paused");
+        h.record_success(r);
+        assert!(h.record_error(r, t0 + s(200)));
+        assert!(h.usable(r, t0 + s(230)), "back to 30 s after a success");
+    }
+
+    #[test]
     fn errors_outside_the_window_do_not_add_up() {
         let t0 = Instant::now();
-        let mut h = RailHealth::new(2, Duration::from_secs(1), Duration::from_secs(30));
+        let mut h = RailHealth::new(
+            2,
+            Duration::from_secs(1),
+            Duration::from_secs(30),
+            Duration::from_secs(300),
+        );
         let r = (0, 1, 0);
         assert!(!h.record_error(r, t0));
         assert!(!h.record_error(r, t0 + Duration::from_secs(5)));
