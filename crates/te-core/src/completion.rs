@@ -15,7 +15,7 @@ use crate::batch::PendingNotify;
 use crate::error::{Error, Result};
 use crate::health::RailHealth;
 use crate::retry::RetryPolicy;
-use crate::transport::{CompletionSink, SliceError, SliceOp, Transport};
+use crate::transport::{CompletionSink, Rejection, SliceError, SliceOp, Transport};
 
 /// The part of the engine transports report to.
 pub(crate) struct Core {
@@ -109,6 +109,14 @@ impl CompletionSink for Core {
         };
         if let Err(e) = &outcome {
             debug!(error = %e, ?slice, "slice failed");
+            // A refused secret means the peer restarted; a path that stays broken may mean the
+            // same. Either way the descriptor is fetched again before the next transfer.
+            if matches!(
+                e,
+                SliceError::Path(_) | SliceError::Rejected(Rejection::BadSecret)
+            ) {
+                slice.target.mark_stale();
+            }
         }
         if let Some(notify) = slice.token.record(slice.len, outcome) {
             if let Some(tx) = self

@@ -491,11 +491,23 @@ impl TransferEngine {
     pub fn open_segment(&self, name: &str) -> Result<SegmentId> {
         let name = name.trim_start_matches('/');
         if self.config.metacache {
-            if let Some(seg) = self.segments.by_name(name) {
+            if let Some(seg) = self.segments.by_name(name).filter(|s| !s.is_stale()) {
                 return Ok(seg.id());
             }
         }
+        self.fetch_segment(name).map(|s| s.id())
+    }
+
+    /// Fetches `name`'s descriptor and caches it (under its existing id if it was open),
+    /// dropping transports' connections made from the previous descriptor.
+    fn fetch_segment(&self, name: &str) -> Result<Arc<RemoteSegment>> {
+        let previous = self.segments.by_name(name);
         let fetched = self.metadata.fetch_segment(name)?;
+        if let Some(old) = &previous {
+            for t in self.core.transports() {
+                t.close_segment(old);
+            }
+        }
         let seg = self
             .segments
             .insert(fetched.host, fetched.rpc_port, fetched.desc);
@@ -505,7 +517,7 @@ impl TransferEngine {
             buffers = seg.desc().buffers.len(),
             "segment opened"
         );
-        Ok(seg.id())
+        Ok(seg)
     }
 
     /// Closes a segment: forgets its descriptor and drops transports' connections to it.
@@ -609,6 +621,12 @@ impl TransferEngine {
             let seg = match routes.last() {
                 Some((last, _)) if last.id() == r.target_id => Arc::clone(last),
                 _ => self.segment(r.target_id)?,
+            };
+            // A descriptor a failed transfer distrusted is fetched again (the peer restarted).
+            let seg = if seg.is_stale() {
+                self.fetch_segment(&seg.desc().name)?
+            } else {
+                seg
             };
             let remote_location = seg.check_access(r.target_offset, r.length, r.opcode)?;
             let transport = self.core.transport_for(&seg.desc().protocol)?;

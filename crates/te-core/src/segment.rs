@@ -258,6 +258,8 @@ pub struct RemoteSegment {
     /// (addr, len, permission, buffer index) sorted by addr.
     spans: Vec<(u64, u64, Permission, usize)>,
     rail_names: Vec<String>,
+    /// Set when a transfer suggests the descriptor no longer matches the peer.
+    stale: std::sync::atomic::AtomicBool,
 }
 
 impl RemoteSegment {
@@ -294,7 +296,19 @@ impl RemoteSegment {
             secret,
             spans,
             rail_names,
+            stale: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Marks the descriptor as no longer trusted (the peer refused our secret, or stopped
+    /// answering): the engine fetches it again before the next transfer to this segment.
+    pub fn mark_stale(&self) {
+        self.stale.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether [`mark_stale`](Self::mark_stale) was called.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The rails the segment serves on, by NIC name (`default` for a single unnamed rail).

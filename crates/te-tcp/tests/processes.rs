@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use te_core::{Opcode, Permission, TransferState};
+use te_core::{Opcode, Permission, TransferEngine, TransferState};
 
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 64 << 20];
 const READ_SEED: u64 = 77;
@@ -111,4 +111,128 @@ fn two_processes() {
         status.success(),
         "the target process found its memory wrong: {status}"
     );
+}
+
+#[test]
+#[ignore = "helper: started by a_killed_peer_fails_fast_and_a_restarted_one_serves_again"]
+fn child_idle_target() {
+    let Ok(name) = std::env::var("TE_CHILD_IDLE_TARGET") else {
+        return;
+    };
+    let e = TransferEngine::init(config(), "P2PHANDSHAKE", &name).unwrap();
+    e.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))
+        .unwrap();
+    let buf = buffer(64 << 20);
+    register(&e, &buf, Permission::RemoteReadWrite);
+    println!("READY {} {}", e.segment_name(), buf.addr());
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// Starts the idle target serving as `name`; returns it and its buffer address.
+fn idle_target(name: &str) -> (std::process::Child, u64) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_idle_target",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TE_CHILD_IDLE_TARGET", name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.split_once("READY ").map(|(_, r)| r.to_string()))
+        .expect("idle target ready");
+    let (got, addr) = ready.split_once(' ').unwrap();
+    assert_eq!(got, name);
+    (child, addr.parse().unwrap())
+}
+
+#[test]
+fn a_killed_peer_fails_fast_and_a_restarted_one_serves_again() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let name = format!("127.0.0.1:{port}");
+    let (mut peer, remote) = idle_target(&name);
+    let mut cfg = config();
+    cfg.tcp_status_timeout = Duration::from_secs(2);
+    cfg.retry_cnt = 2;
+    let e = engine_with(cfg);
+    let local = buffer(64 << 20);
+    register(&e, &local, Permission::LocalOnly);
+    let seg = e.open_segment(&name).unwrap();
+    let small = request(Opcode::Write, local.addr(), seg, remote, 1 << 20);
+    assert_eq!(run(&e, &[small]), TransferState::Completed);
+
+    // SIGKILL mid-transfer: every task ends FAILED, promptly, with nothing left in flight.
+    let b = e.allocate_batch(4).unwrap();
+    let big: Vec<_> = (0..4u64)
+        .map(|i| {
+            request(
+                Opcode::Write,
+                local.addr() + i * (16 << 20),
+                seg,
+                remote + i * (16 << 20),
+                16 << 20,
+            )
+        })
+        .collect();
+    e.submit(b, &big).unwrap();
+    peer.kill().unwrap();
+    peer.wait().unwrap();
+    let started = std::time::Instant::now();
+    let s = e.wait(b, Duration::from_secs(60)).expect("no hang");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "failed in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(s.state, TransferState::Failed);
+    for t in 0..4 {
+        let st = e.task_status(b, t).unwrap().state;
+        assert!(
+            matches!(st, TransferState::Failed | TransferState::Completed),
+            "task {t}: {st:?}"
+        );
+    }
+    e.free_batch(b).unwrap();
+    assert_eq!(e.nic_load_stats()[0].inflight_bytes, 0);
+
+    // The engine still serves another peer.
+    let other = engine();
+    let other_buf = buffer(1 << 20);
+    register(&other, &other_buf, Permission::RemoteReadWrite);
+    let other_seg = e.open_segment(other.segment_name()).unwrap();
+    local.write_at(0, &pattern(9, 1 << 20)).unwrap();
+    let w = request(
+        Opcode::Write,
+        local.addr(),
+        other_seg,
+        other_buf.addr(),
+        1 << 20,
+    );
+    assert_eq!(run(&e, &[w]), TransferState::Completed);
+    assert!(other_buf.to_vec(0, 1 << 20).unwrap() == pattern(9, 1 << 20));
+
+    // The peer restarts under the same name (new secret, new data port, new buffer address):
+    // the next transfer to the same segment id fetches the new descriptor and works.
+    let (mut peer, remote) = idle_target(&name);
+    let w = request(Opcode::Write, local.addr(), seg, remote, 1 << 20);
+    assert_eq!(run(&e, &[w]), TransferState::Completed);
+    local.write_at(0, &vec![0u8; 1 << 20]).unwrap();
+    let r = request(Opcode::Read, local.addr(), seg, remote, 1 << 20);
+    assert_eq!(run(&e, &[r]), TransferState::Completed);
+    assert!(
+        local.to_vec(0, 1 << 20).unwrap() == pattern(9, 1 << 20),
+        "read back from the restarted peer"
+    );
+    peer.kill().unwrap();
+    peer.wait().unwrap();
 }
