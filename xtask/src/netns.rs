@@ -112,6 +112,62 @@ impl TwoHosts {
         Ok(hosts)
     }
 
+    /// Drops `percent` % of the packets leaving either end of rail `rail`: with `tc netem loss`
+    /// where the kernel has netem, else with iptables' `statistic` match (kernels without netem).
+    ///
+    /// # Errors
+    /// Neither way worked.
+    #[allow(dead_code)] // used by te-tcp's multi-rail tests, which include this file
+    pub fn add_loss(&self, rail: usize, percent: u32) -> Result<(), String> {
+        for (ns, dev) in [
+            (&self.a, format!("ta{rail}")),
+            (&self.b, format!("tb{rail}")),
+        ] {
+            let netem = Command::new("ip")
+                .args([
+                    "netns", "exec", ns, "tc", "qdisc", "add", "dev", &dev, "root", "netem",
+                ])
+                .args(["loss", &format!("{percent}%")])
+                .output()
+                .map_err(|e| format!("tc: {e}"))?;
+            if netem.status.success() {
+                continue;
+            }
+            let probability = format!("{:.4}", f64::from(percent) / 100.0);
+            let iptables = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    ns,
+                    "iptables-legacy",
+                    "-A",
+                    "OUTPUT",
+                    "-o",
+                    &dev,
+                ])
+                .args([
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    &probability,
+                    "-j",
+                    "DROP",
+                ])
+                .output()
+                .map_err(|e| format!("iptables-legacy: {e}"))?;
+            if !iptables.status.success() {
+                return Err(format!(
+                    "loss on {dev}: netem: {}; iptables: {}",
+                    String::from_utf8_lossy(&netem.stderr).trim(),
+                    String::from_utf8_lossy(&iptables.stderr).trim()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A command that runs `program` inside host A's (`on_a`) or host B's namespace.
     pub fn command(&self, on_a: bool, program: &str) -> Command {
         let mut c = Command::new("ip");
