@@ -62,6 +62,8 @@ pub struct Config {
     pub num_qp_per_ep: u32,
     /// Endpoints per RDMA context (`MC_MAX_EP_PER_CTX`, 1–65535, default 65536 clamped to 65535).
     pub max_ep_per_ctx: u32,
+    /// Eviction policy of endpoint stores (`MC_ENDPOINT_STORE_TYPE`: SIEVE, the default, or FIFO).
+    pub endpoint_store: crate::endpoints::EvictionPolicy,
     /// Worker threads per RDMA context (`MC_WORKERS_PER_CTX`, 1–8, default 2).
     pub workers_per_ctx: u32,
     /// NICs to use as rails, by name (te-bench's `--device_name`); `None` means discover them.
@@ -105,6 +107,7 @@ impl Default for Config {
             num_qp_per_ep: 2,
             max_ep_per_ctx: 65535,
             workers_per_ctx: 2,
+            endpoint_store: crate::endpoints::EvictionPolicy::Sieve,
             rails: None,
             nic_filter: te_topology::NicFilter::default(),
             custom_topo_json: None,
@@ -250,6 +253,10 @@ impl Config {
         if let Some(v) = get("MC_WORKERS_PER_CTX") {
             c.workers_per_ctx = parse_in("MC_WORKERS_PER_CTX", &v, 1, 8)?;
         }
+        if let Some(v) = get("MC_ENDPOINT_STORE_TYPE") {
+            c.endpoint_store = crate::endpoints::EvictionPolicy::parse(&v)
+                .ok_or_else(|| invalid("MC_ENDPOINT_STORE_TYPE", &v, "expected SIEVE or FIFO"))?;
+        }
         c.nic_filter = te_topology::NicFilter::from_lookup(|k| get(k));
         c.custom_topo_json = get("MC_CUSTOM_TOPO_JSON");
         if let Some(v) = get("MC_PATH_ROUNDROBIN") {
@@ -291,6 +298,7 @@ impl Config {
         "MC_NUM_QP_PER_EP",
         "MC_MAX_EP_PER_CTX",
         "MC_WORKERS_PER_CTX",
+        "MC_ENDPOINT_STORE_TYPE",
         "MC_TE_FILTERS",
         "MC_TE_FILTERS_EXCLUDE",
         "MC_CUSTOM_TOPO_JSON",
@@ -370,6 +378,7 @@ mod tests {
             ("MC_DISABLE_METACACHE", "maybe"),
             ("MC_WORKERS_PER_CTX", "9"),
             ("MC_PATH_ROUNDROBIN", "sometimes"),
+            ("MC_ENDPOINT_STORE_TYPE", "LRU"),
             ("MC_RDMA_RAIL_PAUSE_SECONDS", "0"),
         ];
         for (name, value) in cases {

@@ -17,6 +17,7 @@ pub mod batch;
 mod completion;
 pub mod config;
 pub mod control;
+pub mod endpoints;
 pub mod engine;
 pub mod error;
 pub mod health;

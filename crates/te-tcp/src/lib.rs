@@ -21,9 +21,9 @@ mod server;
 mod sys;
 pub mod wire;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use te_core::endpoints::{EndpointStore, EvictionPolicy};
 use te_core::net::ServiceListener;
 use te_core::segment::{RailAddr, RemoteSegment, SegmentDesc};
 use te_core::transport::{
@@ -48,11 +48,31 @@ struct Installed {
     counters: Arc<Vec<RailCounters>>,
 }
 
+/// The lanes to one (local rail, remote rail address): te-tcp's endpoint.
+type Endpoint = Arc<Vec<Lane>>;
+
 /// The TCP transport. Create it, then hand it to `TransferEngine::install_transport`.
-#[derive(Default)]
 pub struct TcpTransport {
     installed: RwLock<Option<Installed>>,
-    peers: Mutex<HashMap<PeerKey, Arc<Vec<Lane>>>>,
+    /// Endpoints by peer address, bounded by `MC_MAX_EP_PER_CTX` with `MC_ENDPOINT_STORE_TYPE`
+    /// eviction. An evicted endpoint stops taking slices; its lanes finish what is in flight and
+    /// then close their connections (the target's side ends with them).
+    peers: Mutex<EndpointStore<PeerKey, Endpoint>>,
+}
+
+impl Default for TcpTransport {
+    fn default() -> Self {
+        TcpTransport {
+            installed: RwLock::new(None),
+            peers: Mutex::new(EndpointStore::new(65535, EvictionPolicy::Sieve)),
+        }
+    }
+}
+
+fn close_all(endpoints: Vec<(PeerKey, Endpoint)>) {
+    for (_, lanes) in endpoints {
+        lanes.iter().for_each(Lane::close);
+    }
 }
 
 impl std::fmt::Debug for TcpTransport {
@@ -91,7 +111,7 @@ impl TcpTransport {
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| format!("starting lanes: {e}"))?;
         let lanes = Arc::new(lanes);
-        peers.insert(key.clone(), lanes.clone());
+        close_all(peers.insert(key.clone(), lanes.clone()));
         Ok(lanes)
     }
 
@@ -183,6 +203,10 @@ impl Transport for TcpTransport {
             inner: ctx.sink,
             rails: counters.clone(),
         });
+        *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = EndpointStore::new(
+            ctx.config.max_ep_per_ctx as usize,
+            ctx.config.endpoint_store,
+        );
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
             sink,
             settings: Arc::new(LaneSettings {
@@ -279,21 +303,17 @@ impl Transport for TcpTransport {
                 .any(|r| r.ip == k.host && r.port == k.port)
                 || (k.host == segment.host() && Some(k.port) == desc.tcp_data_port)
         };
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.retain(|k, lanes| {
-            let keep = !serves(k);
-            if !keep {
-                lanes.iter().for_each(Lane::close);
-            }
-            keep
-        });
+        let closed = self
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_where(serves);
+        close_all(closed);
     }
 
     fn shutdown(&self) {
-        let peers = std::mem::take(&mut *self.peers.lock().unwrap_or_else(|e| e.into_inner()));
-        for lanes in peers.values() {
-            lanes.iter().for_each(Lane::close);
-        }
+        let all = self.peers.lock().unwrap_or_else(|e| e.into_inner()).drain();
+        close_all(all);
         if let Some(mut inst) = self
             .installed
             .write()
