@@ -8,6 +8,7 @@
 //!   two equally rate-limited veth rails, over one rail and over both, with the ratio.
 //! - `cargo xtask bench engine [--duration S]`: slices per second through the engine with a
 //!   transport that completes at once, on 1 and 2 submitting threads.
+//! - `cargo xtask sim [--seeds N | --seed S]`: the deterministic simulation of the engine.
 #![forbid(unsafe_code)]
 
 mod bench;
@@ -67,6 +68,20 @@ fn ci() -> Result<(), String> {
         cargo().args(["test", "-p", "te-topology", "--features", "hwloc"]),
     )?;
     run(
+        "simulation (te-core, 200 seeds)",
+        cargo()
+            .args([
+                "test",
+                "-p",
+                "te-core",
+                "--features",
+                "testing",
+                "--test",
+                "sim",
+            ])
+            .env("TE_SIM_SEEDS", "200"),
+    )?;
+    run(
         "doc",
         cargo()
             .args(["doc", "--no-deps", "--workspace"])
@@ -76,7 +91,38 @@ fn ci() -> Result<(), String> {
     Ok(())
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS]";
+/// `cargo xtask sim [--seeds N] [--seed S]`: the deterministic simulation over N seeds, or one.
+fn sim(args: &[&str]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "-p",
+        "te-core",
+        "--features",
+        "testing",
+        "--test",
+        "sim",
+        "--",
+        "--nocapture",
+    ]);
+    match args {
+        [] => {}
+        ["--seeds", n] => {
+            n.parse::<u64>()
+                .map_err(|_| format!("--seeds {n}: not a number"))?;
+            cmd.env("TE_SIM_SEEDS", n);
+        }
+        ["--seed", s] => {
+            s.parse::<u64>()
+                .map_err(|_| format!("--seed {s}: not a number"))?;
+            cmd.env("TE_SEED", s);
+        }
+        _ => return Err("usage: cargo xtask sim [--seeds N | --seed S]".into()),
+    }
+    run("simulation", &mut cmd)
+}
+
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -90,6 +136,7 @@ fn main() -> ExitCode {
         ["bench", "tcp", rest @ ..] => bench::tcp(rest),
         ["bench", "topo", rest @ ..] => bench::topo(rest),
         ["bench", "engine", rest @ ..] => bench::engine(rest),
+        ["sim", rest @ ..] => sim(rest),
         _ => Err(USAGE.to_string()),
     };
     match result {

@@ -1,8 +1,10 @@
 //! Test and benchmark helpers (feature `testing`).
 //!
-//! [`InstantTransport`] completes every slice the moment it is posted, without touching memory:
-//! with it, a benchmark measures the engine's own cost per slice (validation, slicing, routing,
-//! bookkeeping, completion, waking), the "engine overhead" figure.
+//! - [`InstantTransport`] completes every slice the moment it is posted, without touching
+//!   memory: with it, a benchmark measures the engine's own cost per slice (validation, slicing,
+//!   routing, bookkeeping, completion, waking), the "engine overhead" figure.
+//! - [`SimTransport`] holds every slice until the test reports it: the seeded, deterministic
+//!   simulation (`tests/sim.rs`) drives the real engine through it, choosing order and faults.
 
 use std::sync::{Arc, OnceLock};
 
@@ -41,5 +43,72 @@ impl Transport for InstantTransport {
                 sink.complete(s, Ok(()));
             }
         }
+    }
+}
+
+/// A transport that executes nothing by itself: posted slices wait in a queue until the test
+/// (the deterministic simulation) takes them and reports an outcome, in any order it likes.
+/// A slice is moved out of the queue to be completed, so no slice can be reported twice.
+#[derive(Default)]
+pub struct SimTransport {
+    queue: std::sync::Mutex<Vec<SliceOp>>,
+    sink: OnceLock<Arc<dyn CompletionSink>>,
+}
+
+impl SimTransport {
+    /// A transport not yet installed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Slices waiting.
+    pub fn queued(&self) -> usize {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Runs `f` over the waiting slices (to check what is in flight).
+    pub fn inspect<R>(&self, f: impl FnOnce(&[SliceOp]) -> R) -> R {
+        f(&self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Takes the waiting slice at `pick(len)` (taken modulo the queue length).
+    pub fn take(&self, pick: impl FnOnce(usize) -> usize) -> Option<SliceOp> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_empty() {
+            return None;
+        }
+        let i = pick(q.len()) % q.len();
+        Some(q.swap_remove(i))
+    }
+
+    /// Reports a taken slice to the engine (which may post it again, to this queue).
+    pub fn complete(
+        &self,
+        slice: SliceOp,
+        outcome: std::result::Result<(), crate::transport::SliceError>,
+    ) {
+        if let Some(sink) = self.sink.get() {
+            sink.complete(slice, outcome);
+        }
+    }
+}
+
+impl Transport for SimTransport {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn install(&self, ctx: InstallContext) -> Result<()> {
+        let _ = self.sink.set(ctx.sink);
+        Ok(())
+    }
+
+    fn describe(&self, _desc: &mut SegmentDesc) {}
+
+    fn post(&self, slices: Vec<SliceOp>) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(slices);
     }
 }

@@ -9,7 +9,9 @@ use common::*;
 use te_core::{Opcode, Permission, TransferState};
 
 fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -31,16 +33,29 @@ fn ten_thousand_endpoint_creations_with_capacity_64_leak_no_descriptor() {
     let e = engine_with(cfg);
     let local = buffer(4096);
     register(&e, &local, Permission::LocalOnly);
-    let segments: Vec<u64> = targets.iter().map(|(t, _)| e.open_segment(t.segment_name()).unwrap()).collect();
+    let segments: Vec<u64> = targets
+        .iter()
+        .map(|(t, _)| e.open_segment(t.segment_name()).unwrap())
+        .collect();
     for i in 0..CREATIONS {
         // Round robin over more targets than the capacity: every transfer creates an endpoint
         // and evicts another.
         let t = i % TARGETS;
         let word = (i as u64).to_le_bytes();
         local.write_at(0, &word).unwrap();
-        let w = request(Opcode::Write, local.addr(), segments[t], targets[t].1.addr(), 8);
+        let w = request(
+            Opcode::Write,
+            local.addr(),
+            segments[t],
+            targets[t].1.addr(),
+            8,
+        );
         assert_eq!(run(&e, &[w]), TransferState::Completed, "transfer {i}");
-        assert_eq!(targets[t].1.to_vec(0, 8).unwrap(), word, "transfer {i} landed");
+        assert_eq!(
+            targets[t].1.to_vec(0, 8).unwrap(),
+            word,
+            "transfer {i} landed"
+        );
     }
     // Evicted endpoints close once drained; at most 64 stay open. Each holds four descriptors
     // here: the lane's socket and its receiver's clone, and, since the targets live in this
@@ -52,11 +67,18 @@ fn ten_thousand_endpoint_creations_with_capacity_64_leak_no_descriptor() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let after = open_fds();
-    assert!(after <= bound, "{after} descriptors open, {before} before: endpoints leaked");
+    assert!(
+        after <= bound,
+        "{after} descriptors open, {before} before: endpoints leaked"
+    );
     drop(e);
     let deadline = Instant::now() + Duration::from_secs(30);
     while open_fds() > before && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(open_fds() <= before, "{} open after the engine is gone, {before} before", open_fds());
+    assert!(
+        open_fds() <= before,
+        "{} open after the engine is gone, {before} before",
+        open_fds()
+    );
 }

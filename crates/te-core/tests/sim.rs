@@ -1,0 +1,456 @@
+//! The deterministic simulation: a seeded driver runs the real engine through `SimTransport`,
+//! choosing which slice completes when and how (success, path failure, a whole rail failing,
+//! delay, reorder, withheld "never completes" slices), while it submits, cancels and frees
+//! batches and tries to unregister memory in flight.
+//!
+//! Safety phase (faults on): no slice completes twice; a slice is never posted past the retry
+//! limit; nothing in flight is freed or unregistered; a terminal task has no slice in flight;
+//! every completed task's bytes are right. Liveness phase (faults off, withheld slices
+//! released): every task ends. A failure prints `TE_SEED=<seed>`; `TE_SEED=<seed>` replays one
+//! seed, `TE_SIM_SEEDS=<n>` runs n seeds (default 40). `cargo xtask sim --seeds N` runs it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use te_core::testing::SimTransport;
+use te_core::transport::{SliceError, SliceOp};
+use te_core::{
+    BatchId, Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest,
+    TransferState,
+};
+
+const SLOT: usize = 64 << 10;
+const SLOTS: usize = 16;
+const RETRIES: u32 = 3;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng(seed);
+    (0..len).map(|_| r.next() as u8).collect()
+}
+
+struct Task {
+    op: Opcode,
+    slot: usize,
+    len: usize,
+    seed: u64,
+    done_offsets: HashSet<u64>,
+}
+
+struct Batch {
+    id: BatchId,
+    tasks: Vec<usize>,
+}
+
+struct Sim {
+    rng: Rng,
+    engine: TransferEngine,
+    transport: Arc<SimTransport>,
+    local: Arc<HostBuffer>,
+    remote: Arc<HostBuffer>,
+    segment: u64,
+    tasks: Vec<Task>,
+    live: Vec<Batch>,
+    free_slots: Vec<usize>,
+    withheld: Vec<SliceOp>,
+    stats: Stats,
+}
+
+/// What a run exercised, so a passing simulation shows it did something.
+#[derive(Default, Debug, Clone, Copy)]
+struct Stats {
+    submitted: u64,
+    succeeded: u64,
+    failed: u64,
+    refused_frees: u64,
+    refused_unregisters: u64,
+    ended: [u64; 3],
+}
+
+type Check = Result<(), String>;
+
+impl Sim {
+    fn new(seed: u64) -> Self {
+        let mut config = Config::default();
+        config.tcp_bind_address = Some("127.0.0.1".parse().unwrap());
+        config.slice_size = 4096;
+        config.fragment_limit = 1024;
+        config.retry_cnt = RETRIES;
+        let engine = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
+        let transport = Arc::new(SimTransport::new());
+        engine.install_transport(transport.clone()).unwrap();
+        let local = Arc::new(HostBuffer::new(SLOT * SLOTS).unwrap());
+        let remote = Arc::new(HostBuffer::new(SLOT * SLOTS).unwrap());
+        engine
+            .register_buffer(&local, "*", Permission::LocalOnly)
+            .unwrap();
+        engine
+            .register_buffer(&remote, "*", Permission::RemoteReadWrite)
+            .unwrap();
+        let segment = engine.open_segment(engine.segment_name()).unwrap();
+        Sim {
+            rng: Rng(seed),
+            engine,
+            transport,
+            local,
+            remote,
+            segment,
+            tasks: Vec::new(),
+            live: Vec::new(),
+            free_slots: (0..SLOTS).collect(),
+            withheld: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    fn task_of(&self, slice: &SliceOp) -> usize {
+        let slot = ((slice.local_addr - self.local.addr()) as usize) / SLOT;
+        self.tasks
+            .iter()
+            .rposition(|t| t.slot == slot)
+            .expect("slice belongs to a task")
+    }
+
+    fn submit(&mut self) -> Check {
+        let n = 1 + self.rng.below(3) as usize;
+        if self.free_slots.len() < n {
+            return Ok(());
+        }
+        let id = self.engine.allocate_batch(n).map_err(|e| e.to_string())?;
+        let mut requests = Vec::new();
+        let mut tasks = Vec::new();
+        for _ in 0..n {
+            let slot = self
+                .free_slots
+                .remove(self.rng.below(self.free_slots.len() as u64) as usize);
+            let len = 1 + self.rng.below(SLOT as u64 - 1) as usize;
+            let op = if self.rng.below(2) == 0 {
+                Opcode::Write
+            } else {
+                Opcode::Read
+            };
+            let seed = self.rng.next();
+            let (src, dst) = match op {
+                Opcode::Write => (&self.local, &self.remote),
+                _ => (&self.remote, &self.local),
+            };
+            src.write_at(slot * SLOT, &pattern(seed, len)).unwrap();
+            dst.write_at(slot * SLOT, &vec![0u8; len]).unwrap();
+            requests.push(TransferRequest {
+                opcode: op,
+                source: (self.local.addr() as usize + slot * SLOT) as u64,
+                target_id: self.segment,
+                target_offset: (self.remote.addr() as usize + slot * SLOT) as u64,
+                length: len as u64,
+            });
+            tasks.push(self.tasks.len());
+            self.tasks.push(Task {
+                op,
+                slot,
+                len,
+                seed,
+                done_offsets: HashSet::new(),
+            });
+        }
+        self.engine
+            .submit(id, &requests)
+            .map_err(|e| format!("submit: {e}"))?;
+        self.stats.submitted += n as u64;
+        self.live.push(Batch { id, tasks });
+        Ok(())
+    }
+
+    /// Executes a slice for real (copies its bytes) and reports success.
+    fn succeed(&mut self, slice: SliceOp) -> Check {
+        let t = self.task_of(&slice);
+        let local_off = (slice.local_addr - self.local.addr()) as usize;
+        let remote_off = (slice.remote_addr - self.remote.addr()) as usize;
+        let len = slice.len as usize;
+        match slice.opcode {
+            Opcode::Write => {
+                let bytes = self.local.to_vec(local_off, len).unwrap();
+                self.remote.write_at(remote_off, &bytes).unwrap();
+            }
+            _ => {
+                let bytes = self.remote.to_vec(remote_off, len).unwrap();
+                self.local.write_at(local_off, &bytes).unwrap();
+            }
+        }
+        let offset = (local_off - self.tasks[t].slot * SLOT) as u64;
+        if !self.tasks[t].done_offsets.insert(offset) {
+            return Err(format!("task {t}: slice at {offset} completed twice"));
+        }
+        self.transport.complete(slice, Ok(()));
+        self.stats.succeeded += 1;
+        Ok(())
+    }
+
+    fn take(&mut self) -> Result<Option<SliceOp>, String> {
+        let r = self.rng.next() as usize;
+        let Some(slice) = self.transport.take(|n| r % n) else {
+            return Ok(None);
+        };
+        if slice.token.attempt() > RETRIES {
+            return Err(format!(
+                "slice posted on attempt {} past the limit {RETRIES}",
+                slice.token.attempt()
+            ));
+        }
+        Ok(Some(slice))
+    }
+
+    fn fail(&mut self, slice: SliceOp) {
+        self.stats.failed += 1;
+        self.transport.complete(
+            slice,
+            Err(SliceError::Path("simulated path failure".into())),
+        );
+    }
+
+    /// Tries to free a batch: refused while any of its slices is queued or withheld.
+    fn try_free(&mut self, i: usize) -> Check {
+        let tasks = self.live[i].tasks.clone();
+        let in_flight = self
+            .transport
+            .inspect(|q| q.iter().any(|s| tasks.contains(&self.task_of(s))))
+            || self
+                .withheld
+                .iter()
+                .any(|s| tasks.contains(&self.task_of(s)));
+        match self.engine.free_batch(self.live[i].id) {
+            Ok(()) if in_flight => Err(format!(
+                "batch {:?} freed with slices in flight",
+                self.live[i].id
+            )),
+            Ok(()) => {
+                let b = self.live.swap_remove(i);
+                self.free_slots
+                    .extend(b.tasks.iter().map(|t| self.tasks[*t].slot));
+                Ok(())
+            }
+            Err(Error::BatchBusy(_)) => {
+                self.stats.refused_frees += 1;
+                Ok(())
+            }
+            Err(e) => Err(format!("free_batch: {e}")),
+        }
+    }
+
+    fn try_unregister(&mut self) -> Check {
+        let in_flight = self.transport.queued() + self.withheld.len() > 0;
+        match self.engine.unregister_memory(self.local.addr()) {
+            Ok(()) if in_flight => Err("local region unregistered with slices in flight".into()),
+            Ok(()) => self
+                .engine
+                .register_buffer(&self.local, "*", Permission::LocalOnly)
+                .map_err(|e| e.to_string()),
+            Err(Error::RegionBusy { .. }) => {
+                self.stats.refused_unregisters += 1;
+                Ok(())
+            }
+            Err(e) => Err(format!("unregister: {e}")),
+        }
+    }
+
+    /// Terminal tasks have nothing in flight; completed ones have the right bytes.
+    fn check_tasks(&self) -> Check {
+        for b in &self.live {
+            for (k, &t) in b.tasks.iter().enumerate() {
+                let st = self
+                    .engine
+                    .task_status(b.id, k)
+                    .map_err(|e| e.to_string())?;
+                if !st.state.is_terminal() {
+                    continue;
+                }
+                let queued = self
+                    .transport
+                    .inspect(|q| q.iter().any(|s| self.task_of(s) == t))
+                    || self.withheld.iter().any(|s| self.task_of(s) == t);
+                if queued {
+                    return Err(format!("task {t} is {:?} with a slice in flight", st.state));
+                }
+                if st.state == TransferState::Completed {
+                    let task = &self.tasks[t];
+                    let dst = if task.op == Opcode::Write {
+                        &self.remote
+                    } else {
+                        &self.local
+                    };
+                    if dst.to_vec(task.slot * SLOT, task.len).unwrap()
+                        != pattern(task.seed, task.len)
+                    {
+                        return Err(format!("task {t} completed with wrong bytes"));
+                    }
+                    if st.transferred_bytes != task.len as u64 {
+                        return Err(format!(
+                            "task {t}: {} of {} bytes",
+                            st.transferred_bytes, task.len
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn safety_step(&mut self) -> Check {
+        match self.rng.below(100) {
+            0..15 => self.submit(),
+            15..55 => match self.take()? {
+                Some(s) => self.succeed(s),
+                None => Ok(()),
+            },
+            55..70 => {
+                if let Some(s) = self.take()? {
+                    self.fail(s);
+                }
+                Ok(())
+            }
+            70..73 => {
+                // A rail goes down: every slice queued now fails at once (their retries come back
+                // to the queue and take their chances later).
+                for _ in 0..self.transport.queued() {
+                    if let Some(s) = self.take()? {
+                        self.fail(s);
+                    }
+                }
+                Ok(())
+            }
+            73..76 => {
+                // A slice that never completes (until the liveness phase).
+                if let Some(s) = self.take()? {
+                    self.withheld.push(s);
+                }
+                Ok(())
+            }
+            76..80 if !self.live.is_empty() => {
+                let i = self.rng.below(self.live.len() as u64) as usize;
+                self.engine
+                    .cancel(self.live[i].id)
+                    .map_err(|e| e.to_string())
+            }
+            80..88 if !self.live.is_empty() => {
+                let i = self.rng.below(self.live.len() as u64) as usize;
+                self.try_free(i)
+            }
+            88..92 => self.try_unregister(),
+            _ => self.check_tasks(),
+        }
+    }
+
+    fn liveness(&mut self) -> Check {
+        for s in std::mem::take(&mut self.withheld) {
+            self.transport
+                .complete(s, Err(SliceError::Path("released".into())));
+        }
+        let mut steps = 0;
+        while let Some(s) = self.take()? {
+            self.succeed(s)?;
+            steps += 1;
+            if steps > 1_000_000 {
+                return Err("liveness: slices keep coming back".into());
+            }
+        }
+        self.check_tasks()?;
+        for b in std::mem::take(&mut self.live) {
+            let st = self
+                .engine
+                .wait(b.id, Duration::ZERO)
+                .map_err(|e| format!("liveness: batch not done: {e}"))?;
+            if !st.state.is_terminal() {
+                return Err(format!("liveness: batch {:?} still {:?}", b.id, st.state));
+            }
+            for k in 0..b.tasks.len() {
+                match self
+                    .engine
+                    .task_status(b.id, k)
+                    .map_err(|e| e.to_string())?
+                    .state
+                {
+                    TransferState::Completed => self.stats.ended[0] += 1,
+                    TransferState::Failed => self.stats.ended[1] += 1,
+                    _ => self.stats.ended[2] += 1,
+                }
+            }
+            self.engine
+                .free_batch(b.id)
+                .map_err(|e| format!("liveness: free: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+fn run_seed(seed: u64) -> Result<Stats, String> {
+    let mut sim = Sim::new(seed);
+    for _ in 0..600 {
+        sim.safety_step()?;
+    }
+    sim.check_tasks()?;
+    sim.liveness()?;
+    Ok(sim.stats)
+}
+
+#[test]
+fn seeded_simulation_keeps_every_invariant() {
+    let seeds: Vec<u64> = match std::env::var("TE_SEED") {
+        Ok(s) => vec![s.parse().expect("TE_SEED is a number")],
+        Err(_) => {
+            let n: u64 = std::env::var("TE_SIM_SEEDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(40);
+            let base: u64 = std::env::var("TE_SIM_BASE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            (base..base + n).collect()
+        }
+    };
+    let mut total = Stats::default();
+    for seed in &seeds {
+        match run_seed(*seed) {
+            Ok(s) => {
+                total.submitted += s.submitted;
+                total.succeeded += s.succeeded;
+                total.failed += s.failed;
+                total.refused_frees += s.refused_frees;
+                total.refused_unregisters += s.refused_unregisters;
+                (0..3).for_each(|i| total.ended[i] += s.ended[i]);
+            }
+            Err(e) => panic!("simulation failed: {e}\nreplay with TE_SEED={seed}"),
+        }
+    }
+    eprintln!(
+        "simulation: {} seeds passed; tasks submitted {}, slices succeeded {}, slice failures injected {}, \
+         frees refused {}, unregisters refused {}; tasks at the end of liveness: completed {}, failed {}, canceled {}",
+        seeds.len(),
+        total.submitted,
+        total.succeeded,
+        total.failed,
+        total.refused_frees,
+        total.refused_unregisters,
+        total.ended[0],
+        total.ended[1],
+        total.ended[2]
+    );
+    assert!(
+        total.submitted > 0 && total.failed > 0 && total.refused_frees > 0,
+        "the simulation exercised nothing"
+    );
+}
