@@ -36,24 +36,33 @@ impl Core {
         h.usable((local, segment, remote), now)
     }
 
-    fn record_rail(&self, slice: &SliceOp, failed: bool) {
+    /// Charges or clears the slice's rail. A path failure charges its (local, remote) pair; a
+    /// local NIC failure charges the local rail towards every remote rail of the segment.
+    fn record_rail(&self, slice: &SliceOp, outcome: &std::result::Result<(), SliceError>) {
         use std::sync::atomic::Ordering;
+        let failed = matches!(outcome, Err(SliceError::Path(_) | SliceError::LocalPath(_)));
         if !failed && self.health_clean.load(Ordering::Acquire) {
             return;
         }
-        let key = (slice.local_rail, slice.target.id(), slice.remote_rail);
+        let (seg, local) = (slice.target.id(), slice.local_rail);
+        let remotes: Vec<u16> = match outcome {
+            Err(SliceError::LocalPath(_)) => (0..slice.target.rail_names().len() as u16).collect(),
+            _ => vec![slice.remote_rail],
+        };
         let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        if failed {
-            if h.record_error(key, Instant::now()) {
+        let now = Instant::now();
+        for remote in remotes {
+            let key = (local, seg, remote);
+            if !failed {
+                h.record_success(key);
+            } else if h.record_error(key, now) {
                 warn!(
-                    local_rail = key.0,
+                    local_rail = local,
                     segment = slice.target.name(),
-                    remote_rail = key.2,
+                    remote_rail = remote,
                     "rail paused after repeated errors"
                 );
             }
-        } else {
-            h.record_success(key);
         }
         self.health_clean.store(h.is_clean(), Ordering::Release);
     }
@@ -92,7 +101,7 @@ impl Core {
 
 impl CompletionSink for Core {
     fn complete(&self, mut slice: SliceOp, outcome: std::result::Result<(), SliceError>) {
-        self.record_rail(&slice, matches!(outcome, Err(SliceError::Path(_))));
+        self.record_rail(&slice, &outcome);
         let outcome = match outcome {
             Err(e) if e.is_retryable() && slice.is_canceled() => Err(SliceError::Canceled),
             Err(e) if self.retry.should_retry(slice.token.attempt(), &e) => {

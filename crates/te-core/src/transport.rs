@@ -97,6 +97,9 @@ pub enum SliceError {
     Rejected(Rejection),
     /// The path failed (connect refused, reset, timeout, protocol violation). Retried.
     Path(String),
+    /// The local NIC failed (down, no route from it, address gone): retried, and the local rail
+    /// is charged towards every remote rail, so the retry leaves it.
+    LocalPath(String),
     /// The task was canceled before the slice went on the wire.
     Canceled,
 }
@@ -104,7 +107,7 @@ pub enum SliceError {
 impl SliceError {
     /// Whether the engine may try the slice again.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, SliceError::Path(_))
+        matches!(self, SliceError::Path(_) | SliceError::LocalPath(_))
     }
 }
 
@@ -113,6 +116,7 @@ impl fmt::Display for SliceError {
         match self {
             SliceError::Rejected(r) => write!(f, "target rejected the request: {r:?}"),
             SliceError::Path(m) => write!(f, "path failed: {m}"),
+            SliceError::LocalPath(m) => write!(f, "local NIC failed: {m}"),
             SliceError::Canceled => f.write_str("canceled"),
         }
     }

@@ -216,10 +216,12 @@ impl Sim {
 
     fn fail(&mut self, slice: SliceOp) {
         self.stats.failed += 1;
-        self.transport.complete(
-            slice,
-            Err(SliceError::Path("simulated path failure".into())),
-        );
+        let error = if self.rng.below(4) == 0 {
+            SliceError::LocalPath("simulated local NIC failure".into())
+        } else {
+            SliceError::Path("simulated path failure".into())
+        };
+        self.transport.complete(slice, Err(error));
     }
 
     /// Tries to free a batch: refused while any of its slices is queued or withheld.

@@ -94,6 +94,17 @@ impl Lane {
     }
 }
 
+/// A failed connect as a slice error: the local NIC's fault when the kernel says the local side
+/// cannot send at all (network down or unreachable from it, address not available).
+fn connect_fault(e: &std::io::Error, msg: String) -> SliceError {
+    match e.raw_os_error() {
+        Some(libc::ENETDOWN | libc::ENETUNREACH | libc::EADDRNOTAVAIL) => {
+            SliceError::LocalPath(msg)
+        }
+        _ => SliceError::Path(msg),
+    }
+}
+
 /// Connects to `to` from the local rail's address `from` (when both are of one family).
 fn connect_from(
     from: std::net::IpAddr,
@@ -157,9 +168,11 @@ impl SenderWorker {
                 match self.connect() {
                     Ok(c) => self.conn = Some(c),
                     Err(e) => {
-                        let msg =
-                            format!("connecting to {}:{}: {e}", self.peer.host, self.peer.port);
-                        self.sink.complete(op, Err(SliceError::Path(msg)));
+                        let msg = format!(
+                            "connecting from {} to {}:{}: {e}",
+                            self.peer.local_ip, self.peer.host, self.peer.port
+                        );
+                        self.sink.complete(op, Err(connect_fault(&e, msg)));
                         continue;
                     }
                 }

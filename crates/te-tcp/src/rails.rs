@@ -56,7 +56,7 @@ impl RailCounters {
                     bw.2 = Instant::now();
                 }
             }
-            Err(SliceError::Path(_)) => {
+            Err(SliceError::Path(_) | SliceError::LocalPath(_)) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {}
