@@ -401,15 +401,21 @@ struct Slot {
 
 /// The batches of one engine.
 pub(crate) struct BatchTable {
+    clock: Arc<dyn crate::clock::Clock>,
     tag: u16,
     max_batch_size: usize,
     slots: Mutex<(Vec<Slot>, VecDeque<usize>)>,
 }
 
 impl BatchTable {
-    pub(crate) fn new(max_batch_size: usize, seed: u16) -> Self {
+    pub(crate) fn new(
+        max_batch_size: usize,
+        seed: u16,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> Self {
         let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed).wrapping_add(seed) | 1;
         BatchTable {
+            clock,
             tag,
             max_batch_size,
             slots: Mutex::new((Vec::new(), VecDeque::new())),
@@ -501,13 +507,13 @@ impl BatchTable {
 
     pub(crate) fn task_status(&self, id: BatchId, task: usize) -> Result<TransferStatus> {
         let batch = self.get(id)?;
-        batch.expire_deadlines(Instant::now());
+        batch.expire_deadlines(self.clock.now());
         Ok(batch.task(task)?.status())
     }
 
     pub(crate) fn batch_status(&self, id: BatchId) -> Result<TransferStatus> {
         let batch = self.get(id)?;
-        batch.expire_deadlines(Instant::now());
+        batch.expire_deadlines(self.clock.now());
         Ok(batch.status())
     }
 
@@ -519,7 +525,7 @@ impl BatchTable {
     /// Blocks until every task of the batch is terminal, or `timeout` passes.
     pub(crate) fn wait(&self, id: BatchId, timeout: Duration) -> Result<TransferStatus> {
         let batch = self.get(id)?;
-        Self::wait_until(&batch, timeout, || {
+        self.wait_until(&batch, timeout, || {
             batch.unfinished.load(Ordering::Acquire) == 0
         })?;
         Ok(batch.status())
@@ -534,17 +540,26 @@ impl BatchTable {
     ) -> Result<TransferStatus> {
         let batch = self.get(id)?;
         let t = batch.task(task)?;
-        Self::wait_until(&batch, timeout, || t.state().is_terminal())?;
+        self.wait_until(&batch, timeout, || t.state().is_terminal())?;
         Ok(t.status())
     }
 
     /// Sleeps on the batch's condition variable (woken whenever one of its tasks finishes, and
     /// at task deadlines) until `done()` holds or `timeout` passes.
-    fn wait_until(batch: &BatchShared, timeout: Duration, done: impl Fn() -> bool) -> Result<()> {
+    fn wait_until(
+        &self,
+        batch: &BatchShared,
+        timeout: Duration,
+        done: impl Fn() -> bool,
+    ) -> Result<()> {
         let end = Instant::now() + timeout;
         loop {
             let now = Instant::now();
-            let wake = batch.expire_deadlines(now).map_or(end, |d| d.min(end));
+            // Deadlines are on the engine's clock; the sleep is in real time.
+            let clock_now = self.clock.now();
+            let wake = batch.expire_deadlines(clock_now).map_or(end, |d| {
+                end.min(now + d.saturating_duration_since(clock_now))
+            });
             let finished = lock(&batch.finished_tasks);
             // Checked under the lock that finishing tasks take before notifying: no lost wake-up.
             if done() {

@@ -57,8 +57,8 @@ fn token(table: &BatchTable, id: BatchId, task: &Arc<TaskShared>) -> SliceToken 
 
 #[test]
 fn handles_are_checked() {
-    let a = BatchTable::new(16, 0);
-    let b = BatchTable::new(16, 0);
+    let a = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let b = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let id = a.allocate(4).unwrap();
     assert!(
         matches!(b.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("foreign"))
@@ -94,7 +94,7 @@ fn handles_are_checked() {
 #[test]
 fn capacity_is_enforced_across_submits() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0);
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let id = t.allocate(3).unwrap();
     add(&t, &regions, id, &[1, 1], false);
     let batch = t.get(id).unwrap();
@@ -126,7 +126,7 @@ fn capacity_is_enforced_across_submits() {
 #[test]
 fn a_batch_completes_when_every_slice_succeeds() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0);
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let id = t.allocate(2).unwrap();
     let tasks = add(&t, &regions, id, &[3, 1], true);
     assert_eq!(t.batch_status(id).unwrap().state, TransferState::Waiting);
@@ -174,7 +174,7 @@ fn a_batch_completes_when_every_slice_succeeds() {
 #[test]
 fn a_failed_slice_fails_its_task_and_withholds_the_notify() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0);
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let id = t.allocate(2).unwrap();
     let tasks = add(&t, &regions, id, &[2, 1], true);
     token(&t, id, &tasks[0]).record(10, Err(SliceError::Path("reset".into())));
@@ -201,7 +201,7 @@ fn a_failed_slice_fails_its_task_and_withholds_the_notify() {
 #[test]
 fn cancel_is_seen_by_tokens_and_ends_canceled() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0);
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let id = t.allocate(1).unwrap();
     let tasks = add(&t, &regions, id, &[2], false);
     let first = token(&t, id, &tasks[0]);
@@ -224,7 +224,7 @@ fn cancel_is_seen_by_tokens_and_ends_canceled() {
 #[test]
 fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0);
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let id = t.allocate(1).unwrap();
     let past = Instant::now() - Duration::from_millis(1);
     let task = TaskShared::new(
@@ -248,7 +248,7 @@ fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
 #[test]
 fn waiters_wake_without_polling() {
     let regions = table_with_region();
-    let t = Arc::new(BatchTable::new(16, 0));
+    let t = Arc::new(BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock)));
     let id = t.allocate(1).unwrap();
     let tasks = add(&t, &regions, id, &[1], false);
     let tok = token(&t, id, &tasks[0]);

@@ -19,6 +19,7 @@ use crate::transport::{CompletionSink, Rejection, SliceError, SliceOp, Transport
 
 /// The part of the engine transports report to.
 pub(crate) struct Core {
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
     pub(crate) retry: RetryPolicy,
     pub(crate) health: std::sync::Mutex<RailHealth>,
     pub(crate) health_clean: std::sync::atomic::AtomicBool,
@@ -50,7 +51,7 @@ impl Core {
             _ => vec![slice.remote_rail],
         };
         let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
+        let now = self.clock.now();
         for remote in remotes {
             let key = (local, seg, remote);
             if !failed {
@@ -70,7 +71,7 @@ impl Core {
     /// Moves a slice to its next rail before it is posted again.
     fn reroute(&self, slice: &mut SliceOp) {
         if let Some(route) = slice.token.route() {
-            let now = Instant::now();
+            let now = self.clock.now();
             let seg = slice.target.id();
             let (l, r) = route.choose(slice.token.seq(), slice.token.attempt(), |l, r| {
                 self.usable(l, seg, r, now)

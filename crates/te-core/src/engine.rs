@@ -10,7 +10,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
@@ -116,6 +116,25 @@ impl TransferEngine {
     /// [`Error::InvalidArgument`] for a bad connection string, [`Error::Metadata`] for a backend
     /// not available yet, [`Error::Socket`] when no port can be bound.
     pub fn init(config: Config, metadata_conn: &str, local_server_name: &str) -> Result<Self> {
+        Self::init_with_clock(
+            config,
+            metadata_conn,
+            local_server_name,
+            Arc::new(crate::clock::SystemClock),
+        )
+    }
+
+    /// As [`init`](Self::init), with task deadlines and rail health read from `clock` (the
+    /// deterministic simulation passes a [`SimClock`](crate::clock::SimClock)).
+    ///
+    /// # Errors
+    /// As [`init`](Self::init).
+    pub fn init_with_clock(
+        config: Config,
+        metadata_conn: &str,
+        local_server_name: &str,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> Result<Self> {
         let config = Arc::new(config);
         let metadata: Arc<dyn Metadata> = match MetadataKind::parse(metadata_conn)? {
             MetadataKind::P2p => Arc::new(P2pMetadata::new(
@@ -182,8 +201,9 @@ impl TransferEngine {
         let seed = u16::from_le_bytes([secret.to_bytes()[0], secret.to_bytes()[1]]);
         info!(segment = %name, "engine started");
         Ok(TransferEngine {
-            batches: BatchTable::new(config.max_batch_size, seed),
+            batches: BatchTable::new(config.max_batch_size, seed, clock.clone()),
             core: Arc::new(Core {
+                clock,
                 retry: RetryPolicy::new(config.retry_cnt),
                 health: std::sync::Mutex::new(RailHealth::new(
                     config.rail_error_threshold,
@@ -234,7 +254,7 @@ impl TransferEngine {
 
     /// Load and health of each local rail (Mooncake's `getNicLoadStats`, with te's counters).
     pub fn nic_load_stats(&self) -> Vec<RailStats> {
-        let now = Instant::now();
+        let now = self.core.clock.now();
         let health = self
             .core
             .health
@@ -602,7 +622,7 @@ impl TransferEngine {
         notify: Option<PendingNotify>,
     ) -> Result<()> {
         let batch = self.batches.get(id)?;
-        let deadline = self.config.slice_timeout.map(|t| Instant::now() + t);
+        let deadline = self.config.slice_timeout.map(|t| self.core.clock.now() + t);
         let (slice_size, fragment_limit) = (self.config.slice_size, self.config.fragment_limit);
         let mut tasks = Vec::with_capacity(requests.len());
         let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
@@ -648,7 +668,7 @@ impl TransferEngine {
                 }
             };
             let ops = &mut posts[idx].1;
-            let now = Instant::now();
+            let now = self.core.clock.now();
             for (seq, s) in slicer::plan(r.length, slice_size, fragment_limit).enumerate() {
                 let token = SliceToken::new(batch.clone(), task.clone(), seq as u64);
                 let (local_rail, remote_rail) = token.route().map_or((0, 0), |route| {

@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod batch;
+pub mod clock;
 mod completion;
 pub mod config;
 pub mod control;

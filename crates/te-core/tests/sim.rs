@@ -1,7 +1,10 @@
 //! The deterministic simulation: a seeded driver runs the real engine through `SimTransport`,
 //! choosing which slice completes when and how (success, path failure, a whole rail failing,
 //! delay, reorder, withheld "never completes" slices), while it submits, cancels and frees
-//! batches and tries to unregister memory in flight.
+//! batches, tries to unregister memory in flight, and moves a simulated clock (so task deadlines
+//! and rail pauses come and go). Slices are moved out of the transport to be completed, so a
+//! duplicate completion cannot even be expressed; the driver still checks each byte range of a
+//! task succeeds at most once.
 //!
 //! Safety phase (faults on): no slice completes twice; a slice is never posted past the retry
 //! limit; nothing in flight is freed or unregistered; a terminal task has no slice in flight;
@@ -13,6 +16,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use te_core::clock::SimClock;
 use te_core::testing::SimTransport;
 use te_core::transport::{SliceError, SliceOp};
 use te_core::{
@@ -61,6 +65,7 @@ struct Sim {
     rng: Rng,
     engine: TransferEngine,
     transport: Arc<SimTransport>,
+    clock: Arc<SimClock>,
     local: Arc<HostBuffer>,
     remote: Arc<HostBuffer>,
     segment: u64,
@@ -91,7 +96,12 @@ impl Sim {
         config.slice_size = 4096;
         config.fragment_limit = 1024;
         config.retry_cnt = RETRIES;
-        let engine = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
+        config.slice_timeout = Some(Duration::from_secs(20));
+        config.rail_pause = Duration::from_secs(2);
+        let clock = Arc::new(SimClock::new());
+        let engine =
+            TransferEngine::init_with_clock(config, "P2PHANDSHAKE", "127.0.0.1", clock.clone())
+                .unwrap();
         let transport = Arc::new(SimTransport::new());
         engine.install_transport(transport.clone()).unwrap();
         let local = Arc::new(HostBuffer::new(SLOT * SLOTS).unwrap());
@@ -107,6 +117,7 @@ impl Sim {
             rng: Rng(seed),
             engine,
             transport,
+            clock,
             local,
             remote,
             segment,
@@ -205,6 +216,11 @@ impl Sim {
         let Some(slice) = self.transport.take(|n| r % n) else {
             return Ok(None);
         };
+        // As a real transport does: a slice of a canceled (or expired) task is dropped unsent.
+        if slice.is_canceled() && self.rng.below(2) == 0 {
+            self.transport.complete(slice, Err(SliceError::Canceled));
+            return Ok(None);
+        }
         if slice.token.attempt() > RETRIES {
             return Err(format!(
                 "slice posted on attempt {} past the limit {RETRIES}",
@@ -352,6 +368,11 @@ impl Sim {
                 self.try_free(i)
             }
             88..92 => self.try_unregister(),
+            92..95 => {
+                self.clock
+                    .advance(Duration::from_millis(self.rng.below(8000)));
+                Ok(())
+            }
             _ => self.check_tasks(),
         }
     }
@@ -362,8 +383,10 @@ impl Sim {
                 .complete(s, Err(SliceError::Path("released".into())));
         }
         let mut steps = 0;
-        while let Some(s) = self.take()? {
-            self.succeed(s)?;
+        while self.transport.queued() > 0 {
+            if let Some(s) = self.take()? {
+                self.succeed(s)?;
+            }
             steps += 1;
             if steps > 1_000_000 {
                 return Err("liveness: slices keep coming back".into());
@@ -386,7 +409,7 @@ impl Sim {
                     .state
                 {
                     TransferState::Completed => self.stats.ended[0] += 1,
-                    TransferState::Failed => self.stats.ended[1] += 1,
+                    TransferState::Failed | TransferState::Timeout => self.stats.ended[1] += 1,
                     _ => self.stats.ended[2] += 1,
                 }
             }
@@ -440,7 +463,7 @@ fn seeded_simulation_keeps_every_invariant() {
     }
     eprintln!(
         "simulation: {} seeds passed; tasks submitted {}, slices succeeded {}, slice failures injected {}, \
-         frees refused {}, unregisters refused {}; tasks at the end of liveness: completed {}, failed {}, canceled {}",
+         frees refused {}, unregisters refused {}; tasks at the end of liveness: completed {}, failed or timed out {}, canceled {}",
         seeds.len(),
         total.submitted,
         total.succeeded,
