@@ -273,17 +273,11 @@ fn print_report(f: &Flags, m: &Measured) {
 fn print_topology(config: &Config) -> BenchResult<()> {
     use te_topology::{NicKind, PriorityMatrix, Topology};
     let topology = Topology::discover().map_err(|e| e.to_string())?;
-    let virtual_nics: Vec<&str> = topology
-        .nics
-        .iter()
-        .filter(|n| n.is_virtual)
-        .map(|n| n.name.as_str())
-        .collect();
-    let bind_ip = te_core::net::choose_bind_ip(
+    let bind_ip = te_core::net::bind_ip_for(
         config.tcp_bind_address,
         None,
+        &topology,
         &te_core::sys::interface_addrs(),
-        &virtual_nics,
     );
     let (rails, matrix) =
         te_core::rails::plan(config, bind_ip, &topology, &te_core::sys::interface_addrs())

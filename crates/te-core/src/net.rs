@@ -202,6 +202,22 @@ pub fn choose_bind_ip(
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
 }
 
+/// [`choose_bind_ip`] over this machine's interfaces, skipping those `topology` calls virtual.
+pub fn bind_ip_for(
+    configured: Option<IpAddr>,
+    name_host: Option<IpAddr>,
+    topology: &te_topology::Topology,
+    interfaces: &[crate::sys::InterfaceAddr],
+) -> IpAddr {
+    let virtual_nics: Vec<&str> = topology
+        .nics
+        .iter()
+        .filter(|n| n.is_virtual)
+        .map(|n| n.name.as_str())
+        .collect();
+    choose_bind_ip(configured, name_host, interfaces, &virtual_nics)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use crate::batch::{BatchId, BatchTable, PendingNotify, SliceToken, TaskShared, TransferStatus};
+use crate::batch::{BatchId, BatchTable, PendingNotify, TransferStatus};
+mod submit;
+
 use crate::completion::Core;
 use crate::config::Config;
 use crate::control::{self, ControlState, frame::FrameType};
@@ -26,10 +28,8 @@ use crate::metadata::{Metadata, MetadataKind, P2pMetadata};
 use crate::net::{self, ServiceListener};
 use crate::notify::{Notification, NotificationQueue};
 use crate::retry::RetryPolicy;
-use crate::router::{Candidates, TaskRoute};
 use crate::segment::{RemoteSegment, SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
-use crate::slicer;
-use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, SliceOp, Transport};
+use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, Transport};
 
 /// One READ or WRITE (Mooncake's `TransferRequest`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,17 +149,11 @@ impl TransferEngine {
         };
         let (host_ip, port) = name_host(local_server_name);
         let topology = te_topology::Topology::discover().unwrap_or_default();
-        let virtual_nics: Vec<&str> = topology
-            .nics
-            .iter()
-            .filter(|n| n.is_virtual)
-            .map(|n| n.name.as_str())
-            .collect();
-        let bind_ip = net::choose_bind_ip(
+        let bind_ip = net::bind_ip_for(
             config.tcp_bind_address,
             host_ip,
+            &topology,
             &crate::sys::interface_addrs(),
-            &virtual_nics,
         );
         let listener = match port.filter(|p| *p != 0) {
             Some(p) => std::net::TcpListener::bind((bind_ip, p)).map_err(|e| {
@@ -327,41 +321,6 @@ impl TransferEngine {
             t.describe(&mut desc);
         }
         desc
-    }
-
-    /// Where the next task's stripe starts: a shared counter (`MC_PATH_ROUNDROBIN`) or a
-    /// well-mixed value of it (random start, Mooncake's default).
-    fn next_salt(&self) -> u64 {
-        let n = self
-            .stripe
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.config.path_roundrobin {
-            return n;
-        }
-        let mut z = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z ^ (z >> 31)
-    }
-
-    fn route_for(
-        &self,
-        local_location: &str,
-        seg: &RemoteSegment,
-        remote_location: &str,
-    ) -> TaskRoute {
-        TaskRoute {
-            local: Candidates::for_location(
-                Some(&self.local_matrix),
-                local_location,
-                &self.rail_names,
-            ),
-            remote: Candidates::for_location(
-                seg.desc().priority_matrix.as_ref(),
-                remote_location,
-                seg.rail_names(),
-            ),
-            salt: self.next_salt(),
-        }
     }
 
     fn publish(&self) -> Result<()> {
@@ -576,122 +535,6 @@ impl TransferEngine {
     /// (double free) or foreign handle.
     pub fn free_batch(&self, batch: BatchId) -> Result<()> {
         self.batches.free(batch)
-    }
-
-    /// Validates and posts `requests` as new tasks of `batch`; returns once posted.
-    /// Nothing is posted unless every request is valid.
-    ///
-    /// # Errors
-    /// [`Error::InvalidBatch`], [`Error::TooManyRequests`], [`Error::InvalidArgument`] (zero
-    /// length), [`Error::AddressNotRegistered`] (local range), [`Error::UnknownSegment`],
-    /// [`Error::RemoteAddressNotRegistered`], [`Error::PermissionDenied`],
-    /// [`Error::NotSupportedTransport`].
-    pub fn submit(&self, batch: BatchId, requests: &[TransferRequest]) -> Result<()> {
-        self.submit_inner(batch, requests, None)
-    }
-
-    /// As [`submit`](Self::submit); when every task of the batch has completed, the engine sends
-    /// `notification` to the target of `requests[0]` (from its own thread, not the caller's poll).
-    ///
-    /// # Errors
-    /// As [`submit`](Self::submit), and [`Error::InvalidArgument`] for an empty request list.
-    pub fn submit_with_notify(
-        &self,
-        batch: BatchId,
-        requests: &[TransferRequest],
-        notification: Notification,
-    ) -> Result<()> {
-        let first = requests.first().ok_or_else(|| {
-            Error::InvalidArgument("submit_with_notify needs at least one request".into())
-        })?;
-        let target = self.segment(first.target_id)?;
-        self.submit_inner(
-            batch,
-            requests,
-            Some(PendingNotify {
-                target,
-                notification,
-            }),
-        )
-    }
-
-    fn submit_inner(
-        &self,
-        id: BatchId,
-        requests: &[TransferRequest],
-        notify: Option<PendingNotify>,
-    ) -> Result<()> {
-        let batch = self.batches.get(id)?;
-        let deadline = self.config.slice_timeout.map(|t| self.core.clock.now() + t);
-        let (slice_size, fragment_limit) = (self.config.slice_size, self.config.fragment_limit);
-        let mut tasks = Vec::with_capacity(requests.len());
-        let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
-            Vec::with_capacity(requests.len());
-        for r in requests {
-            if r.length == 0 {
-                return Err(Error::InvalidArgument("zero-length transfer".into()));
-            }
-            if r.source.checked_add(r.length).is_none() {
-                return Err(Error::InvalidArgument(format!(
-                    "{:#x}+{} overflows",
-                    r.source, r.length
-                )));
-            }
-            // Requests of one submit usually share a target: look it up once.
-            let seg = match routes.last() {
-                Some((last, _)) if last.id() == r.target_id => Arc::clone(last),
-                _ => self.segment(r.target_id)?,
-            };
-            // A descriptor a failed transfer distrusted is fetched again (the peer restarted).
-            let seg = if seg.is_stale() {
-                self.fetch_segment(&seg.desc().name)?
-            } else {
-                seg
-            };
-            let remote_location = seg.check_access(r.target_offset, r.length, r.opcode)?;
-            let transport = self.core.transport_for(&seg.desc().protocol)?;
-            let pin = self.regions.pin_local(r.source, r.length)?;
-            let route = self.route_for(&pin.region().location().to_string(), &seg, remote_location);
-            let slices = slicer::count(r.length, slice_size, fragment_limit);
-            tasks
-                .push(TaskShared::new(r.opcode, r.length, slices, deadline, pin).with_route(route));
-            routes.push((seg, transport));
-        }
-        let added = batch.add_tasks(tasks, notify)?;
-        let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
-        for ((r, task), (seg, transport)) in requests.iter().zip(added).zip(routes) {
-            let idx = match posts.iter().position(|(t, _)| Arc::ptr_eq(t, &transport)) {
-                Some(i) => i,
-                None => {
-                    posts.push((transport, Vec::new()));
-                    posts.len() - 1
-                }
-            };
-            let ops = &mut posts[idx].1;
-            let now = self.core.clock.now();
-            for (seq, s) in slicer::plan(r.length, slice_size, fragment_limit).enumerate() {
-                let token = SliceToken::new(batch.clone(), task.clone(), seq as u64);
-                let (local_rail, remote_rail) = token.route().map_or((0, 0), |route| {
-                    route.choose(seq as u64, 0, |l, rr| {
-                        self.core.usable(l, seg.id(), rr, now)
-                    })
-                });
-                ops.push(SliceOp {
-                    opcode: r.opcode,
-                    local_addr: r.source + s.offset,
-                    remote_addr: r.target_offset + s.offset,
-                    len: s.len,
-                    local_rail,
-                    remote_rail,
-                    target: seg.clone(),
-                    token,
-                });
-            }
-        }
-        for (transport, ops) in posts {
-            transport.post(ops);
-        }
-        Ok(())
     }
 
     /// Status of task `task` (its index in submission order) of `batch`.
