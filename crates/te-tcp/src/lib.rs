@@ -58,6 +58,8 @@ pub struct TcpTransport {
     /// eviction. An evicted endpoint stops taking slices; its lanes finish what is in flight and
     /// then close their connections (the target's side ends with them).
     peers: Mutex<EndpointStore<PeerKey, Endpoint>>,
+    /// The sink given at install, kept after shutdown so a late slice is still reported.
+    sink: std::sync::OnceLock<Arc<dyn CompletionSink>>,
 }
 
 impl Default for TcpTransport {
@@ -65,6 +67,7 @@ impl Default for TcpTransport {
         TcpTransport {
             installed: RwLock::new(None),
             peers: Mutex::new(EndpointStore::new(65535, EvictionPolicy::Sieve)),
+            sink: std::sync::OnceLock::new(),
         }
     }
 }
@@ -115,14 +118,9 @@ impl TcpTransport {
         Ok(lanes)
     }
 
+    /// Reports `op` failed. Every slice handed to `post` is reported, even after shutdown.
     fn fail(&self, op: SliceOp, reason: String) {
-        let sink = self
-            .installed
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|i| i.sink.clone());
-        if let Some(sink) = sink {
+        if let Some(sink) = self.sink.get() {
             sink.complete(op, Err(SliceError::Path(reason)));
         }
     }
@@ -207,6 +205,7 @@ impl Transport for TcpTransport {
             ctx.config.max_ep_per_ctx as usize,
             ctx.config.endpoint_store,
         );
+        let _ = self.sink.set(sink.clone());
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
             sink,
             settings: Arc::new(LaneSettings {
