@@ -4,20 +4,36 @@
 //! look at it, so this type never hands out `&[u8]` / `&mut [u8]` views of its bytes: reads and
 //! writes are explicit copies through raw pointers. It does not register itself; pass it to
 //! [`TransferEngine::register_buffer`](crate::engine::TransferEngine::register_buffer).
+//!
+//! A buffer lives on the heap, or in a shared-memory file ([`HostBuffer::new_shared`]: created
+//! owner-only (0600) under a random name, in `/dev/shm` or any tmpfs/CXL mount) that a process
+//! on the same host maps with [`HostBuffer::open_shared`].
 #![allow(unsafe_code)]
 
 use std::alloc::{self, Layout};
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
 use crate::error::{Error, Result};
 
 const PAGE: usize = 4096;
 
+#[derive(Debug)]
+enum Backing {
+    Heap,
+    /// A mapping of a shared-memory file; the creator removes the file when dropped.
+    Shared {
+        path: PathBuf,
+        creator: bool,
+    },
+}
+
 /// A zeroed, page-aligned allocation of host memory.
 #[derive(Debug)]
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
+    backing: Backing,
 }
 
 // SAFETY: the buffer is a plain heap allocation with no thread affinity; all access goes
@@ -45,7 +61,134 @@ impl HostBuffer {
             transport: "host",
             reason: format!("allocation of {len} bytes failed"),
         })?;
-        Ok(HostBuffer { ptr, len })
+        Ok(HostBuffer {
+            ptr,
+            len,
+            backing: Backing::Heap,
+        })
+    }
+
+    /// Creates `len` zeroed bytes of shared memory: a new file in `dir` (`/dev/shm`, or a tmpfs
+    /// or CXL mount) with a random, unguessable name, readable and writable by its owner only.
+    /// The file is removed when this buffer is dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero length; [`Error::Transport`] when the file cannot be
+    /// created, sized or mapped.
+    pub fn new_shared(len: usize, dir: &Path) -> Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if len == 0 {
+            return Err(Error::InvalidArgument("zero-length buffer".into()));
+        }
+        let random: String = crate::segment::SegmentSecret::random()?
+            .to_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let path = dir.join(format!("te-{random}"));
+        let fail = |what: &str, e: std::io::Error| Error::Transport {
+            transport: "shm",
+            reason: format!("{what} {}: {e}", path.display()),
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| fail("creating", e))?;
+        let mapped = file
+            .set_len(len as u64)
+            .map_err(|e| fail("sizing", e))
+            .and_then(|()| map_shared(&file, len).map_err(|e| fail("mapping", e)));
+        match mapped {
+            Ok(ptr) => Ok(HostBuffer {
+                ptr,
+                len,
+                backing: Backing::Shared {
+                    path,
+                    creator: true,
+                },
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps the first `len` bytes of a shared-memory file another process created.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when the file is gone (its owner exited), shorter than `len`, or
+    /// cannot be mapped.
+    pub fn open_shared(path: &Path, len: usize) -> Result<Self> {
+        let fail = |what: String| Error::Transport {
+            transport: "shm",
+            reason: format!("{what} {}", path.display()),
+        };
+        if len == 0 {
+            return Err(Error::InvalidArgument("zero-length mapping".into()));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| fail(format!("opening ({e})")))?;
+        let size = file
+            .metadata()
+            .map_err(|e| fail(format!("reading the size of ({e})")))?
+            .len();
+        if size < len as u64 {
+            return Err(fail(format!("{size} bytes, {len} expected, in")));
+        }
+        let ptr = map_shared(&file, len).map_err(|e| fail(format!("mapping ({e})")))?;
+        Ok(HostBuffer {
+            ptr,
+            len,
+            backing: Backing::Shared {
+                path: path.to_path_buf(),
+                creator: false,
+            },
+        })
+    }
+
+    /// The shared-memory file behind this buffer, if it is shared.
+    pub fn shared_path(&self) -> Option<&Path> {
+        match &self.backing {
+            Backing::Shared { path, .. } => Some(path),
+            Backing::Heap => None,
+        }
+    }
+
+    /// Copies `len` bytes from raw memory at `src` into the buffer at `offset`.
+    ///
+    /// # Safety
+    /// `[src, src+len)` must be readable memory of this process that stays valid for the call
+    /// (registered and pinned, for a transport).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range leaves the buffer.
+    pub unsafe fn copy_in_raw(&self, offset: usize, src: u64, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        // SAFETY: the destination range is inside the mapping (checked); the caller vouches for
+        // the source; raw copies form no references.
+        unsafe { std::ptr::copy(src as *const u8, self.ptr.as_ptr().add(offset), len) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `offset` out to raw memory at `dst`.
+    ///
+    /// # Safety
+    /// `[dst, dst+len)` must be writable memory of this process that stays valid for the call.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range leaves the buffer.
+    pub unsafe fn copy_out_raw(&self, offset: usize, dst: u64, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        // SAFETY: as `copy_in_raw`, in the other direction.
+        unsafe { std::ptr::copy(self.ptr.as_ptr().add(offset), dst as *mut u8, len) };
+        Ok(())
     }
 
     /// The first byte's address, as used in transfer requests.
@@ -115,14 +258,46 @@ impl HostBuffer {
     }
 }
 
+/// Maps `len` bytes of `file` shared, readable and writable.
+fn map_shared(file: &std::fs::File, len: usize) -> std::io::Result<NonNull<u8>> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh shared mapping of an open file descriptor; the kernel picks the address;
+    // the mapping outlives the descriptor, which may be closed afterwards.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(p as *mut u8).ok_or_else(|| std::io::Error::other("null mapping"))
+}
+
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout (validated in `new`).
-        unsafe {
-            alloc::dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.len, PAGE),
-            )
+        match &self.backing {
+            Backing::Heap => {
+                // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout (validated in `new`).
+                unsafe {
+                    alloc::dealloc(
+                        self.ptr.as_ptr(),
+                        Layout::from_size_align_unchecked(self.len, PAGE),
+                    )
+                }
+            }
+            Backing::Shared { path, creator } => {
+                // SAFETY: `ptr`/`len` are exactly the mapping made by `map_shared`, unmapped once.
+                unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+                if *creator {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
         }
     }
 }
@@ -141,5 +316,32 @@ mod tests {
         assert!(b.write_at(9_991, &[1u8; 10]).is_err());
         assert!(b.read_at(usize::MAX, &mut [0u8; 2]).is_err());
         assert!(HostBuffer::new(0).is_err());
+    }
+
+    #[test]
+    fn shared_buffers_are_owner_only_visible_to_a_second_mapping_and_removed_on_drop() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir();
+        let a = HostBuffer::new_shared(8192, &dir).unwrap();
+        let path = a.shared_path().unwrap().to_path_buf();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "created owner-only");
+        let b = HostBuffer::open_shared(&path, 8192).unwrap();
+        a.write_at(100, b"shared").unwrap();
+        assert_eq!(b.to_vec(100, 6).unwrap(), b"shared");
+        assert!(
+            HostBuffer::open_shared(&path, 8193).is_err(),
+            "longer than the file"
+        );
+        let src = [7u8; 16];
+        // SAFETY: `src` is a live local array.
+        unsafe { b.copy_in_raw(0, src.as_ptr() as u64, 16).unwrap() };
+        assert_eq!(a.to_vec(0, 16).unwrap(), [7u8; 16]);
+        // SAFETY: as above; the range check refuses before any copy.
+        assert!(unsafe { b.copy_in_raw(8190, src.as_ptr() as u64, 16) }.is_err());
+        drop(b);
+        drop(a);
+        assert!(!path.exists(), "the creator removes the file");
+        assert!(HostBuffer::open_shared(&path, 8192).is_err(), "owner gone");
     }
 }
