@@ -103,6 +103,7 @@ pub(crate) struct TaskShared {
     error: Mutex<Option<SliceError>>,
     pin: Mutex<Option<RegionPin>>,
     route: Option<crate::router::TaskRoute>,
+    transport: Option<Arc<dyn crate::transport::Transport>>,
 }
 
 impl TaskShared {
@@ -126,7 +127,17 @@ impl TaskShared {
             error: Mutex::new(None),
             pin: Mutex::new(Some(pin)),
             route: None,
+            transport: None,
         }
+    }
+
+    /// Attaches the transport the task's slices go to (retries go there too).
+    pub(crate) fn with_transport(
+        mut self,
+        transport: Arc<dyn crate::transport::Transport>,
+    ) -> Self {
+        self.transport = Some(transport);
+        self
     }
 
     /// Attaches the task's rail candidates.
@@ -305,6 +316,10 @@ impl SliceToken {
 
     pub(crate) fn route(&self) -> Option<&crate::router::TaskRoute> {
         self.task.route.as_ref()
+    }
+
+    pub(crate) fn transport(&self) -> Option<&Arc<dyn crate::transport::Transport>> {
+        self.task.transport.as_ref()
     }
 
     /// Whether the task was canceled or ran past its deadline.

@@ -89,6 +89,26 @@ impl Core {
             .clone()
     }
 
+    /// The transport for a buffer: one that serves it better (same-host shared memory), else
+    /// the one speaking the segment's protocol.
+    pub(crate) fn transport_for_buffer(
+        &self,
+        seg: &crate::segment::RemoteSegment,
+        buffer: &crate::segment::BufferDesc,
+    ) -> Result<Arc<dyn Transport>> {
+        let better = self
+            .transports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|t| t.serves(seg, buffer))
+            .cloned();
+        match better {
+            Some(t) => Ok(t),
+            None => self.transport_for(&seg.desc().protocol),
+        }
+    }
+
     pub(crate) fn transport_for(&self, protocol: &str) -> Result<Arc<dyn Transport>> {
         self.transports
             .read()
@@ -106,7 +126,12 @@ impl CompletionSink for Core {
         let outcome = match outcome {
             Err(e) if e.is_retryable() && slice.is_canceled() => Err(SliceError::Canceled),
             Err(e) if self.retry.should_retry(slice.token.attempt(), &e) => {
-                if let Ok(t) = self.transport_for(&slice.target.desc().protocol) {
+                let transport = slice
+                    .token
+                    .transport()
+                    .cloned()
+                    .map_or_else(|| self.transport_for(&slice.target.desc().protocol), Ok);
+                if let Ok(t) = transport {
                     debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
                     slice.token.next_attempt();
                     self.reroute(&mut slice);

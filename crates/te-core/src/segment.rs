@@ -97,6 +97,10 @@ pub struct BufferDesc {
     /// te: `remote_read` or `remote_read_write`. Absent (a Mooncake peer) means read-write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission: Option<String>,
+    /// Shared-memory file a peer on the same host may map instead of using the network
+    /// (Mooncake's field name for IPC handles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_name: Option<String>,
 }
 
 /// One rail a segment serves on (te): a NIC name and the address its transport listens on.
@@ -141,6 +145,9 @@ pub struct SegmentDesc {
     /// te: version of te's data wire format.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_wire_version: Option<u32>,
+    /// te: identifies the host and shared-memory mount (same value = same host, same `/dev/shm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_host_id: Option<String>,
 }
 
 impl SegmentDesc {
@@ -159,6 +166,7 @@ impl SegmentDesc {
                 addr: r.addr(),
                 length: r.len(),
                 permission: Some(r.permission().as_str().to_string()),
+                shm_name: None,
             })
             .collect();
         let now = std::time::SystemTime::now()
@@ -175,6 +183,7 @@ impl SegmentDesc {
             te_rails: Vec::new(),
             te_secret: Some(secret.to_hex()),
             te_wire_version: Some(1),
+            te_host_id: Some(host_id()),
         }
     }
 
@@ -247,6 +256,17 @@ impl SegmentDesc {
     }
 }
 
+/// This host's identity for same-host decisions: the kernel boot id and the device and inode
+/// of `/dev/shm` (so containers with separate shared-memory mounts do not match).
+pub fn host_id() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let shm = std::fs::metadata("/dev/shm")
+        .map(|m| format!("{}:{}", m.dev(), m.ino()))
+        .unwrap_or_default();
+    format!("{}/{shm}", boot.trim())
+}
+
 /// A peer's segment, opened and validated.
 #[derive(Debug)]
 pub struct RemoteSegment {
@@ -306,6 +326,11 @@ impl RemoteSegment {
         self.stale.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// Whether the segment's owner runs on this host (same boot and shared-memory mount).
+    pub fn same_host(&self) -> bool {
+        self.desc.te_host_id.as_deref() == Some(host_id().as_str())
+    }
+
     /// Whether [`mark_stale`](Self::mark_stale) was called.
     pub fn is_stale(&self) -> bool {
         self.stale.load(std::sync::atomic::Ordering::Acquire)
@@ -342,11 +367,11 @@ impl RemoteSegment {
     }
 
     /// Checks that `[addr, addr+len)` lies in one published buffer that permits `op`, and
-    /// returns that buffer's location (`cpu:0`).
+    /// returns that buffer.
     ///
     /// # Errors
     /// [`Error::RemoteAddressNotRegistered`] or [`Error::PermissionDenied`].
-    pub fn check_access(&self, addr: u64, len: u64, op: Opcode) -> Result<&str> {
+    pub fn check_access(&self, addr: u64, len: u64, op: Opcode) -> Result<&BufferDesc> {
         let not_registered = || Error::RemoteAddressNotRegistered {
             segment: self.desc.name.clone(),
             addr,
@@ -368,7 +393,7 @@ impl RemoteSegment {
                 operation: op.as_str(),
             });
         }
-        Ok(&self.desc.buffers[buffer].name)
+        Ok(&self.desc.buffers[buffer])
     }
 }
 

@@ -201,6 +201,13 @@ pub trait Transport: Send + Sync {
     /// Queues slices for execution and returns at once; outcomes go to the sink.
     fn post(&self, slices: Vec<SliceOp>);
 
+    /// Whether this transport can reach `buffer` of `target` by a path better than the
+    /// segment's own protocol (te-shm: the owner is on this host and the buffer is shared
+    /// memory). The engine prefers a transport that says yes.
+    fn serves(&self, _target: &RemoteSegment, _buffer: &crate::segment::BufferDesc) -> bool {
+        false
+    }
+
     /// Per local rail load counters; transports without rails report none.
     fn rail_stats(&self) -> Vec<RailStats> {
         Vec::new()

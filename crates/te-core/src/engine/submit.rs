@@ -118,13 +118,16 @@ impl TransferEngine {
             } else {
                 seg
             };
-            let remote_location = seg.check_access(r.target_offset, r.length, r.opcode)?;
-            let transport = self.core.transport_for(&seg.desc().protocol)?;
+            let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
+            let transport = self.core.transport_for_buffer(&seg, buffer)?;
             let pin = self.regions.pin_local(r.source, r.length)?;
-            let route = self.route_for(&pin.region().location().to_string(), &seg, remote_location);
+            let route = self.route_for(&pin.region().location().to_string(), &seg, &buffer.name);
             let slices = slicer::count(r.length, slice_size, fragment_limit);
-            tasks
-                .push(TaskShared::new(r.opcode, r.length, slices, deadline, pin).with_route(route));
+            tasks.push(
+                TaskShared::new(r.opcode, r.length, slices, deadline, pin)
+                    .with_route(route)
+                    .with_transport(transport.clone()),
+            );
             routes.push((seg, transport));
         }
         let added = batch.add_tasks(tasks, notify)?;
