@@ -148,6 +148,9 @@ pub struct SegmentDesc {
     /// te: identifies the host and shared-memory mount (same value = same host, same `/dev/shm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_host_id: Option<String>,
+    /// te: the owning process, `pid:start-time`, so a peer on the same host can tell it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_owner: Option<String>,
 }
 
 impl SegmentDesc {
@@ -184,6 +187,7 @@ impl SegmentDesc {
             te_secret: Some(secret.to_hex()),
             te_wire_version: Some(1),
             te_host_id: Some(host_id()),
+            te_owner: process_identity(std::process::id()),
         }
     }
 
@@ -267,6 +271,17 @@ pub fn host_id() -> String {
     format!("{}/{shm}", boot.trim())
 }
 
+/// `pid:start-time` of a live process on this host (start time in clock ticks since boot, from
+/// `/proc/<pid>/stat`), or `None` when there is no such process. A reused pid gets a new start
+/// time, so the pair names one process.
+pub fn process_identity(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may itself hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let start = rest.split_whitespace().nth(19)?;
+    Some(format!("{pid}:{start}"))
+}
+
 /// A peer's segment, opened and validated.
 #[derive(Debug)]
 pub struct RemoteSegment {
@@ -324,6 +339,14 @@ impl RemoteSegment {
     /// answering): the engine fetches it again before the next transfer to this segment.
     pub fn mark_stale(&self) {
         self.stale.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the segment's owning process (on this host) still runs; `None` when the
+    /// descriptor does not say who owns it.
+    pub fn owner_alive(&self) -> Option<bool> {
+        let owner = self.desc.te_owner.as_deref()?;
+        let pid: u32 = owner.split(':').next()?.parse().ok()?;
+        Some(process_identity(pid).as_deref() == Some(owner))
     }
 
     /// Whether the segment's owner runs on this host (same boot and shared-memory mount).

@@ -1,0 +1,252 @@
+//! te-shm: moving bytes between processes on one host through shared memory (TENT's SHM
+//! transport), not through the network stack.
+//!
+//! - The owner allocates segment memory with [`ShmTransport::allocate`]: a file in `/dev/shm`
+//!   (or a tmpfs or CXL mount given at construction), owner-only (0600), under a random name not
+//!   derivable from the segment name. Registered like any buffer, it is published with its
+//!   `shm_name`.
+//! - A peer on the same host (same boot and shared-memory mount, `te_host_id`) maps that file on
+//!   first use and relocates remote addresses into its mapping; the engine prefers this
+//!   transport over the segment's protocol for such buffers ([`Transport::serves`]).
+//! - Copies run on worker threads, never on the submitting thread, and complete through the
+//!   engine's sink like every transport. Bounds and permissions are checked by the engine
+//!   against the descriptor before posting, and again here against the mapping.
+//!
+//! Not done here: the remote side cannot tell who maps its memory (file permissions are the
+//! gate), and memory not allocated by this transport is not shareable.
+#![deny(unsafe_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use te_core::HostBuffer;
+use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
+use te_core::transport::{CompletionSink, InstallContext, SliceError, SliceOp, Transport};
+use tracing::{debug, info};
+
+/// Worker threads copying slices.
+const WORKERS: usize = 2;
+
+type Mappings = Mutex<HashMap<String, Arc<HostBuffer>>>;
+
+/// The shared-memory transport. Create it, install it (with TCP for other hosts), and allocate
+/// the segment's memory through it.
+pub struct ShmTransport {
+    dir: PathBuf,
+    /// Buffers this process allocated: start address → file.
+    allocated: Mutex<HashMap<u64, String>>,
+    /// Peers' files mapped here, by path.
+    mappings: Arc<Mappings>,
+    queue: Mutex<Option<Sender<SliceOp>>>,
+    sink: OnceLock<Arc<dyn CompletionSink>>,
+}
+
+impl std::fmt::Debug for ShmTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTransport")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl Default for ShmTransport {
+    fn default() -> Self {
+        Self::new(Path::new("/dev/shm"))
+    }
+}
+
+impl ShmTransport {
+    /// A transport keeping its files in `dir` (`/dev/shm`, or a tmpfs or CXL mount).
+    pub fn new(dir: &Path) -> Self {
+        ShmTransport {
+            dir: dir.to_path_buf(),
+            allocated: Mutex::new(HashMap::new()),
+            mappings: Arc::new(Mutex::new(HashMap::new())),
+            queue: Mutex::new(None),
+            sink: OnceLock::new(),
+        }
+    }
+
+    /// Allocates `len` zeroed bytes of shared memory for the local segment (TENT's
+    /// `allocateLocalMemory`). Register the buffer with the engine to publish it.
+    ///
+    /// # Errors
+    /// The file cannot be created or mapped.
+    pub fn allocate(&self, len: usize) -> te_core::Result<Arc<HostBuffer>> {
+        let buffer = Arc::new(HostBuffer::new_shared(len, &self.dir)?);
+        let path = buffer
+            .shared_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        self.allocated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(buffer.addr(), path);
+        Ok(buffer)
+    }
+}
+
+/// Finds the published buffer holding `addr`.
+fn buffer_of(desc: &SegmentDesc, addr: u64, len: u64) -> Option<&BufferDesc> {
+    desc.buffers.iter().find(|b| {
+        addr >= b.addr
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= b.addr + b.length)
+    })
+}
+
+/// Executes one slice: maps the peer's file if needed and copies.
+fn execute(mappings: &Mappings, op: &SliceOp) -> Result<(), SliceError> {
+    let desc = op.target.desc();
+    let buffer = buffer_of(desc, op.remote_addr, op.len).ok_or_else(|| {
+        SliceError::Path(format!(
+            "{:#x}+{} is in no buffer of {}",
+            op.remote_addr, op.len, desc.name
+        ))
+    })?;
+    let path = buffer.shm_name.as_deref().ok_or_else(|| {
+        SliceError::Path(format!(
+            "buffer {:#x} of {} is not shared memory",
+            buffer.addr, desc.name
+        ))
+    })?;
+    let mapping = {
+        let mut maps = mappings.lock().unwrap_or_else(|e| e.into_inner());
+        match maps.get(path) {
+            Some(m) if m.len() as u64 >= buffer.length => m.clone(),
+            _ => {
+                let m = HostBuffer::open_shared(Path::new(path), buffer.length as usize)
+                    .map_err(|e| SliceError::Path(format!("segment {}: {e}", desc.name)))?;
+                debug!(path, len = buffer.length, "mapped a peer's shared memory");
+                let m = Arc::new(m);
+                maps.insert(path.to_string(), m.clone());
+                m
+            }
+        }
+    };
+    let offset = (op.remote_addr - buffer.addr) as usize;
+    let len = op.len as usize;
+    #[allow(unsafe_code)]
+    // SAFETY: the local range lies in a region the engine pinned for this slice's task until it
+    // is reported; the mapping's range is checked by the copy itself.
+    let copied = unsafe {
+        match op.opcode {
+            te_core::Opcode::Write => mapping.copy_in_raw(offset, op.local_addr, len),
+            _ => mapping.copy_out_raw(offset, op.local_addr, len),
+        }
+    };
+    copied.map_err(|e| SliceError::Path(e.to_string()))
+}
+
+fn worker(
+    rx: Arc<Mutex<Receiver<SliceOp>>>,
+    mappings: Arc<Mappings>,
+    sink: Arc<dyn CompletionSink>,
+) {
+    loop {
+        let op = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(op) => op,
+            Err(_) => return,
+        };
+        let outcome = if op.is_canceled() {
+            Err(SliceError::Canceled)
+        } else {
+            execute(&mappings, &op)
+        };
+        sink.complete(op, outcome);
+    }
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
+        let (tx, rx) = mpsc::channel();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..WORKERS {
+            let (rx, maps, sink) = (rx.clone(), self.mappings.clone(), ctx.sink.clone());
+            std::thread::Builder::new()
+                .name(format!("te-shm-{i}"))
+                .spawn(move || worker(rx, maps, sink))
+                .map_err(|e| te_core::Error::Transport {
+                    transport: "shm",
+                    reason: format!("spawning a worker: {e}"),
+                })?;
+        }
+        let _ = self.sink.set(ctx.sink);
+        *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        info!(dir = %self.dir.display(), segment = %ctx.local_name, "shm transport installed");
+        Ok(())
+    }
+
+    fn describe(&self, desc: &mut SegmentDesc) {
+        let allocated = self.allocated.lock().unwrap_or_else(|e| e.into_inner());
+        for b in &mut desc.buffers {
+            if let Some(path) = allocated.get(&b.addr) {
+                b.shm_name = Some(path.clone());
+            }
+        }
+    }
+
+    fn unregister(&self, region: &te_core::memory::Region) {
+        self.allocated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&region.addr());
+    }
+
+    fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
+        buffer.shm_name.is_some() && target.same_host()
+    }
+
+    fn post(&self, slices: Vec<SliceOp>) {
+        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        // The owner's memory outlives it while mapped here: check it still runs, once per
+        // segment per post, so nothing "completes" into a dead process.
+        let mut alive: Vec<(u64, bool)> = Vec::new();
+        for op in slices {
+            let seg = op.target.id();
+            let owner_alive = match alive.iter().find(|(s, _)| *s == seg) {
+                Some((_, a)) => *a,
+                None => {
+                    let a = op.target.owner_alive() != Some(false);
+                    alive.push((seg, a));
+                    a
+                }
+            };
+            let rejected = if !owner_alive {
+                let reason = format!("the owner of segment {} has exited", op.target.name());
+                Some((op, reason))
+            } else {
+                match queue.as_ref() {
+                    Some(tx) => tx
+                        .send(op)
+                        .err()
+                        .map(|e| (e.0, "shm transport is shut down".to_string())),
+                    None => Some((op, "shm transport is shut down".to_string())),
+                }
+            };
+            if let (Some((op, reason)), Some(sink)) = (rejected, self.sink.get()) {
+                sink.complete(op, Err(SliceError::Path(reason)));
+            }
+        }
+    }
+
+    fn close_segment(&self, segment: &RemoteSegment) {
+        let mut maps = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
+        for b in &segment.desc().buffers {
+            if let Some(path) = &b.shm_name {
+                maps.remove(path);
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
