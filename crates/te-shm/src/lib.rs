@@ -205,33 +205,39 @@ impl Transport for ShmTransport {
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
-        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        // The owner's memory outlives it while mapped here: check it still runs, once per
-        // segment per post, so nothing "completes" into a dead process.
-        let mut alive: Vec<(u64, bool)> = Vec::new();
-        for op in slices {
-            let seg = op.target.id();
-            let owner_alive = match alive.iter().find(|(s, _)| *s == seg) {
-                Some((_, a)) => *a,
-                None => {
-                    let a = op.target.owner_alive() != Some(false);
-                    alive.push((seg, a));
-                    a
+        let mut refused: Vec<(SliceOp, String)> = Vec::new();
+        {
+            let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            // The owner's memory outlives it while mapped here: check it still runs, once per
+            // segment per post, so nothing "completes" into a dead process.
+            let mut alive: Vec<(u64, bool)> = Vec::new();
+            for op in slices {
+                let seg = op.target.id();
+                let owner_alive = match alive.iter().find(|(s, _)| *s == seg) {
+                    Some((_, a)) => *a,
+                    None => {
+                        let a = op.target.owner_alive() != Some(false);
+                        alive.push((seg, a));
+                        a
+                    }
+                };
+                if !owner_alive {
+                    let reason = format!("the owner of segment {} has exited", op.target.name());
+                    refused.push((op, reason));
+                    continue;
                 }
-            };
-            let rejected = if !owner_alive {
-                let reason = format!("the owner of segment {} has exited", op.target.name());
-                Some((op, reason))
-            } else {
-                match queue.as_ref() {
-                    Some(tx) => tx
-                        .send(op)
-                        .err()
-                        .map(|e| (e.0, "shm transport is shut down".to_string())),
-                    None => Some((op, "shm transport is shut down".to_string())),
+                let sent = match queue.as_ref() {
+                    Some(tx) => tx.send(op).map_err(|e| e.0),
+                    None => Err(op),
+                };
+                if let Err(op) = sent {
+                    refused.push((op, "shm transport is shut down".into()));
                 }
-            };
-            if let (Some((op, reason)), Some(sink)) = (rejected, self.sink.get()) {
+            }
+        }
+        // Reported with no lock held: the engine may post a retry back here at once.
+        if let Some(sink) = self.sink.get() {
+            for (op, reason) in refused {
                 sink.complete(op, Err(SliceError::Path(reason)));
             }
         }
