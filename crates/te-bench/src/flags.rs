@@ -147,9 +147,9 @@ impl Flags {
                 self.operation
             ));
         }
-        if self.protocol != "tcp" {
+        if !matches!(self.protocol.as_str(), "tcp" | "shm") {
             return Err(format!(
-                "--protocol={}: not available in this build (te-bench drives tcp today)",
+                "--protocol={}: not available in this build (tcp, or shm between processes on one host)",
                 self.protocol
             ));
         }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use te_core::{
     Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
+use te_shm::ShmTransport;
 use te_tcp::TcpTransport;
 
 use flags::Flags;
@@ -45,19 +46,37 @@ fn init_logging(level: te_core::config::LogLevel) {
         .init();
 }
 
-fn start_engine(config: Config, flags: &Flags, name: &str) -> BenchResult<TransferEngine> {
+/// An engine with TCP (the control path, and other hosts) and, for `--protocol=shm`, te-shm.
+fn start_engine(
+    config: Config,
+    flags: &Flags,
+    name: &str,
+) -> BenchResult<(TransferEngine, Option<Arc<ShmTransport>>)> {
     let engine = TransferEngine::init(config, &flags.metadata_server, name)
         .map_err(|e| format!("engine: {e}"))?;
     engine
         .install_transport(Arc::new(TcpTransport::new()))
         .map_err(|e| format!("tcp transport: {e}"))?;
-    Ok(engine)
+    let shm = if flags.protocol == "shm" {
+        let shm = Arc::new(ShmTransport::default());
+        engine
+            .install_transport(shm.clone())
+            .map_err(|e| format!("shm transport: {e}"))?;
+        Some(shm)
+    } else {
+        None
+    };
+    Ok((engine, shm))
 }
 
 fn start_target(config: Config, flags: &Flags) -> BenchResult<(TransferEngine, Arc<HostBuffer>)> {
-    let engine = start_engine(config, flags, &flags.local_server_name)?;
+    let (engine, shm) = start_engine(config, flags, &flags.local_server_name)?;
     let size = flags.buffer_size.max(flags.working_set()) as usize;
-    let buffer = Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?);
+    let buffer = match shm {
+        // Shared memory, so initiators on this host can map it.
+        Some(shm) => shm.allocate(size).map_err(|e| e.to_string())?,
+        None => Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?),
+    };
     if flags.verify {
         pattern::fill(&buffer, TARGET_SEED, 0, size as u64);
     }
@@ -336,12 +355,12 @@ fn main_inner() -> BenchResult<()> {
     }
     if flags.loopback {
         let (target, _buffer) = start_target(config.clone(), &flags)?;
-        let initiator = start_engine(config, &flags, "")?;
+        let (initiator, _shm) = start_engine(config, &flags, "")?;
         let m = run_initiator(&initiator, &flags, target.segment_name())?;
         print_report(&flags, &m);
         return Ok(());
     }
-    let initiator = start_engine(config, &flags, &flags.local_server_name)?;
+    let (initiator, _shm) = start_engine(config, &flags, &flags.local_server_name)?;
     let m = run_initiator(&initiator, &flags, &flags.segment_id)?;
     print_report(&flags, &m);
     Ok(())
