@@ -106,3 +106,34 @@ pub fn run(config: Config, f: &Flags) -> BenchResult<()> {
     }
     Ok(())
 }
+
+/// `--mode=memcpy`: the same-host reference: one thread copying `block_size` chunks between two
+/// buffers over the same working set as a transfer run, for `duration`.
+pub fn memcpy(f: &Flags) -> BenchResult<()> {
+    let ws = f.working_set() as usize;
+    let a = HostBuffer::new(ws).map_err(|e| e.to_string())?;
+    let b = HostBuffer::new(ws).map_err(|e| e.to_string())?;
+    let block = f.block_size as usize;
+    let end = Instant::now() + Duration::from_secs_f64(f.duration);
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    while Instant::now() < end {
+        for off in (0..ws.saturating_sub(block - 1)).step_by(block) {
+            b.copy_from(off, &a, off, block)
+                .map_err(|e| e.to_string())?;
+            bytes += block as u64;
+        }
+    }
+    let rate = bytes as f64 / started.elapsed().as_secs_f64();
+    println!(
+        "te-bench memcpy: block {block} B over {ws} B: {:.2} GB/s",
+        rate / 1e9
+    );
+    if f.json {
+        println!(
+            "{}",
+            serde_json::json!({"mode": "memcpy", "block_size": block, "working_set": ws, "throughput_gb_s": rate / 1e9})
+        );
+    }
+    Ok(())
+}

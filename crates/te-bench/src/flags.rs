@@ -134,10 +134,10 @@ impl Flags {
     fn check(&self) -> Result<(), String> {
         if !matches!(
             self.mode.as_str(),
-            "initiator" | "target" | "topology" | "engine"
+            "initiator" | "target" | "topology" | "engine" | "memcpy"
         ) {
             return Err(format!(
-                "--mode={}: expected initiator, target, topology or engine",
+                "--mode={}: expected initiator, target, topology, engine or memcpy",
                 self.mode
             ));
         }

@@ -337,6 +337,9 @@ fn main_inner() -> BenchResult<()> {
     if flags.mode == "topology" {
         return print_topology(&config);
     }
+    if flags.mode == "memcpy" {
+        return engine_bench::memcpy(&flags);
+    }
     if flags.mode == "engine" {
         return engine_bench::run(config, &flags);
     }

@@ -161,6 +161,24 @@ impl HostBuffer {
         }
     }
 
+    /// Copies `len` bytes at `src_offset` of `src` into this buffer at `offset` (one memcpy;
+    /// the benchmarks' reference for same-host copies).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if either range leaves its buffer.
+    pub fn copy_from(
+        &self,
+        offset: usize,
+        src: &HostBuffer,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        src.check(src_offset, len)?;
+        // SAFETY: the source range is inside `src` (checked here) and the destination range is
+        // checked by `copy_in_raw`; `src` is borrowed for the whole call.
+        unsafe { self.copy_in_raw(offset, src.addr() + src_offset as u64, len) }
+    }
+
     /// Copies `len` bytes from raw memory at `src` into the buffer at `offset`.
     ///
     /// # Safety
