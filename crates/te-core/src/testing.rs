@@ -112,3 +112,17 @@ impl Transport for SimTransport {
             .extend(slices);
     }
 }
+
+/// Deterministic test bytes: `len` bytes from a xorshift stream seeded by `seed`, so two
+/// processes (or a writer and a checker) agree on what a transfer must deliver.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}

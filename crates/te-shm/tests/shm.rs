@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use te_core::testing::pattern;
 use te_core::{
     Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
@@ -18,18 +19,6 @@ const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 64 << 20];
 const LEN: usize = 160 << 20;
 const WRITE_BASE: usize = 72 << 20;
 const READ_SEED: u64 = 31;
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 fn slot(i: usize) -> usize {
     SIZES[..i].iter().map(|s| s + 4093).sum::<usize>() + 3

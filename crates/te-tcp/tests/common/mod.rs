@@ -30,18 +30,8 @@ pub fn engine() -> TransferEngine {
     engine_with(config())
 }
 
-/// Deterministic bytes: a function of the seed and the byte's position.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
+#[allow(unused_imports)] // not every test file uses it
+pub use te_core::testing::pattern;
 
 pub fn buffer(len: usize) -> Arc<HostBuffer> {
     Arc::new(HostBuffer::new(len).unwrap())
