@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use te_core::testing::InstantTransport;
-use te_core::{
-    Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
-};
+use te_core::{Config, HostBuffer, Permission, TransferEngine};
 
 use crate::BenchResult;
 use crate::flags::Flags;
@@ -31,56 +29,9 @@ pub fn run(config: Config, f: &Flags) -> BenchResult<()> {
     let own = engine
         .open_segment(engine.segment_name())
         .map_err(|e| e.to_string())?;
-    let op = if f.operation == "write" {
-        Opcode::Write
-    } else {
-        Opcode::Read
-    };
-    let end = Instant::now() + Duration::from_secs_f64(f.duration);
-    let started = Instant::now();
-    let batches: Vec<BenchResult<u64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..f.threads)
-            .map(|tid| {
-                let (engine, buffer) = (&engine, &buffer);
-                s.spawn(move || {
-                    let requests: Vec<TransferRequest> = (0..f.batch_size)
-                        .map(|i| {
-                            let at = buffer.addr() + f.block_size * (i * f.threads + tid) as u64;
-                            TransferRequest {
-                                opcode: op,
-                                source: at,
-                                target_id: own,
-                                target_offset: at,
-                                length: f.block_size,
-                            }
-                        })
-                        .collect();
-                    let mut n = 0;
-                    while Instant::now() < end {
-                        let b = engine
-                            .allocate_batch(f.batch_size)
-                            .map_err(|e| e.to_string())?;
-                        engine.submit(b, &requests).map_err(|e| e.to_string())?;
-                        let st = engine
-                            .wait(b, Duration::from_secs(10))
-                            .map_err(|e| e.to_string())?;
-                        if st.state != TransferState::Completed {
-                            return Err(format!("batch ended {:?}", st.state));
-                        }
-                        engine.free_batch(b).map_err(|e| e.to_string())?;
-                        n += 1;
-                    }
-                    Ok(n)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
-    });
-    let elapsed = started.elapsed().as_secs_f64();
-    let batches: u64 = batches.into_iter().sum::<BenchResult<u64>>()?;
+    let crate::Driven {
+        elapsed, batches, ..
+    } = crate::drive(&engine, f, buffer.addr(), (own, buffer.addr()))?;
     let tasks = batches * f.batch_size as u64;
     let slices = tasks * te_core::slicer::count(f.block_size, slice_size, fragment_limit);
     let slices_per_sec = slices as f64 / elapsed;

@@ -141,6 +141,44 @@ fn run_thread(
     Ok((batches, latencies))
 }
 
+/// What `drive` measured.
+pub(crate) struct Driven {
+    pub(crate) elapsed: f64,
+    pub(crate) batches: u64,
+    pub(crate) latencies_us: Vec<f64>,
+}
+
+/// Runs `--threads` threads of batches (see `run_thread`) for `--duration`; sums what they did.
+pub(crate) fn drive(
+    e: &TransferEngine,
+    f: &Flags,
+    local: u64,
+    remote: (u64, u64),
+) -> BenchResult<Driven> {
+    let started = Instant::now();
+    let end = started + Duration::from_secs_f64(f.duration);
+    let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..f.threads)
+            .map(|tid| s.spawn(move || run_thread(e, f, tid, local, remote, end)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    let mut driven = Driven {
+        elapsed: started.elapsed().as_secs_f64(),
+        batches: 0,
+        latencies_us: Vec::new(),
+    };
+    for r in results {
+        let (b, l) = r?;
+        driven.batches += b;
+        driven.latencies_us.extend(l);
+    }
+    Ok(driven)
+}
+
 /// Reads `[0, len)` of the remote buffer back into a scratch buffer, outside the timed run.
 fn read_back(
     e: &TransferEngine,
@@ -196,29 +234,11 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
     }
     e.register_buffer(&local, "*", Permission::LocalOnly)
         .map_err(|e| format!("registering: {e}"))?;
-    let started = Instant::now();
-    let end = started + Duration::from_secs_f64(f.duration);
-    let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..f.threads)
-            .map(|tid| {
-                let local = local.addr();
-                let remote = (segment, remote.addr);
-                s.spawn(move || run_thread(e, f, tid, local, remote, end))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
-    });
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut batches = 0;
-    let mut latencies_us = Vec::new();
-    for r in results {
-        let (b, l) = r?;
-        batches += b;
-        latencies_us.extend(l);
-    }
+    let Driven {
+        elapsed,
+        batches,
+        mut latencies_us,
+    } = drive(e, f, local.addr(), (segment, remote.addr))?;
     latencies_us.sort_by(|a, b| a.total_cmp(b));
     let verified_bytes = if f.verify {
         let mismatch = if f.operation == "write" {

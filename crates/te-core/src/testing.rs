@@ -126,3 +126,35 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Arguments that make a test binary run only its ignored test `test`: how multi-process tests
+/// start themselves again as a helper process.
+pub fn self_test_args(test: &str) -> [&str; 5] {
+    [
+        "--exact",
+        test,
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+}
+
+/// Starts `cmd` with its stdout piped and waits for the line holding `READY <text>` that a
+/// helper process prints once it serves; returns the child and `<text>`.
+///
+/// # Panics
+/// When the process cannot start or ends without printing `READY` (a test helper).
+pub fn spawn_ready(cmd: &mut std::process::Command) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("helper process starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let ready = BufReader::new(stdout)
+        .lines()
+        .map_while(std::result::Result::ok)
+        .find_map(|l| l.split_once("READY ").map(|(_, r)| r.to_string()))
+        .expect("helper process prints READY");
+    (child, ready)
+}

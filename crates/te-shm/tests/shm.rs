@@ -2,13 +2,12 @@
 //! alignments through shared memory (not TCP), owner-only files, and clear errors for bad
 //! offsets and an owner that exited. The test binary re-runs itself as the owner process.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::pattern;
+use te_core::testing::{pattern, self_test_args, spawn_ready};
 use te_core::{
     Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
@@ -71,23 +70,11 @@ fn shm_owner() {
 
 #[test]
 fn shared_memory_between_two_processes() {
-    let mut owner = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "shm_owner",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TE_SHM_OWNER", "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = BufReader::new(owner.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("READY ").map(|(_, r)| r.to_string()))
-        .expect("owner ready");
+    let (mut owner, ready) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("shm_owner"))
+            .env("TE_SHM_OWNER", "1"),
+    );
     let (name, remote) = ready.split_once(' ').unwrap();
     let remote: u64 = remote.parse().unwrap();
 

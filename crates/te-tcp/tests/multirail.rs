@@ -22,13 +22,7 @@ const SEED: u64 = 4242;
 
 fn child(hosts: &netns::TwoHosts, on_a: bool, test: &str) -> Command {
     let mut c = hosts.command(on_a, std::env::current_exe().unwrap().to_str().unwrap());
-    c.args([
-        "--exact",
-        test,
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
+    c.args(te_core::testing::self_test_args(test));
     c.env("TE_MULTIRAIL_CHILD", "1")
         .env("MC_TE_FILTERS", hosts.interfaces(on_a, 2));
     c
@@ -124,18 +118,10 @@ fn transfer_between(
     status_timeout: &str,
     during: impl FnOnce(),
 ) -> Vec<RailLine> {
-    let mut target = Reap(
-        child(hosts, false, "multirail_target")
-            .env("MC_TCP_BIND_ADDRESS", "198.18.0.2")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let (target, ready) = te_core::testing::spawn_ready(
+        child(hosts, false, "multirail_target").env("MC_TCP_BIND_ADDRESS", "198.18.0.2"),
     );
-    let ready = BufReader::new(target.0.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("READY ").map(|(_, r)| r.to_string()))
-        .expect("target ready");
+    let mut target = Reap(target);
     let mut initiator = Reap(
         child(hosts, true, "multirail_initiator")
             .env("TE_MULTIRAIL_TARGET", &ready)

@@ -2,11 +2,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use te_core::testing::{self_test_args, spawn_ready};
 use te_core::{Opcode, Permission, TransferEngine, TransferState};
 
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 64 << 20];
@@ -46,24 +46,11 @@ fn child_target() {
 
 #[test]
 fn two_processes() {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_target",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TE_CHILD_TARGET", "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("READY ").map(|(_, rest)| rest.to_string()))
-        .expect("child prints READY");
+    let (mut child, ready) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("child_target"))
+            .env("TE_CHILD_TARGET", "1"),
+    );
     let mut parts = ready.split_whitespace();
     let name = parts.next().unwrap().to_string();
     let remote: u64 = parts.next().unwrap().parse().unwrap();
@@ -130,23 +117,11 @@ fn child_idle_target() {
 
 /// Starts the idle target serving as `name`; returns it and its buffer address.
 fn idle_target(name: &str) -> (std::process::Child, u64) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_idle_target",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TE_CHILD_IDLE_TARGET", name)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("READY ").map(|(_, r)| r.to_string()))
-        .expect("idle target ready");
+    let (child, ready) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("child_idle_target"))
+            .env("TE_CHILD_IDLE_TARGET", name),
+    );
     let (got, addr) = ready.split_once(' ').unwrap();
     assert_eq!(got, name);
     (child, addr.parse().unwrap())
