@@ -186,7 +186,7 @@ impl SegmentDesc {
             te_rails: Vec::new(),
             te_secret: Some(secret.to_hex()),
             te_wire_version: Some(1),
-            te_host_id: Some(host_id()),
+            te_host_id: Some(host_id().to_string()),
             te_owner: process_identity(std::process::id()),
         }
     }
@@ -262,13 +262,17 @@ impl SegmentDesc {
 
 /// This host's identity for same-host decisions: the kernel boot id and the device and inode
 /// of `/dev/shm` (so containers with separate shared-memory mounts do not match).
-pub fn host_id() -> String {
+pub fn host_id() -> &'static str {
     use std::os::unix::fs::MetadataExt;
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let shm = std::fs::metadata("/dev/shm")
-        .map(|m| format!("{}:{}", m.dev(), m.ino()))
-        .unwrap_or_default();
-    format!("{}/{shm}", boot.trim())
+    // Read once: `serves` asks on every submit, and neither value changes while we run.
+    static HOST_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST_ID.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let shm = std::fs::metadata("/dev/shm")
+            .map(|m| format!("{}:{}", m.dev(), m.ino()))
+            .unwrap_or_default();
+        format!("{}/{shm}", boot.trim())
+    })
 }
 
 /// `pid:start-time` of a live process on this host (start time in clock ticks since boot, from
@@ -351,7 +355,7 @@ impl RemoteSegment {
 
     /// Whether the segment's owner runs on this host (same boot and shared-memory mount).
     pub fn same_host(&self) -> bool {
-        self.desc.te_host_id.as_deref() == Some(host_id().as_str())
+        self.desc.te_host_id.as_deref() == Some(host_id())
     }
 
     /// Whether [`mark_stale`](Self::mark_stale) was called.

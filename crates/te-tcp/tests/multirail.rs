@@ -98,6 +98,16 @@ fn multirail_initiator() {
     assert!(stats.iter().all(|s| s.inflight_bytes == 0), "{stats:?}");
 }
 
+/// Two namespaces joined by two rails at `rate_mbit`, or `None` (saying why) where this machine
+/// cannot make them.
+fn two_hosts(tag: &str, rate_mbit: Option<u32>) -> Option<netns::TwoHosts> {
+    if let Some(why) = netns::unavailable() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    Some(netns::TwoHosts::create(tag, 2, rate_mbit).expect("two namespaces with two rails"))
+}
+
 /// A child process killed if the test fails before it exits.
 struct Reap(std::process::Child);
 
@@ -166,11 +176,9 @@ fn transfer_between(
 
 #[test]
 fn two_rails_share_a_transfer() {
-    if let Some(why) = netns::unavailable() {
-        eprintln!("skipped: {why}");
+    let Some(hosts) = two_hosts("mr", Some(400)) else {
         return;
-    }
-    let hosts = netns::TwoHosts::create("mr", 2, Some(400)).expect("two namespaces with two rails");
+    };
     let rails = transfer_between(&hosts, "30", || {});
     let total: u64 = rails.iter().map(|r| r.1).sum();
     eprintln!("rails (name, bytes, errors, paused): {rails:?}");
@@ -194,12 +202,9 @@ fn two_rails_share_a_transfer() {
 
 #[test]
 fn a_rail_taken_down_mid_transfer_leaves_the_other_to_finish() {
-    if let Some(why) = netns::unavailable() {
-        eprintln!("skipped: {why}");
+    let Some(hosts) = two_hosts("down", Some(200)) else {
         return;
-    }
-    let hosts =
-        netns::TwoHosts::create("down", 2, Some(200)).expect("two namespaces with two rails");
+    };
     let ns = hosts.a.clone();
     let rails = transfer_between(&hosts, "2", || {
         std::thread::sleep(Duration::from_millis(300));
@@ -230,11 +235,9 @@ fn a_rail_taken_down_mid_transfer_leaves_the_other_to_finish() {
 
 #[test]
 fn five_percent_loss_on_one_rail_still_completes() {
-    if let Some(why) = netns::unavailable() {
-        eprintln!("skipped: {why}");
+    let Some(hosts) = two_hosts("loss", None) else {
         return;
-    }
-    let hosts = netns::TwoHosts::create("loss", 2, None).expect("two namespaces with two rails");
+    };
     hosts.add_loss(1, 5).expect("netem on rail 1");
     let rails = transfer_between(&hosts, "30", || {});
     eprintln!("rails (name, bytes, errors, paused): {rails:?}");
