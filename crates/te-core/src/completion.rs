@@ -15,7 +15,7 @@ use crate::batch::PendingNotify;
 use crate::error::{Error, Result};
 use crate::health::RailHealth;
 use crate::retry::RetryPolicy;
-use crate::transport::{CompletionSink, Rejection, SliceError, SliceOp, Transport};
+use crate::transport::{Capabilities, CompletionSink, Rejection, SliceError, SliceOp, Transport};
 
 /// The part of the engine transports report to.
 pub(crate) struct Core {
@@ -96,6 +96,20 @@ impl Core {
         seg: &crate::segment::RemoteSegment,
         buffer: &crate::segment::BufferDesc,
     ) -> Result<Arc<dyn Transport>> {
+        if seg.desc().is_file() {
+            return self
+                .transports
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .find(|t| t.capabilities().contains(Capabilities::DRAM_FILE))
+                .cloned()
+                .ok_or_else(|| {
+                    Error::NotSupportedTransport(
+                        "file (install te-uring's transport for file segments)".into(),
+                    )
+                });
+        }
         let better = self
             .transports
             .read()
@@ -146,10 +160,13 @@ impl CompletionSink for Core {
             debug!(error = %e, ?slice, "slice failed");
             // A refused secret means the peer restarted; a path that stays broken may mean the
             // same. Either way the descriptor is fetched again before the next transfer.
-            if matches!(
-                e,
-                SliceError::Path(_) | SliceError::Rejected(Rejection::BadSecret)
-            ) {
+            // A file segment has no peer to ask again.
+            if !slice.target.desc().is_file()
+                && matches!(
+                    e,
+                    SliceError::Path(_) | SliceError::Rejected(Rejection::BadSecret)
+                )
+            {
                 slice.target.mark_stale();
             }
         }

@@ -82,6 +82,11 @@ pub struct Config {
     pub rail_error_window: Duration,
     /// Longest pause of a rail failing again and again (`MC_TE_RAIL_COOLDOWN_MAX_SECS`, default 300).
     pub rail_cooldown_max: Duration,
+    /// The CXL DAX device te-cxl maps (`MC_CXL_DEV_PATH`, e.g. `/dev/dax0.0`).
+    pub cxl_dev_path: Option<std::path::PathBuf>,
+    /// Bytes of the CXL device to map (`MC_CXL_DEV_SIZE`, bytes or with a K/M/G/T suffix;
+    /// required for a DAX character device, defaults to the length of a regular file).
+    pub cxl_dev_size: Option<u64>,
     /// Largest batch `allocate_batch` accepts (te's bound, not a Mooncake variable).
     pub max_batch_size: usize,
     /// Notifications kept until the application takes them (te's bound).
@@ -116,9 +121,37 @@ impl Default for Config {
             rail_error_threshold: 3,
             rail_error_window: Duration::from_secs(10),
             rail_cooldown_max: Duration::from_secs(300),
+            cxl_dev_path: None,
+            cxl_dev_size: None,
             max_batch_size: 1 << 20,
             notification_queue_max: 65536,
         }
+    }
+}
+
+/// A byte count with an optional binary suffix (`4096`, `64M`, `2G`), 1 byte to 2^56.
+fn parse_size(name: &str, value: &str) -> Result<u64> {
+    let v = value.trim();
+    let (digits, shift) = match v.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(invalid(name, value, "suffix must be K, M, G or T")),
+            };
+            (&v[..i], shift)
+        }
+        _ => (v, 0),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| invalid(name, value, "not a byte count"))?;
+    match n.checked_shl(shift).filter(|b| *b >> shift == n) {
+        Some(b) if (1..=1u64 << 56).contains(&b) => Ok(b),
+        _ => Err(invalid(name, value, "must be 1 byte to 64 PiB")),
     }
 }
 
@@ -277,6 +310,10 @@ impl Config {
             let s: u64 = parse_in("MC_TE_RAIL_COOLDOWN_MAX_SECS", &v, 1, 86400)?;
             c.rail_cooldown_max = Duration::from_secs(s);
         }
+        c.cxl_dev_path = get("MC_CXL_DEV_PATH").map(|v| v.trim().into());
+        if let Some(v) = get("MC_CXL_DEV_SIZE") {
+            c.cxl_dev_size = Some(parse_size("MC_CXL_DEV_SIZE", &v)?);
+        }
         Ok(c)
     }
 
@@ -307,6 +344,8 @@ impl Config {
         "MC_TE_RAIL_ERROR_THRESHOLD",
         "MC_TE_RAIL_ERROR_WINDOW_SECS",
         "MC_TE_RAIL_COOLDOWN_MAX_SECS",
+        "MC_CXL_DEV_PATH",
+        "MC_CXL_DEV_SIZE",
     ];
 }
 
@@ -321,6 +360,23 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn cxl_device_settings_parse_sizes() {
+        let c = with(&[
+            ("MC_CXL_DEV_PATH", "/dev/dax0.0"),
+            ("MC_CXL_DEV_SIZE", "64M"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.cxl_dev_path.as_deref(),
+            Some(std::path::Path::new("/dev/dax0.0"))
+        );
+        assert_eq!(c.cxl_dev_size, Some(64 << 20));
+        let c = with(&[("MC_CXL_DEV_SIZE", "4096")]).unwrap();
+        assert_eq!(c.cxl_dev_size, Some(4096));
+        assert_eq!(with(&[]).unwrap().cxl_dev_path, None);
     }
 
     #[test]
@@ -380,6 +436,9 @@ mod tests {
             ("MC_PATH_ROUNDROBIN", "sometimes"),
             ("MC_ENDPOINT_STORE_TYPE", "LRU"),
             ("MC_RDMA_RAIL_PAUSE_SECONDS", "0"),
+            ("MC_CXL_DEV_SIZE", "12X"),
+            ("MC_CXL_DEV_SIZE", "0"),
+            ("MC_CXL_DEV_SIZE", "99999999999T"),
         ];
         for (name, value) in cases {
             match with(&[(name, value)]) {

@@ -39,10 +39,10 @@ pub mod transport;
 
 pub use batch::{BatchId, TransferState, TransferStatus};
 pub use config::Config;
-pub use engine::{PeerLiveness, TransferEngine, TransferRequest};
+pub use engine::{FileAccess, PeerLiveness, TransferEngine, TransferRequest};
 pub use error::{Error, Result};
 pub use host_buffer::HostBuffer;
 pub use memory::{Location, Permission};
 pub use notify::Notification;
 pub use segment::SegmentId;
-pub use transport::Opcode;
+pub use transport::{Capabilities, Opcode};

@@ -101,6 +101,9 @@ pub struct BufferDesc {
     /// (Mooncake's field name for IPC handles).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shm_name: Option<String>,
+    /// te: offset of the buffer on the CXL device named by the segment's `te_cxl_device`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cxl_offset: Option<u64>,
 }
 
 /// One rail a segment serves on (te): a NIC name and the address its transport listens on.
@@ -151,7 +154,16 @@ pub struct SegmentDesc {
     /// te: the owning process, `pid:start-time`, so a peer on the same host can tell it exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_owner: Option<String>,
+    /// te: the identity of the CXL device the segment's `cxl_offset`s refer to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_cxl_device: Option<String>,
+    /// te: for a file segment (protocol [`FILE_PROTOCOL`]), the file's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_file: Option<String>,
 }
+
+/// The protocol of a file segment: its one buffer is the file, addressed by file offset.
+pub const FILE_PROTOCOL: &str = "file";
 
 impl SegmentDesc {
     /// The descriptor of a local segment: remotely accessible regions only.
@@ -170,6 +182,7 @@ impl SegmentDesc {
                 length: r.len(),
                 permission: Some(r.permission().as_str().to_string()),
                 shm_name: None,
+                cxl_offset: None,
             })
             .collect();
         let now = std::time::SystemTime::now()
@@ -188,7 +201,42 @@ impl SegmentDesc {
             te_wire_version: Some(1),
             te_host_id: Some(host_id().to_string()),
             te_owner: process_identity(std::process::id()),
+            te_cxl_device: None,
+            te_file: None,
         }
+    }
+
+    /// The descriptor of a file segment: one buffer, the file's bytes `[0, length)` addressed by
+    /// offset, readable, and writable when `permission` says so. Served by a transport with
+    /// [`Capabilities::DRAM_FILE`](crate::transport::Capabilities::DRAM_FILE).
+    pub fn file(name: &str, path: &str, length: u64, permission: Permission) -> Self {
+        SegmentDesc {
+            name: name.to_string(),
+            protocol: FILE_PROTOCOL.to_string(),
+            tcp_data_port: None,
+            timestamp: None,
+            buffers: vec![BufferDesc {
+                name: FILE_PROTOCOL.to_string(),
+                addr: 0,
+                length,
+                permission: Some(permission.as_str().to_string()),
+                shm_name: None,
+                cxl_offset: None,
+            }],
+            priority_matrix: None,
+            te_rails: Vec::new(),
+            te_secret: None,
+            te_wire_version: None,
+            te_host_id: Some(host_id().to_string()),
+            te_owner: None,
+            te_cxl_device: None,
+            te_file: Some(path.to_string()),
+        }
+    }
+
+    /// Whether this is a file segment.
+    pub fn is_file(&self) -> bool {
+        self.protocol == FILE_PROTOCOL
     }
 
     /// Serialises to Mooncake's compact JSON.
@@ -200,7 +248,8 @@ impl SegmentDesc {
     ///
     /// # Errors
     /// [`Error::MalformedMessage`] for bad JSON, an empty name, too many buffers, a zero-length,
-    /// overflowing or overlapping buffer, an unknown permission or a bad secret.
+    /// overflowing or overlapping buffer, an unknown permission, a bad secret, or a file
+    /// segment (those are local only).
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
         let desc: SegmentDesc = serde_json::from_slice(bytes)
             .map_err(|e| Error::MalformedMessage(format!("segment descriptor: {e}")))?;
@@ -217,6 +266,11 @@ impl SegmentDesc {
         };
         if self.name.is_empty() || self.name.len() > 1024 {
             return bad("name must be 1..=1024 bytes".into());
+        }
+        // A file segment names a path on this host: only the engine itself makes one
+        // (`open_file_segment`); a peer's descriptor must never steer local file I/O.
+        if self.is_file() || self.te_file.is_some() {
+            return bad("file segments are opened locally, never received".into());
         }
         if self.buffers.len() > MAX_BUFFERS {
             return bad(format!(
@@ -486,6 +540,18 @@ mod tests {
 
     fn desc_json(buffers: &str) -> String {
         format!(r#"{{"name":"h:1","protocol":"tcp","tcp_data_port":9,"buffers":[{buffers}]}}"#)
+    }
+
+    #[test]
+    fn a_received_file_segment_is_refused() {
+        let file = SegmentDesc::file("f", "/etc/passwd", 10, Permission::RemoteReadWrite);
+        let err = SegmentDesc::from_json(file.to_json().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("opened locally"), "{err}");
+        let sneaky = r#"{"name":"h:1","protocol":"tcp","te_file":"/etc/passwd","buffers":[]}"#;
+        assert!(matches!(
+            SegmentDesc::from_json(sneaky.as_bytes()),
+            Err(Error::MalformedMessage(_))
+        ));
     }
 
     #[test]

@@ -30,6 +30,10 @@ impl Transport for InstantTransport {
         "instant"
     }
 
+    fn capabilities(&self) -> crate::transport::Capabilities {
+        crate::transport::Capabilities::DRAM_REMOTE_HOST
+    }
+
     fn install(&self, ctx: InstallContext) -> Result<()> {
         let _ = self.sink.set(ctx.sink);
         Ok(())
@@ -96,6 +100,10 @@ impl SimTransport {
 impl Transport for SimTransport {
     fn name(&self) -> &'static str {
         "sim"
+    }
+
+    fn capabilities(&self) -> crate::transport::Capabilities {
+        crate::transport::Capabilities::DRAM_REMOTE_HOST
     }
 
     fn install(&self, ctx: InstallContext) -> Result<()> {

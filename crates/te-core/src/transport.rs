@@ -173,10 +173,66 @@ pub struct RailStats {
     pub paused: bool,
 }
 
+/// What a transport can move, between which kinds of memory. The engine picks the transport
+/// for a buffer from these, and te-tent ranks transports by them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Capabilities(u32);
+
+impl Capabilities {
+    /// No capability.
+    pub const NONE: Capabilities = Capabilities(0);
+    /// Host DRAM to host DRAM of a process on another host (tcp, rdma).
+    pub const DRAM_REMOTE_HOST: Capabilities = Capabilities(1);
+    /// Host DRAM to host DRAM of another process on this host (shm).
+    pub const DRAM_SAME_HOST: Capabilities = Capabilities(1 << 1);
+    /// Host DRAM to and from a file segment (uring, bufio).
+    pub const DRAM_FILE: Capabilities = Capabilities(1 << 2);
+    /// Host DRAM to and from memory on a CXL device mapped by the peer too (cxl).
+    pub const DRAM_CXL: Capabilities = Capabilities(1 << 3);
+
+    const NAMES: [(Capabilities, &'static str); 4] = [
+        (Capabilities::DRAM_REMOTE_HOST, "dram-remote-host"),
+        (Capabilities::DRAM_SAME_HOST, "dram-same-host"),
+        (Capabilities::DRAM_FILE, "dram-file"),
+        (Capabilities::DRAM_CXL, "dram-cxl"),
+    ];
+
+    /// Whether every capability of `other` is in `self`.
+    pub fn contains(self, other: Capabilities) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The capabilities' names (`dram-remote-host`, `dram-file`, ...).
+    pub fn names(self) -> Vec<&'static str> {
+        Self::NAMES
+            .iter()
+            .filter(|(c, _)| self.contains(*c))
+            .map(|(_, n)| *n)
+            .collect()
+    }
+}
+
+impl std::ops::BitOr for Capabilities {
+    type Output = Capabilities;
+    fn bitor(self, rhs: Capabilities) -> Capabilities {
+        Capabilities(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.names().join(","))
+    }
+}
+
 /// A way of moving bytes. Object-safe; the engine holds `Arc<dyn Transport>`.
 pub trait Transport: Send + Sync {
     /// The protocol name used in segment descriptors (`"tcp"`, `"rdma"`).
     fn name(&self) -> &'static str;
+
+    /// What this transport can move (the engine routes file segments to a transport with
+    /// [`Capabilities::DRAM_FILE`], other segments by protocol and [`serves`](Self::serves)).
+    fn capabilities(&self) -> Capabilities;
 
     /// Starts the transport's listeners and threads.
     ///
@@ -203,7 +259,8 @@ pub trait Transport: Send + Sync {
 
     /// Whether this transport can reach `buffer` of `target` by a path better than the
     /// segment's own protocol (te-shm: the owner is on this host and the buffer is shared
-    /// memory). The engine prefers a transport that says yes.
+    /// memory; te-cxl: the buffer is on a CXL device mapped here too). The engine prefers a
+    /// transport that says yes.
     fn serves(&self, _target: &RemoteSegment, _buffer: &crate::segment::BufferDesc) -> bool {
         false
     }

@@ -165,6 +165,10 @@ impl Transport for ShmTransport {
         "shm"
     }
 
+    fn capabilities(&self) -> te_core::transport::Capabilities {
+        te_core::transport::Capabilities::DRAM_SAME_HOST
+    }
+
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
         let (tx, rx) = mpsc::channel();
         let rx = Arc::new(Mutex::new(rx));

@@ -156,6 +156,11 @@ impl Transport for TcpTransport {
         "tcp"
     }
 
+    fn capabilities(&self) -> te_core::transport::Capabilities {
+        te_core::transport::Capabilities::DRAM_REMOTE_HOST
+            | te_core::transport::Capabilities::DRAM_SAME_HOST
+    }
+
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
         let err = |reason: String| te_core::Error::Transport {
             transport: "tcp",

@@ -15,7 +15,10 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use crate::batch::{BatchId, BatchTable, PendingNotify, TransferStatus};
+mod files;
 mod submit;
+
+pub use files::FileAccess;
 
 use crate::completion::Core;
 use crate::config::Config;
