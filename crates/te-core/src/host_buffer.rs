@@ -26,6 +26,11 @@ enum Backing {
         path: PathBuf,
         creator: bool,
     },
+    /// A view of memory someone else maps (a CXL device); `owner` keeps the mapping alive.
+    Borrowed {
+        #[allow(dead_code)]
+        owner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    },
 }
 
 /// A zeroed, page-aligned allocation of host memory.
@@ -153,11 +158,36 @@ impl HostBuffer {
         })
     }
 
+    /// A buffer over `len` bytes at `ptr` that `owner` maps and keeps alive (te-cxl's device
+    /// memory). Dropping the buffer releases `owner`, nothing else.
+    ///
+    /// # Safety
+    /// `[ptr, ptr+len)` must stay mapped, readable and writable while `owner` lives, and no
+    /// one else may hand out references to those bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null pointer or zero length.
+    pub unsafe fn from_parts(
+        ptr: *mut u8,
+        len: usize,
+        owner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Self> {
+        let ptr = NonNull::new(ptr).ok_or(Error::InvalidArgument("null buffer".into()))?;
+        if len == 0 {
+            return Err(Error::InvalidArgument("zero-length buffer".into()));
+        }
+        Ok(HostBuffer {
+            ptr,
+            len,
+            backing: Backing::Borrowed { owner },
+        })
+    }
+
     /// The shared-memory file behind this buffer, if it is shared.
     pub fn shared_path(&self) -> Option<&Path> {
         match &self.backing {
             Backing::Shared { path, .. } => Some(path),
-            Backing::Heap => None,
+            Backing::Heap | Backing::Borrowed { .. } => None,
         }
     }
 
@@ -316,6 +346,7 @@ impl Drop for HostBuffer {
                     let _ = std::fs::remove_file(path);
                 }
             }
+            Backing::Borrowed { .. } => {}
         }
     }
 }

@@ -36,6 +36,7 @@ pub mod sys;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;
+pub mod workers;
 
 pub use batch::{BatchId, TransferState, TransferStatus};
 pub use config::Config;

@@ -8,8 +8,8 @@
 //! - A peer on the same host (same boot and shared-memory mount, `te_host_id`) maps that file on
 //!   first use and relocates remote addresses into its mapping; the engine prefers this
 //!   transport over the segment's protocol for such buffers ([`Transport::serves`]).
-//! - Copies run on worker threads, never on the submitting thread, and complete through the
-//!   engine's sink like every transport. Bounds and permissions are checked by the engine
+//! - Copies run on worker threads ([`CopyWorkers`]), never on the submitting thread, and
+//!   complete through the engine's sink like every transport. Bounds and permissions are checked by the engine
 //!   against the descriptor before posting, and again here against the mapping.
 //!
 //! Not done here: the remote side cannot tell who maps its memory (file permissions are the
@@ -18,12 +18,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use te_core::HostBuffer;
 use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
-use te_core::transport::{CompletionSink, InstallContext, SliceError, SliceOp, Transport};
+use te_core::transport::{InstallContext, SliceError, SliceOp, Transport};
+use te_core::workers::CopyWorkers;
 use tracing::{debug, info};
 
 /// Worker threads copying slices.
@@ -39,8 +39,7 @@ pub struct ShmTransport {
     allocated: Mutex<HashMap<u64, String>>,
     /// Peers' files mapped here, by path.
     mappings: Arc<Mappings>,
-    queue: Mutex<Option<Sender<SliceOp>>>,
-    sink: OnceLock<Arc<dyn CompletionSink>>,
+    workers: CopyWorkers,
 }
 
 impl std::fmt::Debug for ShmTransport {
@@ -64,8 +63,7 @@ impl ShmTransport {
             dir: dir.to_path_buf(),
             allocated: Mutex::new(HashMap::new()),
             mappings: Arc::new(Mutex::new(HashMap::new())),
-            queue: Mutex::new(None),
-            sink: OnceLock::new(),
+            workers: CopyWorkers::new("shm"),
         }
     }
 
@@ -141,25 +139,6 @@ fn execute(mappings: &Mappings, op: &SliceOp) -> Result<(), SliceError> {
     copied.map_err(|e| SliceError::Path(e.to_string()))
 }
 
-fn worker(
-    rx: Arc<Mutex<Receiver<SliceOp>>>,
-    mappings: Arc<Mappings>,
-    sink: Arc<dyn CompletionSink>,
-) {
-    loop {
-        let op = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-            Ok(op) => op,
-            Err(_) => return,
-        };
-        let outcome = if op.is_canceled() {
-            Err(SliceError::Canceled)
-        } else {
-            execute(&mappings, &op)
-        };
-        sink.complete(op, outcome);
-    }
-}
-
 impl Transport for ShmTransport {
     fn name(&self) -> &'static str {
         "shm"
@@ -170,20 +149,12 @@ impl Transport for ShmTransport {
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
-        let (tx, rx) = mpsc::channel();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..WORKERS {
-            let (rx, maps, sink) = (rx.clone(), self.mappings.clone(), ctx.sink.clone());
-            std::thread::Builder::new()
-                .name(format!("te-shm-{i}"))
-                .spawn(move || worker(rx, maps, sink))
-                .map_err(|e| te_core::Error::Transport {
-                    transport: "shm",
-                    reason: format!("spawning a worker: {e}"),
-                })?;
-        }
-        let _ = self.sink.set(ctx.sink);
-        *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let mappings = self.mappings.clone();
+        self.workers.start(
+            WORKERS,
+            ctx.sink,
+            Arc::new(move |op: &SliceOp| execute(&mappings, op)),
+        )?;
         info!(dir = %self.dir.display(), segment = %ctx.local_name, "shm transport installed");
         Ok(())
     }
@@ -209,42 +180,7 @@ impl Transport for ShmTransport {
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
-        let mut refused: Vec<(SliceOp, String)> = Vec::new();
-        {
-            let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            // The owner's memory outlives it while mapped here: check it still runs, once per
-            // segment per post, so nothing "completes" into a dead process.
-            let mut alive: Vec<(u64, bool)> = Vec::new();
-            for op in slices {
-                let seg = op.target.id();
-                let owner_alive = match alive.iter().find(|(s, _)| *s == seg) {
-                    Some((_, a)) => *a,
-                    None => {
-                        let a = op.target.owner_alive() != Some(false);
-                        alive.push((seg, a));
-                        a
-                    }
-                };
-                if !owner_alive {
-                    let reason = format!("the owner of segment {} has exited", op.target.name());
-                    refused.push((op, reason));
-                    continue;
-                }
-                let sent = match queue.as_ref() {
-                    Some(tx) => tx.send(op).map_err(|e| e.0),
-                    None => Err(op),
-                };
-                if let Err(op) = sent {
-                    refused.push((op, "shm transport is shut down".into()));
-                }
-            }
-        }
-        // Reported with no lock held: the engine may post a retry back here at once.
-        if let Some(sink) = self.sink.get() {
-            for (op, reason) in refused {
-                sink.complete(op, Err(SliceError::Path(reason)));
-            }
-        }
+        self.workers.post_live(slices);
     }
 
     fn close_segment(&self, segment: &RemoteSegment) {
@@ -257,6 +193,6 @@ impl Transport for ShmTransport {
     }
 
     fn shutdown(&self) {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.workers.shutdown();
     }
 }
