@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::{cargo, run};
 
-struct KillOnDrop(Child);
+pub(crate) struct KillOnDrop(pub(crate) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -18,24 +18,29 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn ensure_iperf3() -> Result<(), String> {
-    if Command::new("iperf3").arg("--version").output().is_ok() {
+/// Installs Debian's `package` with apt-get unless `bin` already runs.
+pub(crate) fn ensure_tool(bin: &str, version_arg: &str, package: &str) -> Result<(), String> {
+    if Command::new(bin).arg(version_arg).output().is_ok() {
         return Ok(());
     }
-    eprintln!("xtask: iperf3 missing; installing it with apt-get");
+    eprintln!("xtask: {bin} missing; installing {package} with apt-get");
     run(
         "apt-get update",
         Command::new("apt-get").args(["update", "-qq"]),
     )?;
     run(
-        "apt-get install iperf3",
+        &format!("apt-get install {package}"),
         Command::new("apt-get")
-            .args(["install", "-y", "-qq", "iperf3"])
+            .args(["install", "-y", "-qq", package])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
 }
 
-fn json_number(json: &str, key: &str) -> Option<f64> {
+fn ensure_iperf3() -> Result<(), String> {
+    ensure_tool("iperf3", "--version", "iperf3")
+}
+
+pub(crate) fn json_number(json: &str, key: &str) -> Option<f64> {
     let at = json.find(&format!("\"{key}\""))? + key.len() + 2;
     let rest = json[at..].trim_start().strip_prefix(':')?.trim_start();
     let end =
@@ -79,7 +84,7 @@ fn iperf3(seconds: u64, streams: usize) -> Result<f64, String> {
 }
 
 /// Starts a te-bench target (`cmd` already holds its flags) and returns it with its segment name.
-fn start_target(mut cmd: Command) -> Result<(KillOnDrop, String), String> {
+pub(crate) fn start_target(mut cmd: Command) -> Result<(KillOnDrop, String), String> {
     let mut target = KillOnDrop(
         cmd.env("MC_LOG_LEVEL", "WARNING")
             .stdout(Stdio::piped())
@@ -97,7 +102,13 @@ fn start_target(mut cmd: Command) -> Result<(KillOnDrop, String), String> {
 }
 
 /// Runs a te-bench initiator (`cmd` holds its flags; `--json` is added) and returns its GB/s.
-fn run_initiator(mut cmd: Command, label: &str) -> Result<f64, String> {
+fn run_initiator(cmd: Command, label: &str) -> Result<f64, String> {
+    let text = run_json(cmd, label)?;
+    json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
+}
+
+/// Runs a te-bench initiator with `--json`, echoes its summary line, returns its output.
+pub(crate) fn run_json(mut cmd: Command, label: &str) -> Result<String, String> {
     let out = cmd
         .arg("--json")
         .env("MC_LOG_LEVEL", "WARNING")
@@ -113,7 +124,7 @@ fn run_initiator(mut cmd: Command, label: &str) -> Result<f64, String> {
     if let Some(line) = text.lines().find(|l| l.starts_with("Test completed")) {
         eprintln!("  {label}: {line}");
     }
-    json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
+    Ok(text.into_owned())
 }
 
 /// One te-bench case with the target in its own process; returns GB/s.
@@ -146,7 +157,7 @@ fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String
     run_initiator(initiator, &format!("te-bench {op:5} {block:>8} B"))
 }
 
-fn duration_arg(args: &[&str], usage: &str) -> Result<u64, String> {
+pub(crate) fn duration_arg(args: &[&str], usage: &str) -> Result<u64, String> {
     match args {
         [] => Ok(5),
         ["--duration", s] => s
@@ -156,7 +167,7 @@ fn duration_arg(args: &[&str], usage: &str) -> Result<u64, String> {
     }
 }
 
-fn build_te_bench() -> Result<String, String> {
+pub(crate) fn build_te_bench() -> Result<String, String> {
     run(
         "build te-bench",
         cargo().args(["build", "--release", "-p", "te-bench"]),

@@ -8,10 +8,13 @@
 //!   two equally rate-limited veth rails, over one rail and over both, with the ratio.
 //! - `cargo xtask bench engine [--duration S]`: slices per second through the engine with a
 //!   transport that completes at once, on 1 and 2 submitting threads.
+//! - `cargo xtask bench local [--duration S]`: te-shm, te-uring, BufIO and te-cxl next to
+//!   memcpy, UCX (`ucx_perftest`, posix) and fio (io_uring) in the same run, with the ratios.
 //! - `cargo xtask sim [--seeds N | --seed S]`: the deterministic simulation of the engine.
 #![forbid(unsafe_code)]
 
 mod bench;
+mod local;
 mod netns;
 
 use std::process::{Command, ExitCode};
@@ -122,7 +125,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
         ["bench", "tcp", rest @ ..] => bench::tcp(rest),
         ["bench", "topo", rest @ ..] => bench::topo(rest),
         ["bench", "engine", rest @ ..] => bench::engine(rest),
+        ["bench", "local", rest @ ..] => local::local(rest),
         ["sim", rest @ ..] => sim(rest),
         _ => Err(USAGE.to_string()),
     };

@@ -28,6 +28,8 @@ pub struct Flags {
     pub nic_priority_matrix: String,
     /// Discover the topology (te always does; accepted for Mooncake's scripts).
     pub auto_discovery: bool,
+    /// The file a `uring` or `bufio` run reads and writes (created and sized when missing).
+    pub file_path: String,
 }
 
 const BOOLS: [&str; 6] = [
@@ -43,10 +45,12 @@ const IGNORED: [&str; 2] = ["init_mem", "gpu_id"];
 
 pub const USAGE: &str =
     "usage: te-bench [--mode=initiator|target|topology|engine] [--loopback] [--metadata_server=P2PHANDSHAKE]
-  [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp]
+  [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp|shm|cxl|uring|bufio]
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
-  [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery]";
+  [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery] [--file_path=te-bench.dat]
+protocols: tcp (any host), shm (same host), cxl (a DAX device, MC_CXL_DEV_PATH; a stand-in file
+  is made for --loopback without it), uring and bufio (a file segment at --file_path; no target)";
 
 fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
     v.parse()
@@ -107,6 +111,7 @@ impl Flags {
             device_name: take("device_name", ""),
             nic_priority_matrix: take("nic_priority_matrix", ""),
             auto_discovery: bool_of("auto_discovery", take("auto_discovery", "true"))?,
+            file_path: take("file_path", "te-bench.dat"),
         };
         let backend = take("backend", "classic");
         if backend != "classic" {
@@ -147,9 +152,18 @@ impl Flags {
                 self.operation
             ));
         }
-        if !matches!(self.protocol.as_str(), "tcp" | "shm") {
+        if !matches!(
+            self.protocol.as_str(),
+            "tcp" | "shm" | "cxl" | "uring" | "bufio"
+        ) {
             return Err(format!(
-                "--protocol={}: not available in this build (tcp, or shm between processes on one host)",
+                "--protocol={}: not available in this build (tcp, shm, cxl, uring or bufio)",
+                self.protocol
+            ));
+        }
+        if self.is_file() && self.mode == "target" {
+            return Err(format!(
+                "--protocol={}: a file segment needs no target; run the initiator",
                 self.protocol
             ));
         }
@@ -165,13 +179,22 @@ impl Flags {
                 self.report_unit
             ));
         }
-        if self.mode == "initiator" && !self.loopback && self.segment_id.is_empty() {
+        if self.mode == "initiator"
+            && !self.loopback
+            && !self.is_file()
+            && self.segment_id.is_empty()
+        {
             return Err(
                 "--segment_id=HOST:PORT (printed by the target) is required, or use --loopback"
                     .into(),
             );
         }
         Ok(())
+    }
+
+    /// Whether the target is a file segment (`uring`, `bufio`).
+    pub fn is_file(&self) -> bool {
+        matches!(self.protocol.as_str(), "uring" | "bufio")
     }
 
     /// Bytes each side needs: at least one full round of every thread's batch.
@@ -216,6 +239,8 @@ mod tests {
             ("eth0,eth1", "/tmp/m.json")
         );
         assert_eq!(f.working_set(), 64 << 20);
+        let f = parse(&["--protocol=uring", "--file_path=/tmp/x"]).unwrap();
+        assert!(f.is_file() && f.segment_id.is_empty());
     }
 
     #[test]
@@ -224,6 +249,7 @@ mod tests {
             (&["--segment_id=x", "--block_size=abc"][..], "block_size"),
             (&["--segment_id=x", "--operation=copy"], "operation"),
             (&["--segment_id=x", "--protocol=rdma"], "protocol"),
+            (&["--mode=target", "--protocol=uring"], "needs no target"),
             (&["--segment_id=x", "--frobnicate=1"], "unknown flag"),
             (&["--mode=initiator"], "segment_id"),
             (&["--segment_id=x", "--report_unit=parsecs"], "report_unit"),

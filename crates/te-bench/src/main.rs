@@ -11,20 +11,19 @@ mod engine_bench;
 mod flags;
 mod pattern;
 mod report;
+mod transports;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flags::Flags;
 use te_core::{
     Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
-use te_shm::ShmTransport;
-use te_tcp::TcpTransport;
+use transports::start_engine;
 
-use flags::Flags;
-
-const TARGET_SEED: u64 = 0x7e7a_0001;
+pub(crate) const TARGET_SEED: u64 = 0x7e7a_0001;
 const INITIATOR_SEED: u64 = 0x1e17_0002;
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -46,37 +45,11 @@ fn init_logging(level: te_core::config::LogLevel) {
         .init();
 }
 
-/// An engine with TCP (the control path, and other hosts) and, for `--protocol=shm`, te-shm.
-fn start_engine(
-    config: Config,
-    flags: &Flags,
-    name: &str,
-) -> BenchResult<(TransferEngine, Option<Arc<ShmTransport>>)> {
-    let engine = TransferEngine::init(config, &flags.metadata_server, name)
-        .map_err(|e| format!("engine: {e}"))?;
-    engine
-        .install_transport(Arc::new(TcpTransport::new()))
-        .map_err(|e| format!("tcp transport: {e}"))?;
-    let shm = if flags.protocol == "shm" {
-        let shm = Arc::new(ShmTransport::default());
-        engine
-            .install_transport(shm.clone())
-            .map_err(|e| format!("shm transport: {e}"))?;
-        Some(shm)
-    } else {
-        None
-    };
-    Ok((engine, shm))
-}
-
 fn start_target(config: Config, flags: &Flags) -> BenchResult<(TransferEngine, Arc<HostBuffer>)> {
-    let (engine, shm) = start_engine(config, flags, &flags.local_server_name)?;
-    let size = flags.buffer_size.max(flags.working_set()) as usize;
-    let buffer = match shm {
-        // Shared memory, so initiators on this host can map it.
-        Some(shm) => shm.allocate(size).map_err(|e| e.to_string())?,
-        None => Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?),
-    };
+    let (engine, installed) = start_engine(config, flags, &flags.local_server_name)?;
+    let size = target_size(flags) as usize;
+    // Shared memory or CXL device memory, so initiators on this host (or device) can map it.
+    let buffer = installed.allocate(size)?;
     if flags.verify {
         pattern::fill(&buffer, TARGET_SEED, 0, size as u64);
     }
@@ -211,10 +184,18 @@ fn read_back(
     Ok(scratch)
 }
 
+/// Bytes of the target buffer: `--buffer_size`, at least the working set.
+fn target_size(flags: &Flags) -> u64 {
+    flags.buffer_size.max(flags.working_set())
+}
+
 fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Measured> {
-    let segment = e
-        .open_segment(target)
-        .map_err(|e| format!("opening {target}: {e}"))?;
+    let segment = match f.is_file() {
+        true => transports::open_file_target(e, f)?.0,
+        false => e
+            .open_segment(target)
+            .map_err(|e| format!("opening {target}: {e}"))?,
+    };
     let desc = e.segment(segment).map_err(|e| e.to_string())?;
     let ws = f.working_set();
     let remote = desc
@@ -376,14 +357,24 @@ fn main_inner() -> BenchResult<()> {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
+    let _stand_in = match (flags.protocol.as_str(), flags.loopback) {
+        ("cxl", true) => transports::StandIn::make(&mut config, target_size(&flags))?,
+        _ => None,
+    };
+    if flags.is_file() {
+        let (initiator, _) = start_engine(config, &flags, "")?;
+        let m = run_initiator(&initiator, &flags, &flags.file_path)?;
+        print_report(&flags, &m);
+        return Ok(());
+    }
     if flags.loopback {
         let (target, _buffer) = start_target(config.clone(), &flags)?;
-        let (initiator, _shm) = start_engine(config, &flags, "")?;
+        let (initiator, _) = start_engine(config, &flags, "")?;
         let m = run_initiator(&initiator, &flags, target.segment_name())?;
         print_report(&flags, &m);
         return Ok(());
     }
-    let (initiator, _shm) = start_engine(config, &flags, &flags.local_server_name)?;
+    let (initiator, _) = start_engine(config, &flags, &flags.local_server_name)?;
     let m = run_initiator(&initiator, &flags, &flags.segment_id)?;
     print_report(&flags, &m);
     Ok(())

@@ -17,6 +17,9 @@ use crate::notify::Notification;
 use crate::segment::RemoteSegment;
 use crate::transport::{Opcode, SliceError};
 
+/// How long `wait` polls before it sleeps (bounded: never a busy wait for the whole transfer).
+pub const WAIT_SPIN: Duration = Duration::from_micros(50);
+
 /// A checked batch handle (Mooncake's `BatchID`, but validated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BatchId(u64);
@@ -179,6 +182,9 @@ pub(crate) struct BatchShared {
     freed: AtomicBool,
     finished_tasks: Mutex<u64>,
     finished_cv: Condvar,
+    /// Threads in `wait_task` on this batch: only they need a wake-up per finished task;
+    /// `wait` needs one when the last task finishes.
+    task_waiters: AtomicUsize,
     notify: Mutex<Option<PendingNotify>>,
 }
 
@@ -387,15 +393,21 @@ impl SliceToken {
         }
         // Publish the terminal state after the pin is released: a waiter that sees it may unregister.
         task.state.store(state as u8, Ordering::Release);
-        let notify = if batch.unfinished.fetch_sub(1, Ordering::AcqRel) == 1
-            && !batch.any_failed.load(Ordering::Acquire)
-        {
+        let last = batch.unfinished.fetch_sub(1, Ordering::AcqRel) == 1;
+        let notify = if last && !batch.any_failed.load(Ordering::Acquire) {
             lock(&batch.notify).take()
         } else {
             None
         };
-        *lock(&batch.finished_tasks) += 1;
-        batch.finished_cv.notify_all();
+        let mut finished = lock(&batch.finished_tasks);
+        *finished += 1;
+        // Read under the lock a waiter checks under: a waiter counted after this sees the task
+        // terminal before it sleeps.
+        let wake = last || batch.task_waiters.load(Ordering::SeqCst) > 0;
+        drop(finished);
+        if wake {
+            batch.finished_cv.notify_all();
+        }
         notify
     }
 
@@ -468,6 +480,7 @@ impl BatchTable {
             freed: AtomicBool::new(false),
             finished_tasks: Mutex::new(0),
             finished_cv: Condvar::new(),
+            task_waiters: AtomicUsize::new(0),
             notify: Mutex::new(None),
         }));
         Ok(BatchId(id))
@@ -555,19 +568,32 @@ impl BatchTable {
     ) -> Result<TransferStatus> {
         let batch = self.get(id)?;
         let t = batch.task(task)?;
-        self.wait_until(&batch, timeout, || t.state().is_terminal())?;
+        batch.task_waiters.fetch_add(1, Ordering::SeqCst);
+        let waited = self.wait_until(&batch, timeout, || t.state().is_terminal());
+        batch.task_waiters.fetch_sub(1, Ordering::SeqCst);
+        waited?;
         Ok(t.status())
     }
 
     /// Sleeps on the batch's condition variable (woken whenever one of its tasks finishes, and
-    /// at task deadlines) until `done()` holds or `timeout` passes.
+    /// at task deadlines) until `done()` holds or `timeout` passes. A short poll comes first
+    /// ([`WAIT_SPIN`]): a small transfer on a memory transport finishes within it, and a sleep
+    /// and wake-up would cost more than the transfer.
     fn wait_until(
         &self,
         batch: &BatchShared,
         timeout: Duration,
         done: impl Fn() -> bool,
     ) -> Result<()> {
-        let end = Instant::now() + timeout;
+        let start = Instant::now();
+        let end = start + timeout;
+        let spin_end = start + WAIT_SPIN.min(timeout);
+        while Instant::now() < spin_end {
+            if done() {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
         loop {
             let now = Instant::now();
             // Deadlines are on the engine's clock; the sleep is in real time.

@@ -353,6 +353,8 @@ pub struct RemoteSegment {
     rail_names: Vec<String>,
     /// Set when a transfer suggests the descriptor no longer matches the peer.
     stale: std::sync::atomic::AtomicBool,
+    /// The last owner check: when, and whether it was alive.
+    owner_seen: Mutex<Option<(std::time::Instant, bool)>>,
 }
 
 impl RemoteSegment {
@@ -390,6 +392,7 @@ impl RemoteSegment {
             spans,
             rail_names,
             stale: std::sync::atomic::AtomicBool::new(false),
+            owner_seen: Mutex::new(None),
         }
     }
 
@@ -405,6 +408,24 @@ impl RemoteSegment {
         let owner = self.desc.te_owner.as_deref()?;
         let pid: u32 = owner.split(':').next()?.parse().ok()?;
         Some(process_identity(pid).as_deref() == Some(owner))
+    }
+
+    /// As [`owner_alive`](Self::owner_alive), answered from a check made within `max_age` when
+    /// there is one (reading `/proc` costs microseconds; a transport asks on every post). An
+    /// exit stays seen.
+    pub fn owner_alive_within(&self, max_age: std::time::Duration) -> Option<bool> {
+        self.desc.te_owner.as_ref()?;
+        let mut seen = self.owner_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        match *seen {
+            Some((_, false)) => Some(false),
+            Some((at, alive)) if now.duration_since(at) <= max_age => Some(alive),
+            _ => {
+                let alive = self.owner_alive()?;
+                *seen = Some((now, alive));
+                Some(alive)
+            }
+        }
     }
 
     /// Whether the segment's owner runs on this host (same boot and shared-memory mount).

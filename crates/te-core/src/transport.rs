@@ -265,6 +265,12 @@ pub trait Transport: Send + Sync {
         false
     }
 
+    /// The slice size this transport wants, if not the engine's (`MC_SLICE_SIZE`): memory-copy
+    /// transports take larger slices, as a copy costs the same per byte in any size.
+    fn slice_size(&self) -> Option<u64> {
+        None
+    }
+
     /// Per local rail load counters; transports without rails report none.
     fn rail_stats(&self) -> Vec<RailStats> {
         Vec::new()

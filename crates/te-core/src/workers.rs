@@ -6,7 +6,7 @@
 //! slice posted right after another is picked up without a wake-up; a quiet transport costs no
 //! CPU. The copy itself is the transport's executor; this module moves no bytes.
 
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -15,14 +15,21 @@ use crate::transport::{CompletionSink, SliceError, SliceOp};
 
 /// How long an idle worker polls before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
+/// How old an owner-alive check may be: an owner's exit is noticed within this.
+const OWNER_CHECK_AGE: Duration = Duration::from_millis(10);
+/// The slice size memory-copy transports ask for: large enough that per-slice work is noise
+/// next to the copy, small enough that a large task still spreads over the workers.
+pub const COPY_SLICE: u64 = 1 << 20;
+/// Posts up to this many bytes go to one worker.
+pub const SPREAD_BYTES: u64 = 1 << 20;
 
 /// Executes one slice (the copy); called on a worker thread.
 pub type Executor = dyn Fn(&SliceOp) -> std::result::Result<(), SliceError> + Send + Sync;
 
-/// Worker threads fed by a queue.
+/// Worker threads, each fed by its own queue.
 pub struct CopyWorkers {
     name: &'static str,
-    queue: Mutex<Option<Sender<SliceOp>>>,
+    queues: Mutex<Option<Vec<Sender<SliceOp>>>>,
     sink: OnceLock<Arc<dyn CompletionSink>>,
 }
 
@@ -34,22 +41,16 @@ impl std::fmt::Debug for CopyWorkers {
     }
 }
 
-fn next(rx: &Mutex<Receiver<SliceOp>>) -> Option<SliceOp> {
-    let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+/// The next slice for a worker; `spin` says whether to poll a while before sleeping.
+fn next(rx: &Receiver<SliceOp>, spin: bool) -> Option<SliceOp> {
     let start = Instant::now();
+    let budget = if spin { SPIN } else { Duration::ZERO };
     loop {
         match rx.try_recv() {
             Ok(op) => return Some(op),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
-            Err(TryRecvError::Empty) => break,
-        }
-    }
-    loop {
-        match rx.recv_timeout(Duration::from_secs(3600)) {
-            Ok(op) => return Some(op),
-            Err(RecvTimeoutError::Disconnected) => return None,
-            Err(RecvTimeoutError::Timeout) => continue,
+            Err(TryRecvError::Empty) if start.elapsed() < budget => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) => return rx.recv().ok(),
         }
     }
 }
@@ -59,7 +60,7 @@ impl CopyWorkers {
     pub fn new(name: &'static str) -> Self {
         CopyWorkers {
             name,
-            queue: Mutex::new(None),
+            queues: Mutex::new(None),
             sink: OnceLock::new(),
         }
     }
@@ -81,14 +82,17 @@ impl CopyWorkers {
         self.sink
             .set(sink.clone())
             .map_err(|_| fail("already installed in an engine".into()))?;
-        let (tx, rx) = mpsc::channel::<SliceOp>();
-        let rx = Arc::new(Mutex::new(rx));
+        let mut queues = Vec::with_capacity(count.max(1));
         for i in 0..count.max(1) {
-            let (rx, sink, exec) = (rx.clone(), sink.clone(), exec.clone());
+            let (tx, rx) = mpsc::channel::<SliceOp>();
+            let (sink, exec) = (sink.clone(), exec.clone());
+            // Worker 0 takes every small post and polls before sleeping; the others share
+            // large posts and sleep at once, so at most one thread polls.
+            let spin = i == 0;
             std::thread::Builder::new()
                 .name(format!("te-{}-{i}", self.name))
                 .spawn(move || {
-                    while let Some(op) = next(&rx) {
+                    while let Some(op) = next(&rx, spin) {
                         let outcome = match op.is_canceled() {
                             true => Err(SliceError::Canceled),
                             false => exec(&op),
@@ -97,20 +101,31 @@ impl CopyWorkers {
                     }
                 })
                 .map_err(|e| fail(format!("spawning a worker: {e}")))?;
+            queues.push(tx);
         }
-        *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = Some(queues);
         Ok(())
     }
 
-    /// Queues slices; after shutdown they are reported as failed.
+    /// Queues slices; after shutdown they are reported as failed. A post of up to
+    /// [`SPREAD_BYTES`] goes to the first worker alone (one copy is faster than a wake-up);
+    /// a larger one is dealt out across all workers in runs of neighbouring slices.
     pub fn post(&self, slices: Vec<SliceOp>) {
         let mut refused = Vec::new();
         {
-            let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            for op in slices {
-                let sent = match queue.as_ref() {
-                    Some(tx) => tx.send(op).map_err(|e| e.0),
-                    None => Err(op),
+            let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            let total: u64 = slices.iter().map(|s| s.len).sum();
+            let count = slices.len();
+            for (i, op) in slices.into_iter().enumerate() {
+                let sent = match queues.as_deref() {
+                    Some(qs) if !qs.is_empty() => {
+                        let w = match total <= SPREAD_BYTES {
+                            true => 0,
+                            false => i * qs.len() / count,
+                        };
+                        qs[w].send(op).map_err(|e| e.0)
+                    }
+                    _ => Err(op),
                 };
                 if let Err(op) = sent {
                     refused.push((
@@ -125,7 +140,8 @@ impl CopyWorkers {
 
     /// Queues slices whose segment owner still runs, and fails the others: for transports that
     /// write straight into a peer's memory (a mapping outlives its owner), so nothing
-    /// "completes" into a process that has exited. Checked once per segment per call.
+    /// "completes" into a process that has exited. Checked once per segment per call, from a
+    /// check at most 10 ms old.
     pub fn post_live(&self, slices: Vec<SliceOp>) {
         let mut alive: Vec<(u64, bool)> = Vec::new();
         let (mut live, mut refused) = (Vec::with_capacity(slices.len()), Vec::new());
@@ -134,7 +150,8 @@ impl CopyWorkers {
             let owner_alive = match alive.iter().find(|(s, _)| *s == seg) {
                 Some((_, a)) => *a,
                 None => {
-                    let a = !op.target.same_host() || op.target.owner_alive() != Some(false);
+                    let a = !op.target.same_host()
+                        || op.target.owner_alive_within(OWNER_CHECK_AGE) != Some(false);
                     alive.push((seg, a));
                     a
                 }
@@ -163,6 +180,6 @@ impl CopyWorkers {
 
     /// Takes no more slices; queued ones are still executed and reported.
     pub fn shutdown(&self) {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.queues.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 }

@@ -149,6 +149,10 @@ impl Transport for CxlTransport {
             && target.desc().te_cxl_device.as_deref() == Some(self.device.id())
     }
 
+    fn slice_size(&self) -> Option<u64> {
+        Some(te_core::workers::COPY_SLICE)
+    }
+
     fn post(&self, slices: Vec<SliceOp>) {
         self.workers.post_live(slices);
     }

@@ -179,6 +179,10 @@ impl Transport for ShmTransport {
         buffer.shm_name.is_some() && target.same_host()
     }
 
+    fn slice_size(&self) -> Option<u64> {
+        Some(te_core::workers::COPY_SLICE)
+    }
+
     fn post(&self, slices: Vec<SliceOp>) {
         self.workers.post_live(slices);
     }

@@ -146,6 +146,10 @@ impl Transport for BufIoTransport {
 
     fn describe(&self, _desc: &mut SegmentDesc) {}
 
+    fn slice_size(&self) -> Option<u64> {
+        Some(self.shared.options.max_io)
+    }
+
     fn post(&self, slices: Vec<SliceOp>) {
         self.shared.post(slices);
     }

@@ -385,6 +385,10 @@ impl Transport for UringTransport {
         self.shared.queue.poke();
     }
 
+    fn slice_size(&self) -> Option<u64> {
+        Some(self.shared.options.max_io)
+    }
+
     fn post(&self, slices: Vec<SliceOp>) {
         self.shared.post(slices);
     }

@@ -93,7 +93,11 @@ impl TransferEngine {
     ) -> Result<()> {
         let batch = self.batches.get(id)?;
         let deadline = self.config.slice_timeout.map(|t| self.core.clock.now() + t);
-        let (slice_size, fragment_limit) = (self.config.slice_size, self.config.fragment_limit);
+        // A transport may ask for its own slice size (memory copies gain nothing from 64 KiB).
+        let sizing = |t: &Arc<dyn Transport>| match t.slice_size() {
+            Some(size) => (size.max(4096), size.max(4096) / 4),
+            None => (self.config.slice_size, self.config.fragment_limit),
+        };
         let mut tasks = Vec::with_capacity(requests.len());
         let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
             Vec::with_capacity(requests.len());
@@ -122,6 +126,7 @@ impl TransferEngine {
             let transport = self.core.transport_for_buffer(&seg, buffer)?;
             let pin = self.regions.pin_local(r.source, r.length)?;
             let route = self.route_for(&pin.region().location().to_string(), &seg, &buffer.name);
+            let (slice_size, fragment_limit) = sizing(&transport);
             let slices = slicer::count(r.length, slice_size, fragment_limit);
             tasks.push(
                 TaskShared::new(r.opcode, r.length, slices, deadline, pin)
@@ -133,6 +138,7 @@ impl TransferEngine {
         let added = batch.add_tasks(tasks, notify)?;
         let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
         for ((r, task), (seg, transport)) in requests.iter().zip(added).zip(routes) {
+            let (slice_size, fragment_limit) = sizing(&transport);
             let idx = match posts.iter().position(|(t, _)| Arc::ptr_eq(t, &transport)) {
                 Some(i) => i,
                 None => {

@@ -1,0 +1,141 @@
+//! Which transports a run installs for `--protocol`, and the memory or file its target is:
+//! TCP always (the control path, other hosts); te-shm for `shm`; te-cxl for `cxl` (with a
+//! stand-in device in `/dev/shm` for `--loopback` when `MC_CXL_DEV_PATH` is unset); te-uring's
+//! io_uring or buffered-I/O transport for `uring` / `bufio`, whose target is a file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use te_core::{Config, FileAccess, HostBuffer, SegmentId, TransferEngine};
+use te_cxl::CxlTransport;
+use te_shm::ShmTransport;
+use te_tcp::TcpTransport;
+use te_uring::{BufIoTransport, FileOptions, UringTransport};
+
+use crate::flags::Flags;
+use crate::{BenchResult, TARGET_SEED, pattern};
+
+/// Transports installed beside TCP that allocate target memory.
+pub(crate) struct Installed {
+    shm: Option<Arc<ShmTransport>>,
+    cxl: Option<Arc<CxlTransport>>,
+}
+
+impl Installed {
+    /// The target's buffer: shared memory, CXL device memory, or the heap.
+    pub(crate) fn allocate(&self, size: usize) -> BenchResult<Arc<HostBuffer>> {
+        match (&self.shm, &self.cxl) {
+            (Some(shm), _) => shm.allocate(size).map_err(|e| e.to_string()),
+            (_, Some(cxl)) => cxl.allocate(size).map_err(|e| e.to_string()),
+            _ => Ok(Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?)),
+        }
+    }
+}
+
+/// An engine named `name` with the transports `--protocol` needs.
+pub(crate) fn start_engine(
+    config: Config,
+    flags: &Flags,
+    name: &str,
+) -> BenchResult<(TransferEngine, Installed)> {
+    let cxl = match flags.protocol.as_str() {
+        "cxl" => Some(Arc::new(
+            CxlTransport::open(&config).map_err(|e| e.to_string())?,
+        )),
+        _ => None,
+    };
+    let engine = TransferEngine::init(config, &flags.metadata_server, name)
+        .map_err(|e| format!("engine: {e}"))?;
+    let install = |t: Arc<dyn te_core::transport::Transport>| {
+        let n = t.name();
+        engine
+            .install_transport(t)
+            .map_err(|e| format!("{n} transport: {e}"))
+    };
+    install(Arc::new(TcpTransport::new()))?;
+    let mut installed = Installed {
+        shm: None,
+        cxl: None,
+    };
+    match flags.protocol.as_str() {
+        "shm" => {
+            let shm = Arc::new(ShmTransport::default());
+            install(shm.clone())?;
+            installed.shm = Some(shm);
+        }
+        "cxl" => {
+            if let Some(cxl) = cxl {
+                install(cxl.clone())?;
+                installed.cxl = Some(cxl);
+            }
+        }
+        "uring" => {
+            let t = UringTransport::new(FileOptions::default()).map_err(|e| e.to_string())?;
+            install(Arc::new(t))?;
+        }
+        "bufio" => install(Arc::new(BufIoTransport::new(FileOptions::default())))?,
+        _ => {}
+    }
+    Ok((engine, installed))
+}
+
+/// A stand-in CXL device for `--loopback` without `MC_CXL_DEV_PATH`: a file in `/dev/shm`
+/// (memory, like the device), removed when dropped.
+pub(crate) struct StandIn(PathBuf);
+
+impl StandIn {
+    pub(crate) fn make(config: &mut Config, bytes: u64) -> BenchResult<Option<StandIn>> {
+        if config.cxl_dev_path.is_some() {
+            return Ok(None);
+        }
+        let path = PathBuf::from(format!("/dev/shm/te-bench-cxl-{}", std::process::id()));
+        let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        file.set_len(bytes + te_cxl::HEADER_LEN + te_cxl::ALIGN)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        tracing::info!(path = %path.display(), "no MC_CXL_DEV_PATH: using a stand-in device file");
+        config.cxl_dev_path = Some(path.clone());
+        config.cxl_dev_size = None;
+        Ok(Some(StandIn(path)))
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Opens `--file_path` as the target segment, created and sized to the working set when
+/// short, and filled with the target pattern for a verified READ.
+pub(crate) fn open_file_target(e: &TransferEngine, f: &Flags) -> BenchResult<(SegmentId, u64)> {
+    use std::io::Write;
+    let path = Path::new(&f.file_path);
+    let ws = f.working_set();
+    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(fail)?;
+    if file.metadata().map_err(fail)?.len() < ws {
+        file.set_len(ws).map_err(fail)?;
+    }
+    if f.verify && f.operation == "read" {
+        let mut w = std::io::BufWriter::new(&file);
+        let mut at = 0;
+        while at < ws {
+            let step = (1u64 << 20).min(ws - at);
+            w.write_all(&pattern::bytes(TARGET_SEED, at, step as usize))
+                .map_err(fail)?;
+            at += step;
+        }
+        w.flush().map_err(fail)?;
+        file.sync_all().map_err(fail)?;
+    }
+    let segment = e
+        .open_file_segment(path, FileAccess::ReadWrite)
+        .map_err(|e| e.to_string())?;
+    Ok((segment, 0))
+}
