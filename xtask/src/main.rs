@@ -71,6 +71,19 @@ fn ci() -> Result<(), String> {
         cargo().args(["test", "-p", "te-topology", "--features", "hwloc"]),
     )?;
     run(
+        "clippy (te-uring without io_uring: the buffered-I/O build)",
+        cargo().args([
+            "clippy",
+            "-p",
+            "te-uring",
+            "--no-default-features",
+            "--lib",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    run(
         "simulation (te-core, 200 seeds)",
         cargo()
             .args([

@@ -283,3 +283,20 @@ pub trait Transport: Send + Sync {
     /// through the sink, each exactly once.
     fn shutdown(&self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Capabilities;
+
+    #[test]
+    fn capabilities_combine_and_name_themselves() {
+        let tcp = Capabilities::DRAM_REMOTE_HOST | Capabilities::DRAM_SAME_HOST;
+        assert!(tcp.contains(Capabilities::DRAM_SAME_HOST));
+        assert!(!tcp.contains(Capabilities::DRAM_FILE));
+        assert!(!tcp.contains(Capabilities::DRAM_FILE | Capabilities::DRAM_SAME_HOST));
+        assert!(tcp.contains(Capabilities::NONE));
+        assert_eq!(tcp.to_string(), "dram-remote-host,dram-same-host");
+        assert_eq!(Capabilities::DRAM_CXL.names(), vec!["dram-cxl"]);
+        assert_eq!(Capabilities::NONE.to_string(), "");
+    }
+}

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use te_core::transport::{CompletionSink, SliceError, SliceOp, Transport};
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 pub use bufio::BufIoTransport;
 #[cfg(feature = "uring")]
@@ -76,7 +76,9 @@ pub fn file_transport(options: FileOptions) -> Arc<dyn Transport> {
             );
             return Arc::new(UringTransport::with_support(options, support));
         }
-        Err(reason) => warn!(%reason, "io_uring unavailable; file segments use buffered I/O"),
+        Err(reason) => {
+            tracing::warn!(%reason, "io_uring unavailable; file segments use buffered I/O")
+        }
     }
     #[cfg(not(feature = "uring"))]
     info!("built without io_uring; file segments use buffered I/O");

@@ -67,6 +67,7 @@ impl SliceQueue {
     }
 
     /// Wakes waiting workers with [`Taken::Empty`] so they look at their state again.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     pub fn poke(&self) {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).pokes += 1;
         self.ready.notify_all();

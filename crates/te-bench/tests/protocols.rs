@@ -1,0 +1,81 @@
+//! te-bench end to end for every protocol it offers, each with `--verify` (every byte of the
+//! working set compared after the run): TCP and shm and CXL (stand-in device) in loopback, and
+//! the io_uring and buffered-I/O file transports against a real file.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_te-bench"))
+        .args(args)
+        .args([
+            "--threads=1",
+            "--duration=0.3",
+            "--verify",
+            "--buffer_size=8388608",
+        ])
+        .env("MC_LOG_LEVEL", "WARNING")
+        .output()
+        .expect("te-bench runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "te-bench {args:?} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("verified"), "{args:?}: {text}");
+    assert!(text.contains("Test completed"), "{args:?}: {text}");
+    text
+}
+
+#[test]
+fn memory_protocols_verify_in_loopback() {
+    for protocol in ["tcp", "shm", "cxl"] {
+        for op in ["write", "read"] {
+            bench(&[
+                "--loopback",
+                &format!("--protocol={protocol}"),
+                &format!("--operation={op}"),
+                "--block_size=65536",
+                "--batch_size=16",
+            ]);
+        }
+    }
+}
+
+#[test]
+fn file_protocols_verify_against_a_file() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    for protocol in ["uring", "bufio"] {
+        let file = dir.join(format!("te-bench-{protocol}.dat"));
+        let _ = std::fs::remove_file(&file);
+        for op in ["write", "read"] {
+            bench(&[
+                &format!("--protocol={protocol}"),
+                &format!("--operation={op}"),
+                &format!("--file_path={}", file.display()),
+                "--block_size=1048576",
+                "--batch_size=4",
+            ]);
+        }
+        assert!(std::fs::metadata(&file).unwrap().len() >= 4 << 20);
+        std::fs::remove_file(&file).unwrap();
+    }
+}
+
+#[test]
+fn a_cxl_target_without_a_device_is_explained() {
+    let out = Command::new(env!("CARGO_BIN_EXE_te-bench"))
+        .args([
+            "--mode=target",
+            "--protocol=cxl",
+            "--local_server_name=127.0.0.1:0",
+        ])
+        .env("MC_LOG_LEVEL", "WARNING")
+        .env_remove("MC_CXL_DEV_PATH")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("MC_CXL_DEV_PATH"), "{err}");
+}
