@@ -25,6 +25,10 @@ enum Backing {
     Shared {
         path: PathBuf,
         creator: bool,
+        /// The creator's descriptor, holding a shared `flock` for as long as the buffer lives:
+        /// a file nobody holds it on was left by a process that died.
+        #[allow(dead_code)]
+        lock: Option<std::fs::File>,
     },
     /// A view of memory someone else maps (a CXL device); `owner` keeps the mapping alive.
     Borrowed {
@@ -102,9 +106,9 @@ impl HostBuffer {
             .mode(0o600)
             .open(&path)
             .map_err(|e| fail("creating", e))?;
-        let mapped = file
-            .set_len(len as u64)
-            .map_err(|e| fail("sizing", e))
+        let mapped = lock_file(&file, libc::LOCK_SH)
+            .map_err(|e| fail("locking", e))
+            .and_then(|()| file.set_len(len as u64).map_err(|e| fail("sizing", e)))
             .and_then(|()| map_shared(&file, len).map_err(|e| fail("mapping", e)));
         match mapped {
             Ok(ptr) => Ok(HostBuffer {
@@ -113,6 +117,7 @@ impl HostBuffer {
                 backing: Backing::Shared {
                     path,
                     creator: true,
+                    lock: Some(file),
                 },
             }),
             Err(e) => {
@@ -154,6 +159,7 @@ impl HostBuffer {
             backing: Backing::Shared {
                 path: path.to_path_buf(),
                 creator: false,
+                lock: None,
             },
         })
     }
@@ -307,6 +313,63 @@ impl HostBuffer {
 }
 
 /// Maps `len` bytes of `file` shared, readable and writable.
+/// Takes a `flock` (`LOCK_SH` or `LOCK_EX`) without waiting.
+fn lock_file(file: &std::fs::File, kind: i32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function borrows; no memory is involved.
+    match unsafe { libc::flock(file.as_raw_fd(), kind | libc::LOCK_NB) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+impl HostBuffer {
+    /// Removes shared-memory files in `dir` that a crashed process left behind: te's names
+    /// (`te-` and 32 hex digits), owned by this user, older than `min_age`, and with no live
+    /// creator (a creator holds a shared lock on its file until it drops the buffer). Peers
+    /// that still map such a file keep their mapping. Returns how many were removed.
+    pub fn reap_orphans(dir: &Path, min_age: std::time::Duration) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(hex) = name.to_str().and_then(|n| n.strip_prefix("te-")) else {
+                continue;
+            };
+            if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let old = meta
+                .modified()
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age >= min_age);
+            if !meta.is_file() || meta.uid() != uid || !old {
+                continue;
+            }
+            let orphan = std::fs::OpenOptions::new()
+                .read(true)
+                .open(&path)
+                .and_then(|f| lock_file(&f, libc::LOCK_EX))
+                .is_ok();
+            if orphan && std::fs::remove_file(&path).is_ok() {
+                tracing::info!(path = %path.display(), "removed a shared-memory file a dead process left");
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
 fn map_shared(file: &std::fs::File, len: usize) -> std::io::Result<NonNull<u8>> {
     use std::os::fd::AsRawFd;
     // SAFETY: a fresh shared mapping of an open file descriptor; the kernel picks the address;
@@ -339,7 +402,7 @@ impl Drop for HostBuffer {
                     )
                 }
             }
-            Backing::Shared { path, creator } => {
+            Backing::Shared { path, creator, .. } => {
                 // SAFETY: `ptr`/`len` are exactly the mapping made by `map_shared`, unmapped once.
                 unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
                 if *creator {

@@ -12,6 +12,9 @@
 //!   complete through the engine's sink like every transport. Bounds and permissions are checked by the engine
 //!   against the descriptor before posting, and again here against the mapping.
 //!
+//! - A process that dies without dropping its buffers leaves their files; the next te-shm
+//!   install on the host removes those nobody holds ([`HostBuffer::reap_orphans`]).
+//!
 //! Not done here: the remote side cannot tell who maps its memory (file permissions are the
 //! gate), and memory not allocated by this transport is not shareable.
 #![deny(unsafe_code)]
@@ -25,6 +28,9 @@ use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
 use te_core::transport::{InstallContext, SliceError, SliceOp, Transport};
 use te_core::workers::CopyWorkers;
 use tracing::{debug, info};
+
+/// How old a file with no live creator must be before install removes it.
+const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Worker threads copying slices.
 const WORKERS: usize = 2;
@@ -149,6 +155,10 @@ impl Transport for ShmTransport {
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
+        let reaped = HostBuffer::reap_orphans(&self.dir, ORPHAN_AGE);
+        if reaped > 0 {
+            info!(reaped, dir = %self.dir.display(), "removed shared memory left by dead processes");
+        }
         let mappings = self.mappings.clone();
         self.workers.start(
             WORKERS,

@@ -172,3 +172,38 @@ fn shared_memory_between_two_processes() {
     assert_eq!(run(&e, w), TransferState::Failed);
     assert!(matches!(e.open_segment(name), Err(Error::Metadata(_))));
 }
+
+#[test]
+#[ignore = "helper: started by a_crashed_owner_leaves_nothing_behind"]
+fn shm_crasher() {
+    if std::env::var("TE_SHM_CRASHER").is_err() {
+        return;
+    }
+    let shm = ShmTransport::default();
+    let buf = shm.allocate(1 << 20).unwrap();
+    println!("READY {}", buf.shared_path().unwrap().display());
+    // Die without dropping anything, as a crash would.
+    std::process::exit(0);
+}
+
+#[test]
+fn a_crashed_owner_leaves_nothing_behind() {
+    let (mut child, path) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("shm_crasher"))
+            .env("TE_SHM_CRASHER", "1"),
+    );
+    assert!(child.wait().unwrap().success());
+    let orphan = std::path::PathBuf::from(path);
+    assert!(orphan.exists(), "the crashed process left its file");
+    // A live buffer of this process is kept, whatever its age.
+    let live = ShmTransport::default().allocate(4096).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let dir = std::path::Path::new("/dev/shm");
+    assert!(HostBuffer::reap_orphans(dir, Duration::from_secs(1)) >= 1);
+    assert!(!orphan.exists(), "the orphan was removed");
+    assert!(
+        live.shared_path().unwrap().exists(),
+        "a live buffer's file stays"
+    );
+}
