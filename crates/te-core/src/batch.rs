@@ -185,6 +185,9 @@ pub(crate) struct BatchShared {
     /// Threads in `wait_task` on this batch: only they need a wake-up per finished task;
     /// `wait` needs one when the last task finishes.
     task_waiters: AtomicUsize,
+    /// Waiters asleep on `finished_cv` (changed under `finished_tasks`): with none, finishing a
+    /// task makes no wake-up system call.
+    sleepers: AtomicUsize,
     notify: Mutex<Option<PendingNotify>>,
 }
 
@@ -403,7 +406,8 @@ impl SliceToken {
         *finished += 1;
         // Read under the lock a waiter checks under: a waiter counted after this sees the task
         // terminal before it sleeps.
-        let wake = last || batch.task_waiters.load(Ordering::SeqCst) > 0;
+        let wake = (last || batch.task_waiters.load(Ordering::SeqCst) > 0)
+            && batch.sleepers.load(Ordering::SeqCst) > 0;
         drop(finished);
         if wake {
             batch.finished_cv.notify_all();
@@ -440,7 +444,13 @@ impl BatchTable {
         seed: u16,
         clock: Arc<dyn crate::clock::Clock>,
     ) -> Self {
-        let tag = NEXT_TAG.fetch_add(1, Ordering::Relaxed).wrapping_add(seed) | 1;
+        // Odd (never zero) and distinct for 32768 tables in a row: `n | 1` would give two
+        // consecutive tables the same tag, and a foreign handle would pass.
+        let tag = NEXT_TAG
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(seed)
+            .wrapping_mul(2)
+            | 1;
         BatchTable {
             clock,
             tag,
@@ -481,6 +491,7 @@ impl BatchTable {
             finished_tasks: Mutex::new(0),
             finished_cv: Condvar::new(),
             task_waiters: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
             notify: Mutex::new(None),
         }));
         Ok(BatchId(id))
@@ -588,9 +599,13 @@ impl BatchTable {
         let start = Instant::now();
         let end = start + timeout;
         let spin_end = start + WAIT_SPIN.min(timeout);
-        while Instant::now() < spin_end {
+        // The clock is read every 32 polls: in a VM a clock read costs more than a poll.
+        for polls in 0u32.. {
             if done() {
                 return Ok(());
+            }
+            if polls % 32 == 31 && Instant::now() >= spin_end {
+                break;
             }
             std::hint::spin_loop();
         }
@@ -609,10 +624,13 @@ impl BatchTable {
             if now >= end {
                 return Err(Error::WaitTimeout(timeout));
             }
-            let _ = batch
+            batch.sleepers.fetch_add(1, Ordering::SeqCst);
+            let (finished, _) = batch
                 .finished_cv
                 .wait_timeout(finished, wake.saturating_duration_since(now))
                 .unwrap_or_else(|e| e.into_inner());
+            batch.sleepers.fetch_sub(1, Ordering::SeqCst);
+            drop(finished);
         }
     }
 

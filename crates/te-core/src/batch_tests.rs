@@ -263,3 +263,49 @@ fn waiters_wake_without_polling() {
         TransferState::Completed
     );
 }
+
+#[test]
+fn a_task_waiter_wakes_when_its_task_ends_and_a_batch_waiter_when_the_last_does() {
+    let regions = table_with_region();
+    let t = Arc::new(BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock)));
+    let id = t.allocate(2).unwrap();
+    let tasks = add(&t, &regions, id, &[1, 1], false);
+    let (first, second) = (token(&t, id, &tasks[0]), token(&t, id, &tasks[1]));
+    let spawn_wait = |task: Option<usize>| {
+        let t = t.clone();
+        std::thread::spawn(move || match task {
+            Some(i) => t.wait_task(id, i, Duration::from_secs(30)),
+            None => t.wait(id, Duration::from_secs(30)),
+        })
+    };
+    let task_waiter = spawn_wait(Some(0));
+    let batch_waiter = spawn_wait(None);
+    // Both are past their poll and asleep.
+    std::thread::sleep(Duration::from_millis(50));
+    first.record(10, Ok(()));
+    assert_eq!(
+        task_waiter.join().unwrap().unwrap().state,
+        TransferState::Completed,
+        "woken by its own task although the batch is unfinished"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!batch_waiter.is_finished(), "the batch waiter sleeps on");
+    second.record(10, Ok(()));
+    assert_eq!(
+        batch_waiter.join().unwrap().unwrap().state,
+        TransferState::Completed
+    );
+}
+
+#[test]
+fn consecutive_tables_never_share_a_tag() {
+    let tables: Vec<BatchTable> = (0..64)
+        .map(|_| BatchTable::new(4, 0, Arc::new(crate::clock::SystemClock)))
+        .collect();
+    let ids: Vec<BatchId> = tables.iter().map(|t| t.allocate(1).unwrap()).collect();
+    for (i, t) in tables.iter().enumerate() {
+        for (j, id) in ids.iter().enumerate() {
+            assert_eq!(t.get(*id).is_ok(), i == j, "table {i} and handle {j}");
+        }
+    }
+}
