@@ -166,3 +166,86 @@ pub fn spawn_ready(cmd: &mut std::process::Command) -> (std::process::Child, Str
         .expect("helper process prints READY");
     (child, ready)
 }
+
+/// A sweep of transfer sizes over one remote buffer, for the two-process tests of same-host
+/// transports: size `i` sits at its own odd offset ([`slot`](Self::slot)); READs come from
+/// `[0, write_base)` (filled with `pattern(read_seed)` by the owner) into a local offset one
+/// byte further, and WRITEs of `pattern(100 + i)` go to `write_base + slot(i)`.
+#[derive(Clone, Copy, Debug)]
+pub struct SizeSweep<'a> {
+    /// The transfer sizes.
+    pub sizes: &'a [usize],
+    /// Where the written area starts in the remote buffer.
+    pub write_base: usize,
+    /// Seed of the read area's pattern.
+    pub read_seed: u64,
+}
+
+impl SizeSweep<'_> {
+    /// Offset of size `i`: past the earlier sizes, with a gap, never aligned.
+    pub fn slot(&self, i: usize) -> usize {
+        self.sizes[..i].iter().map(|s| s + 4093).sum::<usize>() + 3
+    }
+
+    /// What the owner puts in the read area.
+    pub fn read_area(&self) -> Vec<u8> {
+        pattern(self.read_seed, self.write_base)
+    }
+
+    /// Initiator side: every READ then every WRITE, one task each; asserts each completes and
+    /// each READ brought the right bytes.
+    ///
+    /// # Panics
+    /// On any failure (a test helper).
+    pub fn run(
+        &self,
+        e: &crate::TransferEngine,
+        segment: crate::SegmentId,
+        local: &crate::HostBuffer,
+        remote: u64,
+    ) {
+        use crate::{Opcode, TransferRequest, TransferState};
+        let one = |r: TransferRequest| {
+            let b = e.allocate_batch(1).unwrap();
+            e.submit(b, &[r]).unwrap();
+            let s = e.wait(b, std::time::Duration::from_secs(60)).unwrap();
+            e.free_batch(b).unwrap();
+            s.state
+        };
+        let expected = self.read_area();
+        for (i, &len) in self.sizes.iter().enumerate() {
+            let at = self.slot(i);
+            let r = TransferRequest {
+                opcode: Opcode::Read,
+                source: local.addr() + at as u64 + 1,
+                target_id: segment,
+                target_offset: remote + at as u64,
+                length: len as u64,
+            };
+            assert_eq!(one(r), TransferState::Completed, "read {len}");
+            assert!(
+                local.to_vec(at + 1, len).unwrap() == expected[at..at + len],
+                "read {len}: bytes differ"
+            );
+        }
+        for (i, &len) in self.sizes.iter().enumerate() {
+            let at = self.slot(i);
+            local.write_at(at, &pattern(100 + i as u64, len)).unwrap();
+            let w = TransferRequest {
+                opcode: Opcode::Write,
+                source: local.addr() + at as u64,
+                target_id: segment,
+                target_offset: remote + (self.write_base + at) as u64,
+                length: len as u64,
+            };
+            assert_eq!(one(w), TransferState::Completed, "write {len}");
+        }
+    }
+
+    /// Owner side: whether every WRITE of [`run`](Self::run) landed.
+    pub fn writes_landed(&self, buf: &crate::HostBuffer) -> bool {
+        self.sizes.iter().enumerate().all(|(i, &len)| {
+            buf.to_vec(self.write_base + self.slot(i), len).unwrap() == pattern(100 + i as u64, len)
+        })
+    }
+}

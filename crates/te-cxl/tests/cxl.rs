@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::{pattern, self_test_args, spawn_ready};
+use te_core::testing::{SizeSweep, self_test_args, spawn_ready};
 use te_core::{
     Config, Error, HostBuffer, Notification, Opcode, Permission, TransferEngine, TransferRequest,
     TransferState,
@@ -21,9 +21,11 @@ const LEN: usize = 24 << 20;
 const WRITE_BASE: usize = 12 << 20;
 const READ_SEED: u64 = 41;
 
-fn slot(i: usize) -> usize {
-    SIZES[..i].iter().map(|s| s + 4093).sum::<usize>() + 3
-}
+const SWEEP: SizeSweep = SizeSweep {
+    sizes: &SIZES,
+    write_base: WRITE_BASE,
+    read_seed: READ_SEED,
+};
 
 fn device_path() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("te-cxl-device")
@@ -46,14 +48,6 @@ fn engine(device: &std::path::Path) -> (TransferEngine, Arc<CxlTransport>) {
     (e, cxl)
 }
 
-fn run(e: &TransferEngine, r: TransferRequest) -> TransferState {
-    let b = e.allocate_batch(1).unwrap();
-    e.submit(b, &[r]).unwrap();
-    let s = e.wait(b, Duration::from_secs(60)).unwrap();
-    e.free_batch(b).unwrap();
-    s.state
-}
-
 #[test]
 #[ignore = "helper: started by cxl_between_two_processes as the owner"]
 fn cxl_owner() {
@@ -62,7 +56,7 @@ fn cxl_owner() {
     };
     let (e, cxl) = engine(std::path::Path::new(&device));
     let buf = cxl.allocate(LEN).unwrap();
-    buf.write_at(0, &pattern(READ_SEED, WRITE_BASE)).unwrap();
+    buf.write_at(0, &SWEEP.read_area()).unwrap();
     e.register_buffer(&buf, "*", Permission::RemoteReadWrite)
         .unwrap();
     let ro = cxl.allocate(1 << 20).unwrap();
@@ -72,9 +66,7 @@ fn cxl_owner() {
         .recv_notification(Duration::from_secs(120))
         .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
-    let intact = SIZES.iter().enumerate().all(|(i, &len)| {
-        buf.to_vec(WRITE_BASE + slot(i), len).unwrap() == pattern(100 + i as u64, len)
-    });
+    let intact = SWEEP.writes_landed(&buf);
     let untouched = ro.to_vec(0, 1 << 20).unwrap().iter().all(|&b| b == 0);
     std::process::exit(if intact && untouched { 0 } else { 3 });
 }
@@ -109,34 +101,7 @@ fn cxl_between_two_processes() {
     );
     assert!(desc.desc().buffers.iter().all(|b| b.cxl_offset.is_some()));
 
-    let expected = pattern(READ_SEED, WRITE_BASE);
-    for (i, &len) in SIZES.iter().enumerate() {
-        let at = slot(i);
-        let r = TransferRequest {
-            opcode: Opcode::Read,
-            source: local.addr() + at as u64 + 1,
-            target_id: seg,
-            target_offset: remote + at as u64,
-            length: len as u64,
-        };
-        assert_eq!(run(&e, r), TransferState::Completed, "read {len}");
-        assert!(
-            local.to_vec(at + 1, len).unwrap() == expected[at..at + len],
-            "read {len}"
-        );
-    }
-    for (i, &len) in SIZES.iter().enumerate() {
-        let at = slot(i);
-        local.write_at(at, &pattern(100 + i as u64, len)).unwrap();
-        let w = TransferRequest {
-            opcode: Opcode::Write,
-            source: local.addr() + at as u64,
-            target_id: seg,
-            target_offset: remote + (WRITE_BASE + at) as u64,
-            length: len as u64,
-        };
-        assert_eq!(run(&e, w), TransferState::Completed, "write {len}");
-    }
+    SWEEP.run(&e, seg, &local, remote);
     let tcp_bytes: u64 = e.nic_load_stats().iter().map(|s| s.bytes_done).sum();
     assert_eq!(tcp_bytes, 0, "no byte went through TCP");
 

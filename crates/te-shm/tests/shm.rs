@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::{pattern, self_test_args, spawn_ready};
+use te_core::testing::{SizeSweep, self_test_args, spawn_ready};
 use te_core::{
     Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
@@ -19,9 +19,11 @@ const LEN: usize = 160 << 20;
 const WRITE_BASE: usize = 72 << 20;
 const READ_SEED: u64 = 31;
 
-fn slot(i: usize) -> usize {
-    SIZES[..i].iter().map(|s| s + 4093).sum::<usize>() + 3
-}
+const SWEEP: SizeSweep = SizeSweep {
+    sizes: &SIZES,
+    write_base: WRITE_BASE,
+    read_seed: READ_SEED,
+};
 
 /// An engine with TCP (for the control path and other hosts) and shared memory.
 fn engine() -> (TransferEngine, Arc<ShmTransport>) {
@@ -50,7 +52,7 @@ fn shm_owner() {
     }
     let (e, shm) = engine();
     let buf = shm.allocate(LEN).unwrap();
-    buf.write_at(0, &pattern(READ_SEED, WRITE_BASE)).unwrap();
+    buf.write_at(0, &SWEEP.read_area()).unwrap();
     e.register_buffer(&buf, "*", Permission::RemoteReadWrite)
         .unwrap();
     println!("READY {} {}", e.segment_name(), buf.addr());
@@ -58,9 +60,7 @@ fn shm_owner() {
         .recv_notification(Duration::from_secs(120))
         .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
-    let intact = SIZES.iter().enumerate().all(|(i, &len)| {
-        buf.to_vec(WRITE_BASE + slot(i), len).unwrap() == pattern(100 + i as u64, len)
-    });
+    let intact = SWEEP.writes_landed(&buf);
     // A clean exit: unregister and drop, so the shared file is removed.
     e.unregister_memory(buf.addr()).unwrap();
     drop(buf);
@@ -96,34 +96,7 @@ fn shared_memory_between_two_processes() {
         "the file name does not derive from the segment name"
     );
 
-    let expected = pattern(READ_SEED, WRITE_BASE);
-    for (i, &len) in SIZES.iter().enumerate() {
-        let at = slot(i);
-        let r = TransferRequest {
-            opcode: Opcode::Read,
-            source: local.addr() + at as u64 + 1,
-            target_id: seg,
-            target_offset: remote + at as u64,
-            length: len as u64,
-        };
-        assert_eq!(run(&e, r), TransferState::Completed, "read {len}");
-        assert!(
-            local.to_vec(at + 1, len).unwrap() == expected[at..at + len],
-            "read {len}"
-        );
-    }
-    for (i, &len) in SIZES.iter().enumerate() {
-        let at = slot(i);
-        local.write_at(at, &pattern(100 + i as u64, len)).unwrap();
-        let w = TransferRequest {
-            opcode: Opcode::Write,
-            source: local.addr() + at as u64,
-            target_id: seg,
-            target_offset: remote + (WRITE_BASE + at) as u64,
-            length: len as u64,
-        };
-        assert_eq!(run(&e, w), TransferState::Completed, "write {len}");
-    }
+    SWEEP.run(&e, seg, &local, remote);
     // Shared memory carried it all: the TCP rail moved nothing.
     let tcp_bytes: u64 = e.nic_load_stats().iter().map(|s| s.bytes_done).sum();
     assert_eq!(tcp_bytes, 0, "no byte went through TCP");
