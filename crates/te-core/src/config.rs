@@ -27,6 +27,23 @@ pub enum LogLevel {
     Error,
 }
 
+/// A setting that must not be printed (a password): `Debug` shows `<redacted>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Redacted(pub String);
+
+impl Redacted {
+    /// The value itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// The engine's settings. Fields are public; build one with `Config::default()` and adjust.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -87,6 +104,17 @@ pub struct Config {
     /// Bytes of the CXL device to map (`MC_CXL_DEV_SIZE`, bytes or with a K/M/G/T suffix;
     /// required for a DAX character device, defaults to the length of a regular file).
     pub cxl_dev_size: Option<u64>,
+    /// Namespace of the metadata keys (`MC_METADATA_CLUSTER_ID`: `mooncake/<id>/…`).
+    pub metadata_cluster_id: Option<String>,
+    /// Redis ACL user (`MC_REDIS_USERNAME`).
+    pub redis_username: Option<String>,
+    /// Redis password (`MC_REDIS_PASSWORD`); never printed.
+    pub redis_password: Option<Redacted>,
+    /// Redis database (`MC_REDIS_DB_INDEX`, 0–65535).
+    pub redis_db_index: Option<u32>,
+    /// How often the engine re-reads the descriptors of open segments from a shared metadata
+    /// service and re-publishes its own (`MC_METADATA_REFRESH_SECS`, te's, default 5).
+    pub metadata_refresh: Duration,
     /// Largest batch `allocate_batch` accepts (te's bound, not a Mooncake variable).
     pub max_batch_size: usize,
     /// Notifications kept until the application takes them (te's bound).
@@ -123,6 +151,11 @@ impl Default for Config {
             rail_cooldown_max: Duration::from_secs(300),
             cxl_dev_path: None,
             cxl_dev_size: None,
+            metadata_cluster_id: None,
+            redis_username: None,
+            redis_password: None,
+            redis_db_index: None,
+            metadata_refresh: Duration::from_secs(5),
             max_batch_size: 1 << 20,
             notification_queue_max: 65536,
         }
@@ -311,6 +344,18 @@ impl Config {
             c.rail_cooldown_max = Duration::from_secs(s);
         }
         c.cxl_dev_path = get("MC_CXL_DEV_PATH").map(|v| v.trim().into());
+        c.metadata_cluster_id = get("MC_METADATA_CLUSTER_ID").map(|v| v.trim().to_string());
+        c.redis_username = get("MC_REDIS_USERNAME");
+        c.redis_password = lookup("MC_REDIS_PASSWORD")
+            .filter(|v| !v.is_empty())
+            .map(Redacted);
+        if let Some(v) = get("MC_REDIS_DB_INDEX") {
+            c.redis_db_index = Some(parse_in("MC_REDIS_DB_INDEX", &v, 0, 65535)?);
+        }
+        if let Some(v) = get("MC_METADATA_REFRESH_SECS") {
+            let s: u64 = parse_in("MC_METADATA_REFRESH_SECS", &v, 1, 3600)?;
+            c.metadata_refresh = Duration::from_secs(s);
+        }
         if let Some(v) = get("MC_CXL_DEV_SIZE") {
             c.cxl_dev_size = Some(parse_size("MC_CXL_DEV_SIZE", &v)?);
         }
@@ -346,6 +391,11 @@ impl Config {
         "MC_TE_RAIL_COOLDOWN_MAX_SECS",
         "MC_CXL_DEV_PATH",
         "MC_CXL_DEV_SIZE",
+        "MC_METADATA_CLUSTER_ID",
+        "MC_REDIS_USERNAME",
+        "MC_REDIS_PASSWORD",
+        "MC_REDIS_DB_INDEX",
+        "MC_METADATA_REFRESH_SECS",
     ];
 }
 
@@ -360,6 +410,26 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn metadata_settings_parse_and_the_password_stays_hidden() {
+        let c = with(&[
+            ("MC_METADATA_CLUSTER_ID", "prod"),
+            ("MC_REDIS_USERNAME", "te"),
+            ("MC_REDIS_PASSWORD", "hunter2"),
+            ("MC_REDIS_DB_INDEX", "3"),
+        ])
+        .unwrap();
+        assert_eq!(c.metadata_cluster_id.as_deref(), Some("prod"));
+        assert_eq!(c.redis_username.as_deref(), Some("te"));
+        assert_eq!(
+            c.redis_password.as_ref().map(Redacted::expose),
+            Some("hunter2")
+        );
+        assert_eq!(c.redis_db_index, Some(3));
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(with(&[("MC_REDIS_DB_INDEX", "-1")]).is_err());
     }
 
     #[test]

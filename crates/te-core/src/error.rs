@@ -110,6 +110,17 @@ pub enum Error {
     /// The metadata service (or the peer, in P2P mode) could not be reached or refused.
     #[error("metadata: {0}")]
     Metadata(String),
+    /// The metadata service answered, and holds no such segment (never published, or removed
+    /// when its owner exited cleanly).
+    #[error(
+        "segment {segment} is not published in {service} (never published, or removed when its owner exited)"
+    )]
+    SegmentNotFound {
+        /// The segment name.
+        segment: String,
+        /// The service asked.
+        service: String,
+    },
     /// A descriptor or control message was not the JSON te expects.
     #[error("malformed message: {0}")]
     MalformedMessage(String),
@@ -165,7 +176,7 @@ impl Error {
             Error::Socket { .. } | Error::WaitTimeout(_) => -102,
             Error::MalformedMessage(_) => -103,
             Error::PeerRefused { .. } => -104,
-            Error::Metadata(_) => -200,
+            Error::Metadata(_) | Error::SegmentNotFound { .. } => -200,
             Error::Transport { .. } | Error::NotRunning(_) => -202,
         }
     }

@@ -545,6 +545,12 @@ impl SegmentCache {
         seg
     }
 
+    /// Every open segment.
+    pub fn all(&self) -> Vec<Arc<RemoteSegment>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.values().cloned().collect()
+    }
+
     /// Forgets a segment; slices already posted keep their own reference.
     pub fn remove(&self, id: SegmentId) -> Option<Arc<RemoteSegment>> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());

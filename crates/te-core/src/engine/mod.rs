@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::batch::{BatchId, BatchTable, PendingNotify, TransferStatus};
 mod files;
+mod keeper;
 mod submit;
 
 pub use files::FileAccess;
@@ -27,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::health::RailHealth;
 use crate::host_buffer::HostBuffer;
 use crate::memory::{Location, Permission, Region, RegionTable};
-use crate::metadata::{Metadata, MetadataKind, P2pMetadata};
+use crate::metadata::Metadata;
 use crate::net::{self, ServiceListener};
 use crate::notify::{Notification, NotificationQueue};
 use crate::retry::RetryPolicy;
@@ -70,9 +71,12 @@ pub struct TransferEngine {
     stripe: std::sync::atomic::AtomicU64,
     secret: SegmentSecret,
     regions: Arc<RegionTable>,
-    segments: SegmentCache,
+    segments: Arc<SegmentCache>,
     batches: BatchTable,
     metadata: Arc<dyn Metadata>,
+    /// Set while a publication to a shared metadata service is owed (it was unreachable).
+    publish_owed: Arc<std::sync::atomic::AtomicBool>,
+    keeper: Option<keeper::Keeper>,
     control_state: Arc<ControlState>,
     control: std::sync::Mutex<Option<ServiceListener>>,
     notifications: Arc<NotificationQueue>,
@@ -139,17 +143,7 @@ impl TransferEngine {
         clock: Arc<dyn crate::clock::Clock>,
     ) -> Result<Self> {
         let config = Arc::new(config);
-        let metadata: Arc<dyn Metadata> = match MetadataKind::parse(metadata_conn)? {
-            MetadataKind::P2p => Arc::new(P2pMetadata::new(
-                config.handshake_connect_timeout,
-                config.handshake_max_length,
-            )),
-            other => {
-                return Err(Error::Metadata(format!(
-                    "metadata backend {other:?} is not available in this build; use P2PHANDSHAKE"
-                )));
-            }
-        };
+        let metadata = crate::metadata::open(metadata_conn, &config)?;
         let (host_ip, port) = name_host(local_server_name);
         let topology = te_topology::Topology::discover().unwrap_or_default();
         let bind_ip = net::bind_ip_for(
@@ -172,7 +166,13 @@ impl TransferEngine {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::socket("reading the control address", e))?;
-        let name = addr.to_string();
+        // In a shared service the segment is known by the name asked for (Mooncake's
+        // local_server_name); peer to peer it must be the listener's address.
+        let asked = local_server_name.trim();
+        let name = match metadata.is_shared() && !asked.is_empty() && port != Some(0) {
+            true => asked.to_string(),
+            false => addr.to_string(),
+        };
         let secret = SegmentSecret::random()?;
         let notifications = Arc::new(NotificationQueue::new(config.notification_queue_max));
         let control_state = Arc::new(ControlState {
@@ -196,22 +196,42 @@ impl TransferEngine {
             })
             .map_err(|e| Error::socket("spawning the notifier thread", e))?;
         let seed = u16::from_le_bytes([secret.to_bytes()[0], secret.to_bytes()[1]]);
+        let core = Arc::new(Core {
+            clock,
+            retry: RetryPolicy::new(config.retry_cnt),
+            health: std::sync::Mutex::new(RailHealth::new(
+                config.rail_error_threshold,
+                config.rail_error_window,
+                config.rail_pause,
+                config.rail_cooldown_max,
+            )),
+            health_clean: std::sync::atomic::AtomicBool::new(true),
+            transports: RwLock::new(Vec::new()),
+            notifier: std::sync::Mutex::new(Some(tx)),
+        });
+        let segments = Arc::new(SegmentCache::default());
+        let publish_owed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let keeper = match metadata.is_shared() {
+            true => {
+                let ctx = keeper::KeeperCtx {
+                    metadata: metadata.clone(),
+                    name: name.clone(),
+                    rpc: (addr.ip().to_string(), addr.port()),
+                    control_state: control_state.clone(),
+                    segments: segments.clone(),
+                    core: core.clone(),
+                    owed: publish_owed.clone(),
+                };
+                // A service that cannot be reached at start is a setup error: say so now.
+                keeper::publish_all(&ctx)?;
+                Some(keeper::Keeper::start(ctx, config.metadata_refresh)?)
+            }
+            false => None,
+        };
         info!(segment = %name, "engine started");
         Ok(TransferEngine {
-            batches: BatchTable::new(config.max_batch_size, seed, clock.clone()),
-            core: Arc::new(Core {
-                clock,
-                retry: RetryPolicy::new(config.retry_cnt),
-                health: std::sync::Mutex::new(RailHealth::new(
-                    config.rail_error_threshold,
-                    config.rail_error_window,
-                    config.rail_pause,
-                    config.rail_cooldown_max,
-                )),
-                health_clean: std::sync::atomic::AtomicBool::new(true),
-                transports: RwLock::new(Vec::new()),
-                notifier: std::sync::Mutex::new(Some(tx)),
-            }),
+            batches: BatchTable::new(config.max_batch_size, seed, core.clock.clone()),
+            core,
             config,
             name,
             bind_ip,
@@ -221,8 +241,10 @@ impl TransferEngine {
             stripe: std::sync::atomic::AtomicU64::new(u64::from(seed).wrapping_mul(0x9e37_79b9)),
             secret,
             regions: Arc::new(RegionTable::new()),
-            segments: SegmentCache::default(),
+            segments,
             metadata,
+            publish_owed,
+            keeper,
             control_state,
             control: std::sync::Mutex::new(Some(control)),
             notifications,
@@ -333,7 +355,20 @@ impl TransferEngine {
             .local_desc
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Arc::new(desc.to_json());
-        self.metadata.publish_segment(&desc)
+        match self.metadata.publish_segment(&desc) {
+            // A shared service that is down must not fail local work: the keeper publishes
+            // what is owed when it returns.
+            Err(e) if self.metadata.is_shared() => {
+                if !self
+                    .publish_owed
+                    .swap(true, std::sync::atomic::Ordering::AcqRel)
+                {
+                    warn!(error = %e, "metadata service unreachable; descriptor will be re-published");
+                }
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     fn resolve_location(addr: u64, location: &str) -> Result<Location> {
@@ -502,6 +537,20 @@ impl TransferEngine {
         Ok(seg)
     }
 
+    /// Fetches a distrusted descriptor again before a transfer. When a shared metadata service
+    /// cannot be reached, the cached descriptor is kept (transfers between open segments must
+    /// outlive a service restart); a segment the service says is gone is an error.
+    fn refetch(&self, seg: Arc<RemoteSegment>) -> Result<Arc<RemoteSegment>> {
+        match self.fetch_segment(seg.name()) {
+            Ok(fresh) => Ok(fresh),
+            Err(e @ (Error::Metadata(_) | Error::Socket { .. })) if self.metadata.is_shared() => {
+                debug!(segment = seg.name(), error = %e, "metadata service unreachable; keeping the cached descriptor");
+                Ok(seg)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Closes a segment: forgets its descriptor and drops transports' connections to it.
     /// Slices already posted finish on their own.
     ///
@@ -634,6 +683,9 @@ impl TransferEngine {
 
     /// Stops the control listener and the transports; queued slices fail. Idempotent.
     pub fn shutdown(&self) {
+        if let Some(k) = &self.keeper {
+            k.stop();
+        }
         if let Some(mut c) = self
             .control
             .lock()

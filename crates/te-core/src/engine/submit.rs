@@ -117,10 +117,9 @@ impl TransferEngine {
                 _ => self.segment(r.target_id)?,
             };
             // A descriptor a failed transfer distrusted is fetched again (the peer restarted).
-            let seg = if seg.is_stale() {
-                self.fetch_segment(&seg.desc().name)?
-            } else {
-                seg
+            let seg = match seg.is_stale() {
+                true => self.refetch(seg)?,
+                false => seg,
             };
             let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
             let transport = self.core.transport_for_buffer(&seg, buffer)?;

@@ -1,8 +1,12 @@
-//! Where segment descriptors come from: the [`Metadata`] trait and its built-in backend,
-//! the P2P handshake (segment name = `host:port` of the peer's control listener).
+//! Where segment descriptors come from: the [`Metadata`] trait, the P2P handshake (segment name
+//! = `host:port` of the peer's control listener), and key-value services in Mooncake's layout
+//! ([`store`]): the HTTP metadata server ([`http`]) and Redis ([`redis`]).
 //!
-//! Mooncake's connection strings are parsed by [`MetadataKind::parse`]; the HTTP, etcd and Redis
-//! backends are separate work and are refused with a clear error until they exist.
+//! Mooncake's connection strings are parsed by [`MetadataKind::parse`] and opened by [`open`].
+
+pub mod http;
+pub mod redis;
+pub mod store;
 
 use std::time::Duration;
 
@@ -35,6 +39,20 @@ pub trait Metadata: Send + Sync {
     /// # Errors
     /// The store refused it.
     fn publish_segment(&self, desc: &SegmentDesc) -> Result<()>;
+
+    /// Publishes where segment `name`'s control listener is (stores only).
+    ///
+    /// # Errors
+    /// The store refused it.
+    fn publish_rpc(&self, _name: &str, _host: &str, _port: u16) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether descriptors live in a shared service (which the engine keeps published) rather
+    /// than with their owner.
+    fn is_shared(&self) -> bool {
+        false
+    }
 
     /// Withdraws the local descriptor.
     ///
@@ -86,6 +104,42 @@ impl MetadataKind {
             None => Ok(MetadataKind::Etcd(conn.to_string())),
         }
     }
+}
+
+/// Opens the backend `conn` names (see [`MetadataKind::parse`]), with `config`'s limits, key
+/// namespace and Redis credentials.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a bad connection string; [`Error::Metadata`] for etcd, which
+/// this build does not speak yet.
+pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Metadata>> {
+    use std::sync::Arc;
+    let timeout = config.handshake_connect_timeout;
+    let max_len = config.handshake_max_length;
+    let layout = store::KeyLayout::new(config.metadata_cluster_id.as_deref());
+    let store: Box<dyn store::KvStore> = match MetadataKind::parse(conn)? {
+        MetadataKind::P2p => return Ok(Arc::new(P2pMetadata::new(timeout, max_len))),
+        MetadataKind::Http(url) => Box::new(http::HttpStore::new(&url, timeout, max_len)?),
+        MetadataKind::Redis(url) => {
+            let mut target = redis::RedisTarget::parse(&url)?;
+            if let Some(user) = &config.redis_username {
+                target.username = Some(user.clone());
+            }
+            if let Some(password) = &config.redis_password {
+                target.password = Some(password.expose().to_string());
+            }
+            if let Some(db) = config.redis_db_index {
+                target.db = db;
+            }
+            Box::new(redis::RedisStore::new(target, timeout, max_len))
+        }
+        MetadataKind::Etcd(endpoints) => {
+            return Err(Error::Metadata(format!(
+                "etcd ({endpoints}) is not spoken by this build; use P2PHANDSHAKE, http:// or redis://"
+            )));
+        }
+    };
+    Ok(Arc::new(store::StoreMetadata::new(store, layout, max_len)))
 }
 
 /// The P2P handshake backend: descriptors come straight from the peer's control listener.

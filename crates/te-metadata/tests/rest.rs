@@ -1,0 +1,146 @@
+//! The te-metadata binary on a real socket: Mooncake's REST verbs and 404s, persistence across
+//! a kill and restart, and bad requests (garbage, oversized heads and bodies, a wrong path, a
+//! missing or badly encoded key, a non-UTF-8 value, an unknown method) answered with 4xx while
+//! the server keeps serving.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{http_server, scratch};
+use te_core::metadata::http::HttpStore;
+use te_core::metadata::store::KvStore;
+
+fn client(url: &str) -> HttpStore {
+    HttpStore::new(url, Duration::from_secs(2), 1 << 20).unwrap()
+}
+
+/// Sends raw bytes, returns the status code of the answer.
+fn raw(port: u16, bytes: &[u8]) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"))
+}
+
+#[test]
+fn verbs_and_persistence_across_a_restart() {
+    let file = scratch("persist.json");
+    let _ = std::fs::remove_file(&file);
+    let mut svc = http_server(0, Some(&file));
+    let kv = client(&svc.url);
+    assert_eq!(
+        kv.get("mooncake/ram/a").unwrap(),
+        None,
+        "404 reads as absent"
+    );
+    kv.put("mooncake/ram/a", br#"{"name":"a"}"#).unwrap();
+    kv.put(
+        "mooncake/rpc_meta/a",
+        br#"{"ip_or_host_name":"h","rpc_port":1}"#,
+    )
+    .unwrap();
+    kv.put("x y/z", b"spaces and slashes").unwrap();
+    assert_eq!(
+        kv.get("mooncake/ram/a").unwrap().unwrap(),
+        br#"{"name":"a"}"#
+    );
+    assert_eq!(kv.get("x y/z").unwrap().unwrap(), b"spaces and slashes");
+    kv.delete("x y/z").unwrap();
+    assert_eq!(kv.get("x y/z").unwrap(), None);
+    kv.delete("never-there").unwrap();
+
+    // Killed (no clean shutdown) and restarted on the same file: nothing is lost.
+    let port = svc.port;
+    svc.kill();
+    assert!(kv.get("mooncake/ram/a").is_err(), "the server is down");
+    let svc = http_server(port, Some(&file));
+    let kv = client(&svc.url);
+    assert_eq!(
+        kv.get("mooncake/ram/a").unwrap().unwrap(),
+        br#"{"name":"a"}"#
+    );
+    assert!(kv.get("mooncake/rpc_meta/a").unwrap().is_some());
+    assert_eq!(kv.get("x y/z").unwrap(), None, "a delete persisted too");
+    drop(svc);
+    std::fs::remove_file(&file).unwrap();
+}
+
+#[test]
+fn a_corrupt_persistence_file_stops_the_server_with_a_reason() {
+    let file = scratch("corrupt.json");
+    std::fs::write(&file, b"{ this is not json").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_te-metadata"))
+        .args(["--addr", "127.0.0.1:0", "--persist"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a JSON object"), "{err}");
+    std::fs::remove_file(&file).unwrap();
+}
+
+#[test]
+fn bad_requests_get_4xx_and_the_server_keeps_serving() {
+    let svc = http_server(0, None);
+    let p = svc.port;
+    assert_eq!(raw(p, b"GET /elsewhere?key=a HTTP/1.1\r\n\r\n"), 404);
+    assert_eq!(raw(p, b"GET /metadata HTTP/1.1\r\n\r\n"), 400);
+    assert_eq!(raw(p, b"GET /metadata?key=%zz HTTP/1.1\r\n\r\n"), 400);
+    assert_eq!(
+        raw(
+            p,
+            b"PATCH /metadata?key=a HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+        ),
+        405
+    );
+    assert_eq!(
+        raw(
+            p,
+            b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: 2\r\n\r\n\xff\xfe"
+        ),
+        400
+    );
+    assert_eq!(
+        raw(
+            p,
+            b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n"
+        ),
+        413
+    );
+    assert_eq!(
+        raw(
+            p,
+            b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: banana\r\n\r\n"
+        ),
+        413
+    );
+    assert_eq!(
+        raw(p, b"GET /metadata?key=a HTTP/1.1\r\nno colon here\r\n\r\n"),
+        400
+    );
+    let mut huge = b"GET /metadata?key=a HTTP/1.1\r\nX: ".to_vec();
+    huge.extend(vec![b'a'; 20 << 10]);
+    huge.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(raw(p, &huge), 400);
+    assert_eq!(raw(p, b"\x00\x01\x02garbage\r\n\r\n"), 404);
+    // Still serving, and keep-alive works for two requests on one connection.
+    let kv = client(&svc.url);
+    kv.put("k", b"v").unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metadata?key=k HTTP/1.1\r\n\r\nGET /metadata?key=k HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
+}
