@@ -79,3 +79,56 @@ fn a_cxl_target_without_a_device_is_explained() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("MC_CXL_DEV_PATH"), "{err}");
 }
+
+#[test]
+fn metadata_services_carry_the_handshake() {
+    // The te-metadata server (in this process, on a real socket).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = te_metadata::Server::start(listener, te_metadata::Options::default()).unwrap();
+    let http = format!("--metadata_server=http://{}/metadata", server.addr());
+    bench(&[
+        "--loopback",
+        &http,
+        "--operation=write",
+        "--block_size=65536",
+        "--batch_size=8",
+    ]);
+    // Debian's redis-server on a free port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (.ci/setup installs it)");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let url = format!("--metadata_server=redis://127.0.0.1:{port}");
+    bench(&[
+        "--loopback",
+        &url,
+        "--operation=read",
+        "--block_size=65536",
+        "--batch_size=8",
+    ]);
+    let _ = redis.kill();
+    let _ = redis.wait();
+}
