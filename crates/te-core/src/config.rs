@@ -104,6 +104,9 @@ pub struct Config {
     /// Bytes of the CXL device to map (`MC_CXL_DEV_SIZE`, bytes or with a K/M/G/T suffix;
     /// required for a DAX character device, defaults to the length of a regular file).
     pub cxl_dev_size: Option<u64>,
+    /// The cluster secret (`MC_TE_CLUSTER_SECRET`, te's): control peers must prove it, and
+    /// descriptors carry segment secrets sealed with it. Never printed.
+    pub cluster_secret: Option<Redacted>,
     /// Namespace of the metadata keys (`MC_METADATA_CLUSTER_ID`: `mooncake/<id>/…`).
     pub metadata_cluster_id: Option<String>,
     /// Redis ACL user (`MC_REDIS_USERNAME`).
@@ -151,6 +154,7 @@ impl Default for Config {
             rail_cooldown_max: Duration::from_secs(300),
             cxl_dev_path: None,
             cxl_dev_size: None,
+            cluster_secret: None,
             metadata_cluster_id: None,
             redis_username: None,
             redis_password: None,
@@ -344,6 +348,9 @@ impl Config {
             c.rail_cooldown_max = Duration::from_secs(s);
         }
         c.cxl_dev_path = get("MC_CXL_DEV_PATH").map(|v| v.trim().into());
+        c.cluster_secret = lookup("MC_TE_CLUSTER_SECRET")
+            .filter(|v| !v.is_empty())
+            .map(Redacted);
         c.metadata_cluster_id = get("MC_METADATA_CLUSTER_ID").map(|v| v.trim().to_string());
         c.redis_username = get("MC_REDIS_USERNAME");
         c.redis_password = lookup("MC_REDIS_PASSWORD")
@@ -391,6 +398,7 @@ impl Config {
         "MC_TE_RAIL_COOLDOWN_MAX_SECS",
         "MC_CXL_DEV_PATH",
         "MC_CXL_DEV_SIZE",
+        "MC_TE_CLUSTER_SECRET",
         "MC_METADATA_CLUSTER_ID",
         "MC_REDIS_USERNAME",
         "MC_REDIS_PASSWORD",

@@ -145,6 +145,10 @@ pub struct SegmentDesc {
     /// te: the segment secret, hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_secret: Option<String>,
+    /// te: the segment secret sealed with the cluster key (`nonce:sealed:tag`, hex), in place of
+    /// `te_secret` when a cluster secret is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_secret_sealed: Option<String>,
     /// te: version of te's data wire format.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_wire_version: Option<u32>,
@@ -198,6 +202,7 @@ impl SegmentDesc {
             priority_matrix: None,
             te_rails: Vec::new(),
             te_secret: Some(secret.to_hex()),
+            te_secret_sealed: None,
             te_wire_version: Some(1),
             te_host_id: Some(host_id().to_string()),
             te_owner: process_identity(std::process::id()),
@@ -226,6 +231,7 @@ impl SegmentDesc {
             priority_matrix: None,
             te_rails: Vec::new(),
             te_secret: None,
+            te_secret_sealed: None,
             te_wire_version: None,
             te_host_id: Some(host_id().to_string()),
             te_owner: None,

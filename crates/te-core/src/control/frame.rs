@@ -16,6 +16,8 @@ pub enum FrameType {
     Notify = 2,
     /// A liveness probe.
     Probe = 3,
+    /// te: cluster authentication (see [`auth`](super::auth)); not a Mooncake type.
+    Auth = 4,
 }
 
 impl FrameType {
@@ -25,6 +27,7 @@ impl FrameType {
             1 => Some(FrameType::Metadata),
             2 => Some(FrameType::Notify),
             3 => Some(FrameType::Probe),
+            4 => Some(FrameType::Auth),
             _ => None,
         }
     }

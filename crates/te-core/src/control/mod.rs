@@ -3,8 +3,11 @@
 //!
 //! Framing is Mooncake's (see [`frame`]); payloads are Mooncake's JSON. Many connections are
 //! served at once, each with an idle timeout; a bad frame closes only its own connection.
-//! Authentication of peers (cluster secret) is not done here yet.
+//! With a cluster secret every connection must pass [`auth`]'s challenge-response before it
+//! gets a descriptor, a notification in, a probe answer or an endpoint; a peer without it gets
+//! a refusal naming the reason, and the connection closes.
 
+pub mod auth;
 pub mod frame;
 
 use std::io::{BufReader, BufWriter};
@@ -34,6 +37,8 @@ pub struct ControlState {
     pub notifications: Arc<NotificationQueue>,
     /// Largest frame payload accepted.
     pub max_payload: usize,
+    /// The cluster key peers must prove, when a cluster secret is set.
+    pub cluster_key: Option<Arc<auth::ClusterKey>>,
 }
 
 impl ControlState {
@@ -65,6 +70,9 @@ impl ControlState {
                     .to_string()
                     .into_bytes()
             }
+            FrameType::Auth => json!({"error": "te: this engine has no cluster secret"})
+                .to_string()
+                .into_bytes(),
         }
     }
 }
@@ -79,8 +87,26 @@ fn serve(state: &ControlState, stream: TcpStream) {
     };
     let mut reader = BufReader::new(stream);
     let mut writer = BufWriter::new(write_half);
+    let mut authenticated = state.cluster_key.is_none();
     loop {
         match read_frame(&mut reader, state.max_payload) {
+            Ok((FrameType::Auth, hello)) if !authenticated => {
+                let Some(key) = &state.cluster_key else {
+                    return;
+                };
+                authenticated = auth::server_handshake(&mut reader, &mut writer, key, &hello);
+                let _ = std::io::Write::flush(&mut writer);
+                if !authenticated {
+                    warn!(?peer, "control peer failed cluster authentication");
+                    return;
+                }
+            }
+            Ok((kind, _)) if !authenticated => {
+                debug!(?peer, ?kind, "unauthenticated control request refused");
+                let refusal = json!({"error": "te: authentication required: this cluster has a secret (MC_TE_CLUSTER_SECRET)"});
+                let _ = write_frame(&mut writer, kind, refusal.to_string().as_bytes());
+                return;
+            }
             Ok((kind, payload)) => {
                 let reply = state.answer(kind, &payload);
                 if write_frame(&mut writer, kind, &reply).is_err() {
@@ -133,6 +159,7 @@ pub fn request(
     payload: &[u8],
     connect_timeout: Duration,
     max_payload: usize,
+    key: Option<&auth::ClusterKey>,
 ) -> Result<Vec<u8>> {
     let addrs = resolve(host, port)?;
     let mut last = None;
@@ -160,6 +187,9 @@ pub fn request(
         .map_err(|e| Error::socket(ctx("configuring"), e))?;
     let _ = stream.set_nodelay(true);
     let mut s = &stream;
+    if let Some(key) = key {
+        auth::client_handshake(&mut s, key, &format!("{host}:{port}"))?;
+    }
     write_frame(&mut s, kind, payload).map_err(|e| Error::socket(ctx("writing to"), e))?;
     let (reply_kind, reply) = read_frame(&mut s, max_payload).map_err(|e| match e {
         FrameError::Io(io) => Error::socket(ctx("reading from"), io),
@@ -171,6 +201,17 @@ pub fn request(
         )));
     }
     debug!(host, port, ?kind, bytes = reply.len(), "control reply");
+    // A refusal is `{"error": …}` alone (wrong or missing cluster secret, a full queue, …).
+    if reply.first() == Some(&b'{') {
+        if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(&reply) {
+            if let (1, Some(reason)) = (map.len(), map.get("error").and_then(|e| e.as_str())) {
+                return Err(Error::PeerRefused {
+                    peer: format!("{host}:{port}"),
+                    reason: reason.to_string(),
+                });
+            }
+        }
+    }
     Ok(reply)
 }
 

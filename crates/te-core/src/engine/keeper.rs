@@ -34,6 +34,8 @@ pub(crate) struct KeeperCtx {
     pub(crate) core: Arc<Core>,
     /// Set when a publication failed and is owed.
     pub(crate) owed: Arc<AtomicBool>,
+    /// Opens sealed segment secrets.
+    pub(crate) cluster_key: Option<Arc<crate::control::auth::ClusterKey>>,
 }
 
 /// The running keeper; dropping it stops the thread.
@@ -109,7 +111,11 @@ fn refresh(ctx: &KeeperCtx) {
         if seg.desc().is_file() {
             continue;
         }
-        match ctx.metadata.fetch_segment(seg.name()) {
+        let fetched = ctx.metadata.fetch_segment(seg.name()).and_then(|mut f| {
+            crate::control::auth::unseal(ctx.cluster_key.as_deref(), seg.name(), &mut f.desc)?;
+            Ok(f)
+        });
+        match fetched {
             Ok(fetched) => {
                 let changed = timeless(&fetched.desc) != timeless(seg.desc())
                     || fetched.host != seg.host()

@@ -174,22 +174,30 @@ impl TransferEngine {
             false => addr.to_string(),
         };
         let secret = SegmentSecret::random()?;
+        let cluster_key = config
+            .cluster_secret
+            .as_ref()
+            .map(|s| Arc::new(control::auth::ClusterKey::from_secret(s.expose())));
         let notifications = Arc::new(NotificationQueue::new(config.notification_queue_max));
+        let mut first_desc = SegmentDesc::local(&name, "none", secret, &[]);
+        if let Some(key) = &cluster_key {
+            control::auth::seal(key, &mut first_desc)?;
+        }
         let control_state = Arc::new(ControlState {
-            local_desc: RwLock::new(Arc::new(
-                SegmentDesc::local(&name, "none", secret, &[]).to_json(),
-            )),
+            local_desc: RwLock::new(Arc::new(first_desc.to_json())),
             notifications: notifications.clone(),
             max_payload: config.handshake_max_length,
+            cluster_key: cluster_key.clone(),
         });
         let control = control::start_server(listener, control_state.clone())?;
         let (tx, rx) = mpsc::channel::<PendingNotify>();
         let notify_config = config.clone();
+        let notify_key = cluster_key.clone();
         std::thread::Builder::new()
             .name("te-notifier".into())
             .spawn(move || {
                 for job in rx {
-                    if let Err(e) = send_notification(&notify_config, job.target.host(), job.target.rpc_port(), &job.notification) {
+                    if let Err(e) = send_notification(&notify_config, notify_key.as_deref(), job.target.host(), job.target.rpc_port(), &job.notification) {
                         warn!(target = job.target.name(), error = %e, "completion notification not delivered");
                     }
                 }
@@ -221,6 +229,7 @@ impl TransferEngine {
                     segments: segments.clone(),
                     core: core.clone(),
                     owed: publish_owed.clone(),
+                    cluster_key: cluster_key.clone(),
                 };
                 // A service that cannot be reached at start is a setup error: say so now.
                 keeper::publish_all(&ctx)?;
@@ -349,7 +358,10 @@ impl TransferEngine {
     }
 
     fn publish(&self) -> Result<()> {
-        let desc = self.local_desc();
+        let mut desc = self.local_desc();
+        if let Some(key) = &self.control_state.cluster_key {
+            control::auth::seal(key, &mut desc)?;
+        }
         *self
             .control_state
             .local_desc
@@ -519,7 +531,12 @@ impl TransferEngine {
     /// dropping transports' connections made from the previous descriptor.
     fn fetch_segment(&self, name: &str) -> Result<Arc<RemoteSegment>> {
         let previous = self.segments.by_name(name);
-        let fetched = self.metadata.fetch_segment(name)?;
+        let mut fetched = self.metadata.fetch_segment(name)?;
+        control::auth::unseal(
+            self.control_state.cluster_key.as_deref(),
+            name,
+            &mut fetched.desc,
+        )?;
         if let Some(old) = &previous {
             for t in self.core.transports() {
                 t.close_segment(old);
@@ -650,7 +667,13 @@ impl TransferEngine {
     /// [`Error::Socket`] when unreachable; [`Error::PeerRefused`] when its queue is full.
     pub fn send_notify(&self, name: &str, notification: &Notification) -> Result<()> {
         let (host, port) = self.metadata.rpc_address(name)?;
-        send_notification(&self.config, &host, port, notification)
+        send_notification(
+            &self.config,
+            self.control_state.cluster_key.as_deref(),
+            &host,
+            port,
+            notification,
+        )
     }
 
     /// Takes every notification received so far.
@@ -673,6 +696,7 @@ impl TransferEngine {
                 b"{}",
                 self.config.handshake_connect_timeout,
                 4096,
+                self.control_state.cluster_key.as_deref(),
             )
         });
         match alive {
@@ -719,7 +743,13 @@ impl Drop for TransferEngine {
     }
 }
 
-fn send_notification(config: &Config, host: &str, port: u16, n: &Notification) -> Result<()> {
+fn send_notification(
+    config: &Config,
+    key: Option<&control::auth::ClusterKey>,
+    host: &str,
+    port: u16,
+    n: &Notification,
+) -> Result<()> {
     let payload = serde_json::to_vec(n).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let reply = control::request(
         host,
@@ -728,6 +758,7 @@ fn send_notification(config: &Config, host: &str, port: u16, n: &Notification) -
         &payload,
         config.handshake_connect_timeout,
         4096,
+        key,
     )?;
     let v: serde_json::Value = serde_json::from_slice(&reply)
         .map_err(|e| Error::MalformedMessage(format!("notify reply: {e}")))?;

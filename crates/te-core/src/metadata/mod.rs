@@ -118,7 +118,13 @@ pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Met
     let max_len = config.handshake_max_length;
     let layout = store::KeyLayout::new(config.metadata_cluster_id.as_deref());
     let store: Box<dyn store::KvStore> = match MetadataKind::parse(conn)? {
-        MetadataKind::P2p => return Ok(Arc::new(P2pMetadata::new(timeout, max_len))),
+        MetadataKind::P2p => {
+            let key = config
+                .cluster_secret
+                .as_ref()
+                .map(|s| control::auth::ClusterKey::from_secret(s.expose()));
+            return Ok(Arc::new(P2pMetadata::new(timeout, max_len, key)));
+        }
         MetadataKind::Http(url) => Box::new(http::HttpStore::new(&url, timeout, max_len)?),
         MetadataKind::Redis(url) => {
             let mut target = redis::RedisTarget::parse(&url)?;
@@ -147,14 +153,21 @@ pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Met
 pub struct P2pMetadata {
     connect_timeout: Duration,
     max_payload: usize,
+    key: Option<control::auth::ClusterKey>,
 }
 
 impl P2pMetadata {
-    /// A backend using these limits for its control requests.
-    pub fn new(connect_timeout: Duration, max_payload: usize) -> Self {
+    /// A backend using these limits for its control requests, authenticating with `key` when
+    /// the cluster has a secret.
+    pub fn new(
+        connect_timeout: Duration,
+        max_payload: usize,
+        key: Option<control::auth::ClusterKey>,
+    ) -> Self {
         P2pMetadata {
             connect_timeout,
             max_payload,
+            key,
         }
     }
 }
@@ -169,8 +182,12 @@ impl Metadata for P2pMetadata {
             b"{}",
             self.connect_timeout,
             self.max_payload,
+            self.key.as_ref(),
         )
-        .map_err(|e| Error::Metadata(format!("fetching segment {name}: {e}")))?;
+        .map_err(|e| match e {
+            refused @ Error::PeerRefused { .. } => refused,
+            e => Error::Metadata(format!("fetching segment {name}: {e}")),
+        })?;
         let mut desc = SegmentDesc::from_json(&reply)?;
         // The segment is known by the name it was opened with.
         desc.name = name.to_string();

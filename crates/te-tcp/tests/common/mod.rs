@@ -96,6 +96,7 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::net::ServiceLi
         local_desc: std::sync::RwLock::new(Arc::new(desc.to_string())),
         notifications: Arc::new(NotificationQueue::new(4)),
         max_payload: 1 << 20,
+        cluster_key: None,
     });
     (
         te_core::control::start_server(listener, state).unwrap(),
