@@ -84,6 +84,33 @@ fn ci() -> Result<(), String> {
         ]),
     )?;
     run(
+        "clippy (te-metadata's tests with etcd)",
+        cargo().args([
+            "clippy",
+            "-p",
+            "te-metadata",
+            "--features",
+            "etcd",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    run(
+        "test (engines sharing a real etcd)",
+        cargo().args([
+            "test",
+            "-p",
+            "te-metadata",
+            "--features",
+            "etcd",
+            "--test",
+            "scenarios",
+            "etcd",
+        ]),
+    )?;
+    run(
         "simulation (te-core, 200 seeds)",
         cargo()
             .args([

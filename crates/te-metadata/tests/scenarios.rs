@@ -1,4 +1,5 @@
-//! Engines sharing a real metadata service — the te-metadata server and Debian's redis-server —
+//! Engines sharing a real metadata service — the te-metadata server, Debian's redis-server and
+//! (with the `etcd` feature) Debian's etcd —
 //! through the same scenarios: open and transfer (bytes compared), a re-published descriptor
 //! reaching a peer's cache, the service killed (transfers between open segments go on) and
 //! restarted empty (engines publish again), a clean exit removing the descriptor (new opens
@@ -42,6 +43,12 @@ fn transfer(
 
 fn store_client(url: &str) -> Box<dyn KvStore> {
     use te_core::metadata::{http::HttpStore, redis};
+    #[cfg(feature = "etcd")]
+    if let Some(endpoints) = url.strip_prefix("etcd://") {
+        let store =
+            te_core::metadata::etcd::EtcdStore::new(endpoints, Duration::from_secs(2), 1 << 20);
+        return Box::new(store.unwrap());
+    }
     match url.starts_with("redis://") {
         true => Box::new(redis::RedisStore::new(
             redis::RedisTarget::parse(url).unwrap(),
@@ -199,6 +206,12 @@ fn http_metadata_server_scenarios() {
 #[test]
 fn redis_scenarios() {
     scenarios(|port| redis_server(port, None), "redis");
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_scenarios() {
+    scenarios(common::etcd_server, "etcd");
 }
 
 #[test]

@@ -1,9 +1,12 @@
 //! Where segment descriptors come from: the [`Metadata`] trait, the P2P handshake (segment name
 //! = `host:port` of the peer's control listener), and key-value services in Mooncake's layout
-//! ([`store`]): the HTTP metadata server ([`http`]) and Redis ([`redis`]).
+//! ([`store`]): the HTTP metadata server ([`http`]), Redis ([`redis`]) and, with the `etcd`
+//! feature, etcd (`etcd`).
 //!
 //! Mooncake's connection strings are parsed by [`MetadataKind::parse`] and opened by [`open`].
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod http;
 pub mod redis;
 pub mod store;
@@ -110,8 +113,8 @@ impl MetadataKind {
 /// namespace and Redis credentials.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a bad connection string; [`Error::Metadata`] for etcd, which
-/// this build does not speak yet.
+/// [`Error::InvalidArgument`] for a bad connection string; [`Error::Metadata`] for etcd in a
+/// build without the `etcd` feature, or a backend that cannot be set up.
 pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Metadata>> {
     use std::sync::Arc;
     let timeout = config.handshake_connect_timeout;
@@ -139,9 +142,14 @@ pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Met
             }
             Box::new(redis::RedisStore::new(target, timeout, max_len))
         }
+        #[cfg(feature = "etcd")]
+        MetadataKind::Etcd(endpoints) => {
+            Box::new(etcd::EtcdStore::new(&endpoints, timeout, max_len)?)
+        }
+        #[cfg(not(feature = "etcd"))]
         MetadataKind::Etcd(endpoints) => {
             return Err(Error::Metadata(format!(
-                "etcd ({endpoints}) is not spoken by this build; use P2PHANDSHAKE, http:// or redis://"
+                "etcd ({endpoints}) needs te-core's `etcd` feature (te-bench: --features etcd); this build speaks P2PHANDSHAKE, http:// and redis://"
             )));
         }
     };

@@ -117,6 +117,54 @@ pub fn redis_server(port: u16, password: Option<&str>) -> Service {
     }
 }
 
+/// A single-member etcd on free loopback ports, with a fresh data directory (so a restart on the
+/// same `port` starts empty).
+pub fn etcd_server(port: u16) -> Service {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let port = if port == 0 { free_port() } else { port };
+    let peer = free_port();
+    let dir = scratch(&format!(
+        "etcd-{port}-{}",
+        STARTS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let client = format!("http://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .arg("--data-dir")
+        .arg(&dir)
+        .args([
+            "--name",
+            "te",
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+        ])
+        .args(["--initial-cluster", &format!("te={peer_url}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd is installed (.ci/setup installs etcd-server)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "etcd did not start on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Service {
+        child,
+        url: format!("etcd://127.0.0.1:{port}"),
+        port,
+    }
+}
+
 /// An engine with TCP named `name` in the service at `url`, re-reading the service every second.
 pub fn engine(
     url: &str,
