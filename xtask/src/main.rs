@@ -127,6 +127,8 @@ fn ci() -> Result<(), String> {
             ])
             .env("TE_SIM_SEEDS", "200"),
     )?;
+    eprintln!("xtask: te-rdma in the Soft-RoCE guest");
+    softroce::rdma_lane()?;
     run(
         "doc",
         cargo()

@@ -559,6 +559,50 @@ pub(crate) fn softroce(args: &[&str]) -> Result<i32, String> {
     }
 }
 
+/// CI's RDMA lane: builds te-rdma's device tests on the host, then runs them (`--ignored`) in
+/// one Soft-RoCE guest.
+pub(crate) fn rdma_lane() -> Result<(), String> {
+    let out = crate::cargo()
+        .args([
+            "test",
+            "-p",
+            "te-rdma",
+            "--test",
+            "rdma",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo test --no-run: {e}"))?;
+    if !out.status.success() {
+        return Err("building te-rdma's tests failed".into());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let bin = text
+        .lines()
+        .filter(|l| l.contains("\"executable\":\"") && l.contains("\"name\":\"rdma\""))
+        .find_map(|l| {
+            let at = l.find("\"executable\":\"")? + 14;
+            l[at..].split('"').next().map(str::to_string)
+        })
+        .ok_or("cargo did not name te-rdma's test binary")?;
+    let rc = softroce(&[
+        "--timeout",
+        "1200",
+        "--",
+        &bin,
+        "--ignored",
+        "--test-threads=1",
+    ])?;
+    match rc {
+        0 => Ok(()),
+        rc => Err(format!(
+            "te-rdma's tests in the Soft-RoCE guest exited {rc}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

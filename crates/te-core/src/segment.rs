@@ -104,6 +104,24 @@ pub struct BufferDesc {
     /// te: offset of the buffer on the CXL device named by the segment's `te_cxl_device`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cxl_offset: Option<u64>,
+    /// RDMA remote keys, one per device in the segment's `devices` (Mooncake's field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rkey: Vec<u32>,
+    /// RDMA local keys, one per device (Mooncake's field; informational for peers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lkey: Vec<u32>,
+}
+
+/// One RDMA device a segment serves on (Mooncake's `devices[]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceDesc {
+    /// Verbs device name (`mlx5_0`, `rxe0`).
+    pub name: String,
+    /// Port LID (0 on RoCE).
+    #[serde(default)]
+    pub lid: u16,
+    /// GID in colon-separated hex (`fe80:0000:…`).
+    pub gid: String,
 }
 
 /// One rail a segment serves on (te): a NIC name and the address its transport listens on.
@@ -136,6 +154,9 @@ pub struct SegmentDesc {
     /// Remotely accessible buffers.
     #[serde(default)]
     pub buffers: Vec<BufferDesc>,
+    /// RDMA devices, in the order of each buffer's `rkey` (Mooncake's field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceDesc>,
     /// For each buffer location, the preferred and other usable NICs (Mooncake's field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_matrix: Option<te_topology::PriorityMatrix>,
@@ -187,6 +208,8 @@ impl SegmentDesc {
                 permission: Some(r.permission().as_str().to_string()),
                 shm_name: None,
                 cxl_offset: None,
+                rkey: Vec::new(),
+                lkey: Vec::new(),
             })
             .collect();
         let now = std::time::SystemTime::now()
@@ -199,6 +222,7 @@ impl SegmentDesc {
             tcp_data_port: None,
             timestamp: Some(serde_json::Value::from(now.to_string())),
             buffers,
+            devices: Vec::new(),
             priority_matrix: None,
             te_rails: Vec::new(),
             te_secret: Some(secret.to_hex()),
@@ -227,7 +251,10 @@ impl SegmentDesc {
                 permission: Some(permission.as_str().to_string()),
                 shm_name: None,
                 cxl_offset: None,
+                rkey: Vec::new(),
+                lkey: Vec::new(),
             }],
+            devices: Vec::new(),
             priority_matrix: None,
             te_rails: Vec::new(),
             te_secret: None,
@@ -310,6 +337,21 @@ impl SegmentDesc {
                 .any(|r| r.name.is_empty() || r.port == 0)
         {
             return bad("te_rails: too many, or a rail without name or port".into());
+        }
+        if self.devices.len() > MAX_RAILS
+            || self
+                .devices
+                .iter()
+                .any(|d| d.name.is_empty() || d.gid.len() > 64)
+        {
+            return bad("devices: too many, or a device without a name".into());
+        }
+        if self
+            .buffers
+            .iter()
+            .any(|b| !b.rkey.is_empty() && b.rkey.len() != self.devices.len())
+        {
+            return bad("a buffer's rkey list does not match the devices".into());
         }
         if let Some(s) = &self.te_secret {
             if SegmentSecret::from_hex(s).is_none() {

@@ -145,6 +145,10 @@ pub struct InstallContext {
     pub sink: Arc<dyn CompletionSink>,
     /// The local rails (NIC name and address), in the order slices name them by index.
     pub rails: Vec<Rail>,
+    /// The control listener's state: a transport that sets up endpoints through the control
+    /// channel installs its handshake handler here, and its client requests use its
+    /// `cluster_key`.
+    pub control: Arc<crate::control::ControlState>,
 }
 
 /// One local rail: a NIC and the address on it.

@@ -29,7 +29,6 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_CONNECTIONS: usize = 1024;
 
 /// What the control listener answers with.
-#[derive(Debug)]
 pub struct ControlState {
     /// The local segment descriptor, serialised.
     pub local_desc: RwLock<Arc<String>>,
@@ -39,6 +38,30 @@ pub struct ControlState {
     pub max_payload: usize,
     /// The cluster key peers must prove, when a cluster secret is set.
     pub cluster_key: Option<Arc<auth::ClusterKey>>,
+    /// Answers endpoint handshakes (`Connection` frames), when a transport set one up.
+    pub connection_handler: RwLock<Option<ConnectionHandlerFn>>,
+}
+
+impl std::fmt::Debug for ControlState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlState")
+            .field("max_payload", &self.max_payload)
+            .field("authenticated", &self.cluster_key.is_some())
+            .finish()
+    }
+}
+
+/// A transport's answer to an endpoint handshake: request payload in, reply payload out.
+pub type ConnectionHandlerFn = Arc<dyn Fn(&[u8]) -> Vec<u8> + Send + Sync>;
+
+impl ControlState {
+    /// Routes `Connection` frames to `handler` (te-rdma's queue-pair handshake).
+    pub fn set_connection_handler(&self, handler: ConnectionHandlerFn) {
+        *self
+            .connection_handler
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(handler);
+    }
 }
 
 impl ControlState {
@@ -66,9 +89,17 @@ impl ControlState {
                     .into_bytes(),
             },
             FrameType::Connection => {
-                json!({"reply_msg": "te: no transport accepts endpoint handshakes"})
-                    .to_string()
-                    .into_bytes()
+                let handler = self
+                    .connection_handler
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                match handler {
+                    Some(h) => h(payload),
+                    None => json!({"reply_msg": "te: no transport accepts endpoint handshakes"})
+                        .to_string()
+                        .into_bytes(),
+                }
             }
             FrameType::Auth => json!({"error": "te: this engine has no cluster secret"})
                 .to_string()

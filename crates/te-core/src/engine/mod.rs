@@ -188,6 +188,7 @@ impl TransferEngine {
             notifications: notifications.clone(),
             max_payload: config.handshake_max_length,
             cluster_key: cluster_key.clone(),
+            connection_handler: RwLock::new(None),
         });
         let control = control::start_server(listener, control_state.clone())?;
         let (tx, rx) = mpsc::channel::<PendingNotify>();
@@ -326,6 +327,7 @@ impl TransferEngine {
             secret: self.secret,
             sink: self.core.clone(),
             rails: self.rails.clone(),
+            control: self.control_state.clone(),
         })?;
         let regions = self.regions.snapshot();
         for (i, region) in regions.iter().enumerate() {

@@ -97,6 +97,7 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::net::ServiceLi
         notifications: Arc::new(NotificationQueue::new(4)),
         max_payload: 1 << 20,
         cluster_key: None,
+        connection_handler: std::sync::RwLock::new(None),
     });
     (
         te_core::control::start_server(listener, state).unwrap(),

@@ -1,0 +1,457 @@
+//! The verbs layer: devices, protection domains, memory regions, completion queues and RC queue
+//! pairs, over the `sideway` crate (which loads libibverbs at run time, so a machine without
+//! rdma-core builds and runs everything else). All of te-rdma's `unsafe` code is here.
+//!
+//! Ownership keeps drop order safe: a [`Nic`] holds its context and PD; a [`Mr`] holds the
+//! sideway region, which holds the PD; an [`Endpoint`] holds its QP and the NIC (and so the CQ
+//! and PD) it was made from.
+#![allow(unsafe_code)]
+
+use std::net::Ipv6Addr;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use sideway::ibverbs::AccessFlags;
+use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
+use sideway::ibverbs::completion::{GenericCompletionQueue, WorkCompletionStatus};
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{
+    GenericQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState,
+    SetScatterGatherEntry, WorkRequestFlags,
+};
+use te_core::Permission;
+
+/// Settings of the verbs layer (`MC_IB_PORT`, `MC_GID_INDEX`, `MC_MAX_WR`, te's
+/// `MC_IB_TIMEOUT`).
+#[derive(Clone, Debug)]
+pub struct VerbsOptions {
+    /// Port number on each device.
+    pub port: u8,
+    /// GID index; `None` probes (RoCEv2 with an IPv4 address first).
+    pub gid_index: Option<u32>,
+    /// Work requests in flight per queue pair (clamped to the device).
+    pub max_wr: u32,
+    /// Local ACK timeout exponent (4.096 µs × 2^timeout); Soft-RoCE wants 18 or more.
+    pub timeout: u8,
+    /// Retries on timeout and on RNR.
+    pub retry_cnt: u8,
+}
+
+impl Default for VerbsOptions {
+    fn default() -> Self {
+        VerbsOptions {
+            port: 1,
+            gid_index: None,
+            max_wr: 256,
+            timeout: 14,
+            retry_cnt: 7,
+        }
+    }
+}
+
+/// One opened device: context, PD, one CQ, and its port addressing.
+pub struct Nic {
+    /// Device name.
+    pub name: String,
+    /// Keeps the device open for the PD, CQ and QPs made from it.
+    _ctx: Arc<DeviceContext>,
+    pd: Arc<ProtectionDomain>,
+    cq: GenericCompletionQueue,
+    /// Serialises polls of the CQ.
+    poll: Mutex<()>,
+    /// Port number.
+    pub port: u8,
+    /// The GID used, and its index.
+    pub gid: Gid,
+    gid_index: u8,
+    /// Port LID (0 on RoCE).
+    pub lid: u16,
+    mtu: Mtu,
+    /// Work requests per QP, clamped to the device.
+    pub max_wr: u32,
+    timeout: u8,
+    retry_cnt: u8,
+}
+
+impl std::fmt::Debug for Nic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nic")
+            .field("name", &self.name)
+            .field("gid", &self.gid.to_string())
+            .finish()
+    }
+}
+
+/// The verbs device names on this machine (empty without rdma-core or devices).
+pub fn device_names() -> Vec<String> {
+    DeviceList::new()
+        .map(|l| l.iter().map(|d| d.name()).collect())
+        .unwrap_or_default()
+}
+
+fn pick_gid(ctx: &DeviceContext, port: u8, asked: Option<u32>) -> Result<(Gid, u8), String> {
+    let table = ctx
+        .query_gid_table()
+        .map_err(|e| format!("querying GIDs: {e}"))?;
+    let on_port = table
+        .iter()
+        .filter(|g| g.port_num() == u32::from(port) && !g.gid().is_zero());
+    let chosen = match asked {
+        Some(i) => on_port.clone().find(|g| g.gid_index() == i),
+        // RoCEv2 over an IPv4 address routes like the network; then any RoCEv2, then the rest.
+        None => on_port
+            .clone()
+            .find(|g| {
+                g.gid_type() == GidType::RoceV2
+                    && Ipv6Addr::from(g.gid()).to_ipv4_mapped().is_some()
+            })
+            .or_else(|| on_port.clone().find(|g| g.gid_type() == GidType::RoceV2))
+            .or_else(|| on_port.clone().next()),
+    };
+    let g = chosen.ok_or_else(|| format!("no usable GID on port {port}"))?;
+    let index = u8::try_from(g.gid_index()).map_err(|_| "GID index over 255".to_string())?;
+    Ok((g.gid(), index))
+}
+
+impl Nic {
+    /// Opens device `name` with `options`.
+    ///
+    /// # Errors
+    /// The device is missing, its port is down, or a verbs call fails (the message says which).
+    pub fn open(name: &str, options: &VerbsOptions) -> Result<Arc<Nic>, String> {
+        let list = DeviceList::new().map_err(|e| format!("{name}: listing verbs devices: {e}"))?;
+        let device = list
+            .iter()
+            .find(|d| d.name() == name)
+            .ok_or_else(|| format!("no verbs device {name}"))?;
+        let ctx = device.open().map_err(|e| format!("{name}: opening: {e}"))?;
+        let port = ctx
+            .query_port(options.port)
+            .map_err(|e| format!("{name}: port {}: {e}", options.port))?;
+        let dev = ctx.query_device().map_err(|e| format!("{name}: {e}"))?;
+        let (gid, gid_index) =
+            pick_gid(&ctx, options.port, options.gid_index).map_err(|e| format!("{name}: {e}"))?;
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| format!("{name}: allocating a PD: {e}"))?;
+        let max_wr = options.max_wr.clamp(1, dev.max_qp_wr().max(1) as u32);
+        let mut builder = ctx.create_cq_builder();
+        builder.setup_cqe(max_wr * 16);
+        let cq = builder
+            .build()
+            .map_err(|e| format!("{name}: creating a CQ: {e}"))?;
+        Ok(Arc::new(Nic {
+            name: name.to_string(),
+            _ctx: ctx,
+            pd,
+            cq: GenericCompletionQueue::from(cq),
+            poll: Mutex::new(()),
+            port: options.port,
+            gid,
+            gid_index,
+            lid: port.lid(),
+            mtu: port.active_mtu(),
+            max_wr,
+            timeout: options.timeout,
+            retry_cnt: options.retry_cnt,
+        }))
+    }
+
+    /// The GID as Mooncake writes it (`fe80:0000:…`).
+    pub fn gid_string(&self) -> String {
+        self.gid.to_string()
+    }
+
+    /// Registers `[addr, addr+len)` with access flags from `permission`: no remote access for
+    /// local-only memory, remote read for read-only, remote read and write otherwise.
+    ///
+    /// # Safety
+    /// The range must stay mapped until the returned region is dropped.
+    ///
+    /// # Errors
+    /// The device refused the registration.
+    pub unsafe fn register(
+        &self,
+        addr: u64,
+        len: u64,
+        permission: Permission,
+    ) -> Result<Mr, String> {
+        let access = match permission {
+            Permission::LocalOnly => AccessFlags::LocalWrite,
+            Permission::RemoteRead => AccessFlags::LocalWrite | AccessFlags::RemoteRead,
+            _ => AccessFlags::LocalWrite | AccessFlags::RemoteRead | AccessFlags::RemoteWrite,
+        };
+        // SAFETY: the caller keeps the range mapped while the region lives.
+        let mr = unsafe { self.pd.reg_mr(addr as usize, len as usize, access) }
+            .map_err(|e| format!("{}: registering {addr:#x}+{len}: {e}", self.name))?;
+        Ok(Mr { inner: mr })
+    }
+
+    /// Registers an engine region (see [`register`](Self::register)).
+    ///
+    /// # Errors
+    /// The device refused the registration.
+    pub fn register_region(&self, region: &te_core::memory::Region) -> Result<Mr, String> {
+        // SAFETY: a region in the engine's table stays mapped until the engine unregisters it,
+        // and te-rdma drops this MR in `Transport::unregister`, before that completes.
+        unsafe { self.register(region.addr(), region.len(), region.permission()) }
+    }
+
+    /// A new RC queue pair on this device, in INIT, posting to the device's CQ.
+    ///
+    /// # Errors
+    /// A verbs call failed.
+    pub fn endpoint(self: &Arc<Self>) -> Result<Endpoint, String> {
+        let mut builder = self.pd.create_qp_builder();
+        builder
+            .setup_max_send_wr(self.max_wr)
+            .setup_max_recv_wr(1)
+            .setup_max_send_sge(1)
+            .setup_max_recv_sge(1)
+            .setup_send_cq(self.cq.clone())
+            .setup_recv_cq(self.cq.clone());
+        let mut qp: GenericQueuePair = builder
+            .build()
+            .map_err(|e| format!("{}: creating a QP: {e}", self.name))?
+            .into();
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Init)
+            .setup_pkey_index(0)
+            .setup_port(self.port)
+            .setup_access_flags(
+                AccessFlags::LocalWrite | AccessFlags::RemoteRead | AccessFlags::RemoteWrite,
+            );
+        qp.modify(&attr)
+            .map_err(|e| format!("{}: QP to INIT: {e}", self.name))?;
+        let psn = (qp.qp_number().wrapping_mul(2_654_435_761)) & 0xff_ffff;
+        Ok(Endpoint {
+            nic: self.clone(),
+            qp: Mutex::new(qp),
+            psn,
+        })
+    }
+
+    /// Polls the device's CQ: up to one batch of (wr_id, outcome).
+    pub fn poll(&self, out: &mut Vec<(u64, Result<(), WcError>)>) {
+        let _guard = self.poll.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(poller) = self.cq.start_poll() else {
+            return;
+        };
+        for wc in poller {
+            let status = WorkCompletionStatus::from(wc.status());
+            let outcome = match status {
+                WorkCompletionStatus::Success => Ok(()),
+                s => Err(WcError::from_status(s, wc.vendor_err())),
+            };
+            out.push((wc.wr_id(), outcome));
+        }
+    }
+}
+
+/// How a work request failed, in te's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WcError {
+    /// The target's memory region refused the access (permission or bounds).
+    RemoteAccess,
+    /// The target refused the request as invalid.
+    RemoteInvalid,
+    /// The QP was torn down with the request queued (retry quietly elsewhere).
+    Flushed,
+    /// The local side failed (protection, length, QP): the local NIC is suspect.
+    Local(String),
+    /// The path failed (retries exhausted, timeout, remote operation error).
+    Path(String),
+}
+
+impl WcError {
+    fn from_status(s: WorkCompletionStatus, vendor: u32) -> Self {
+        match s {
+            WorkCompletionStatus::RemoteAccessError => WcError::RemoteAccess,
+            WorkCompletionStatus::RemoteInvalidRequestError => WcError::RemoteInvalid,
+            WorkCompletionStatus::WorkRequestFlushedError => WcError::Flushed,
+            WorkCompletionStatus::LocalLengthError
+            | WorkCompletionStatus::LocalQueuePairOperationError
+            | WorkCompletionStatus::LocalProtectionError
+            | WorkCompletionStatus::LocalAccessError => {
+                WcError::Local(format!("{s:?} (vendor {vendor:#x})"))
+            }
+            other => WcError::Path(format!("{other:?} (vendor {vendor:#x})")),
+        }
+    }
+}
+
+/// A registered memory region on one device.
+pub struct Mr {
+    inner: Arc<MemoryRegion>,
+}
+
+impl Mr {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.inner.lkey()
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.inner.rkey()
+    }
+}
+
+/// What one side tells the other to connect an RC queue pair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpInfo {
+    /// Queue pair number.
+    pub qp_num: u32,
+    /// Starting packet sequence number.
+    pub psn: u32,
+    /// GID, colon-separated hex.
+    pub gid: String,
+    /// LID.
+    pub lid: u16,
+}
+
+fn parse_gid(s: &str) -> Option<Gid> {
+    let hex: String = s.chars().filter(|c| *c != ':').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut raw = [0u8; 16];
+    for (i, b) in raw.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(Gid { raw })
+}
+
+/// One RDMA READ or WRITE to post.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkRequest {
+    /// Tag returned in the work completion.
+    pub id: u64,
+    /// WRITE (local → remote) or READ (remote → local).
+    pub write: bool,
+    /// Local address.
+    pub local: u64,
+    /// Local key of the region holding it.
+    pub lkey: u32,
+    /// Bytes.
+    pub len: u32,
+    /// Remote address.
+    pub remote: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+impl Endpoint {
+    /// Posts slice `op` as one signalled work request tagged `id`, with the keys found for its
+    /// local and remote ranges.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post); a slice over 4 GiB cannot be one request.
+    pub fn post_slice(
+        &self,
+        op: &te_core::transport::SliceOp,
+        id: u64,
+        lkey: u32,
+        rkey: u32,
+    ) -> Result<(), String> {
+        let len = u32::try_from(op.len).map_err(|_| format!("slice of {} bytes", op.len))?;
+        let wr = WorkRequest {
+            id,
+            write: op.opcode == te_core::Opcode::Write,
+            local: op.local_addr,
+            lkey,
+            len,
+            remote: op.remote_addr,
+            rkey,
+        };
+        // SAFETY: a posted slice's local range lies in a region the engine pinned for its task
+        // (registered under `lkey`) until the slice is reported, which te-rdma does only after
+        // polling this work request's completion.
+        unsafe { self.post(&wr) }
+    }
+}
+
+/// One RC queue pair.
+pub struct Endpoint {
+    nic: Arc<Nic>,
+    qp: Mutex<GenericQueuePair>,
+    psn: u32,
+}
+
+impl Endpoint {
+    /// This side's connection data.
+    pub fn info(&self) -> QpInfo {
+        QpInfo {
+            qp_num: self
+                .qp
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .qp_number(),
+            psn: self.psn,
+            gid: self.nic.gid_string(),
+            lid: self.nic.lid,
+        }
+    }
+
+    /// Connects to `remote` (INIT → RTR → RTS).
+    ///
+    /// # Errors
+    /// A bad GID, or the device refused a transition.
+    pub fn connect(&self, remote: &QpInfo) -> Result<(), String> {
+        let nic = &self.nic;
+        let gid =
+            parse_gid(&remote.gid).ok_or_else(|| format!("bad remote GID {:?}", remote.gid))?;
+        let mut qp = self.qp.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ah = AddressHandleAttribute::new();
+        ah.setup_dest_lid(remote.lid)
+            .setup_port(nic.port)
+            .setup_service_level(0)
+            .setup_grh_src_gid_index(nic.gid_index)
+            .setup_grh_dest_gid(&gid)
+            .setup_grh_hop_limit(64);
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(nic.mtu)
+            .setup_dest_qp_num(remote.qp_num)
+            .setup_rq_psn(remote.psn)
+            .setup_max_dest_read_atomic(16)
+            .setup_min_rnr_timer(12)
+            .setup_address_vector(&ah);
+        qp.modify(&attr)
+            .map_err(|e| format!("{}: QP to RTR: {e}", nic.name))?;
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::ReadyToSend)
+            .setup_sq_psn(self.psn)
+            .setup_timeout(nic.timeout)
+            .setup_retry_cnt(nic.retry_cnt)
+            .setup_rnr_retry(nic.retry_cnt)
+            .setup_max_read_atomic(16);
+        qp.modify(&attr)
+            .map_err(|e| format!("{}: QP to RTS: {e}", nic.name))
+    }
+
+    /// Posts `wr` as one signalled RDMA WRITE or READ.
+    ///
+    /// # Safety
+    /// `[wr.local, wr.local+wr.len)` must lie in the region `wr.lkey` names and stay valid until
+    /// the work completion for `wr.id` is polled.
+    ///
+    /// # Errors
+    /// The send queue refused the request (full, or the QP is in error).
+    pub unsafe fn post(&self, wr: &WorkRequest) -> Result<(), String> {
+        let mut qp = self.qp.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = qp.start_post_send();
+        let handle = guard.construct_wr(wr.id, WorkRequestFlags::Signaled);
+        let handle = match wr.write {
+            true => handle.setup_write(wr.rkey, wr.remote),
+            false => handle.setup_read(wr.rkey, wr.remote),
+        };
+        // SAFETY: the caller guarantees the local range and its key until the completion.
+        unsafe { handle.setup_sge(wr.lkey, wr.local, wr.len) };
+        guard
+            .post()
+            .map_err(|e| format!("posting a work request: {e}"))
+    }
+}

@@ -1,0 +1,227 @@
+//! te-rdma against a real verbs stack: Soft-RoCE in the qemu guest of `cargo xtask softroce`
+//! (rxe0 on eth0 198.18.0.1, rxe1 on eth1 198.18.1.1). These tests are ignored on the host
+//! (no RDMA device there); the lane runs them with `--ignored` inside the guest:
+//! `cargo xtask softroce -- cargo test -p te-rdma --test rdma -- --ignored --test-threads=1`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use te_core::testing::pattern;
+use te_core::transport::SliceError;
+use te_core::{
+    Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
+};
+use te_rdma::verbs::{Nic, VerbsOptions, WcError, WorkRequest};
+use te_rdma::{RdmaOptions, RdmaTransport};
+
+const SIZES: [usize; 7] = [1, 4095, 4096, 65537, 1 << 20, (3 << 20) + 7, 64 << 20];
+
+fn options(device: &str) -> RdmaOptions {
+    RdmaOptions {
+        devices: Some(vec![device.to_string()]),
+        // Soft-RoCE under emulation acknowledges slowly: a long local ACK timeout.
+        verbs: VerbsOptions {
+            timeout: 18,
+            ..VerbsOptions::default()
+        },
+    }
+}
+
+fn engine(device: &str) -> TransferEngine {
+    let mut c = Config::default();
+    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+    let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
+    e.install_transport(Arc::new(RdmaTransport::new(options(device))))
+        .unwrap();
+    e
+}
+
+fn run(e: &TransferEngine, r: TransferRequest) -> (TransferState, Option<SliceError>) {
+    let b = e.allocate_batch(1).unwrap();
+    e.submit(b, &[r]).unwrap();
+    let s = e.wait(b, Duration::from_secs(300)).unwrap();
+    let err = e.task_error(b, 0).unwrap();
+    e.free_batch(b).unwrap();
+    (s.state, err)
+}
+
+/// Every size, READ then WRITE, between `initiator_dev` and a target on `target_dev`.
+fn sweep(initiator_dev: &str, target_dev: &str) {
+    let total: usize = SIZES.iter().map(|s| s + 4096).sum();
+    let target = engine(target_dev);
+    let tbuf = Arc::new(HostBuffer::new(2 * total).unwrap());
+    tbuf.write_at(0, &pattern(7, total)).unwrap();
+    target
+        .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let init = engine(initiator_dev);
+    let local = Arc::new(HostBuffer::new(total).unwrap());
+    init.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = init.open_segment(target.segment_name()).unwrap();
+    assert_eq!(
+        init.segment(seg).unwrap().desc().devices[0].name,
+        target_dev
+    );
+    let expected = pattern(7, total);
+    let mut at = 3usize;
+    for (i, &len) in SIZES.iter().enumerate() {
+        let r = TransferRequest {
+            opcode: Opcode::Read,
+            source: local.addr() + at as u64,
+            target_id: seg,
+            target_offset: tbuf.addr() + at as u64,
+            length: len as u64,
+        };
+        assert_eq!(
+            run(&init, r),
+            (TransferState::Completed, None),
+            "read {len}"
+        );
+        assert!(
+            local.to_vec(at, len).unwrap() == expected[at..at + len],
+            "read {len}: bytes differ"
+        );
+        let data = pattern(100 + i as u64, len);
+        local.write_at(at, &data).unwrap();
+        let w = TransferRequest {
+            opcode: Opcode::Write,
+            source: local.addr() + at as u64,
+            target_id: seg,
+            target_offset: tbuf.addr() + (total + at) as u64,
+            length: len as u64,
+        };
+        assert_eq!(
+            run(&init, w),
+            (TransferState::Completed, None),
+            "write {len}"
+        );
+        assert!(
+            tbuf.to_vec(total + at, len).unwrap() == data,
+            "write {len}: bytes differ"
+        );
+        at += len + 4093;
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn engines_over_one_device() {
+    sweep("rxe0", "rxe0");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn engines_across_two_devices() {
+    sweep("rxe1", "rxe0");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn a_read_only_region_refuses_writes_in_the_memory_region() {
+    // Straight on the verbs layer, so nothing but the MR's access flags can refuse.
+    let nic = Nic::open("rxe0", &options("rxe0").verbs).unwrap();
+    let src = Arc::new(HostBuffer::new(4096).unwrap());
+    src.write_at(0, &[0xee; 4096]).unwrap();
+    let dst = Arc::new(HostBuffer::new(4096).unwrap());
+    dst.write_at(0, &[0x11; 4096]).unwrap();
+    // SAFETY: both buffers outlive their regions (dropped at the end of the test).
+    let (smr, dmr) = unsafe {
+        (
+            nic.register(src.addr(), 4096, Permission::LocalOnly)
+                .unwrap(),
+            nic.register(dst.addr(), 4096, Permission::RemoteRead)
+                .unwrap(),
+        )
+    };
+    let wr = |id, write| WorkRequest {
+        id,
+        write,
+        local: src.addr(),
+        lkey: smr.lkey(),
+        len: 4096,
+        remote: dst.addr(),
+        rkey: dmr.rkey(),
+    };
+    let (a, b) = (nic.endpoint().unwrap(), nic.endpoint().unwrap());
+    a.connect(&b.info()).unwrap();
+    b.connect(&a.info()).unwrap();
+    let wait = |id: u64| {
+        let mut out = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while out.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no completion");
+            nic.poll(&mut out);
+        }
+        assert_eq!(out[0].0, id);
+        out.remove(0).1
+    };
+    // SAFETY: the ranges lie in the registered regions and outlive the completions.
+    unsafe { a.post(&wr(1, true)).unwrap() };
+    assert_eq!(
+        wait(1),
+        Err(WcError::RemoteAccess),
+        "the MR refused the write"
+    );
+    assert_eq!(
+        dst.to_vec(0, 4096).unwrap(),
+        vec![0x11; 4096],
+        "nothing was written"
+    );
+    // A READ of the same region is allowed (on a fresh pair: the first one is in error now).
+    let (c, d) = (nic.endpoint().unwrap(), nic.endpoint().unwrap());
+    c.connect(&d.info()).unwrap();
+    d.connect(&c.info()).unwrap();
+    // SAFETY: as above.
+    unsafe { c.post(&wr(2, false)).unwrap() };
+    assert_eq!(wait(2), Ok(()));
+    assert_eq!(src.to_vec(0, 4096).unwrap(), vec![0x11; 4096]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn the_engine_refuses_before_the_wire_and_a_bad_secret_gets_no_queue_pair() {
+    let target = engine("rxe0");
+    let ro = Arc::new(HostBuffer::new(1 << 16).unwrap());
+    target
+        .register_buffer(&ro, "*", Permission::RemoteRead)
+        .unwrap();
+    let init = engine("rxe0");
+    let local = Arc::new(HostBuffer::new(1 << 16).unwrap());
+    init.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = init.open_segment(target.segment_name()).unwrap();
+    let b = init.allocate_batch(1).unwrap();
+    let w = TransferRequest {
+        opcode: Opcode::Write,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: ro.addr(),
+        length: 4096,
+    };
+    assert!(matches!(
+        init.submit(b, &[w]),
+        Err(Error::PermissionDenied { .. })
+    ));
+    init.free_batch(b).unwrap();
+    // A handshake with a wrong segment secret is refused before any queue pair is made.
+    let (host, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
+    let forged = serde_json::json!({
+        "local_nic_path": "intruder@rxe0",
+        "peer_nic_path": format!("{}@rxe0", target.segment_name()),
+        "qp_num": [1],
+        "te_qp": {"qp_num": 1, "psn": 1, "gid": "0000:0000:0000:0000:0000:ffff:c612:0001", "lid": 0},
+        "te_secret": "00000000000000000000000000000000",
+    });
+    let reply = te_core::control::request(
+        &host,
+        port,
+        te_core::control::frame::FrameType::Connection,
+        forged.to_string().as_bytes(),
+        Duration::from_secs(5),
+        1 << 20,
+        None,
+    )
+    .unwrap();
+    assert!(String::from_utf8_lossy(&reply).contains("bad segment secret"));
+}
