@@ -45,11 +45,11 @@ const IGNORED: [&str; 2] = ["init_mem", "gpu_id"];
 
 pub const USAGE: &str =
     "usage: te-bench [--mode=initiator|target|topology|engine] [--loopback] [--metadata_server=P2PHANDSHAKE]
-  [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp|shm|cxl|uring|bufio]
+  [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp|rdma|shm|cxl|uring|bufio]
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
   [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery] [--file_path=te-bench.dat]
-protocols: tcp (any host), shm (same host), cxl (a DAX device, MC_CXL_DEV_PATH; a stand-in file
+protocols: tcp (any host), rdma (verbs devices, --device_name=mlx5_0,mlx5_1), shm (same host), cxl (a DAX device, MC_CXL_DEV_PATH; a stand-in file
   is made for --loopback without it), uring and bufio (a file segment at --file_path; no target)";
 
 fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
@@ -154,10 +154,10 @@ impl Flags {
         }
         if !matches!(
             self.protocol.as_str(),
-            "tcp" | "shm" | "cxl" | "uring" | "bufio"
+            "tcp" | "shm" | "cxl" | "uring" | "bufio" | "rdma"
         ) {
             return Err(format!(
-                "--protocol={}: not available in this build (tcp, shm, cxl, uring or bufio)",
+                "--protocol={}: not available in this build (tcp, rdma, shm, cxl, uring or bufio)",
                 self.protocol
             ));
         }
@@ -248,7 +248,7 @@ mod tests {
         for (args, needle) in [
             (&["--segment_id=x", "--block_size=abc"][..], "block_size"),
             (&["--segment_id=x", "--operation=copy"], "operation"),
-            (&["--segment_id=x", "--protocol=rdma"], "protocol"),
+            (&["--segment_id=x", "--protocol=gpudirect"], "protocol"),
             (&["--mode=target", "--protocol=uring"], "needs no target"),
             (&["--segment_id=x", "--frobnicate=1"], "unknown flag"),
             (&["--mode=initiator"], "segment_id"),

@@ -322,7 +322,8 @@ fn main_inner() -> BenchResult<()> {
     let flags = Flags::parse(std::env::args().skip(1))?;
     let mut config = Config::from_env().map_err(|e| e.to_string())?;
     init_logging(config.log_level);
-    if !flags.device_name.is_empty() {
+    // For TCP the devices are interfaces (rails); for RDMA they are verbs devices.
+    if !flags.device_name.is_empty() && flags.protocol != "rdma" {
         config.rails = Some(
             flags
                 .device_name

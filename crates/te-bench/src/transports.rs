@@ -1,5 +1,6 @@
 //! Which transports a run installs for `--protocol`, and the memory or file its target is:
-//! TCP always (the control path, other hosts); te-shm for `shm`; te-cxl for `cxl` (with a
+//! te-rdma alone for `rdma` (on `--device_name`'s verbs devices, or all); otherwise TCP (other
+//! hosts); te-shm for `shm`; te-cxl for `cxl` (with a
 //! stand-in device in `/dev/shm` for `--loopback` when `MC_CXL_DEV_PATH` is unset); te-uring's
 //! io_uring or buffered-I/O transport for `uring` / `bufio`, whose target is a file.
 
@@ -52,11 +53,26 @@ pub(crate) fn start_engine(
             .install_transport(t)
             .map_err(|e| format!("{n} transport: {e}"))
     };
-    install(Arc::new(TcpTransport::new()))?;
     let mut installed = Installed {
         shm: None,
         cxl: None,
     };
+    if flags.protocol == "rdma" {
+        // RDMA alone, so the segment's protocol is rdma; the control channel needs no transport.
+        let mut options = te_rdma::RdmaOptions::from_env().map_err(|e| e.to_string())?;
+        let devices: Vec<String> = flags
+            .device_name
+            .split(',')
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty())
+            .collect();
+        if !devices.is_empty() {
+            options.devices = Some(devices);
+        }
+        install(Arc::new(te_rdma::RdmaTransport::new(options)))?;
+        return Ok((engine, installed));
+    }
+    install(Arc::new(TcpTransport::new()))?;
     match flags.protocol.as_str() {
         "shm" => {
             let shm = Arc::new(ShmTransport::default());
