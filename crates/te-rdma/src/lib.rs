@@ -19,6 +19,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod failover;
 pub mod verbs;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -118,6 +119,8 @@ struct State {
     control: Arc<ControlState>,
     config: Arc<Config>,
     stop: AtomicBool,
+    /// Devices and remote devices paused after errors.
+    pauses: Mutex<failover::Pauses>,
 }
 
 /// The RDMA transport.
@@ -267,6 +270,22 @@ impl State {
         Ok(ep)
     }
 
+    fn pause_remote(&self, segment: u64, dev: usize) {
+        warn!(segment, dev, "pausing a remote RDMA device after an error");
+        self.pauses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pause_remote(segment, dev, std::time::Instant::now());
+    }
+
+    fn pause_local(&self, nic: usize) {
+        warn!(device = %self.nics[nic].name, "pausing an RDMA device after an error");
+        self.pauses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pause_local(nic, std::time::Instant::now());
+    }
+
     fn forget(&self, ep: &Arc<Endpoint>) {
         self.endpoints
             .lock()
@@ -291,7 +310,12 @@ fn unhex16(s: &str) -> Option<[u8; 16]> {
 }
 
 /// Posts `op` on device `nic`; `Err` gives the slice back with its error.
-fn start(state: &State, nic: usize, op: &SliceOp, wr_id: u64) -> Result<Arc<Endpoint>, SliceError> {
+fn start(
+    state: &State,
+    nic: usize,
+    op: &SliceOp,
+    wr_id: u64,
+) -> Result<(Arc<Endpoint>, usize), SliceError> {
     let desc = op.target.desc();
     if desc.devices.is_empty() {
         return Err(SliceError::Path(format!(
@@ -299,7 +323,14 @@ fn start(state: &State, nic: usize, op: &SliceOp, wr_id: u64) -> Result<Arc<Endp
             desc.name
         )));
     }
-    let rdev = op.remote_rail as usize % desc.devices.len();
+    let rdev = {
+        let pauses = state.pauses.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        let m = desc.devices.len();
+        failover::pick(op.remote_rail as usize % m, m, |j| {
+            pauses.remote_paused(op.target.id(), j, now)
+        })
+    };
     let buffer = op
         .target
         .check_access(op.remote_addr, op.len, op.opcode)
@@ -317,19 +348,23 @@ fn start(state: &State, nic: usize, op: &SliceOp, wr_id: u64) -> Result<Arc<Endp
     if op.len > u64::from(u32::MAX) {
         return Err(SliceError::Rejected(Rejection::Malformed));
     }
-    let ep = state.endpoint(nic, rdev, &op.target)?;
+    let ep = state.endpoint(nic, rdev, &op.target).inspect_err(|e| {
+        if matches!(e, SliceError::Path(_)) {
+            state.pause_remote(op.target.id(), rdev);
+        }
+    })?;
     let posted = ep.post_slice(op, wr_id, lkey, rkey);
     posted.map_err(|e| {
         state.forget(&ep);
         SliceError::Path(e)
     })?;
-    Ok(ep)
+    Ok((ep, rdev))
 }
 
 fn worker(state: Arc<State>, nic: usize) {
     let queue = state.queues[nic].clone();
     let max = state.nics[nic].max_wr as usize;
-    let mut inflight: HashMap<u64, (SliceOp, Arc<Endpoint>)> = HashMap::new();
+    let mut inflight: HashMap<u64, (SliceOp, Arc<Endpoint>, usize)> = HashMap::new();
     let mut done = Vec::new();
     let mut next_wr: u64 = 0;
     loop {
@@ -356,8 +391,8 @@ fn worker(state: Arc<State>, nic: usize) {
             }
             next_wr = next_wr.wrapping_add(1);
             match start(&state, nic, &op, next_wr) {
-                Ok(ep) => {
-                    inflight.insert(next_wr, (op, ep));
+                Ok((ep, rdev)) => {
+                    inflight.insert(next_wr, (op, ep, rdev));
                 }
                 Err(e) => state.sink.complete(op, Err(e)),
             }
@@ -372,7 +407,7 @@ fn worker(state: Arc<State>, nic: usize) {
             continue;
         }
         for (wr_id, outcome) in done.drain(..) {
-            let Some((op, ep)) = inflight.remove(&wr_id) else {
+            let Some((op, ep, rdev)) = inflight.remove(&wr_id) else {
                 continue;
             };
             let outcome = outcome.map_err(|e| {
@@ -381,9 +416,20 @@ fn worker(state: Arc<State>, nic: usize) {
                 match e {
                     WcError::RemoteAccess => SliceError::Rejected(Rejection::PermissionDenied),
                     WcError::RemoteInvalid => SliceError::Rejected(Rejection::Malformed),
+                    // Flushed behind another error: retried quietly, nothing to blame.
                     WcError::Flushed => SliceError::Path("work request flushed".into()),
-                    WcError::Local(m) => SliceError::LocalPath(m),
-                    WcError::Path(m) => SliceError::Path(m),
+                    // The local device failed: the retry leaves it.
+                    WcError::Local(m) => {
+                        state.pause_local(nic);
+                        SliceError::LocalPath(m)
+                    }
+                    // No answer (retries exhausted, timeouts): either end may be gone, so the
+                    // retry leaves this device and this remote device.
+                    WcError::Path(m) => {
+                        state.pause_local(nic);
+                        state.pause_remote(op.target.id(), rdev);
+                        SliceError::Path(m)
+                    }
                 }
             });
             state.sink.complete(op, outcome);
@@ -420,6 +466,7 @@ impl Transport for RdmaTransport {
             .map(|n| Nic::open(n, &self.options.verbs))
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)?;
+        let nics_len = nics.len();
         let state = Arc::new(State {
             queues: nics.iter().map(|_| Arc::new(Queue::default())).collect(),
             nics,
@@ -430,6 +477,7 @@ impl Transport for RdmaTransport {
             local_name: ctx.local_name.clone(),
             secret: ctx.secret,
             control: ctx.control.clone(),
+            pauses: Mutex::new(failover::Pauses::new(nics_len, ctx.config.rail_pause)),
             config: ctx.config,
             stop: AtomicBool::new(false),
         });
@@ -515,8 +563,15 @@ impl Transport for RdmaTransport {
         };
         let n = state.nics.len();
         let mut per: Vec<Vec<SliceOp>> = (0..n).map(|_| Vec::new()).collect();
-        for op in slices {
-            per[op.local_rail as usize % n].push(op);
+        {
+            let pauses = state.pauses.lock().unwrap_or_else(|e| e.into_inner());
+            let now = std::time::Instant::now();
+            for op in slices {
+                let nic = failover::pick(op.local_rail as usize % n, n, |i| {
+                    pauses.local_paused(i, now)
+                });
+                per[nic].push(op);
+            }
         }
         for (i, ops) in per.into_iter().enumerate().filter(|(_, o)| !o.is_empty()) {
             let q = &state.queues[i];

@@ -225,3 +225,81 @@ fn the_engine_refuses_before_the_wire_and_a_bad_secret_gets_no_queue_pair() {
     .unwrap();
     assert!(String::from_utf8_lossy(&reply).contains("bad segment secret"));
 }
+
+fn sent_packets(device: &str) -> u64 {
+    std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{device}/ports/1/hw_counters/sent_pkts"
+    ))
+    .ok()
+    .and_then(|s| s.trim().parse().ok())
+    .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn a_device_taken_down_mid_transfer_fails_over() {
+    let target = engine("rxe0");
+    let len = 32usize << 20;
+    let tbuf = Arc::new(HostBuffer::new(len).unwrap());
+    target
+        .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    // The initiator prefers rxe1 (listed first), and has rxe0 to fall back on.
+    let mut c = Config::default();
+    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+    let init = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
+    let mut o = options("rxe1");
+    o.devices = Some(vec!["rxe1".into(), "rxe0".into()]);
+    init.install_transport(Arc::new(RdmaTransport::new(o)))
+        .unwrap();
+    let local = Arc::new(HostBuffer::new(len).unwrap());
+    let data = pattern(77, len);
+    local.write_at(0, &data).unwrap();
+    init.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = init.open_segment(target.segment_name()).unwrap();
+    // Warm up on rxe1.
+    let before = sent_packets("rxe1");
+    let small = TransferRequest {
+        opcode: Opcode::Write,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: tbuf.addr(),
+        length: 4096,
+    };
+    assert_eq!(run(&init, small), (TransferState::Completed, None));
+    assert!(
+        sent_packets("rxe1") > before,
+        "the first transfer went over rxe1"
+    );
+    // A large WRITE; eth1 (under rxe1) goes down while it runs.
+    let b = init.allocate_batch(1).unwrap();
+    let big = TransferRequest {
+        length: len as u64,
+        ..small
+    };
+    init.submit(b, &[big]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let down = std::process::Command::new("ip")
+        .args(["link", "set", "eth1", "down"])
+        .status()
+        .unwrap();
+    assert!(down.success());
+    let rxe0_before = sent_packets("rxe0");
+    let status = init.wait(b, Duration::from_secs(600)).unwrap();
+    let err = init.task_error(b, 0).unwrap();
+    init.free_batch(b).unwrap();
+    let _ = std::process::Command::new("ip")
+        .args(["link", "set", "eth1", "up"])
+        .status();
+    assert_eq!(
+        (status.state, err),
+        (TransferState::Completed, None),
+        "the transfer completed"
+    );
+    assert!(
+        sent_packets("rxe0") > rxe0_before,
+        "the rest went over rxe0"
+    );
+    assert!(tbuf.to_vec(0, len).unwrap() == data, "every byte arrived");
+}
