@@ -49,7 +49,8 @@ pub struct RdmaOptions {
 }
 
 impl RdmaOptions {
-    /// Defaults overridden by `MC_IB_PORT`, `MC_GID_INDEX`, `MC_MAX_WR` and te's `MC_IB_TIMEOUT`.
+    /// Defaults overridden by `MC_IB_PORT`, `MC_GID_INDEX`, `MC_MAX_WR`, `MC_IB_SL`, `MC_IB_TC`,
+    /// `MC_MTU` and te's `MC_IB_TIMEOUT`.
     ///
     /// # Errors
     /// [`te_core::Error::InvalidConfig`] naming a bad variable.
@@ -78,6 +79,13 @@ impl RdmaOptions {
         if let Some(t) = num("MC_IB_TIMEOUT", 1, 31)? {
             o.verbs.timeout = t as u8;
         }
+        if let Some(sl) = num("MC_IB_SL", 0, 15)? {
+            o.verbs.service_level = sl as u8;
+        }
+        if let Some(tc) = num("MC_IB_TC", 0, 255)? {
+            o.verbs.traffic_class = tc as u8;
+        }
+        o.verbs.mtu = num("MC_MTU", 256, 4096)?.map(|m| m as u32);
         Ok(o)
     }
 }
@@ -528,14 +536,27 @@ impl Transport for RdmaTransport {
         let Some(state) = self.state.get() else {
             return Ok(());
         };
-        let mut mrs = Vec::with_capacity(state.nics.len());
-        for nic in &state.nics {
-            let mr = nic
-                .register_region(region)
-                .map_err(|reason| te_core::Error::Transport {
-                    transport: "rdma",
-                    reason,
-                })?;
+        // Large regions register on every device at once (pinning is the slow part).
+        let results: Vec<Result<Mr, String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = state
+                .nics
+                .iter()
+                .map(|nic| s.spawn(move || nic.register_region(region)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("registration thread panicked".into()))
+                })
+                .collect()
+        });
+        let mut mrs = Vec::with_capacity(results.len());
+        for result in results {
+            let mr = result.map_err(|reason| te_core::Error::Transport {
+                transport: "rdma",
+                reason,
+            })?;
             mrs.push(mr);
         }
         state

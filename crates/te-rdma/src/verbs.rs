@@ -38,6 +38,12 @@ pub struct VerbsOptions {
     pub timeout: u8,
     /// Retries on timeout and on RNR.
     pub retry_cnt: u8,
+    /// Service level (`MC_IB_SL`).
+    pub service_level: u8,
+    /// Traffic class (`MC_IB_TC`; RoCE: the DSCP and ECN bits).
+    pub traffic_class: u8,
+    /// Path MTU in bytes (`MC_MTU`: 256–4096); `None` uses the port's active MTU. Never above it.
+    pub mtu: Option<u32>,
 }
 
 impl Default for VerbsOptions {
@@ -48,6 +54,9 @@ impl Default for VerbsOptions {
             max_wr: 256,
             timeout: 14,
             retry_cnt: 7,
+            service_level: 0,
+            traffic_class: 0,
+            mtu: None,
         }
     }
 }
@@ -74,6 +83,8 @@ pub struct Nic {
     pub max_wr: u32,
     timeout: u8,
     retry_cnt: u8,
+    service_level: u8,
+    traffic_class: u8,
 }
 
 impl std::fmt::Debug for Nic {
@@ -90,6 +101,30 @@ pub fn device_names() -> Vec<String> {
     DeviceList::new()
         .map(|l| l.iter().map(|d| d.name()).collect())
         .unwrap_or_default()
+}
+
+/// The path MTU: the one asked for, never above the port's active MTU.
+fn clamp_mtu(asked: Option<u32>, active: Mtu) -> Mtu {
+    let bytes = |m: Mtu| match m {
+        Mtu::Mtu256 => 256,
+        Mtu::Mtu512 => 512,
+        Mtu::Mtu1024 => 1024,
+        Mtu::Mtu2048 => 2048,
+        Mtu::Mtu4096 => 4096,
+    };
+    let want = match asked {
+        Some(b) if b >= 4096 => Mtu::Mtu4096,
+        Some(b) if b >= 2048 => Mtu::Mtu2048,
+        Some(b) if b >= 1024 => Mtu::Mtu1024,
+        Some(b) if b >= 512 => Mtu::Mtu512,
+        Some(_) => Mtu::Mtu256,
+        None => active,
+    };
+    if bytes(want) <= bytes(active) {
+        want
+    } else {
+        active
+    }
 }
 
 fn pick_gid(ctx: &DeviceContext, port: u8, asked: Option<u32>) -> Result<(Gid, u8), String> {
@@ -153,10 +188,12 @@ impl Nic {
             gid,
             gid_index,
             lid: port.lid(),
-            mtu: port.active_mtu(),
+            mtu: clamp_mtu(options.mtu, port.active_mtu()),
             max_wr,
             timeout: options.timeout,
             retry_cnt: options.retry_cnt,
+            service_level: options.service_level,
+            traffic_class: options.traffic_class,
         }))
     }
 
@@ -184,6 +221,9 @@ impl Nic {
             Permission::RemoteRead => AccessFlags::LocalWrite | AccessFlags::RemoteRead,
             _ => AccessFlags::LocalWrite | AccessFlags::RemoteRead | AccessFlags::RemoteWrite,
         };
+        // Relaxed ordering where the device takes it (an optional flag: ignored elsewhere).
+        // A completion still means every byte is visible.
+        let access = access | AccessFlags::RelaxedOrdering;
         // SAFETY: the caller keeps the range mapped while the region lives.
         let mr = unsafe { self.pd.reg_mr(addr as usize, len as usize, access) }
             .map_err(|e| format!("{}: registering {addr:#x}+{len}: {e}", self.name))?;
@@ -407,10 +447,8 @@ impl Endpoint {
         let mut ah = AddressHandleAttribute::new();
         ah.setup_dest_lid(remote.lid)
             .setup_port(nic.port)
-            .setup_service_level(0)
-            .setup_grh_src_gid_index(nic.gid_index)
-            .setup_grh_dest_gid(&gid)
-            .setup_grh_hop_limit(64);
+            .setup_service_level(nic.service_level)
+            .setup_grh(&gid, 0, nic.gid_index, 64, nic.traffic_class);
         let mut attr = QueuePairAttribute::new();
         attr.setup_state(QueuePairState::ReadyToReceive)
             .setup_path_mtu(nic.mtu)
@@ -453,5 +491,22 @@ impl Endpoint {
         guard
             .post()
             .map_err(|e| format!("posting a work request: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gids_parse_and_mtus_never_exceed_the_port() {
+        let g = parse_gid("0000:0000:0000:0000:0000:ffff:c612:0001").unwrap();
+        assert_eq!(g.raw[10..], [0xff, 0xff, 0xc6, 0x12, 0, 1]);
+        assert_eq!(g.to_string(), "0000:0000:0000:0000:0000:ffff:c612:0001");
+        assert!(parse_gid("zz").is_none() && parse_gid("0000:0000").is_none());
+        assert_eq!(clamp_mtu(Some(4096), Mtu::Mtu1024), Mtu::Mtu1024);
+        assert_eq!(clamp_mtu(Some(512), Mtu::Mtu1024), Mtu::Mtu512);
+        assert_eq!(clamp_mtu(None, Mtu::Mtu2048), Mtu::Mtu2048);
+        assert_eq!(clamp_mtu(Some(100), Mtu::Mtu4096), Mtu::Mtu256);
     }
 }
