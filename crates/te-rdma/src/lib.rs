@@ -100,10 +100,16 @@ struct Handshake {
     #[serde(default)]
     reply_msg: String,
     #[serde(default)]
-    te_qp: Option<QpInfo>,
+    te_qps: Vec<QpInfo>,
     #[serde(default)]
     te_secret: Option<String>,
 }
+
+/// The queue pairs of one endpoint (`MC_NUM_QP_PER_EP`), used in turn.
+type Group = Arc<Vec<Arc<Endpoint>>>;
+
+/// Queue pairs one handshake may ask for.
+const MAX_QPS_PER_EP: usize = 64;
 
 /// One device's worker queue.
 #[derive(Default)]
@@ -118,9 +124,9 @@ struct State {
     /// Region start → (length, one MR per device).
     regions: Mutex<BTreeMap<u64, (u64, Vec<Mr>)>>,
     /// Initiator endpoints by (segment id, local device, remote device).
-    endpoints: Mutex<HashMap<(u64, usize, usize), Arc<Endpoint>>>,
+    endpoints: Mutex<HashMap<(u64, usize, usize), Group>>,
     /// Target-side endpoints by the initiator's NIC path.
-    passive: Mutex<HashMap<String, Arc<Endpoint>>>,
+    passive: Mutex<HashMap<String, Group>>,
     sink: Arc<dyn CompletionSink>,
     local_name: String,
     secret: SegmentSecret,
@@ -154,6 +160,18 @@ impl RdmaTransport {
         }
     }
 
+    /// Queue pairs this side has connected to targets (each endpoint has `MC_NUM_QP_PER_EP`).
+    pub fn queue_pairs(&self) -> usize {
+        self.state.get().map_or(0, |s| {
+            s.endpoints
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .map(|g| g.len())
+                .sum()
+        })
+    }
+
     /// The devices this transport serves on (after install).
     pub fn devices(&self) -> Vec<String> {
         self.state
@@ -184,34 +202,37 @@ impl State {
         if !secret_ok {
             return refuse("bad segment secret");
         }
-        let (Some(dev), Some(remote)) = (
-            req.peer_nic_path.rsplit_once('@').map(|(_, d)| d),
-            req.te_qp.as_ref(),
-        ) else {
-            return refuse("handshake without a device or queue pair");
+        let Some(dev) = req.peer_nic_path.rsplit_once('@').map(|(_, d)| d) else {
+            return refuse("handshake without a device");
         };
+        if req.te_qps.is_empty() || req.te_qps.len() > MAX_QPS_PER_EP {
+            return refuse("handshake asks for no queue pair, or too many");
+        }
         let Some(nic) = self.nics.iter().find(|n| n.name == dev) else {
             return refuse(&format!("no device {dev} here"));
         };
-        let ep = match nic
-            .endpoint()
-            .and_then(|ep| ep.connect(remote).map(|()| ep))
-        {
-            Ok(ep) => Arc::new(ep),
-            Err(e) => return refuse(&e),
-        };
-        let info = ep.info();
+        let mut group = Vec::with_capacity(req.te_qps.len());
+        for remote in &req.te_qps {
+            match nic
+                .endpoint()
+                .and_then(|ep| ep.connect(remote).map(|()| ep))
+            {
+                Ok(ep) => group.push(Arc::new(ep)),
+                Err(e) => return refuse(&e),
+            }
+        }
+        let infos: Vec<QpInfo> = group.iter().map(|e| e.info()).collect();
         self.passive
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(req.local_nic_path.clone(), ep);
-        debug!(peer = %req.local_nic_path, qp = info.qp_num, "accepted an RDMA endpoint");
+            .insert(req.local_nic_path.clone(), Arc::new(group));
+        debug!(peer = %req.local_nic_path, qps = infos.len(), "accepted an RDMA endpoint");
         serde_json::to_vec(&Handshake {
             local_nic_path: req.peer_nic_path,
             peer_nic_path: req.local_nic_path,
-            qp_num: vec![info.qp_num],
+            qp_num: infos.iter().map(|q| q.qp_num).collect(),
             reply_msg: String::new(),
-            te_qp: Some(info),
+            te_qps: infos,
             te_secret: None,
         })
         .unwrap_or_default()
@@ -223,7 +244,7 @@ impl State {
         nic: usize,
         rdev: usize,
         target: &RemoteSegment,
-    ) -> Result<Arc<Endpoint>, SliceError> {
+    ) -> Result<Group, SliceError> {
         let key = (target.id(), nic, rdev);
         if let Some(ep) = self
             .endpoints
@@ -234,13 +255,18 @@ impl State {
             return Ok(ep.clone());
         }
         let remote_dev = &target.desc().devices[rdev].name;
-        let ep = self.nics[nic].endpoint().map_err(SliceError::LocalPath)?;
+        let count = (self.config.num_qp_per_ep as usize).clamp(1, MAX_QPS_PER_EP);
+        let group = (0..count)
+            .map(|_| self.nics[nic].endpoint())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(SliceError::LocalPath)?;
+        let infos: Vec<QpInfo> = group.iter().map(Endpoint::info).collect();
         let req = Handshake {
             local_nic_path: format!("{}@{}", self.local_name, self.nics[nic].name),
             peer_nic_path: format!("{}@{remote_dev}", target.name()),
-            qp_num: vec![ep.info().qp_num],
+            qp_num: infos.iter().map(|q| q.qp_num).collect(),
             reply_msg: String::new(),
-            te_qp: Some(ep.info()),
+            te_qps: infos,
             te_secret: Some(hex(&target.secret().to_bytes())),
         };
         let payload = serde_json::to_vec(&req).map_err(|e| SliceError::Path(e.to_string()))?;
@@ -256,8 +282,8 @@ impl State {
         .map_err(|e| SliceError::Path(format!("RDMA handshake with {}: {e}", target.name())))?;
         let reply: Handshake = serde_json::from_slice(&reply)
             .map_err(|e| SliceError::Path(format!("RDMA handshake reply: {e}")))?;
-        let remote = match (reply.reply_msg.is_empty(), reply.te_qp) {
-            (true, Some(q)) => q,
+        let remote = match (reply.reply_msg.is_empty(), reply.te_qps) {
+            (true, qps) if qps.len() == group.len() => qps,
             _ if reply.reply_msg.contains("secret") => {
                 return Err(SliceError::Rejected(Rejection::BadSecret));
             }
@@ -268,14 +294,16 @@ impl State {
                 )));
             }
         };
-        ep.connect(&remote).map_err(SliceError::Path)?;
-        let ep = Arc::new(ep);
+        for (ep, r) in group.iter().zip(&remote) {
+            ep.connect(r).map_err(SliceError::Path)?;
+        }
+        let group: Group = Arc::new(group.into_iter().map(Arc::new).collect());
         self.endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, ep.clone());
-        info!(target = target.name(), local = %self.nics[nic].name, remote = %remote_dev, "RDMA endpoint connected");
-        Ok(ep)
+            .insert(key, group.clone());
+        info!(target = target.name(), local = %self.nics[nic].name, remote = %remote_dev, qps = group.len(), "RDMA endpoint connected");
+        Ok(group)
     }
 
     fn pause_remote(&self, segment: u64, dev: usize) {
@@ -298,7 +326,7 @@ impl State {
         self.endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, e| !Arc::ptr_eq(e, ep));
+            .retain(|_, g| !g.iter().any(|e| Arc::ptr_eq(e, ep)));
     }
 }
 
@@ -356,11 +384,13 @@ fn start(
     if op.len > u64::from(u32::MAX) {
         return Err(SliceError::Rejected(Rejection::Malformed));
     }
-    let ep = state.endpoint(nic, rdev, &op.target).inspect_err(|e| {
+    let group = state.endpoint(nic, rdev, &op.target).inspect_err(|e| {
         if matches!(e, SliceError::Path(_)) {
             state.pause_remote(op.target.id(), rdev);
         }
     })?;
+    // Queue pairs in turn: each keeps its own order, together they fill the device.
+    let ep = group[(wr_id % group.len() as u64) as usize].clone();
     let posted = ep.post_slice(op, wr_id, lkey, rkey);
     posted.map_err(|e| {
         state.forget(&ep);

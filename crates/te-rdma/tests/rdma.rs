@@ -28,12 +28,16 @@ fn options(device: &str) -> RdmaOptions {
 }
 
 fn engine(device: &str) -> TransferEngine {
+    engine_with(device).0
+}
+
+fn engine_with(device: &str) -> (TransferEngine, Arc<RdmaTransport>) {
     let mut c = Config::default();
     c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
     let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
-    e.install_transport(Arc::new(RdmaTransport::new(options(device))))
-        .unwrap();
-    e
+    let t = Arc::new(RdmaTransport::new(options(device)));
+    e.install_transport(t.clone()).unwrap();
+    (e, t)
 }
 
 fn run(e: &TransferEngine, r: TransferRequest) -> (TransferState, Option<SliceError>) {
@@ -54,7 +58,7 @@ fn sweep(initiator_dev: &str, target_dev: &str) {
     target
         .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
         .unwrap();
-    let init = engine(initiator_dev);
+    let (init, transport) = engine_with(initiator_dev);
     let local = Arc::new(HostBuffer::new(total).unwrap());
     init.register_buffer(&local, "*", Permission::LocalOnly)
         .unwrap();
@@ -102,6 +106,8 @@ fn sweep(initiator_dev: &str, target_dev: &str) {
         );
         at += len + 4093;
     }
+    // One endpoint of MC_NUM_QP_PER_EP (2) queue pairs carried it all.
+    assert_eq!(transport.queue_pairs(), 2);
 }
 
 #[test]
