@@ -25,12 +25,13 @@ pub mod verbs;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use te_core::Config;
 use te_core::control::frame::FrameType;
 use te_core::control::{self, ControlState};
+use te_core::endpoints::EndpointStore;
 use te_core::memory::Region;
 use te_core::segment::{DeviceDesc, RemoteSegment, SegmentDesc, SegmentSecret};
 use te_core::transport::{
@@ -124,9 +125,10 @@ struct State {
     /// Region start → (length, one MR per device).
     regions: Mutex<BTreeMap<u64, (u64, Vec<Mr>)>>,
     /// Initiator endpoints by (segment id, local device, remote device).
-    endpoints: Mutex<HashMap<(u64, usize, usize), Group>>,
-    /// Target-side endpoints by the initiator's NIC path.
-    passive: Mutex<HashMap<String, Group>>,
+    /// Bounded by `MC_MAX_EP_PER_CTX` per device, evicted by `MC_ENDPOINT_STORE_TYPE`.
+    endpoints: Mutex<EndpointStore<(u64, usize, usize), Group>>,
+    /// Target-side endpoints by the initiator's NIC path, bounded the same way.
+    passive: Mutex<EndpointStore<String, Group>>,
     sink: Arc<dyn CompletionSink>,
     local_name: String,
     secret: SegmentSecret,
@@ -163,12 +165,8 @@ impl RdmaTransport {
     /// Queue pairs this side has connected to targets (each endpoint has `MC_NUM_QP_PER_EP`).
     pub fn queue_pairs(&self) -> usize {
         self.state.get().map_or(0, |s| {
-            s.endpoints
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .map(|g| g.len())
-                .sum()
+            let groups = s.endpoints.lock().unwrap_or_else(|e| e.into_inner()).len();
+            groups * (s.config.num_qp_per_ep as usize).clamp(1, MAX_QPS_PER_EP)
         })
     }
 
@@ -222,7 +220,8 @@ impl State {
             }
         }
         let infos: Vec<QpInfo> = group.iter().map(|e| e.info()).collect();
-        self.passive
+        let _evicted = self
+            .passive
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(req.local_nic_path.clone(), Arc::new(group));
@@ -246,13 +245,13 @@ impl State {
         target: &RemoteSegment,
     ) -> Result<Group, SliceError> {
         let key = (target.id(), nic, rdev);
-        if let Some(ep) = self
+        if let Some(group) = self
             .endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
         {
-            return Ok(ep.clone());
+            return Ok(group.clone());
         }
         let remote_dev = &target.desc().devices[rdev].name;
         let count = (self.config.num_qp_per_ep as usize).clamp(1, MAX_QPS_PER_EP);
@@ -298,10 +297,15 @@ impl State {
             ep.connect(r).map_err(SliceError::Path)?;
         }
         let group: Group = Arc::new(group.into_iter().map(Arc::new).collect());
-        self.endpoints
+        let evicted = self
+            .endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, group.clone());
+        // Slices in flight on an evicted endpoint keep its queue pairs until they complete.
+        if !evicted.is_empty() {
+            debug!(evicted = evicted.len(), "RDMA endpoints evicted");
+        }
         info!(target = target.name(), local = %self.nics[nic].name, remote = %remote_dev, qps = group.len(), "RDMA endpoint connected");
         Ok(group)
     }
@@ -322,11 +326,13 @@ impl State {
             .pause_local(nic, std::time::Instant::now());
     }
 
-    fn forget(&self, ep: &Arc<Endpoint>) {
+    /// Drops the endpoint `key` (its QPs are in error, or were refused): the next slice
+    /// reconnects.
+    fn forget(&self, key: (u64, usize, usize)) {
         self.endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, g| !g.iter().any(|e| Arc::ptr_eq(e, ep)));
+            .remove(&key);
     }
 }
 
@@ -393,7 +399,7 @@ fn start(
     let ep = group[(wr_id % group.len() as u64) as usize].clone();
     let posted = ep.post_slice(op, wr_id, lkey, rkey);
     posted.map_err(|e| {
-        state.forget(&ep);
+        state.forget((op.target.id(), nic, rdev));
         SliceError::Path(e)
     })?;
     Ok((ep, rdev))
@@ -402,7 +408,7 @@ fn start(
 fn worker(state: Arc<State>, nic: usize) {
     let queue = state.queues[nic].clone();
     let max = state.nics[nic].max_wr as usize;
-    let mut inflight: HashMap<u64, (SliceOp, Arc<Endpoint>, usize)> = HashMap::new();
+    let mut inflight: HashMap<u64, (SliceOp, Arc<Endpoint>, usize, Instant)> = HashMap::new();
     let mut done = Vec::new();
     let mut next_wr: u64 = 0;
     loop {
@@ -430,7 +436,7 @@ fn worker(state: Arc<State>, nic: usize) {
             next_wr = next_wr.wrapping_add(1);
             match start(&state, nic, &op, next_wr) {
                 Ok((ep, rdev)) => {
-                    inflight.insert(next_wr, (op, ep, rdev));
+                    inflight.insert(next_wr, (op, ep, rdev, Instant::now()));
                 }
                 Err(e) => state.sink.complete(op, Err(e)),
             }
@@ -441,16 +447,36 @@ fn worker(state: Arc<State>, nic: usize) {
         done.clear();
         state.nics[nic].poll(&mut done);
         if done.is_empty() {
+            // A path that stopped answering (a device whose port went down may never complete
+            // what it holds): past the QP's own retry budget, fail the QP so its requests flush.
+            let now = Instant::now();
+            let mut stalled: Vec<(Arc<Endpoint>, u64, usize)> = Vec::new();
+            for (op, ep, rdev, at) in inflight.values() {
+                let seen = stalled.iter().any(|(e, _, _)| Arc::ptr_eq(e, ep));
+                if !seen && now.duration_since(*at) > ep.stall_limit() {
+                    stalled.push((ep.clone(), op.target.id(), *rdev));
+                }
+            }
+            for (ep, segment, rdev) in stalled {
+                warn!(device = %state.nics[nic].name, "RDMA requests stalled; failing the queue pair");
+                state.pause_local(nic);
+                state.pause_remote(segment, rdev);
+                state.forget((segment, nic, rdev));
+                ep.fail();
+                for entry in inflight.values_mut().filter(|e| Arc::ptr_eq(&e.1, &ep)) {
+                    entry.3 = now;
+                }
+            }
             std::thread::yield_now();
             continue;
         }
         for (wr_id, outcome) in done.drain(..) {
-            let Some((op, ep, rdev)) = inflight.remove(&wr_id) else {
+            let Some((op, _ep, rdev, _)) = inflight.remove(&wr_id) else {
                 continue;
             };
             let outcome = outcome.map_err(|e| {
                 // A QP with an error completion flushes everything after it: reconnect.
-                state.forget(&ep);
+                state.forget((op.target.id(), nic, rdev));
                 match e {
                     WcError::RemoteAccess => SliceError::Rejected(Rejection::PermissionDenied),
                     WcError::RemoteInvalid => SliceError::Rejected(Rejection::Malformed),
@@ -509,8 +535,14 @@ impl Transport for RdmaTransport {
             queues: nics.iter().map(|_| Arc::new(Queue::default())).collect(),
             nics,
             regions: Mutex::new(BTreeMap::new()),
-            endpoints: Mutex::new(HashMap::new()),
-            passive: Mutex::new(HashMap::new()),
+            endpoints: Mutex::new(EndpointStore::new(
+                ctx.config.max_ep_per_ctx as usize * nics_len,
+                ctx.config.endpoint_store,
+            )),
+            passive: Mutex::new(EndpointStore::new(
+                ctx.config.max_ep_per_ctx as usize * nics_len,
+                ctx.config.endpoint_store,
+            )),
             sink: ctx.sink,
             local_name: ctx.local_name.clone(),
             secret: ctx.secret,
@@ -637,7 +669,7 @@ impl Transport for RdmaTransport {
                 .endpoints
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .retain(|k, _| k.0 != segment.id());
+                .remove_where(|k| k.0 == segment.id());
         }
     }
 

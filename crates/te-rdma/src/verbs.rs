@@ -435,6 +435,27 @@ impl Endpoint {
         }
     }
 
+    /// Moves the queue pair to ERROR: every request still queued on it completes with a flush
+    /// error, so its slices are reported (and retried elsewhere) instead of waiting forever on
+    /// a path that stopped answering.
+    pub fn fail(&self) {
+        let mut qp = self.qp.lock().unwrap_or_else(|e| e.into_inner());
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Error);
+        if let Err(e) = qp.modify(&attr) {
+            tracing::warn!(device = %self.nic.name, error = %e, "could not move a QP to ERROR");
+        }
+    }
+
+    /// How long a signalled request may stay without a completion before the path counts as
+    /// dead: the QP's own retry budget (4.096 µs × 2^timeout per try, `retry_cnt` + 1 tries),
+    /// doubled, and at least 5 s.
+    pub fn stall_limit(&self) -> std::time::Duration {
+        let per_try = 4.096e-6 * f64::from(1u32 << self.nic.timeout.min(31));
+        let budget = per_try * f64::from(u32::from(self.nic.retry_cnt) + 1) * 2.0;
+        std::time::Duration::from_secs_f64(budget.clamp(5.0, 600.0))
+    }
+
     /// Connects to `remote` (INIT → RTR → RTS).
     ///
     /// # Errors

@@ -286,6 +286,16 @@ fn a_device_taken_down_mid_transfer_fails_over() {
     };
     init.submit(b, &[big]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
+    // eth1 comes back up whatever happens, so later tests find both rails.
+    struct Up;
+    impl Drop for Up {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "set", "eth1", "up"])
+                .status();
+        }
+    }
+    let _up = Up;
     let down = std::process::Command::new("ip")
         .args(["link", "set", "eth1", "down"])
         .status()
@@ -295,9 +305,6 @@ fn a_device_taken_down_mid_transfer_fails_over() {
     let status = init.wait(b, Duration::from_secs(600)).unwrap();
     let err = init.task_error(b, 0).unwrap();
     init.free_batch(b).unwrap();
-    let _ = std::process::Command::new("ip")
-        .args(["link", "set", "eth1", "up"])
-        .status();
     assert_eq!(
         (status.state, err),
         (TransferState::Completed, None),
