@@ -93,35 +93,10 @@ fn metadata_services_carry_the_handshake() {
         "--block_size=65536",
         "--batch_size=8",
     ]);
-    // Debian's redis-server on a free port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut redis = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server is installed (.ci/setup installs it)");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "redis-server did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let url = format!("--metadata_server=redis://127.0.0.1:{port}");
+    // Debian's redis-server, and etcd named Mooncake's way: a bare host:port.
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let redis = te_core::testing::services::redis_server(0, None, &tmp.join("te-bench-redis"));
+    let url = format!("--metadata_server={}", redis.url);
     bench(&[
         "--loopback",
         &url,
@@ -129,6 +104,14 @@ fn metadata_services_carry_the_handshake() {
         "--block_size=65536",
         "--batch_size=8",
     ]);
-    let _ = redis.kill();
-    let _ = redis.wait();
+    drop(redis);
+    let etcd = te_core::testing::services::etcd_server(0, &tmp.join("te-bench-etcd"));
+    let url = format!("--metadata_server=127.0.0.1:{}", etcd.port);
+    bench(&[
+        "--loopback",
+        &url,
+        "--operation=write",
+        "--block_size=65536",
+        "--batch_size=8",
+    ]);
 }

@@ -1,0 +1,114 @@
+//! Real servers for tests: Debian's redis-server and etcd, each started on a free loopback port
+//! in a directory of the caller's, and killed when dropped. No mock stands in for them.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server process; killed on drop.
+#[derive(Debug)]
+pub struct Service {
+    child: Child,
+    /// The connection string engines use (`redis://…`, `etcd://…`, `http://…`).
+    pub url: String,
+    /// The port it listens on.
+    pub port: u16,
+}
+
+impl Service {
+    /// Wraps a started process serving `url` on `port`.
+    pub fn new(child: Child, url: String, port: u16) -> Self {
+        Service { child, url, port }
+    }
+
+    /// Kills the process now (a crash: no goodbye).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port nobody listens on right now.
+///
+/// # Panics
+/// When no loopback socket can be bound (a test helper).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn wait_for(port: u16, what: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Debian's redis-server on `port` (0: a free one), with `password` if given, keeping its files
+/// in `dir`.
+///
+/// # Panics
+/// When redis-server is missing (`.ci/setup` installs it) or does not start.
+pub fn redis_server(port: u16, password: Option<&str>, dir: &Path) -> Service {
+    let port = if port == 0 { free_port() } else { port };
+    let _ = std::fs::create_dir_all(dir);
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir);
+    if let Some(p) = password {
+        cmd.args(["--requirepass", p]);
+    }
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (.ci/setup installs it)");
+    let service = Service::new(child, format!("redis://127.0.0.1:{port}"), port);
+    wait_for(port, "redis-server", Duration::from_secs(10));
+    service
+}
+
+/// A single-member etcd on `port` (0: a free one) with its data in `dir` (emptied first, so a
+/// restart on the same port starts empty).
+///
+/// # Panics
+/// When etcd is missing (`.ci/setup` installs etcd-server) or does not start.
+pub fn etcd_server(port: u16, dir: &Path) -> Service {
+    let port = if port == 0 { free_port() } else { port };
+    let peer = free_port();
+    let _ = std::fs::remove_dir_all(dir);
+    let client = format!("http://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--name", "te", "--listen-client-urls", &client])
+        .args([
+            "--advertise-client-urls",
+            &client,
+            "--listen-peer-urls",
+            &peer_url,
+        ])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("te={peer_url}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd is installed (.ci/setup installs etcd-server)");
+    let service = Service::new(child, format!("etcd://127.0.0.1:{port}"), port);
+    wait_for(port, "etcd", Duration::from_secs(20));
+    service
+}
