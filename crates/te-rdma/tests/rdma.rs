@@ -316,3 +316,53 @@ fn a_device_taken_down_mid_transfer_fails_over() {
     );
     assert!(tbuf.to_vec(0, len).unwrap() == data, "every byte arrived");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn with_a_cluster_secret_the_queue_pair_handshake_is_authenticated() {
+    let secured = |secret: &str| {
+        let mut c = Config::default();
+        c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+        c.cluster_secret = Some(te_core::config::Redacted(secret.into()));
+        let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
+        e.install_transport(Arc::new(RdmaTransport::new(options("rxe0"))))
+            .unwrap();
+        e
+    };
+    let target = secured("rdma cluster");
+    let tbuf = Arc::new(HostBuffer::new(1 << 16).unwrap());
+    target
+        .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let init = secured("rdma cluster");
+    let local = Arc::new(HostBuffer::new(1 << 16).unwrap());
+    local.write_at(0, &pattern(5, 1 << 16)).unwrap();
+    init.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = init.open_segment(target.segment_name()).unwrap();
+    let w = TransferRequest {
+        opcode: Opcode::Write,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: tbuf.addr(),
+        length: 1 << 16,
+    };
+    assert_eq!(run(&init, w), (TransferState::Completed, None));
+    assert_eq!(tbuf.to_vec(0, 1 << 16).unwrap(), pattern(5, 1 << 16));
+    // An endpoint request without the proof gets a refusal and no queue pair.
+    let (host, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
+    let refused = te_core::control::request(
+        &host,
+        port,
+        te_core::control::frame::FrameType::Connection,
+        b"{}",
+        Duration::from_secs(5),
+        1 << 20,
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("authentication required"),
+        "{refused}"
+    );
+}
