@@ -34,15 +34,21 @@ impl Drop for Service {
     }
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, below the kernel's ephemeral range (32768 and up), so a
+/// server restarted on it cannot find it taken by some test's outgoing connection.
 ///
 /// # Panics
-/// When no loopback socket can be bound (a test helper).
+/// When no port in 20000..32000 can be bound (a test helper).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    (0..12000)
+        .map(|_| {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            20000 + ((std::process::id().wrapping_mul(7919) + n * 104_729) % 12000) as u16
+        })
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port in 20000..32000")
 }
 
 fn wait_for(port: u16, what: &str, limit: Duration) {

@@ -22,6 +22,12 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// The te-metadata binary on `port` (0: any), persisting to `persist` if given.
 pub fn http_server(port: u16, persist: Option<&Path>) -> Service {
+    // Restarts reuse the port: keep it out of the ephemeral range (see `free_port`).
+    let port = if port == 0 {
+        te_core::testing::services::free_port()
+    } else {
+        port
+    };
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_te-metadata"));
     cmd.args(["--addr", &format!("127.0.0.1:{port}")]);
     if let Some(p) = persist {
