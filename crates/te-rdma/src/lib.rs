@@ -294,7 +294,9 @@ impl State {
             }
         };
         for (ep, r) in group.iter().zip(&remote) {
-            ep.connect(r).map_err(SliceError::Path)?;
+            // Connecting is local work (the route from this device, the QP's transitions): a
+            // failure here blames this device.
+            ep.connect(r).map_err(SliceError::LocalPath)?;
         }
         let group: Group = Arc::new(group.into_iter().map(Arc::new).collect());
         let evicted = self
@@ -390,11 +392,15 @@ fn start(
     if op.len > u64::from(u32::MAX) {
         return Err(SliceError::Rejected(Rejection::Malformed));
     }
-    let group = state.endpoint(nic, rdev, &op.target).inspect_err(|e| {
-        if matches!(e, SliceError::Path(_)) {
-            state.pause_remote(op.target.id(), rdev);
-        }
-    })?;
+    let group = state
+        .endpoint(nic, rdev, &op.target)
+        .inspect_err(|e| match e {
+            // The handshake failed: the remote device (or its owner) is suspect.
+            SliceError::Path(_) => state.pause_remote(op.target.id(), rdev),
+            // This device could not make or connect a QP (a port down, no route from it).
+            SliceError::LocalPath(_) => state.pause_local(nic),
+            _ => {}
+        })?;
     // Queue pairs in turn: each keeps its own order, together they fill the device.
     let ep = group[(wr_id % group.len() as u64) as usize].clone();
     let posted = ep.post_slice(op, wr_id, lkey, rkey);
