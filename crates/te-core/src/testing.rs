@@ -11,7 +11,6 @@ pub mod services;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::Result;
-use crate::segment::SegmentDesc;
 use crate::transport::{CompletionSink, InstallContext, SliceOp, Transport};
 
 /// A transport named `instant` that reports every slice done as soon as it is posted.
@@ -40,8 +39,6 @@ impl Transport for InstantTransport {
         let _ = self.sink.set(ctx.sink);
         Ok(())
     }
-
-    fn describe(&self, _desc: &mut SegmentDesc) {}
 
     fn post(&self, slices: Vec<SliceOp>) {
         if let Some(sink) = self.sink.get() {
@@ -112,8 +109,6 @@ impl Transport for SimTransport {
         let _ = self.sink.set(ctx.sink);
         Ok(())
     }
-
-    fn describe(&self, _desc: &mut SegmentDesc) {}
 
     fn post(&self, slices: Vec<SliceOp>) {
         self.queue

@@ -244,8 +244,9 @@ pub trait Transport: Send + Sync {
     /// The transport cannot serve (no port, no device).
     fn install(&self, ctx: InstallContext) -> Result<()>;
 
-    /// Adds this transport's fields (ports, keys) to the local segment descriptor.
-    fn describe(&self, desc: &mut SegmentDesc);
+    /// Adds this transport's fields (ports, keys) to the local segment descriptor; a transport
+    /// that publishes nothing of its own keeps the default.
+    fn describe(&self, _desc: &mut SegmentDesc) {}
 
     /// Called after a region enters the table.
     ///

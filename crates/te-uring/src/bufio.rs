@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use te_core::Opcode;
-use te_core::segment::{RemoteSegment, SegmentDesc};
+use te_core::segment::RemoteSegment;
 use te_core::transport::{Capabilities, InstallContext, SliceError, SliceOp, Transport};
 use tracing::info;
 
@@ -143,8 +143,6 @@ impl Transport for BufIoTransport {
         );
         Ok(())
     }
-
-    fn describe(&self, _desc: &mut SegmentDesc) {}
 
     fn slice_size(&self) -> Option<u64> {
         Some(self.shared.options.max_io)

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use io_uring::{IoUring, Probe, opcode, squeue, types};
 use te_core::Opcode;
 use te_core::memory::Region;
-use te_core::segment::{RemoteSegment, SegmentDesc};
+use te_core::segment::RemoteSegment;
 use te_core::transport::{Capabilities, InstallContext, SliceError, SliceOp, Transport};
 use tracing::{debug, info, warn};
 
@@ -369,8 +369,6 @@ impl Transport for UringTransport {
         );
         Ok(())
     }
-
-    fn describe(&self, _desc: &mut SegmentDesc) {}
 
     fn register(&self, region: &Arc<Region>) -> te_core::Result<()> {
         let (addr, len) = (region.addr(), region.len());
