@@ -41,67 +41,39 @@ pub(crate) fn run(step: &str, cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// `cargo clippy ARGS -- -D warnings`: one lint step of `ci`.
+fn clippy(step: &str, args: &[&str]) -> Result<(), String> {
+    run(
+        step,
+        cargo()
+            .arg("clippy")
+            .args(args)
+            .args(["--", "-D", "warnings"]),
+    )
+}
+
 fn ci() -> Result<(), String> {
     run("fmt", cargo().args(["fmt", "--all", "--check"]))?;
-    run(
-        "clippy",
-        cargo().args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
-    )?;
+    clippy("clippy", &["--workspace", "--all-targets"])?;
     run(
         "test",
         cargo().args(["test", "--workspace", "--no-fail-fast"]),
     )?;
-    run(
+    clippy(
         "clippy (te-topology with hwloc)",
-        cargo().args([
-            "clippy",
-            "-p",
-            "te-topology",
-            "--features",
-            "hwloc",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
+        &["-p", "te-topology", "--features", "hwloc", "--all-targets"],
     )?;
     run(
         "test (te-topology with hwloc: the two backends agree)",
         cargo().args(["test", "-p", "te-topology", "--features", "hwloc"]),
     )?;
-    run(
+    clippy(
         "clippy (te-uring without io_uring: the buffered-I/O build)",
-        cargo().args([
-            "clippy",
-            "-p",
-            "te-uring",
-            "--no-default-features",
-            "--lib",
-            "--",
-            "-D",
-            "warnings",
-        ]),
+        &["-p", "te-uring", "--no-default-features", "--lib"],
     )?;
-    run(
+    clippy(
         "clippy (te-metadata's tests with etcd)",
-        cargo().args([
-            "clippy",
-            "-p",
-            "te-metadata",
-            "--features",
-            "etcd",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
+        &["-p", "te-metadata", "--features", "etcd", "--all-targets"],
     )?;
     run(
         "test (engines sharing a real etcd)",
