@@ -104,9 +104,15 @@ pub struct BufferDesc {
     /// te: offset of the buffer on the CXL device named by the segment's `te_cxl_device`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cxl_offset: Option<u64>,
-    /// RDMA remote keys, one per device in the segment's `devices` (Mooncake's field).
+    /// RDMA remote keys, one per device in the segment's `devices` (Mooncake's field). A
+    /// buffer registered in pieces (`te_mr_chunk`) lists every piece's keys, piece after piece:
+    /// key `piece * devices + device`, so the first piece's keys sit where Mooncake looks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rkey: Vec<u32>,
+    /// te: the buffer is registered as memory regions of this many bytes each from `addr`
+    /// (the last may be shorter), split at `MC_MAX_MR_SIZE`; absent means one region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_mr_chunk: Option<u64>,
     /// RDMA local keys, one per device (Mooncake's field; informational for peers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lkey: Vec<u32>,
@@ -122,6 +128,10 @@ pub struct DeviceDesc {
     pub lid: u16,
     /// GID in colon-separated hex (`fe80:0000:…`).
     pub gid: String,
+    /// te: the network interface under the device (RoCE), so rails named by interface map to
+    /// devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_netdev: Option<String>,
 }
 
 /// One rail a segment serves on (te): a NIC name and the address its transport listens on.
@@ -209,6 +219,7 @@ impl SegmentDesc {
                 shm_name: None,
                 cxl_offset: None,
                 rkey: Vec::new(),
+                te_mr_chunk: None,
                 lkey: Vec::new(),
             })
             .collect();
@@ -252,6 +263,7 @@ impl SegmentDesc {
                 shm_name: None,
                 cxl_offset: None,
                 rkey: Vec::new(),
+                te_mr_chunk: None,
                 lkey: Vec::new(),
             }],
             devices: Vec::new(),
@@ -346,12 +358,21 @@ impl SegmentDesc {
         {
             return bad("devices: too many, or a device without a name".into());
         }
-        if self
-            .buffers
-            .iter()
-            .any(|b| !b.rkey.is_empty() && b.rkey.len() != self.devices.len())
-        {
-            return bad("a buffer's rkey list does not match the devices".into());
+        for b in &self.buffers {
+            let pieces = match b.te_mr_chunk {
+                None => 1,
+                Some(0) => return bad("te_mr_chunk of 0".into()),
+                Some(c) => b.length.div_ceil(c),
+            };
+            let keys = pieces.checked_mul(self.devices.len() as u64);
+            if !b.rkey.is_empty() && keys != Some(b.rkey.len() as u64) {
+                return bad(format!(
+                    "buffer {:#x}: {} rkeys for {} devices and {pieces} memory regions",
+                    b.addr,
+                    b.rkey.len(),
+                    self.devices.len()
+                ));
+            }
         }
         if let Some(s) = &self.te_secret {
             if SegmentSecret::from_hex(s).is_none() {
@@ -665,8 +686,23 @@ mod tests {
         seg.check_access(4096, 4096, Opcode::Write).unwrap();
     }
 
+    /// A segment with two RDMA devices and one 4 KiB buffer with `fields`.
+    fn rdma_json(fields: &str) -> String {
+        let dev = |n| format!(r#"{{"name":"rxe{n}","lid":0,"gid":"::","te_netdev":"eth{n}"}}"#);
+        format!(
+            r#"{{"name":"h:1","protocol":"rdma","devices":[{},{}],"buffers":[{{"name":"cpu:0","addr":4096,"length":4096,{fields}}}]}}"#,
+            dev(0),
+            dev(1)
+        )
+    }
+
     #[test]
     fn malformed_descriptors_are_refused() {
+        let rdma_ok = [
+            rdma_json(r#""rkey":[1,2]"#),
+            rdma_json(r#""rkey":[1,2,3,4,5,6,7,8],"te_mr_chunk":1024"#),
+            rdma_json(r#""rkey":[1,2,3,4],"te_mr_chunk":3000"#),
+        ];
         let cases = [
             "not json".to_string(),
             r#"{"name":"","protocol":"tcp"}"#.to_string(),
@@ -677,7 +713,14 @@ mod tests {
             ),
             desc_json(r#"{"name":"cpu:0","addr":4096,"length":1,"permission":"all"}"#),
             r#"{"name":"a","protocol":"tcp","te_secret":"xyz"}"#.to_string(),
+            // RDMA keys: one per device, or one per device and memory region piece.
+            rdma_json(r#""rkey":[1,2,3]"#),
+            rdma_json(r#""rkey":[1,2],"te_mr_chunk":1024"#),
+            rdma_json(r#""rkey":[1,2,3,4],"te_mr_chunk":0"#),
         ];
+        for json in rdma_ok {
+            SegmentDesc::from_json(json.as_bytes()).unwrap();
+        }
         for json in cases {
             assert!(
                 matches!(

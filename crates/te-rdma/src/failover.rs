@@ -40,6 +40,13 @@ impl Pauses {
         }
     }
 
+    /// Lifts local device `i`'s pause (its port came back).
+    pub fn resume_local(&mut self, i: usize) {
+        if let Some(p) = self.local.get_mut(i) {
+            *p = None;
+        }
+    }
+
     /// Pauses remote device `dev` of segment `segment` from `now`.
     pub fn pause_remote(&mut self, segment: u64, dev: usize, now: Instant) {
         self.remote.insert((segment, dev), now + self.pause);
@@ -81,6 +88,9 @@ mod tests {
             1,
             "all paused: the preferred one"
         );
+        p.resume_local(2);
+        assert_eq!(pick(1, 3, |i| p.local_paused(i, t0)), 2, "resumed");
+        p.pause_local(2, t0);
         let later = t0 + Duration::from_secs(31);
         assert_eq!(pick(1, 3, |i| p.local_paused(i, later)), 1, "pauses end");
         p.pause_remote(7, 0, t0);

@@ -1,31 +1,36 @@
 //! te-rdma: one-sided RDMA READ and WRITE between registered memory over RC queue pairs.
 //!
-//! - Every verbs device (or those named) is opened at install ([`verbs::Nic`]): PD, one CQ, the
-//!   port's GID (RoCEv2 over IPv4 first; `MC_GID_INDEX` overrides) and MTU.
-//! - Each registered region gets a memory region per device with access from its permission;
-//!   the descriptor publishes `devices[]` and each buffer's `rkey[]` (Mooncake's fields).
-//! - Endpoints (one RC QP per local device, target segment and remote device) are set up on
-//!   first use by the device's worker thread, never the submitting one, through the control
-//!   channel's `Connection` frame. The target checks the segment secret before it makes its
-//!   queue pair, and the cluster secret guards the channel when set. Each side's QPs carry only
-//!   its own requests, so simultaneous connects from both ends simply make two pairs.
-//! - Workers post slices as signalled READ/WRITE work requests, at most `max_wr` per device in
-//!   flight, poll the CQ in batches, and report each slice. A worker sleeps when it has nothing
-//!   in flight. A failed completion drops its endpoint, so the retry reconnects.
-//!
-//! Not done yet: routing slices by the priority matrix over several devices (the slice's rails
-//! select a device by index), `MC_NUM_QP_PER_EP` > 1, async device events, and splitting regions
-//! at `MC_MAX_MR_SIZE`.
+//! - Every verbs device (or those named) is opened at install ([`verbs::Nic`]): PD, one
+//!   completion lane per worker (`MC_WORKERS_PER_CTX`), each with a completion channel and its
+//!   share of `MC_NUM_CQ_PER_CTX` CQs; the port's GID (RoCEv2 over IPv4 first; `MC_GID_INDEX`
+//!   overrides) and MTU. A thread per device reads its async events: a port down or a fatal
+//!   error marks the device inactive and fails its queue pairs so their slices retry elsewhere;
+//!   the port coming back reactivates it.
+//! - Each registered region gets memory regions per device with access from its permission,
+//!   split at `MC_MAX_MR_SIZE`; the descriptor publishes `devices[]` and each buffer's `rkey[]`
+//!   (Mooncake's fields; a split buffer lists every piece's keys and its `te_mr_chunk`).
+//! - Slices go to the device serving the local rail the engine chose from the priority matrix
+//!   and rail health ([`route`]), skipping devices paused after errors or down ([`failover`]);
+//!   the remote rail picks the remote device the same way.
+//! - Endpoints (`MC_NUM_QP_PER_EP` RC QPs per local device, lane, target segment and remote
+//!   device) are set up on first use by the lane's worker, never the submitting thread, through
+//!   the control channel's `Connection` frame. The target checks the segment secret before it
+//!   makes its queue pairs, and the cluster secret guards the channel when set. Each side's QPs
+//!   carry only its own requests, so simultaneous connects from both ends make two pairs.
+//! - Workers ([`worker`]) post slices as signalled READ/WRITE work requests, poll in batches,
+//!   and sleep on the completion channel when nothing moves.
 
 #![deny(unsafe_code)]
 
 pub mod failover;
+pub mod route;
 pub mod verbs;
+mod worker;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use serde_json::json;
 use te_core::Config;
@@ -37,21 +42,34 @@ use te_core::segment::{DeviceDesc, RemoteSegment, SegmentDesc, SegmentSecret};
 use te_core::transport::{
     Capabilities, CompletionSink, InstallContext, Rejection, SliceError, SliceOp, Transport,
 };
-use tracing::{debug, info, warn};
-use verbs::{Endpoint, Mr, Nic, QpInfo, VerbsOptions, WcError};
+use tracing::{debug, error, info, warn};
+use verbs::{DeviceEvent, Endpoint, Mr, Nic, QpInfo, VerbsOptions};
 
 /// Settings of the RDMA transport.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RdmaOptions {
     /// Devices to use (`rxe0`, `mlx5_0`); `None` means every device.
     pub devices: Option<Vec<String>>,
-    /// The verbs layer's settings.
+    /// The verbs layer's settings (its `lanes` come from `MC_WORKERS_PER_CTX` at install).
     pub verbs: VerbsOptions,
+    /// Largest memory region (`MC_MAX_MR_SIZE`); larger regions register in pieces.
+    pub max_mr_size: u64,
+}
+
+impl Default for RdmaOptions {
+    fn default() -> Self {
+        RdmaOptions {
+            devices: None,
+            verbs: VerbsOptions::default(),
+            // Mooncake's default: 1 TiB.
+            max_mr_size: 1 << 40,
+        }
+    }
 }
 
 impl RdmaOptions {
     /// Defaults overridden by `MC_IB_PORT`, `MC_GID_INDEX`, `MC_MAX_WR`, `MC_IB_SL`, `MC_IB_TC`,
-    /// `MC_MTU` and te's `MC_IB_TIMEOUT`.
+    /// `MC_MTU`, `MC_NUM_CQ_PER_CTX`, `MC_MAX_MR_SIZE` and te's `MC_IB_TIMEOUT`.
     ///
     /// # Errors
     /// [`te_core::Error::InvalidConfig`] naming a bad variable.
@@ -87,6 +105,12 @@ impl RdmaOptions {
             o.verbs.traffic_class = tc as u8;
         }
         o.verbs.mtu = num("MC_MTU", 256, 4096)?.map(|m| m as u32);
+        if let Some(c) = num("MC_NUM_CQ_PER_CTX", 1, 256)? {
+            o.verbs.cqs = c as u32;
+        }
+        if let Some(m) = num("MC_MAX_MR_SIZE", 4096, u64::MAX)? {
+            o.max_mr_size = m;
+        }
         Ok(o)
     }
 }
@@ -104,6 +128,11 @@ struct Handshake {
     te_qps: Vec<QpInfo>,
     #[serde(default)]
     te_secret: Option<String>,
+    /// te: which of the initiator's endpoints to the same remote device this is (its lane), so
+    /// the target keeps one queue-pair group per initiator lane and a reconnect replaces only
+    /// its own.
+    #[serde(default)]
+    te_lane: u32,
 }
 
 /// The queue pairs of one endpoint (`MC_NUM_QP_PER_EP`), used in turn.
@@ -112,22 +141,45 @@ type Group = Arc<Vec<Arc<Endpoint>>>;
 /// Queue pairs one handshake may ask for.
 const MAX_QPS_PER_EP: usize = 64;
 
-/// One device's worker queue.
-#[derive(Default)]
-struct Queue {
-    ops: Mutex<VecDeque<SliceOp>>,
-    ready: Condvar,
+/// One lane's queue of slices.
+type Queue = Mutex<VecDeque<SliceOp>>;
+
+/// One registered region: its pieces' memory regions on each device.
+struct LocalRegion {
+    len: u64,
+    /// Bytes per piece (`MC_MAX_MR_SIZE`); the last piece may be shorter.
+    chunk: u64,
+    /// `[device][piece]`.
+    mrs: Vec<Vec<Mr>>,
 }
+
+/// Where a local range lies in its registered region (see [`State::local_keys`]).
+struct LocalKeys {
+    offset: u64,
+    chunk: u64,
+    first: usize,
+    keys: Vec<u32>,
+}
+
+/// Endpoint key: (segment id, local device, remote device, lane).
+type EndpointKey = (u64, usize, usize, usize);
 
 struct State {
     nics: Vec<Arc<Nic>>,
-    queues: Vec<Arc<Queue>>,
-    /// Region start → (length, one MR per device).
-    regions: Mutex<BTreeMap<u64, (u64, Vec<Mr>)>>,
-    /// Initiator endpoints by (segment id, local device, remote device).
-    /// Bounded by `MC_MAX_EP_PER_CTX` per device, evicted by `MC_ENDPOINT_STORE_TYPE`.
-    endpoints: Mutex<EndpointStore<(u64, usize, usize), Group>>,
-    /// Target-side endpoints by the initiator's NIC path, bounded the same way.
+    /// `[device][lane]`.
+    queues: Vec<Vec<Arc<Queue>>>,
+    /// Where each device's next slice goes among its lanes.
+    next_lane: Vec<AtomicUsize>,
+    /// The device serving each local rail (by name or interface), if any.
+    rail_devices: Vec<Option<usize>>,
+    /// Region start → its memory regions.
+    regions: Mutex<BTreeMap<u64, LocalRegion>>,
+    max_mr_size: u64,
+    /// Initiator endpoints. Bounded by `MC_MAX_EP_PER_CTX` per device, evicted by
+    /// `MC_ENDPOINT_STORE_TYPE`.
+    endpoints: Mutex<EndpointStore<EndpointKey, Group>>,
+    /// Target-side endpoints by the initiator's NIC path, the target device's and the
+    /// initiator's lane, bounded the same way.
     passive: Mutex<EndpointStore<String, Group>>,
     sink: Arc<dyn CompletionSink>,
     local_name: String,
@@ -177,13 +229,51 @@ impl RdmaTransport {
             .map(|s| s.nics.iter().map(|n| n.name.clone()).collect())
             .unwrap_or_default()
     }
+
+    /// The devices that are up (their port active, no fatal event), as async events report.
+    pub fn active_devices(&self) -> Vec<String> {
+        self.state
+            .get()
+            .map(|s| {
+                s.nics
+                    .iter()
+                    .filter(|n| n.is_active())
+                    .map(|n| n.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Memory regions registered on each device for the region at `addr` (after install).
+    pub fn memory_regions(&self, addr: u64) -> usize {
+        self.state.get().map_or(0, |s| {
+            let regions = s.regions.lock().unwrap_or_else(|e| e.into_inner());
+            regions
+                .get(&addr)
+                .map_or(0, |r| r.mrs.first().map_or(0, Vec::len))
+        })
+    }
 }
 
 impl State {
-    fn lkey(&self, nic: usize, addr: u64, len: u64) -> Option<u32> {
+    /// For `[addr, addr+len)`: its offset in the registered region holding it, the region's
+    /// piece size, the index of the first piece it touches, and the local keys on device `nic`
+    /// of the pieces it touches.
+    fn local_keys(&self, nic: usize, addr: u64, len: u64) -> Option<LocalKeys> {
         let regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        let (start, (rlen, mrs)) = regions.range(..=addr).next_back()?;
-        (addr + len <= start + rlen).then(|| mrs.get(nic).map(Mr::lkey))?
+        let (start, r) = regions.range(..=addr).next_back()?;
+        if len == 0 || addr + len > start + r.len {
+            return None;
+        }
+        let first = ((addr - start) / r.chunk) as usize;
+        let last = ((addr + len - 1 - start) / r.chunk) as usize;
+        let keys = r.mrs.get(nic)?.get(first..=last)?.iter().map(Mr::lkey);
+        Some(LocalKeys {
+            offset: addr - start,
+            chunk: r.chunk,
+            first,
+            keys: keys.collect(),
+        })
     }
 
     /// Answers a peer's handshake: checks the secret, makes and connects a QP.
@@ -220,11 +310,15 @@ impl State {
             }
         }
         let infos: Vec<QpInfo> = group.iter().map(|e| e.info()).collect();
+        let key = format!(
+            "{}>{}#{}",
+            req.local_nic_path, req.peer_nic_path, req.te_lane
+        );
         let _evicted = self
             .passive
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(req.local_nic_path.clone(), Arc::new(group));
+            .insert(key, Arc::new(group));
         debug!(peer = %req.local_nic_path, qps = infos.len(), "accepted an RDMA endpoint");
         serde_json::to_vec(&Handshake {
             local_nic_path: req.peer_nic_path,
@@ -233,18 +327,21 @@ impl State {
             reply_msg: String::new(),
             te_qps: infos,
             te_secret: None,
+            te_lane: req.te_lane,
         })
         .unwrap_or_default()
     }
 
-    /// The endpoint for `op` from device `nic` to remote device `rdev`, connecting on first use.
+    /// The endpoint from device `nic`'s lane `lane` to remote device `rdev` of `target`,
+    /// connecting on first use.
     fn endpoint(
         &self,
         nic: usize,
         rdev: usize,
+        lane: usize,
         target: &RemoteSegment,
     ) -> Result<Group, SliceError> {
-        let key = (target.id(), nic, rdev);
+        let key = (target.id(), nic, rdev, lane);
         if let Some(group) = self
             .endpoints
             .lock()
@@ -256,7 +353,7 @@ impl State {
         let remote_dev = &target.desc().devices[rdev].name;
         let count = (self.config.num_qp_per_ep as usize).clamp(1, MAX_QPS_PER_EP);
         let group = (0..count)
-            .map(|_| self.nics[nic].endpoint())
+            .map(|_| self.nics[nic].endpoint_on(lane))
             .collect::<Result<Vec<_>, _>>()
             .map_err(SliceError::LocalPath)?;
         let infos: Vec<QpInfo> = group.iter().map(Endpoint::info).collect();
@@ -267,6 +364,7 @@ impl State {
             reply_msg: String::new(),
             te_qps: infos,
             te_secret: Some(hex(&target.secret().to_bytes())),
+            te_lane: lane as u32,
         };
         let payload = serde_json::to_vec(&req).map_err(|e| SliceError::Path(e.to_string()))?;
         let reply = control::request(
@@ -330,7 +428,7 @@ impl State {
 
     /// Drops the endpoint `key` (its QPs are in error, or were refused): the next slice
     /// reconnects.
-    fn forget(&self, key: (u64, usize, usize)) {
+    fn forget(&self, key: EndpointKey) {
         self.endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -353,156 +451,37 @@ fn unhex16(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-/// Posts `op` on device `nic`; `Err` gives the slice back with its error.
-fn start(
-    state: &State,
-    nic: usize,
-    op: &SliceOp,
-    wr_id: u64,
-) -> Result<(Arc<Endpoint>, usize), SliceError> {
-    let desc = op.target.desc();
-    if desc.devices.is_empty() {
-        return Err(SliceError::Path(format!(
-            "segment {} publishes no RDMA device",
-            desc.name
-        )));
-    }
-    let rdev = {
-        let pauses = state.pauses.lock().unwrap_or_else(|e| e.into_inner());
-        let now = std::time::Instant::now();
-        let m = desc.devices.len();
-        failover::pick(op.remote_rail as usize % m, m, |j| {
-            pauses.remote_paused(op.target.id(), j, now)
-        })
-    };
-    let buffer = op
-        .target
-        .check_access(op.remote_addr, op.len, op.opcode)
-        .map_err(|_| SliceError::Rejected(Rejection::OutOfBounds))?;
-    let rkey = *buffer
-        .rkey
-        .get(rdev)
-        .ok_or(SliceError::Rejected(Rejection::Malformed))?;
-    let lkey = state.lkey(nic, op.local_addr, op.len).ok_or_else(|| {
-        SliceError::LocalPath(format!(
-            "{:#x}+{} is not registered with RDMA",
-            op.local_addr, op.len
-        ))
-    })?;
-    if op.len > u64::from(u32::MAX) {
-        return Err(SliceError::Rejected(Rejection::Malformed));
-    }
-    let group = state
-        .endpoint(nic, rdev, &op.target)
-        .inspect_err(|e| match e {
-            // The handshake failed: the remote device (or its owner) is suspect.
-            SliceError::Path(_) => state.pause_remote(op.target.id(), rdev),
-            // This device could not make or connect a QP (a port down, no route from it).
-            SliceError::LocalPath(_) => state.pause_local(nic),
-            _ => {}
-        })?;
-    // Queue pairs in turn: each keeps its own order, together they fill the device.
-    let ep = group[(wr_id % group.len() as u64) as usize].clone();
-    let posted = ep.post_slice(op, wr_id, lkey, rkey);
-    posted.map_err(|e| {
-        state.forget((op.target.id(), nic, rdev));
-        SliceError::Path(e)
-    })?;
-    Ok((ep, rdev))
-}
-
-fn worker(state: Arc<State>, nic: usize) {
-    let queue = state.queues[nic].clone();
-    let max = state.nics[nic].max_wr as usize;
-    let mut inflight: HashMap<u64, (SliceOp, Arc<Endpoint>, usize, Instant)> = HashMap::new();
-    let mut done = Vec::new();
-    let mut next_wr: u64 = 0;
-    loop {
-        let batch: Vec<SliceOp> = {
-            let mut ops = queue.ops.lock().unwrap_or_else(|e| e.into_inner());
-            while ops.is_empty() && inflight.is_empty() && !state.stop.load(Ordering::Acquire) {
-                ops = queue
-                    .ready
-                    .wait_timeout(ops, Duration::from_millis(200))
+/// Reads device `nic`'s async events until shutdown: a port down or a fatal error marks it
+/// inactive and fails its queue pairs (their requests flush and retry on other devices); the
+/// port coming back marks it active and lifts its pause.
+fn watch_events(state: Arc<State>, nic: usize) {
+    let device = state.nics[nic].clone();
+    while !state.stop.load(Ordering::Acquire) {
+        match device.next_event(Duration::from_millis(200)) {
+            Some(event @ (DeviceEvent::PortDown | DeviceEvent::Fatal)) => {
+                let fatal = event == DeviceEvent::Fatal;
+                device.set_active(false);
+                error!(device = %device.name, fatal, "RDMA device down: failing over to others");
+                let groups = state
+                    .endpoints
+                    .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-            if state.stop.load(Ordering::Acquire) && ops.is_empty() && inflight.is_empty() {
-                return;
-            }
-            let room = max.saturating_sub(inflight.len());
-            let n = room.min(ops.len());
-            ops.drain(..n).collect()
-        };
-        for op in batch {
-            if op.is_canceled() {
-                state.sink.complete(op, Err(SliceError::Canceled));
-                continue;
-            }
-            next_wr = next_wr.wrapping_add(1);
-            match start(&state, nic, &op, next_wr) {
-                Ok((ep, rdev)) => {
-                    inflight.insert(next_wr, (op, ep, rdev, Instant::now()));
-                }
-                Err(e) => state.sink.complete(op, Err(e)),
-            }
-        }
-        if inflight.is_empty() {
-            continue;
-        }
-        done.clear();
-        state.nics[nic].poll(&mut done);
-        if done.is_empty() {
-            // A path that stopped answering (a device whose port went down may never complete
-            // what it holds): past the QP's own retry budget, fail the QP so its requests flush.
-            let now = Instant::now();
-            let mut stalled: Vec<(Arc<Endpoint>, u64, usize)> = Vec::new();
-            for (op, ep, rdev, at) in inflight.values() {
-                let seen = stalled.iter().any(|(e, _, _)| Arc::ptr_eq(e, ep));
-                if !seen && now.duration_since(*at) > ep.stall_limit() {
-                    stalled.push((ep.clone(), op.target.id(), *rdev));
+                    .remove_where(|k| k.1 == nic);
+                for ep in groups.iter().flat_map(|(_, g)| g.iter()) {
+                    ep.fail();
                 }
             }
-            for (ep, segment, rdev) in stalled {
-                warn!(device = %state.nics[nic].name, "RDMA requests stalled; failing the queue pair");
-                state.pause_local(nic);
-                state.pause_remote(segment, rdev);
-                state.forget((segment, nic, rdev));
-                ep.fail();
-                for entry in inflight.values_mut().filter(|e| Arc::ptr_eq(&e.1, &ep)) {
-                    entry.3 = now;
-                }
+            Some(DeviceEvent::PortActive) => {
+                device.set_active(true);
+                state
+                    .pauses
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .resume_local(nic);
+                info!(device = %device.name, "RDMA device active again");
             }
-            std::thread::yield_now();
-            continue;
-        }
-        for (wr_id, outcome) in done.drain(..) {
-            let Some((op, _ep, rdev, _)) = inflight.remove(&wr_id) else {
-                continue;
-            };
-            let outcome = outcome.map_err(|e| {
-                // A QP with an error completion flushes everything after it: reconnect.
-                state.forget((op.target.id(), nic, rdev));
-                match e {
-                    WcError::RemoteAccess => SliceError::Rejected(Rejection::PermissionDenied),
-                    WcError::RemoteInvalid => SliceError::Rejected(Rejection::Malformed),
-                    // Flushed behind another error: retried quietly, nothing to blame.
-                    WcError::Flushed => SliceError::Path("work request flushed".into()),
-                    // The local device failed: the retry leaves it.
-                    WcError::Local(m) => {
-                        state.pause_local(nic);
-                        SliceError::LocalPath(m)
-                    }
-                    // No answer (retries exhausted, timeouts): either end may be gone, so the
-                    // retry leaves this device and this remote device.
-                    WcError::Path(m) => {
-                        state.pause_local(nic);
-                        state.pause_remote(op.target.id(), rdev);
-                        SliceError::Path(m)
-                    }
-                }
-            });
-            state.sink.complete(op, outcome);
+            Some(DeviceEvent::Other(what)) => debug!(device = %device.name, %what, "RDMA event"),
+            None => {}
         }
     }
 }
@@ -531,14 +510,31 @@ impl Transport for RdmaTransport {
                 "no RDMA device (is rdma-core installed and a device present?)".into(),
             ));
         }
+        let mut verbs = self.options.verbs.clone();
+        verbs.lanes = ctx.config.workers_per_ctx.max(1);
         let nics = names
             .iter()
-            .map(|n| Nic::open(n, &self.options.verbs))
+            .map(|n| Nic::open(n, &verbs))
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)?;
         let nics_len = nics.len();
+        let devices: Vec<(&str, Option<&str>)> = nics
+            .iter()
+            .map(|n| (n.name.as_str(), n.netdev.as_deref()))
+            .collect();
+        let rail_devices = ctx
+            .rails
+            .iter()
+            .map(|r| route::device_for_rail(&r.name, &devices))
+            .collect();
         let state = Arc::new(State {
-            queues: nics.iter().map(|_| Arc::new(Queue::default())).collect(),
+            queues: nics
+                .iter()
+                .map(|n| (0..n.lanes()).map(|_| Arc::new(Queue::default())).collect())
+                .collect(),
+            next_lane: nics.iter().map(|_| AtomicUsize::new(0)).collect(),
+            rail_devices,
+            max_mr_size: self.options.max_mr_size.max(4096),
             nics,
             regions: Mutex::new(BTreeMap::new()),
             endpoints: Mutex::new(EndpointStore::new(
@@ -565,14 +561,21 @@ impl Transport for RdmaTransport {
                     None => br#"{"reply_msg":"rdma transport is shut down"}"#.to_vec(),
                 }
             }));
-        for i in 0..state.nics.len() {
+        for (i, nic) in state.nics.iter().enumerate() {
+            for lane in 0..nic.lanes() {
+                let s = state.clone();
+                std::thread::Builder::new()
+                    .name(format!("te-rdma-{}-{lane}", nic.name))
+                    .spawn(move || worker::run(s, i, lane))
+                    .map_err(|e| fail(format!("spawning a worker: {e}")))?;
+            }
             let s = state.clone();
             std::thread::Builder::new()
-                .name(format!("te-rdma-{}", state.nics[i].name))
-                .spawn(move || worker(s, i))
-                .map_err(|e| fail(format!("spawning a worker: {e}")))?;
+                .name(format!("te-rdma-{}-ev", nic.name))
+                .spawn(move || watch_events(s, i))
+                .map_err(|e| fail(format!("spawning an event reader: {e}")))?;
         }
-        info!(devices = ?names, "rdma transport installed");
+        info!(devices = ?names, lanes = verbs.lanes, "rdma transport installed");
         self.state
             .set(state)
             .map_err(|_| fail("already installed".into()))
@@ -589,13 +592,22 @@ impl Transport for RdmaTransport {
                 name: n.name.clone(),
                 lid: n.lid,
                 gid: n.gid_string(),
+                te_netdev: n.netdev.clone(),
             })
             .collect();
         let regions = state.regions.lock().unwrap_or_else(|e| e.into_inner());
         for b in &mut desc.buffers {
-            if let Some((_, mrs)) = regions.get(&b.addr) {
-                b.rkey = mrs.iter().map(Mr::rkey).collect();
-                b.lkey = mrs.iter().map(Mr::lkey).collect();
+            if let Some(r) = regions.get(&b.addr) {
+                // Piece after piece, each with one key per device (Mooncake's layout for one).
+                let pieces = r.mrs.first().map_or(0, Vec::len);
+                let keys = |f: fn(&Mr) -> u32| -> Vec<u32> {
+                    (0..pieces)
+                        .flat_map(|p| r.mrs.iter().map(move |dev| f(&dev[p])))
+                        .collect()
+                };
+                b.rkey = keys(Mr::rkey);
+                b.lkey = keys(Mr::lkey);
+                b.te_mr_chunk = (pieces > 1).then_some(r.chunk);
             }
         }
     }
@@ -605,11 +617,12 @@ impl Transport for RdmaTransport {
             return Ok(());
         };
         // Large regions register on every device at once (pinning is the slow part).
-        let results: Vec<Result<Mr, String>> = std::thread::scope(|s| {
+        let chunk = state.max_mr_size;
+        let results: Vec<Result<Vec<Mr>, String>> = std::thread::scope(|s| {
             let handles: Vec<_> = state
                 .nics
                 .iter()
-                .map(|nic| s.spawn(move || nic.register_region(region)))
+                .map(|nic| s.spawn(move || nic.register_region(region, chunk)))
                 .collect();
             handles
                 .into_iter()
@@ -631,7 +644,14 @@ impl Transport for RdmaTransport {
             .regions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(region.addr(), (region.len(), mrs));
+            .insert(
+                region.addr(),
+                LocalRegion {
+                    len: region.len(),
+                    chunk,
+                    mrs,
+                },
+            );
         Ok(())
     }
 
@@ -651,21 +671,37 @@ impl Transport for RdmaTransport {
             return;
         };
         let n = state.nics.len();
-        let mut per: Vec<Vec<SliceOp>> = (0..n).map(|_| Vec::new()).collect();
+        let mut per: Vec<Vec<Vec<SliceOp>>> = state
+            .nics
+            .iter()
+            .map(|nic| (0..nic.lanes()).map(|_| Vec::new()).collect())
+            .collect();
         {
             let pauses = state.pauses.lock().unwrap_or_else(|e| e.into_inner());
             let now = std::time::Instant::now();
             for op in slices {
-                let nic = failover::pick(op.local_rail as usize % n, n, |i| {
-                    pauses.local_paused(i, now)
+                let mapped = state
+                    .rail_devices
+                    .get(op.local_rail as usize)
+                    .copied()
+                    .flatten();
+                let preferred = route::device_index(mapped, op.local_rail, n);
+                let nic = failover::pick(preferred, n, |i| {
+                    pauses.local_paused(i, now) || !state.nics[i].is_active()
                 });
-                per[nic].push(op);
+                let lanes = per[nic].len();
+                let lane = state.next_lane[nic].fetch_add(1, Ordering::Relaxed) % lanes;
+                per[nic][lane].push(op);
             }
         }
-        for (i, ops) in per.into_iter().enumerate().filter(|(_, o)| !o.is_empty()) {
-            let q = &state.queues[i];
-            q.ops.lock().unwrap_or_else(|e| e.into_inner()).extend(ops);
-            q.ready.notify_one();
+        for (i, lanes) in per.into_iter().enumerate() {
+            for (lane, ops) in lanes.into_iter().enumerate().filter(|(_, o)| !o.is_empty()) {
+                state.queues[i][lane]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(ops);
+                state.nics[i].wake(lane);
+            }
         }
     }
 
@@ -682,8 +718,8 @@ impl Transport for RdmaTransport {
     fn shutdown(&self) {
         if let Some(state) = self.state.get() {
             state.stop.store(true, Ordering::Release);
-            for q in &state.queues {
-                q.ready.notify_all();
+            for nic in &state.nics {
+                (0..nic.lanes()).for_each(|lane| nic.wake(lane));
             }
         }
     }

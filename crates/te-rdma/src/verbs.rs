@@ -2,20 +2,29 @@
 //! pairs, over the `sideway` crate (which loads libibverbs at run time, so a machine without
 //! rdma-core builds and runs everything else). All of te-rdma's `unsafe` code is here.
 //!
-//! Ownership keeps drop order safe: a [`Nic`] holds its context and PD; a [`Mr`] holds the
-//! sideway region, which holds the PD; an [`Endpoint`] holds its QP and the NIC (and so the CQ
-//! and PD) it was made from.
+//! Ownership keeps drop order safe: a [`Nic`] holds its context, PD and completion lanes (a
+//! lane's CQs hold its completion channel); a [`Mr`] holds the sideway region, which holds the
+//! PD; an [`Endpoint`] holds its QP (which holds its CQ) and the NIC it was made from. Every
+//! completion event is acknowledged as soon as it is read, so destroying a CQ never waits.
+//!
+//! Besides verbs, this module owns the few raw calls around them: `poll(2)` on completion
+//! channels, the async event fd and an eventfd that wakes a sleeping worker.
 #![allow(unsafe_code)]
 
 use std::net::Ipv6Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
-use sideway::ibverbs::completion::{GenericCompletionQueue, WorkCompletionStatus};
+use sideway::ibverbs::completion::{
+    BasicCompletionQueue, CompletionChannel, CompletionQueue, WorkCompletionStatus,
+};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::{DeviceContext, Mtu};
+use sideway::ibverbs::device_context::{DeviceContext, Mtu, PortState};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
@@ -44,6 +53,12 @@ pub struct VerbsOptions {
     pub traffic_class: u8,
     /// Path MTU in bytes (`MC_MTU`: 256–4096); `None` uses the port's active MTU. Never above it.
     pub mtu: Option<u32>,
+    /// Completion lanes per device: one per worker thread (`MC_WORKERS_PER_CTX`), each with
+    /// its own completion channel and CQs.
+    pub lanes: u32,
+    /// Completion queues per device (`MC_NUM_CQ_PER_CTX`), dealt over the lanes; every lane
+    /// has at least one.
+    pub cqs: u32,
 }
 
 impl Default for VerbsOptions {
@@ -57,20 +72,51 @@ impl Default for VerbsOptions {
             service_level: 0,
             traffic_class: 0,
             mtu: None,
+            lanes: 1,
+            cqs: 1,
         }
     }
 }
 
-/// One opened device: context, PD, one CQ, and its port addressing.
+/// One worker's completion side of a device: a completion channel, the CQs attached to it,
+/// and an eventfd that wakes the worker when new work arrives while it sleeps.
+pub struct Lane {
+    channel: Arc<CompletionChannel>,
+    cqs: Vec<Arc<BasicCompletionQueue>>,
+    /// The CQ the next queue pair uses (round robin).
+    next_cq: AtomicUsize,
+    /// Serialises polls (one worker polls a lane; tests may poll too).
+    poll: Mutex<()>,
+    wake: OwnedFd,
+    /// The worker is about to sleep or sleeping: posting must wake it.
+    sleeping: AtomicBool,
+}
+
+/// What the device reported asynchronously.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceEvent {
+    /// The port went down (`IBV_EVENT_PORT_ERR`).
+    PortDown,
+    /// The port is active again (`IBV_EVENT_PORT_ACTIVE`).
+    PortActive,
+    /// The device failed or was removed (`IBV_EVENT_DEVICE_FATAL`).
+    Fatal,
+    /// Another event (QP, CQ or GID events), by name.
+    Other(String),
+}
+
+/// One opened device: context, PD, completion lanes, and its port addressing.
 pub struct Nic {
     /// Device name.
     pub name: String,
+    /// The network interface under the device's GID (RoCE), from sysfs.
+    pub netdev: Option<String>,
     /// Keeps the device open for the PD, CQ and QPs made from it.
-    _ctx: Arc<DeviceContext>,
+    ctx: Arc<DeviceContext>,
     pd: Arc<ProtectionDomain>,
-    cq: GenericCompletionQueue,
-    /// Serialises polls of the CQ.
-    poll: Mutex<()>,
+    lanes: Vec<Lane>,
+    /// False while the port is down or after a fatal device event.
+    active: AtomicBool,
     /// Port number.
     pub port: u8,
     /// The GID used, and its index.
@@ -173,17 +219,33 @@ impl Nic {
             .alloc_pd()
             .map_err(|e| format!("{name}: allocating a PD: {e}"))?;
         let max_wr = options.max_wr.clamp(1, dev.max_qp_wr().max(1) as u32);
-        let mut builder = ctx.create_cq_builder();
-        builder.setup_cqe(max_wr * 16);
-        let cq = builder
-            .build()
-            .map_err(|e| format!("{name}: creating a CQ: {e}"))?;
+        let lanes = options.lanes.clamp(1, 64) as usize;
+        let cqs = (options.cqs.clamp(1, 256) as usize).max(lanes);
+        let lanes = (0..lanes)
+            .map(|l| {
+                let count = (l..cqs).step_by(lanes).count();
+                Lane::new(&ctx, count, max_wr * 16).map_err(|e| format!("{name}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        set_nonblocking(
+            // SAFETY: the context is open while `ctx` lives; only its fd is read.
+            unsafe { ctx.context().as_ref().async_fd },
+        )
+        .map_err(|e| format!("{name}: async event fd: {e}"))?;
+        let gid_index_u32 = u32::from(gid_index);
         Ok(Arc::new(Nic {
             name: name.to_string(),
-            _ctx: ctx,
+            netdev: std::fs::read_to_string(format!(
+                "/sys/class/infiniband/{name}/ports/{}/gid_attrs/ndevs/{gid_index_u32}",
+                options.port
+            ))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty()),
+            active: AtomicBool::new(port.port_state() == PortState::Active),
+            ctx,
             pd,
-            cq: GenericCompletionQueue::from(cq),
-            poll: Mutex::new(()),
+            lanes,
             port: options.port,
             gid,
             gid_index,
@@ -230,29 +292,55 @@ impl Nic {
         Ok(Mr { inner: mr })
     }
 
-    /// Registers an engine region (see [`register`](Self::register)).
+    /// Registers an engine region as memory regions of at most `chunk` bytes each
+    /// (`MC_MAX_MR_SIZE`), in address order (see [`register`](Self::register)).
     ///
     /// # Errors
-    /// The device refused the registration.
-    pub fn register_region(&self, region: &te_core::memory::Region) -> Result<Mr, String> {
-        // SAFETY: a region in the engine's table stays mapped until the engine unregisters it,
-        // and te-rdma drops this MR in `Transport::unregister`, before that completes.
-        unsafe { self.register(region.addr(), region.len(), region.permission()) }
+    /// The device refused a registration (those made are released).
+    pub fn register_region(
+        &self,
+        region: &te_core::memory::Region,
+        chunk: u64,
+    ) -> Result<Vec<Mr>, String> {
+        let chunk = chunk.max(1);
+        let mut mrs = Vec::with_capacity(region.len().div_ceil(chunk) as usize);
+        let mut at = 0;
+        while at < region.len() {
+            let len = chunk.min(region.len() - at);
+            // SAFETY: a region in the engine's table stays mapped until the engine unregisters
+            // it, and te-rdma drops these MRs in `Transport::unregister`, before that completes.
+            mrs.push(unsafe { self.register(region.addr() + at, len, region.permission()) }?);
+            at += len;
+        }
+        Ok(mrs)
     }
 
-    /// A new RC queue pair on this device, in INIT, posting to the device's CQ.
+    /// A new RC queue pair on this device, in INIT, completing on lane 0.
     ///
     /// # Errors
     /// A verbs call failed.
     pub fn endpoint(self: &Arc<Self>) -> Result<Endpoint, String> {
+        self.endpoint_on(0)
+    }
+
+    /// A new RC queue pair in INIT whose completions arrive on lane `lane` (one of its CQs in
+    /// turn).
+    ///
+    /// # Errors
+    /// A verbs call failed.
+    pub fn endpoint_on(self: &Arc<Self>, lane: usize) -> Result<Endpoint, String> {
+        let lane_ref = &self.lanes[lane % self.lanes.len()];
+        let cq = lane_ref.cqs
+            [lane_ref.next_cq.fetch_add(1, Ordering::Relaxed) % lane_ref.cqs.len()]
+        .clone();
         let mut builder = self.pd.create_qp_builder();
         builder
             .setup_max_send_wr(self.max_wr)
             .setup_max_recv_wr(1)
             .setup_max_send_sge(1)
             .setup_max_recv_sge(1)
-            .setup_send_cq(self.cq.clone())
-            .setup_recv_cq(self.cq.clone());
+            .setup_send_cq(cq.clone())
+            .setup_recv_cq(cq);
         let mut qp: GenericQueuePair = builder
             .build()
             .map_err(|e| format!("{}: creating a QP: {e}", self.name))?
@@ -274,21 +362,203 @@ impl Nic {
         })
     }
 
-    /// Polls the device's CQ: up to one batch of (wr_id, outcome).
+    /// Polls lane 0's CQs (see [`poll_lane`](Self::poll_lane)).
     pub fn poll(&self, out: &mut Vec<(u64, Result<(), WcError>)>) {
-        let _guard = self.poll.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok(poller) = self.cq.start_poll() else {
-            return;
-        };
-        for wc in poller {
-            let status = WorkCompletionStatus::from(wc.status());
-            let outcome = match status {
-                WorkCompletionStatus::Success => Ok(()),
-                s => Err(WcError::from_status(s, wc.vendor_err())),
+        self.poll_lane(0, out);
+    }
+
+    /// Polls lane `lane`'s CQs: up to one batch of (wr_id, outcome) from each.
+    pub fn poll_lane(&self, lane: usize, out: &mut Vec<(u64, Result<(), WcError>)>) {
+        let lane = &self.lanes[lane % self.lanes.len()];
+        let _guard = lane.poll.lock().unwrap_or_else(|e| e.into_inner());
+        for cq in &lane.cqs {
+            let Ok(poller) = cq.start_poll() else {
+                continue;
             };
-            out.push((wc.wr_id(), outcome));
+            for wc in poller {
+                let status = WorkCompletionStatus::from(wc.status());
+                let outcome = match status {
+                    WorkCompletionStatus::Success => Ok(()),
+                    s => Err(WcError::from_status(s, wc.vendor_err())),
+                };
+                out.push((wc.wr_id(), outcome));
+            }
         }
     }
+
+    /// Completion lanes of this device.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Whether the port is up and the device has not failed (async events keep this current).
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Marks the device active or inactive (from its async events).
+    pub fn set_active(&self, active: bool) {
+        self.active.store(active, Ordering::Release);
+    }
+
+    /// Declares lane `lane`'s worker about to sleep: arms its CQs so the next completion
+    /// signals the channel. The caller polls once more after this (a completion that arrived
+    /// before arming raises no event), then calls [`sleep`](Self::sleep).
+    pub fn prepare_sleep(&self, lane: usize) {
+        let lane = &self.lanes[lane % self.lanes.len()];
+        lane.sleeping.store(true, Ordering::SeqCst);
+        for cq in &lane.cqs {
+            // SAFETY: the CQ is alive (held by the lane); `req_notify_cq` is the provider's
+            // entry point that `ibv_req_notify_cq` (a C inline) calls.
+            unsafe {
+                let raw = cq.cq().as_ptr();
+                if let Some(notify) = (*(*raw).context).ops.req_notify_cq {
+                    notify(raw, 0);
+                }
+            }
+        }
+    }
+
+    /// Sleeps until a completion on lane `lane`, a [`wake`](Self::wake), or `timeout`; then
+    /// drains and acknowledges the channel's events.
+    pub fn sleep(&self, lane: usize, timeout: Duration) {
+        let lane = &self.lanes[lane % self.lanes.len()];
+        let mut fds = [
+            libc::pollfd {
+                fd: lane.channel.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: lane.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        lane.sleeping.store(false, Ordering::SeqCst);
+        if fds[1].revents != 0 {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a u64 from the lane's eventfd (nonblocking).
+            unsafe {
+                libc::read(
+                    lane.wake.as_raw_fd(),
+                    (&mut count as *mut u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+        }
+        loop {
+            let mut cq: *mut rdma_mummy_sys::ibv_cq = std::ptr::null_mut();
+            let mut context: *mut std::ffi::c_void = std::ptr::null_mut();
+            // SAFETY: the channel is alive and nonblocking; on success the event names one of
+            // this lane's CQs, acknowledged at once so destroying it never waits.
+            unsafe {
+                let channel = lane.channel.comp_channel().as_ptr();
+                if rdma_mummy_sys::ibv_get_cq_event(channel, &mut cq, &mut context) != 0 {
+                    break;
+                }
+                rdma_mummy_sys::ibv_ack_cq_events(cq, 1);
+            }
+        }
+    }
+
+    /// Wakes lane `lane`'s worker if it sleeps (new work was queued).
+    pub fn wake(&self, lane: usize) {
+        let lane = &self.lanes[lane % self.lanes.len()];
+        if lane.sleeping.load(Ordering::SeqCst) {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a u64 to the lane's eventfd.
+            unsafe {
+                libc::write(
+                    lane.wake.as_raw_fd(),
+                    (&one as *const u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+        }
+    }
+
+    /// The device's next async event, waiting up to `timeout` (`None`: nothing came).
+    pub fn next_event(&self, timeout: Duration) -> Option<DeviceEvent> {
+        use rdma_mummy_sys::ibv_event_type as T;
+        // SAFETY: the context is open while `self.ctx` lives.
+        let raw = unsafe { self.ctx.context().as_ptr() };
+        // SAFETY: as above; only the fd is read.
+        let fd = unsafe { (*raw).async_fd };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the call.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+            return None;
+        }
+        // SAFETY: an all-zero `ibv_async_event` is a valid out-parameter (pointers and ints).
+        let mut event: rdma_mummy_sys::ibv_async_event = unsafe { std::mem::zeroed() };
+        // SAFETY: the fd is nonblocking, so this returns at once; the event is acknowledged
+        // right after its type is read.
+        let kind = unsafe {
+            if rdma_mummy_sys::ibv_get_async_event(raw, &mut event) != 0 {
+                return None;
+            }
+            let kind = event.event_type;
+            rdma_mummy_sys::ibv_ack_async_event(&mut event);
+            kind
+        };
+        Some(match kind {
+            T::IBV_EVENT_PORT_ERR => DeviceEvent::PortDown,
+            T::IBV_EVENT_PORT_ACTIVE => DeviceEvent::PortActive,
+            T::IBV_EVENT_DEVICE_FATAL => DeviceEvent::Fatal,
+            other => DeviceEvent::Other(format!("event {}", other as u32)),
+        })
+    }
+}
+
+impl Lane {
+    fn new(ctx: &Arc<DeviceContext>, cqs: usize, cqe: u32) -> Result<Lane, String> {
+        let channel = CompletionChannel::new(ctx)
+            .map_err(|e| format!("creating a completion channel: {e}"))?;
+        channel
+            .set_nonblocking(true)
+            .map_err(|e| format!("completion channel: {e}"))?;
+        let cqs = (0..cqs.max(1))
+            .map(|_| {
+                let mut builder = ctx.create_cq_builder();
+                builder.setup_cqe(cqe).setup_comp_channel(&channel, 0);
+                builder.build().map_err(|e| format!("creating a CQ: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // SAFETY: eventfd has no memory arguments; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Lane {
+            channel,
+            cqs,
+            next_cq: AtomicUsize::new(0),
+            poll: Mutex::new(()),
+            // SAFETY: `fd` was just created and is owned by nothing else.
+            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+            sleeping: AtomicBool::new(false),
+        })
+    }
+}
+
+fn set_nonblocking(fd: i32) -> std::io::Result<()> {
+    // SAFETY: fcntl on an fd the device context owns; only its status flags change.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// How a work request failed, in te's terms.
@@ -384,31 +654,39 @@ pub struct WorkRequest {
 }
 
 impl Endpoint {
-    /// Posts slice `op` as one signalled work request tagged `id`, with the keys found for its
-    /// local and remote ranges.
+    /// Posts bytes `[offset, offset+len)` of slice `op` as one signalled work request tagged
+    /// `id`, with the keys of the memory regions holding that piece on each side.
     ///
     /// # Errors
-    /// As [`post`](Self::post); a slice over 4 GiB cannot be one request.
-    pub fn post_slice(
+    /// As [`post`](Self::post); a piece over 4 GiB cannot be one request.
+    pub fn post_piece(
         &self,
         op: &te_core::transport::SliceOp,
+        offset: u64,
+        len: u64,
         id: u64,
         lkey: u32,
         rkey: u32,
     ) -> Result<(), String> {
-        let len = u32::try_from(op.len).map_err(|_| format!("slice of {} bytes", op.len))?;
+        let len = u32::try_from(len).map_err(|_| format!("a work request of {len} bytes"))?;
+        if offset + u64::from(len) > op.len {
+            return Err(format!(
+                "piece {offset}+{len} outside a slice of {}",
+                op.len
+            ));
+        }
         let wr = WorkRequest {
             id,
             write: op.opcode == te_core::Opcode::Write,
-            local: op.local_addr,
+            local: op.local_addr + offset,
             lkey,
             len,
-            remote: op.remote_addr,
+            remote: op.remote_addr + offset,
             rkey,
         };
         // SAFETY: a posted slice's local range lies in a region the engine pinned for its task
-        // (registered under `lkey`) until the slice is reported, which te-rdma does only after
-        // polling this work request's completion.
+        // (its pieces registered under the lkeys given) until the slice is reported, which
+        // te-rdma does only after polling every work request of the slice.
         unsafe { self.post(&wr) }
     }
 }

@@ -24,6 +24,7 @@ fn options(device: &str) -> RdmaOptions {
             timeout: 18,
             ..VerbsOptions::default()
         },
+        ..RdmaOptions::default()
     }
 }
 
@@ -106,8 +107,9 @@ fn sweep(initiator_dev: &str, target_dev: &str) {
         );
         at += len + 4093;
     }
-    // One endpoint of MC_NUM_QP_PER_EP (2) queue pairs carried it all.
-    assert_eq!(transport.queue_pairs(), 2);
+    // One endpoint of MC_NUM_QP_PER_EP (2) queue pairs per lane (MC_WORKERS_PER_CTX, 2)
+    // carried it all: slices are dealt over the lanes.
+    assert_eq!(transport.queue_pairs(), 4);
 }
 
 #[test]
@@ -250,14 +252,21 @@ fn a_device_taken_down_mid_transfer_fails_over() {
     target
         .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
         .unwrap();
-    // The initiator prefers rxe1 (listed first), and has rxe0 to fall back on.
+    // The initiator's rails are eth1 and eth0; its priority matrix prefers eth1 (served by
+    // rxe1) and keeps eth0 (rxe0) for when eth1 is not usable.
+    let topo = std::env::temp_dir().join(format!("te-failover-topo-{}.json", std::process::id()));
+    std::fs::write(&topo, r#"{"*": [["eth1"], ["eth0"]]}"#).unwrap();
     let mut c = Config::default();
     c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+    c.rails = Some(vec!["eth1".into(), "eth0".into()]);
+    c.custom_topo_json = Some(topo.display().to_string());
     let init = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
+    let _ = std::fs::remove_file(&topo);
     let mut o = options("rxe1");
     o.devices = Some(vec!["rxe1".into(), "rxe0".into()]);
-    init.install_transport(Arc::new(RdmaTransport::new(o)))
-        .unwrap();
+    let transport = Arc::new(RdmaTransport::new(o));
+    init.install_transport(transport.clone()).unwrap();
+    assert_eq!(transport.active_devices(), ["rxe1", "rxe0"]);
     let local = Arc::new(HostBuffer::new(len).unwrap());
     let data = pattern(77, len);
     local.write_at(0, &data).unwrap();
@@ -302,6 +311,12 @@ fn a_device_taken_down_mid_transfer_fails_over() {
         .unwrap();
     assert!(down.success());
     let rxe0_before = sent_packets("rxe0");
+    // The port-down event marks rxe1 inactive (new slices skip it at once).
+    assert!(
+        eventually(|| !transport.active_devices().contains(&"rxe1".to_string())),
+        "rxe1 reported down: {:?}",
+        transport.active_devices()
+    );
     let status = init.wait(b, Duration::from_secs(600)).unwrap();
     let err = init.task_error(b, 0).unwrap();
     init.free_batch(b).unwrap();
@@ -315,6 +330,85 @@ fn a_device_taken_down_mid_transfer_fails_over() {
         "the rest went over rxe0"
     );
     assert!(tbuf.to_vec(0, len).unwrap() == data, "every byte arrived");
+    // The port coming back reactivates rxe1.
+    let up = std::process::Command::new("ip")
+        .args(["link", "set", "eth1", "up"])
+        .status()
+        .unwrap();
+    assert!(up.success());
+    assert!(
+        eventually(|| transport.active_devices().len() == 2),
+        "rxe1 active again: {:?}",
+        transport.active_devices()
+    );
+}
+
+/// Whether `f` holds within 20 s.
+fn eventually(f: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn regions_split_at_the_memory_region_limit_still_move_every_byte() {
+    // Both sides register in 1 MiB memory regions; slices of 3 MiB + 7 at odd offsets cross
+    // piece boundaries on both sides, at different places.
+    let split = |device: &str| {
+        let mut c = Config::default();
+        c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+        c.slice_size = 3 << 20;
+        let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
+        let mut o = options(device);
+        o.max_mr_size = 1 << 20;
+        let t = Arc::new(RdmaTransport::new(o));
+        e.install_transport(t.clone()).unwrap();
+        (e, t)
+    };
+    let len = (8 << 20) + 5;
+    let (target, tt) = split("rxe0");
+    let tbuf = Arc::new(HostBuffer::new(len + 4096).unwrap());
+    target
+        .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    assert_eq!(tt.memory_regions(tbuf.addr()), 9);
+    let (init, it) = split("rxe1");
+    let local = Arc::new(HostBuffer::new(len + 4096).unwrap());
+    init.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    assert_eq!(it.memory_regions(local.addr()), 9);
+    let seg = init.open_segment(target.segment_name()).unwrap();
+    let published = init.segment(seg).unwrap().desc().buffers[0].clone();
+    assert_eq!(published.te_mr_chunk, Some(1 << 20));
+    assert_eq!(published.rkey.len(), 9, "nine pieces on one device");
+    let data = pattern(31, len);
+    local.write_at(1000, &data).unwrap();
+    let w = TransferRequest {
+        opcode: Opcode::Write,
+        source: local.addr() + 1000,
+        target_id: seg,
+        target_offset: tbuf.addr() + 3333,
+        length: len as u64,
+    };
+    assert_eq!(run(&init, w), (TransferState::Completed, None));
+    assert!(
+        tbuf.to_vec(3333, len).unwrap() == data,
+        "write: bytes differ"
+    );
+    local.write_at(0, &vec![0; len + 4096]).unwrap();
+    let r = TransferRequest {
+        opcode: Opcode::Read,
+        source: local.addr() + 7,
+        ..w
+    };
+    assert_eq!(run(&init, r), (TransferState::Completed, None));
+    assert!(local.to_vec(7, len).unwrap() == data, "read: bytes differ");
 }
 
 #[test]
