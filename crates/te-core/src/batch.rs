@@ -561,6 +561,11 @@ impl BatchTable {
         Ok(())
     }
 
+    pub(crate) fn cancel_task(&self, id: BatchId, task: usize) -> Result<()> {
+        self.get(id)?.task(task)?.request_stop(STOP_CANCEL);
+        Ok(())
+    }
+
     /// Blocks until every task of the batch is terminal, or `timeout` passes.
     pub(crate) fn wait(&self, id: BatchId, timeout: Duration) -> Result<TransferStatus> {
         let batch = self.get(id)?;

@@ -40,7 +40,7 @@ pub mod workers;
 
 pub use batch::{BatchId, TransferState, TransferStatus};
 pub use config::Config;
-pub use engine::{FileAccess, PeerLiveness, TransferEngine, TransferRequest};
+pub use engine::{FileAccess, PeerLiveness, SubmitOptions, TransferEngine, TransferRequest};
 pub use error::{Error, Result};
 pub use host_buffer::HostBuffer;
 pub use memory::{Location, Permission};

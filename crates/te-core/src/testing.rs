@@ -52,16 +52,34 @@ impl Transport for InstantTransport {
 /// A transport that executes nothing by itself: posted slices wait in a queue until the test
 /// (the deterministic simulation) takes them and reports an outcome, in any order it likes.
 /// A slice is moved out of the queue to be completed, so no slice can be reported twice.
-#[derive(Default)]
 pub struct SimTransport {
     queue: std::sync::Mutex<Vec<SliceOp>>,
     sink: OnceLock<Arc<dyn CompletionSink>>,
+    name: &'static str,
+    capabilities: crate::transport::Capabilities,
+}
+
+impl Default for SimTransport {
+    fn default() -> Self {
+        Self::named("sim", crate::transport::Capabilities::DRAM_REMOTE_HOST)
+    }
 }
 
 impl SimTransport {
-    /// A transport not yet installed.
+    /// A transport named `sim` not yet installed.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A simulated transport with its own name and capabilities (several can be installed:
+    /// te-tent's policy and failover tests choose among them).
+    pub fn named(name: &'static str, capabilities: crate::transport::Capabilities) -> Self {
+        SimTransport {
+            queue: std::sync::Mutex::new(Vec::new()),
+            sink: OnceLock::new(),
+            name,
+            capabilities,
+        }
     }
 
     /// Slices waiting.
@@ -98,11 +116,11 @@ impl SimTransport {
 
 impl Transport for SimTransport {
     fn name(&self) -> &'static str {
-        "sim"
+        self.name
     }
 
     fn capabilities(&self) -> crate::transport::Capabilities {
-        crate::transport::Capabilities::DRAM_REMOTE_HOST
+        self.capabilities
     }
 
     fn install(&self, ctx: InstallContext) -> Result<()> {

@@ -193,12 +193,24 @@ impl Capabilities {
     pub const DRAM_FILE: Capabilities = Capabilities(1 << 2);
     /// Host DRAM to and from memory on a CXL device mapped by the peer too (cxl).
     pub const DRAM_CXL: Capabilities = Capabilities(1 << 3);
+    /// GPU memory to and from memory of a process on another host (GPUDirect RDMA).
+    pub const GPU_REMOTE_HOST: Capabilities = Capabilities(1 << 4);
+    /// GPU memory to and from memory of another process on this host (NVLink, CUDA IPC).
+    pub const GPU_SAME_HOST: Capabilities = Capabilities(1 << 5);
+    /// GPU memory to and from a file segment (GPUDirect Storage).
+    pub const GPU_FILE: Capabilities = Capabilities(1 << 6);
+    /// Between GPU memory and host DRAM of this process (a device copy; the staging hop).
+    pub const GPU_LOCAL: Capabilities = Capabilities(1 << 7);
 
-    const NAMES: [(Capabilities, &'static str); 4] = [
+    const NAMES: [(Capabilities, &'static str); 8] = [
         (Capabilities::DRAM_REMOTE_HOST, "dram-remote-host"),
         (Capabilities::DRAM_SAME_HOST, "dram-same-host"),
         (Capabilities::DRAM_FILE, "dram-file"),
         (Capabilities::DRAM_CXL, "dram-cxl"),
+        (Capabilities::GPU_REMOTE_HOST, "gpu-remote-host"),
+        (Capabilities::GPU_SAME_HOST, "gpu-same-host"),
+        (Capabilities::GPU_FILE, "gpu-file"),
+        (Capabilities::GPU_LOCAL, "gpu-local"),
     ];
 
     /// Whether every capability of `other` is in `self`.

@@ -20,6 +20,7 @@ mod keeper;
 mod submit;
 
 pub use files::FileAccess;
+pub use submit::SubmitOptions;
 
 use crate::completion::Core;
 use crate::config::Config;
@@ -385,12 +386,29 @@ impl TransferEngine {
         }
     }
 
-    fn resolve_location(addr: u64, location: &str) -> Result<Location> {
+    fn resolve_location(&self, addr: u64, location: &str) -> Result<Location> {
         match location.parse::<Location>()? {
             Location::Any => Ok(Location::Cpu(crate::sys::numa_node_of(addr).unwrap_or(0))),
-            Location::Cuda(_) => Err(Error::InvalidArgument(format!(
-                "location {location}: no GPU transport is installed in this build"
-            ))),
+            Location::Cuda(n) => {
+                use crate::transport::Capabilities as C;
+                let gpu = [
+                    C::GPU_LOCAL,
+                    C::GPU_REMOTE_HOST,
+                    C::GPU_SAME_HOST,
+                    C::GPU_FILE,
+                ];
+                let served = self
+                    .core
+                    .transports()
+                    .iter()
+                    .any(|t| gpu.iter().any(|&c| t.capabilities().contains(c)));
+                match served {
+                    true => Ok(Location::Cuda(n)),
+                    false => Err(Error::InvalidArgument(format!(
+                        "location {location}: no installed transport handles GPU memory"
+                    ))),
+                }
+            }
             cpu => Ok(cpu),
         }
     }
@@ -426,7 +444,7 @@ impl TransferEngine {
         permission: Permission,
     ) -> Result<()> {
         let addr = buffer.addr();
-        let location = Self::resolve_location(addr, location)?;
+        let location = self.resolve_location(addr, location)?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = buffer.clone();
         self.register_regions(vec![Region::new(
             addr,
@@ -456,7 +474,7 @@ impl TransferEngine {
         permission: Permission,
     ) -> Result<()> {
         let addr = addr as u64;
-        let location = Self::resolve_location(addr, location)?;
+        let location = self.resolve_location(addr, location)?;
         self.register_regions(vec![Region::new(
             addr, len as u64, location, permission, None,
         )])
@@ -483,7 +501,7 @@ impl TransferEngine {
                 Ok(Region::new(
                     addr,
                     len as u64,
-                    Self::resolve_location(addr, location)?,
+                    self.resolve_location(addr, location)?,
                     permission,
                     None,
                 ))
@@ -527,6 +545,16 @@ impl TransferEngine {
             }
         }
         self.fetch_segment(name).map(|s| s.id())
+    }
+
+    /// Fetches segment `name`'s descriptor again, cached or not, keeping its id when it was
+    /// open (its owner registered or released memory since).
+    ///
+    /// # Errors
+    /// As [`open_segment`](Self::open_segment).
+    pub fn refresh_segment(&self, name: &str) -> Result<SegmentId> {
+        self.fetch_segment(name.trim_start_matches('/'))
+            .map(|s| s.id())
     }
 
     /// Fetches `name`'s descriptor and caches it (under its existing id if it was open),
@@ -653,6 +681,15 @@ impl TransferEngine {
     /// [`Error::InvalidBatch`].
     pub fn cancel(&self, batch: BatchId) -> Result<()> {
         self.batches.cancel(batch)
+    }
+
+    /// Cancels task `task` of `batch` as [`cancel`](Self::cancel) does a whole batch: no more
+    /// of its slices are posted, those on the wire finish, and it ends CANCELED (or COMPLETED).
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`], [`Error::InvalidTask`].
+    pub fn cancel_task(&self, batch: BatchId, task: usize) -> Result<()> {
+        self.batches.cancel_task(batch, task)
     }
 
     /// The first slice error of a task, if it failed.

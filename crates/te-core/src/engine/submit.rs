@@ -12,6 +12,30 @@ use crate::segment::RemoteSegment;
 use crate::slicer;
 use crate::transport::{SliceOp, Transport};
 
+/// How [`TransferEngine::submit_with`] posts its requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubmitOptions {
+    /// The installed transport to post through (its name), instead of the engine's choice.
+    pub transport: Option<String>,
+    /// Tasks not done this long after submit end TIMEOUT (instead of `MC_SLICE_TIMEOUT`).
+    pub timeout: Option<std::time::Duration>,
+}
+
+impl SubmitOptions {
+    /// Post through transport `name`.
+    pub fn via(mut self, name: &str) -> Self {
+        self.transport = Some(name.to_string());
+        self
+    }
+
+    /// End tasks TIMEOUT when not done within `timeout`.
+    pub fn within(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
 impl TransferEngine {
     /// Where the next task's stripe starts: a shared counter (`MC_PATH_ROUNDROBIN`) or a
     /// well-mixed value of it (random start, Mooncake's default).
@@ -57,7 +81,23 @@ impl TransferEngine {
     /// [`Error::RemoteAddressNotRegistered`], [`Error::PermissionDenied`],
     /// [`Error::NotSupportedTransport`].
     pub fn submit(&self, batch: BatchId, requests: &[TransferRequest]) -> Result<()> {
-        self.submit_inner(batch, requests, None)
+        self.submit_inner(batch, requests, None, &SubmitOptions::default())
+    }
+
+    /// As [`submit`](Self::submit), with `options`: a transport to post through instead of the
+    /// engine's choice (the runtime's policy, te-tent, decides), and a timeout for these tasks.
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit); [`Error::NotSupportedTransport`] when the transport is not
+    /// installed or cannot reach a request's buffer (a same-host transport for a buffer it does
+    /// not serve, a memory transport for a file).
+    pub fn submit_with(
+        &self,
+        batch: BatchId,
+        requests: &[TransferRequest],
+        options: &SubmitOptions,
+    ) -> Result<()> {
+        self.submit_inner(batch, requests, None, options)
     }
 
     /// As [`submit`](Self::submit); when every task of the batch has completed, the engine sends
@@ -82,7 +122,39 @@ impl TransferEngine {
                 target,
                 notification,
             }),
+            &SubmitOptions::default(),
         )
+    }
+
+    /// The transport `options` names for `buffer` of `seg`, if it can reach it.
+    fn forced_transport(
+        &self,
+        name: &str,
+        seg: &RemoteSegment,
+        buffer: &crate::segment::BufferDesc,
+    ) -> Result<Arc<dyn Transport>> {
+        use crate::transport::Capabilities as C;
+        let t = self.core.transport_for(name)?;
+        let caps = t.capabilities();
+        let own = seg.name() == self.name;
+        let reaches = match seg.desc().is_file() {
+            true => caps.contains(C::DRAM_FILE) || caps.contains(C::GPU_FILE),
+            // A device copy reaches memory of this process: the own segment.
+            false if own && caps.contains(C::GPU_LOCAL) => true,
+            false => {
+                caps.contains(C::DRAM_REMOTE_HOST)
+                    || caps.contains(C::GPU_REMOTE_HOST)
+                    || t.serves(seg, buffer)
+            }
+        };
+        match reaches {
+            true => Ok(t),
+            false => Err(Error::NotSupportedTransport(format!(
+                "{name} cannot reach {:#x} of segment {}",
+                buffer.addr,
+                seg.name()
+            ))),
+        }
     }
 
     fn submit_inner(
@@ -90,9 +162,13 @@ impl TransferEngine {
         id: BatchId,
         requests: &[TransferRequest],
         notify: Option<PendingNotify>,
+        options: &SubmitOptions,
     ) -> Result<()> {
         let batch = self.batches.get(id)?;
-        let deadline = self.config.slice_timeout.map(|t| self.core.clock.now() + t);
+        let deadline = options
+            .timeout
+            .or(self.config.slice_timeout)
+            .map(|t| self.core.clock.now() + t);
         // A transport may ask for its own slice size (memory copies gain nothing from 64 KiB).
         let sizing = |t: &Arc<dyn Transport>| match t.slice_size() {
             Some(size) => (size.max(4096), size.max(4096) / 4),
@@ -122,7 +198,10 @@ impl TransferEngine {
                 false => seg,
             };
             let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
-            let transport = self.core.transport_for_buffer(&seg, buffer)?;
+            let transport = match &options.transport {
+                Some(name) => self.forced_transport(name, &seg, buffer)?,
+                None => self.core.transport_for_buffer(&seg, buffer)?,
+            };
             let pin = self.regions.pin_local(r.source, r.length)?;
             let route = self.route_for(&pin.region().location().to_string(), &seg, &buffer.name);
             let (slice_size, fragment_limit) = sizing(&transport);

@@ -1,0 +1,650 @@
+//! [`TentEngine`]: TENT's API over te-core's engine. A batch's tasks wait in the runtime queue
+//! by priority, are posted to SubBatches (one te-core batch per transport the policy chose),
+//! move to the next capable transport when they fail, end TIMEOUT past their deadline, and
+//! announce themselves with a notification once all their data is in place.
+//!
+//! Progress (posting queued tasks, failover, deadlines, notifications) is [`crate::progress`]'s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use te_core::transport::Transport;
+use te_core::{HostBuffer, Notification, SegmentId, TransferEngine, TransferState, TransferStatus};
+use tracing::info;
+
+use crate::capability::{MemoryKind, Move, Scope};
+use crate::config::TentConfig;
+use crate::policy::{Plan, RequestFacts, select};
+use crate::progress::overall;
+use crate::queue::Dispatcher;
+use crate::request::{MemoryOptions, Request, TentBatchId};
+use crate::staging::Job;
+use crate::{Result, TentError};
+
+pub(crate) enum TaskState {
+    Queued,
+    Posted { sub: te_core::BatchId, index: usize },
+    Staged(Arc<Job>),
+    Done(TransferStatus),
+}
+
+pub(crate) struct Task {
+    pub(crate) request: Request,
+    pub(crate) plan: Plan,
+    /// Index of the transport in the plan now (or next) in use.
+    pub(crate) choice: usize,
+    pub(crate) state: TaskState,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) errors: Vec<String>,
+    pub(crate) canceled: bool,
+}
+
+impl Task {
+    pub(crate) fn transport(&self) -> Option<&'static str> {
+        match &self.plan {
+            Plan::Direct(order) => order.get(self.choice).copied(),
+            Plan::Staged { .. } => None,
+        }
+    }
+}
+
+pub(crate) struct Batch {
+    pub(crate) capacity: usize,
+    pub(crate) tasks: Vec<Task>,
+    /// SubBatches: (transport, te-core batch, tasks used).
+    pub(crate) subs: Vec<(&'static str, te_core::BatchId, usize)>,
+    pub(crate) notify: Option<(SegmentId, Notification)>,
+}
+
+pub(crate) struct State {
+    pub(crate) batches: HashMap<u64, Batch>,
+    pub(crate) next_batch: u64,
+    pub(crate) dispatcher: Dispatcher<(u64, usize)>,
+    /// Posted and staged tasks, to poll.
+    pub(crate) live: Vec<(u64, usize)>,
+    /// Registered memory: start → (length, kind).
+    pub(crate) memory: BTreeMap<u64, (u64, MemoryKind)>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) core: Arc<TransferEngine>,
+    pub(crate) config: TentConfig,
+    pub(crate) own: SegmentId,
+    pub(crate) state: Mutex<State>,
+    pub(crate) work: Condvar,
+    pub(crate) stop: AtomicBool,
+}
+
+/// TENT's engine: say what to move; the runtime picks transports, orders, retries and stages.
+pub struct TentEngine {
+    inner: Arc<Inner>,
+    owned: Mutex<HashMap<u64, Arc<HostBuffer>>>,
+    #[cfg(feature = "shm")]
+    shm: Option<Arc<te_shm::ShmTransport>>,
+}
+
+impl std::fmt::Debug for TentEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TentEngine")
+            .field("segment", &self.inner.core.segment_name())
+            .finish()
+    }
+}
+
+impl TentEngine {
+    /// An engine from `config`, with the transports it enables that this build has (tcp, shm,
+    /// uring; rdma with the `rdma` feature when `transports.rdma.enable` is true).
+    ///
+    /// # Errors
+    /// The classic engine's init, or a transport that cannot install.
+    pub fn new(config: TentConfig) -> Result<Self> {
+        Self::with_transports(config, true)
+    }
+
+    /// An engine from `config` with no transport yet (install them with
+    /// [`install_transport`](Self::install_transport)); `defaults` installs the enabled ones.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_transports(config: TentConfig, defaults: bool) -> Result<Self> {
+        let core = Arc::new(TransferEngine::init(
+            config.core.clone(),
+            &config.metadata_conn,
+            &config.local_segment_name,
+        )?);
+        let own = core.open_segment(core.segment_name())?;
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                batches: HashMap::new(),
+                next_batch: 1,
+                dispatcher: Dispatcher::new(config.max_inflight_tasks),
+                live: Vec::new(),
+                memory: BTreeMap::new(),
+            }),
+            core,
+            config,
+            own,
+            work: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let progress = inner.clone();
+        std::thread::Builder::new()
+            .name("te-tent-progress".into())
+            .spawn(move || progress.run_progress())
+            .map_err(|e| TentError::InvalidArgument(format!("progress thread: {e}")))?;
+        #[allow(unused_mut)]
+        let mut engine = TentEngine {
+            inner,
+            owned: Mutex::new(HashMap::new()),
+            #[cfg(feature = "shm")]
+            shm: None,
+        };
+        if defaults {
+            engine.install_defaults()?;
+        }
+        Ok(engine)
+    }
+
+    fn install_defaults(&mut self) -> Result<()> {
+        let c = &self.inner.config;
+        #[cfg(feature = "tcp")]
+        if c.enabled("tcp") {
+            self.install_transport(Arc::new(te_tcp::TcpTransport::new()))?;
+        }
+        #[cfg(feature = "shm")]
+        if c.enabled("shm") {
+            let shm = Arc::new(te_shm::ShmTransport::default());
+            self.install_transport(shm.clone())?;
+            self.shm = Some(shm);
+        }
+        #[cfg(feature = "uring")]
+        if c.enabled("uring") {
+            let t = te_uring::file_transport(te_uring::FileOptions::default());
+            self.install_transport(t)?;
+        }
+        #[cfg(feature = "rdma")]
+        if c.transports.get("rdma").and_then(|t| t.enable) == Some(true) {
+            let mut o = te_rdma::RdmaOptions::from_env()?;
+            o.devices = c.transports.get("rdma").and_then(|t| t.devices.clone());
+            self.install_transport(Arc::new(te_rdma::RdmaTransport::new(o)))?;
+        }
+        Ok(())
+    }
+
+    /// Installs `transport` (its capabilities join the matrix).
+    ///
+    /// # Errors
+    /// The classic engine's refusal.
+    pub fn install_transport(&self, transport: Arc<dyn Transport>) -> Result<()> {
+        info!(transport = transport.name(), capabilities = %transport.capabilities(), "installing");
+        Ok(self.inner.core.install_transport(transport)?)
+    }
+
+    /// The classic engine underneath (segments, rails, statistics).
+    pub fn core(&self) -> &TransferEngine {
+        &self.inner.core
+    }
+
+    /// This engine's segment name (`host:port`).
+    pub fn segment_name(&self) -> &str {
+        self.inner.core.segment_name()
+    }
+
+    /// The capability matrix: each installed transport and the moves it makes.
+    pub fn capability_matrix(&self) -> Vec<(&'static str, Vec<Move>)> {
+        crate::capability::matrix(&self.inner.core.transport_capabilities())
+    }
+
+    /// Registers `buffer` with `options` (location, permission).
+    ///
+    /// # Errors
+    /// The classic engine's refusal (overlap, bad location).
+    pub fn register_memory(&self, buffer: &Arc<HostBuffer>, options: &MemoryOptions) -> Result<()> {
+        self.inner
+            .core
+            .register_buffer(buffer, &options.location, options.permission)?;
+        self.inner.lock().memory.insert(
+            buffer.addr(),
+            (
+                buffer.len() as u64,
+                MemoryKind::of_location(&options.location),
+            ),
+        );
+        self.refresh_own()
+    }
+
+    /// Reads the own segment's descriptor again (it lists the memory just (un)registered).
+    fn refresh_own(&self) -> Result<()> {
+        let core = &self.inner.core;
+        core.refresh_segment(core.segment_name())?;
+        Ok(())
+    }
+
+    /// Unregisters the memory at `addr`.
+    ///
+    /// # Errors
+    /// The classic engine's refusal (unknown, or in use).
+    pub fn unregister_memory(&self, addr: u64) -> Result<()> {
+        self.inner.core.unregister_memory(addr)?;
+        self.inner.lock().memory.remove(&addr);
+        self.refresh_own()
+    }
+
+    /// Memory a transport allocates (shared memory when te-shm is installed, so peers on this
+    /// host reach it directly), registered with `options`; freed by
+    /// [`free_memory`](Self::free_memory).
+    ///
+    /// # Errors
+    /// Allocation or registration failed.
+    pub fn allocate_memory(&self, len: usize, options: &MemoryOptions) -> Result<Arc<HostBuffer>> {
+        #[cfg(feature = "shm")]
+        let buffer = match (&self.shm, MemoryKind::of_location(&options.location)) {
+            (Some(shm), MemoryKind::Dram) => shm.allocate(len)?,
+            _ => Arc::new(HostBuffer::new(len)?),
+        };
+        #[cfg(not(feature = "shm"))]
+        let buffer = Arc::new(HostBuffer::new(len)?);
+        self.register_memory(&buffer, options)?;
+        self.owned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(buffer.addr(), buffer.clone());
+        Ok(buffer)
+    }
+
+    /// Unregisters and releases memory from [`allocate_memory`](Self::allocate_memory).
+    ///
+    /// # Errors
+    /// [`TentError::InvalidArgument`] for memory this engine did not allocate; as
+    /// [`unregister_memory`](Self::unregister_memory).
+    pub fn free_memory(&self, addr: u64) -> Result<()> {
+        let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        if !owned.contains_key(&addr) {
+            return Err(TentError::InvalidArgument(format!(
+                "{addr:#x} was not allocated by this engine"
+            )));
+        }
+        drop(owned);
+        self.unregister_memory(addr)?;
+        self.owned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&addr);
+        Ok(())
+    }
+
+    /// Opens segment `name` (`host:port`).
+    ///
+    /// # Errors
+    /// The classic engine's refusal.
+    pub fn open_segment(&self, name: &str) -> Result<SegmentId> {
+        Ok(self.inner.core.open_segment(name)?)
+    }
+
+    /// Closes a segment.
+    ///
+    /// # Errors
+    /// The classic engine's refusal.
+    pub fn close_segment(&self, id: SegmentId) -> Result<()> {
+        Ok(self.inner.core.close_segment(id)?)
+    }
+
+    /// A batch of up to `capacity` tasks.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidArgument`] for 0 or more than the classic engine's batch limit.
+    pub fn allocate_batch(&self, capacity: usize) -> Result<TentBatchId> {
+        if capacity == 0 || capacity > self.inner.config.core.max_batch_size {
+            return Err(TentError::InvalidArgument(format!(
+                "batch capacity {capacity} outside 1..={}",
+                self.inner.config.core.max_batch_size
+            )));
+        }
+        let mut s = self.inner.lock();
+        let id = s.next_batch;
+        s.next_batch += 1;
+        s.batches.insert(
+            id,
+            Batch {
+                capacity,
+                tasks: Vec::new(),
+                subs: Vec::new(),
+                notify: None,
+            },
+        );
+        Ok(TentBatchId(id))
+    }
+
+    /// Frees a batch whose tasks all ended.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`], [`TentError::BatchBusy`].
+    pub fn free_batch(&self, batch: TentBatchId) -> Result<()> {
+        self.inner.pump();
+        let mut s = self.inner.lock();
+        let b = s
+            .batches
+            .get(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))?;
+        if b.tasks
+            .iter()
+            .any(|t| !matches!(t.state, TaskState::Done(_)))
+        {
+            return Err(TentError::BatchBusy(batch.0));
+        }
+        let b = s.batches.remove(&batch.0).expect("present");
+        drop(s);
+        for (_, sub, _) in b.subs {
+            self.inner.core.free_batch(sub)?;
+        }
+        Ok(())
+    }
+
+    /// Submits `requests` as new tasks of `batch`. Each is planned (policy, capabilities)
+    /// before any is queued: nothing is queued unless all can be.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`], [`TentError::TooManyRequests`], [`TentError::NoTransport`],
+    /// and the classic engine's checks of the target range ([`TentError::Engine`]).
+    pub fn submit(&self, batch: TentBatchId, requests: &[Request]) -> Result<()> {
+        self.submit_inner(batch, requests, None)
+    }
+
+    /// As [`submit`](Self::submit); once every task of the batch has completed, `notification`
+    /// goes to the target of `requests[0]` (so it arrives after the data).
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit); an empty request list.
+    pub fn submit_with_notification(
+        &self,
+        batch: TentBatchId,
+        requests: &[Request],
+        notification: Notification,
+    ) -> Result<()> {
+        let first = requests.first().ok_or_else(|| {
+            TentError::InvalidArgument("a notification needs at least one request".into())
+        })?;
+        self.submit_inner(batch, requests, Some((first.target_id, notification)))
+    }
+
+    fn plan(&self, r: &Request, memory: &BTreeMap<u64, (u64, MemoryKind)>) -> Result<Plan> {
+        let core = &self.inner.core;
+        if r.length == 0 {
+            return Err(TentError::InvalidArgument("zero-length request".into()));
+        }
+        let from = memory
+            .range(..=r.source)
+            .next_back()
+            .filter(|(start, (len, _))| {
+                r.source
+                    .checked_add(r.length)
+                    .is_some_and(|end| end <= *start + len)
+            })
+            .map(|(_, (_, kind))| *kind)
+            .ok_or(TentError::Engine(te_core::Error::AddressNotRegistered {
+                addr: r.source,
+                len: r.length,
+            }))?;
+        let seg = core.segment(r.target_id)?;
+        let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
+        let (to, scope) = match seg.desc().is_file() {
+            true => (MemoryKind::File, Scope::SameProcess),
+            false => (
+                MemoryKind::of_location(&buffer.name),
+                match (seg.name() == core.segment_name(), seg.same_host()) {
+                    (true, _) => Scope::SameProcess,
+                    (false, true) => Scope::SameHost,
+                    (false, false) => Scope::CrossHost,
+                },
+            ),
+        };
+        let facts = RequestFacts {
+            movement: Move::new(from, to, scope),
+            priority: r.priority,
+            intent: r.intent,
+            length: r.length,
+            policy_name: r.policy_name.clone(),
+            hint: r.transport_hint.clone(),
+        };
+        select(
+            &facts,
+            &self.inner.config.policy,
+            &core.transport_capabilities(),
+            self.inner.config.staging.enable,
+        )
+        .map_err(TentError::NoTransport)
+    }
+
+    fn submit_inner(
+        &self,
+        batch: TentBatchId,
+        requests: &[Request],
+        notify: Option<(SegmentId, Notification)>,
+    ) -> Result<()> {
+        let memory = self.inner.lock().memory.clone();
+        let plans = requests
+            .iter()
+            .map(|r| self.plan(r, &memory))
+            .collect::<Result<Vec<_>>>()?;
+        let now = Instant::now();
+        {
+            let mut s = self.inner.lock();
+            let State {
+                batches,
+                dispatcher,
+                ..
+            } = &mut *s;
+            let b = batches
+                .get_mut(&batch.0)
+                .ok_or(TentError::InvalidBatch(batch.0))?;
+            if b.tasks.len() + requests.len() > b.capacity {
+                return Err(TentError::TooManyRequests {
+                    batch: batch.0,
+                    capacity: b.capacity,
+                });
+            }
+            if notify.is_some() {
+                b.notify = notify;
+            }
+            for (r, plan) in requests.iter().zip(plans) {
+                let index = b.tasks.len();
+                dispatcher.push(r.priority, (batch.0, index));
+                b.tasks.push(Task {
+                    deadline: r.deadline.map(|d| now + d),
+                    request: r.clone(),
+                    plan,
+                    choice: 0,
+                    state: TaskState::Queued,
+                    errors: Vec::new(),
+                    canceled: false,
+                });
+            }
+        }
+        self.inner.pump();
+        self.inner.work.notify_one();
+        Ok(())
+    }
+
+    /// The status of one task.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
+    pub fn task_status(&self, batch: TentBatchId, task: usize) -> Result<TransferStatus> {
+        self.inner.pump();
+        let s = self.inner.lock();
+        let b = s
+            .batches
+            .get(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))?;
+        let t = b.tasks.get(task).ok_or(TentError::InvalidTask {
+            batch: batch.0,
+            task,
+        })?;
+        Ok(self.inner.status_of(t))
+    }
+
+    /// The status of every task of the batch, in order.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`].
+    pub fn task_statuses(&self, batch: TentBatchId) -> Result<Vec<TransferStatus>> {
+        self.inner.pump();
+        let s = self.inner.lock();
+        let b = s
+            .batches
+            .get(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))?;
+        Ok(b.tasks.iter().map(|t| self.inner.status_of(t)).collect())
+    }
+
+    /// The batch's overall status: COMPLETED when all completed; the worst ending (FAILED,
+    /// TIMEOUT, CANCELED) once all ended; PENDING or WAITING before.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`].
+    pub fn batch_status(&self, batch: TentBatchId) -> Result<TransferStatus> {
+        Ok(overall(&self.task_statuses(batch)?))
+    }
+
+    /// The errors a task met, one per transport tried (failover keeps them all).
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
+    pub fn task_errors(&self, batch: TentBatchId, task: usize) -> Result<Vec<String>> {
+        let s = self.inner.lock();
+        let b = s
+            .batches
+            .get(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))?;
+        let t = b.tasks.get(task).ok_or(TentError::InvalidTask {
+            batch: batch.0,
+            task,
+        })?;
+        Ok(t.errors.clone())
+    }
+
+    /// The transport a task is on (or ended on); `staged` for a staged task.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
+    pub fn task_transport(&self, batch: TentBatchId, task: usize) -> Result<&'static str> {
+        let s = self.inner.lock();
+        let b = s
+            .batches
+            .get(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))?;
+        let t = b.tasks.get(task).ok_or(TentError::InvalidTask {
+            batch: batch.0,
+            task,
+        })?;
+        Ok(t.transport().unwrap_or("staged"))
+    }
+
+    /// Waits until every task of `batch` ended or `timeout` passed; the overall status.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`].
+    pub fn wait(&self, batch: TentBatchId, timeout: Duration) -> Result<TransferStatus> {
+        let until = Instant::now() + timeout;
+        loop {
+            let statuses = self.task_statuses(batch)?;
+            let status = overall(&statuses);
+            let now = Instant::now();
+            if status.state.is_terminal() || now >= until {
+                return Ok(status);
+            }
+            // Only posted tasks left: sleep in te-core until its SubBatches end.
+            let subs = {
+                let s = self.inner.lock();
+                let b = s
+                    .batches
+                    .get(&batch.0)
+                    .ok_or(TentError::InvalidBatch(batch.0))?;
+                let only_posted = b
+                    .tasks
+                    .iter()
+                    .all(|t| matches!(t.state, TaskState::Posted { .. } | TaskState::Done(_)));
+                match only_posted {
+                    true => b.subs.iter().map(|s| s.1).collect(),
+                    false => Vec::new(),
+                }
+            };
+            if subs.is_empty() {
+                let s = self.inner.lock();
+                let _ = self
+                    .inner
+                    .work
+                    .wait_timeout(s, Duration::from_micros(500))
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            for sub in subs {
+                self.inner
+                    .core
+                    .wait(sub, until.saturating_duration_since(now))?;
+            }
+        }
+    }
+
+    /// Cancels one task: a queued one ends CANCELED at once; a posted one stops posting
+    /// slices and ends CANCELED (or COMPLETED if all had gone); it is not failed over.
+    ///
+    /// # Errors
+    /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
+    pub fn cancel_task(&self, batch: TentBatchId, task: usize) -> Result<()> {
+        let mut s = self.inner.lock();
+        let State {
+            batches,
+            dispatcher,
+            ..
+        } = &mut *s;
+        let b = batches
+            .get_mut(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))?;
+        let t = b.tasks.get_mut(task).ok_or(TentError::InvalidTask {
+            batch: batch.0,
+            task,
+        })?;
+        t.canceled = true;
+        match &t.state {
+            TaskState::Queued => {
+                dispatcher.remove_where(|k| *k == (batch.0, task));
+                t.state = TaskState::Done(TransferStatus {
+                    state: TransferState::Canceled,
+                    transferred_bytes: 0,
+                });
+            }
+            TaskState::Posted { sub, index } => self.inner.core.cancel_task(*sub, *index)?,
+            TaskState::Staged(job) => job.cancel(),
+            TaskState::Done(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Sends `notification` to the owner of segment `target` now (TENT's `sendNotification`).
+    ///
+    /// # Errors
+    /// The classic engine's refusal (unknown segment, unreachable peer).
+    pub fn send_notification(&self, target: SegmentId, notification: &Notification) -> Result<()> {
+        let name = self.inner.core.segment(target)?.name().to_string();
+        Ok(self.inner.core.send_notify(&name, notification)?)
+    }
+
+    /// Notifications received so far, oldest first (TENT's `receiveNotification`).
+    pub fn receive_notifications(&self) -> Vec<Notification> {
+        self.inner.core.take_notifications()
+    }
+
+    /// Waits up to `timeout` for one notification.
+    pub fn receive_notification(&self, timeout: Duration) -> Option<Notification> {
+        self.inner.core.recv_notification(timeout)
+    }
+}
+
+impl Drop for TentEngine {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+        self.inner.work.notify_all();
+    }
+}

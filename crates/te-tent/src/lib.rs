@@ -1,0 +1,74 @@
+//! te-tent: Mooncake TENT's runtime over te-core's engine and the same transports. A caller
+//! says what to move; the runtime decides how.
+//!
+//! - [`capability`]: the matrix of (source kind → target kind, scope) moves each transport
+//!   declares.
+//! - [`policy`]: rules (and the default policy) that order the capable transports per
+//!   request, and the staging plan when none can make a move directly.
+//! - [`queue`]: the runtime queue, posting higher priorities first under load.
+//! - [`config`]: TENT's JSON configuration (`MC_TENT_CONF`) with the legacy `MC_*` variables.
+//! - [`TentEngine`]: batches split into SubBatches (one te-core batch per transport), status
+//!   per task, per list and overall, cancellation, deadlines, failover to the next capable
+//!   transport, staging through host memory, and notifications sent after their data.
+//!
+//! Not here: moving bytes (the transports do) or slicing, rails and retries within a transport
+//! (te-core's engine does, under each SubBatch).
+
+#![forbid(unsafe_code)]
+
+pub mod capability;
+pub mod config;
+mod engine;
+pub mod policy;
+mod progress;
+pub mod queue;
+mod request;
+mod staging;
+
+pub use config::{TentConfig, TentFile};
+pub use engine::TentEngine;
+pub use policy::{Intent, Priority};
+pub use request::{MemoryOptions, Request, TentBatchId};
+
+/// te-tent's errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TentError {
+    /// The configuration is wrong (the message names the key or variable).
+    #[error("TENT configuration: {0}")]
+    Config(String),
+    /// The classic engine refused (its error).
+    #[error(transparent)]
+    Engine(#[from] te_core::Error),
+    /// No transport (nor staging) can make the move a request asks for.
+    #[error("no transport for this request: {0}")]
+    NoTransport(String),
+    /// A batch id this engine did not hand out, or one already freed.
+    #[error("unknown batch {0}")]
+    InvalidBatch(u64),
+    /// A task index past the batch's tasks.
+    #[error("batch {batch} has no task {task}")]
+    InvalidTask {
+        /// The batch.
+        batch: u64,
+        /// The task index.
+        task: usize,
+    },
+    /// More requests than the batch holds.
+    #[error("batch {batch} holds {capacity} tasks")]
+    TooManyRequests {
+        /// The batch.
+        batch: u64,
+        /// Its capacity.
+        capacity: usize,
+    },
+    /// The batch still has tasks that are not finished.
+    #[error("batch {0} has tasks in flight")]
+    BatchBusy(u64),
+    /// A bad argument (the message says which).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// te-tent's result.
+pub type Result<T> = std::result::Result<T, TentError>;

@@ -1,0 +1,405 @@
+//! The runtime's progress: polling posted and staged tasks, failing a task over to its next
+//! transport, ending queued tasks past their deadline, posting what the queue lets through
+//! (grouped per batch and transport into one SubBatch submit), and sending notifications once
+//! their batch completed. Called from every status call, `wait`, and the progress thread.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+use te_core::{SubmitOptions, TransferRequest, TransferState, TransferStatus};
+use tracing::{debug, warn};
+
+use crate::engine::{Inner, State, Task, TaskState};
+use crate::policy::Plan;
+use crate::queue::Dispatcher;
+use crate::staging::{self, StagedMove};
+
+/// Tasks posted together: (batch, transport, deadline).
+type GroupKey = (u64, &'static str, Option<Instant>);
+
+/// The aggregate of task statuses.
+pub(crate) fn overall(statuses: &[TransferStatus]) -> TransferStatus {
+    let transferred_bytes = statuses.iter().map(|s| s.transferred_bytes).sum();
+    let all_ended = statuses.iter().all(|s| s.state.is_terminal());
+    let rank = |s: TransferState| match s {
+        TransferState::Failed => 3,
+        TransferState::Timeout => 2,
+        TransferState::Canceled => 1,
+        _ => 0,
+    };
+    let state = match all_ended {
+        true => statuses
+            .iter()
+            .map(|s| s.state)
+            .max_by_key(|s| rank(*s))
+            .unwrap_or(TransferState::Completed),
+        false if statuses.iter().any(|s| s.state != TransferState::Waiting) => {
+            TransferState::Pending
+        }
+        false => TransferState::Waiting,
+    };
+    TransferStatus {
+        state,
+        transferred_bytes,
+    }
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn status_of(&self, t: &Task) -> TransferStatus {
+        match &t.state {
+            TaskState::Done(s) => *s,
+            TaskState::Queued => TransferStatus {
+                state: TransferState::Waiting,
+                transferred_bytes: 0,
+            },
+            TaskState::Posted { sub, index } => {
+                let mut s = self
+                    .core
+                    .task_status(*sub, *index)
+                    .unwrap_or(TransferStatus {
+                        state: TransferState::Pending,
+                        transferred_bytes: 0,
+                    });
+                // A failure the next pump fails over is not the end yet.
+                if s.state.is_terminal() {
+                    s.state = TransferState::Pending;
+                }
+                s
+            }
+            TaskState::Staged(job) => TransferStatus {
+                state: TransferState::Pending,
+                transferred_bytes: job.moved(),
+            },
+        }
+    }
+
+    /// The progress thread: pumps while tasks wait in the queue, are staged, or a notification
+    /// is pending; sleeps otherwise.
+    pub(crate) fn run_progress(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Acquire) {
+            let busy = self.pump();
+            let s = self.lock();
+            let pause = match busy {
+                true => Duration::from_millis(1),
+                false => Duration::from_millis(100),
+            };
+            let _ = self
+                .work
+                .wait_timeout(s, pause)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// One round of progress; whether anything still needs the progress thread.
+    pub(crate) fn pump(&self) -> bool {
+        let mut notices = Vec::new();
+        let busy = {
+            let mut s = self.lock();
+            self.reap(&mut s);
+            self.expire(&mut s);
+            self.post(&mut s);
+            for (id, b) in s.batches.iter_mut() {
+                let ended = b
+                    .tasks
+                    .iter()
+                    .all(|t| matches!(t.state, TaskState::Done(_)));
+                if !ended || b.notify.is_none() {
+                    continue;
+                }
+                let all_ok = b.tasks.iter().all(|t| {
+                    matches!(&t.state, TaskState::Done(st) if st.state == TransferState::Completed)
+                });
+                if let Some(n) = b.notify.take().filter(|_| all_ok) {
+                    notices.push((*id, n));
+                }
+            }
+            s.dispatcher.waiting() > 0
+                || s.live
+                    .iter()
+                    .any(|(b, t)| matches!(s.batches[b].tasks[*t].state, TaskState::Staged(_)))
+        };
+        // Sent outside the lock: the data they announce is complete.
+        for (batch, (target, n)) in notices {
+            let sent = self
+                .core
+                .segment(target)
+                .and_then(|seg| self.core.send_notify(seg.name(), &n));
+            if let Err(e) = sent {
+                warn!(batch, error = %e, "notification not delivered");
+            }
+        }
+        busy
+    }
+
+    /// Polls live tasks: ended ones finish or fail over.
+    fn reap(&self, s: &mut State) {
+        let State {
+            batches,
+            dispatcher,
+            live,
+            ..
+        } = s;
+        live.retain(|&(bid, ti)| {
+            let Some(t) = batches.get_mut(&bid).and_then(|b| b.tasks.get_mut(ti)) else {
+                return false;
+            };
+            let (state, status, error) = match &t.state {
+                TaskState::Posted { sub, index } => match self.core.task_status(*sub, *index) {
+                    Ok(st) if st.state.is_terminal() => {
+                        let err = self.core.task_error(*sub, *index).ok().flatten();
+                        (st.state, st, err.map(|e| e.to_string()))
+                    }
+                    _ => return true,
+                },
+                TaskState::Staged(job) => match job.outcome() {
+                    Some((state, err)) => (
+                        state,
+                        TransferStatus {
+                            state,
+                            transferred_bytes: job.moved(),
+                        },
+                        err,
+                    ),
+                    None => return true,
+                },
+                _ => return false,
+            };
+            dispatcher.finished();
+            if let Some(e) = error {
+                t.errors
+                    .push(format!("{}: {e}", t.transport().unwrap_or("staged")));
+            }
+            let alternatives = match &t.plan {
+                Plan::Direct(order) => order.len(),
+                Plan::Staged { .. } => 1,
+            };
+            let failover = state == TransferState::Failed
+                && !t.canceled
+                && self.config.auto_failover
+                && (t.choice as u32) < self.config.max_failover_attempts
+                && t.choice + 1 < alternatives;
+            if failover {
+                t.choice += 1;
+                debug!(
+                    batch = bid,
+                    task = ti,
+                    to = t.transport(),
+                    "failing over to the next transport"
+                );
+                t.state = TaskState::Queued;
+                dispatcher.push_front(t.request.priority, (bid, ti));
+            } else {
+                t.state = TaskState::Done(status);
+            }
+            false
+        });
+    }
+
+    /// Queued tasks past their deadline end TIMEOUT without being posted.
+    fn expire(&self, s: &mut State) {
+        let now = Instant::now();
+        let State {
+            batches,
+            dispatcher,
+            ..
+        } = s;
+        let late = dispatcher.remove_where(|(b, t)| {
+            batches
+                .get(b)
+                .and_then(|b| b.tasks.get(*t))
+                .and_then(|t| t.deadline)
+                .is_some_and(|d| d <= now)
+        });
+        for (b, t) in late {
+            if let Some(task) = batches.get_mut(&b).and_then(|b| b.tasks.get_mut(t)) {
+                task.state = TaskState::Done(TransferStatus {
+                    state: TransferState::Timeout,
+                    transferred_bytes: 0,
+                });
+            }
+        }
+    }
+
+    /// Posts what the queue lets through: direct tasks grouped per batch and transport into
+    /// one SubBatch submit, staged tasks onto their own threads.
+    fn post(&self, s: &mut State) {
+        let mut taken: Vec<(u64, usize)> = Vec::new();
+        while let Some(k) = s.dispatcher.take_next() {
+            taken.push(k);
+        }
+        if taken.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        // Groups keep submission order: (batch, transport, deadline) → tasks.
+        let mut groups: Vec<(GroupKey, Vec<usize>)> = Vec::new();
+        for (bid, ti) in taken {
+            let Some(t) = s.batches.get_mut(&bid).and_then(|b| b.tasks.get_mut(ti)) else {
+                s.dispatcher.finished();
+                continue;
+            };
+            if let Plan::Staged { local, remote } = &t.plan {
+                let job = staging::start(
+                    self.core.clone(),
+                    StagedMove {
+                        request: t.request.core(),
+                        local: local[0],
+                        remote: remote[0],
+                        own: self.own,
+                        chunk: self.config.staging.chunk_size,
+                        deadline: t.deadline,
+                    },
+                );
+                t.state = TaskState::Staged(job);
+                s.live.push((bid, ti));
+                continue;
+            }
+            let transport = t.transport().expect("a direct plan has its transport");
+            let key = (bid, transport, t.deadline);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push(ti),
+                None => groups.push((key, vec![ti])),
+            }
+        }
+        for ((bid, transport, deadline), tasks) in groups {
+            self.submit_group(s, bid, transport, deadline, &tasks, now);
+        }
+    }
+
+    fn submit_group(
+        &self,
+        s: &mut State,
+        bid: u64,
+        transport: &'static str,
+        deadline: Option<Instant>,
+        tasks: &[usize],
+        now: Instant,
+    ) {
+        let State {
+            batches,
+            dispatcher,
+            live,
+            ..
+        } = s;
+        let Some(b) = batches.get_mut(&bid) else {
+            return;
+        };
+        let sub = match b.subs.iter().position(|(t, _, _)| *t == transport) {
+            Some(i) => i,
+            None => {
+                let cap = b.capacity * (self.config.max_failover_attempts as usize + 1);
+                let cap = cap.min(self.config.core.max_batch_size);
+                match self.core.allocate_batch(cap) {
+                    Ok(id) => {
+                        b.subs.push((transport, id, 0));
+                        b.subs.len() - 1
+                    }
+                    Err(e) => {
+                        for &ti in tasks {
+                            fail_now(&mut b.tasks[ti], dispatcher, format!("{transport}: {e}"));
+                        }
+                        return;
+                    }
+                }
+            }
+        };
+        let mut options = SubmitOptions::default().via(transport);
+        if let Some(d) = deadline {
+            options = options.within(
+                d.saturating_duration_since(now)
+                    .max(Duration::from_micros(1)),
+            );
+        }
+        let (_, sub_id, used) = b.subs[sub];
+        let requests: Vec<TransferRequest> =
+            tasks.iter().map(|&ti| b.tasks[ti].request.core()).collect();
+        let room = self
+            .config
+            .core
+            .max_batch_size
+            .min(b.capacity * (self.config.max_failover_attempts as usize + 1));
+        let outcome = match used + requests.len() <= room {
+            true => self.core.submit_with(sub_id, &requests, &options),
+            false => Err(te_core::Error::TooManyRequests {
+                capacity: room,
+                requested: used + requests.len(),
+            }),
+        };
+        match outcome {
+            Ok(()) => {
+                for (k, &ti) in tasks.iter().enumerate() {
+                    b.tasks[ti].state = TaskState::Posted {
+                        sub: sub_id,
+                        index: used + k,
+                    };
+                    live.push((bid, ti));
+                }
+                b.subs[sub].2 += requests.len();
+            }
+            // Submit-stage refusals (the transport cannot reach a buffer): the task moves on to
+            // its next transport at once, or fails with the reason.
+            Err(e) => {
+                for &ti in tasks {
+                    let t = &mut b.tasks[ti];
+                    t.errors.push(format!("{transport}: {e}"));
+                    let more = match &t.plan {
+                        Plan::Direct(order) => t.choice + 1 < order.len(),
+                        Plan::Staged { .. } => false,
+                    };
+                    dispatcher.finished();
+                    if more {
+                        t.choice += 1;
+                        dispatcher.push_front(t.request.priority, (bid, ti));
+                    } else {
+                        t.state = TaskState::Done(TransferStatus {
+                            state: TransferState::Failed,
+                            transferred_bytes: 0,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn fail_now(t: &mut Task, dispatcher: &mut Dispatcher<(u64, usize)>, why: String) {
+    dispatcher.finished();
+    t.errors.push(why);
+    t.state = TaskState::Done(TransferStatus {
+        state: TransferState::Failed,
+        transferred_bytes: 0,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(state: TransferState, n: u64) -> TransferStatus {
+        TransferStatus {
+            state,
+            transferred_bytes: n,
+        }
+    }
+
+    #[test]
+    fn the_overall_status_is_the_worst_ending_once_all_ended() {
+        use TransferState::*;
+        assert_eq!(
+            overall(&[st(Completed, 1), st(Completed, 2)]),
+            st(Completed, 3)
+        );
+        assert_eq!(overall(&[st(Completed, 1), st(Waiting, 0)]).state, Pending);
+        assert_eq!(overall(&[st(Waiting, 0), st(Waiting, 0)]).state, Waiting);
+        assert_eq!(overall(&[st(Canceled, 0), st(Timeout, 0)]).state, Timeout);
+        assert_eq!(
+            overall(&[st(Failed, 0), st(Timeout, 0), st(Completed, 1)]).state,
+            Failed
+        );
+    }
+}

@@ -1,0 +1,264 @@
+//! te-tent's runtime driven through simulated transports (te-core's `SimTransport`: slices
+//! wait until the test reports them), so every decision is deterministic: policy order,
+//! failover to the next transport, priorities under load, deadlines and cancellation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use te_core::testing::SimTransport;
+use te_core::transport::{Capabilities, SliceError};
+use te_core::{HostBuffer, Opcode, Permission, SegmentId, TransferState};
+use te_tent::{MemoryOptions, Priority, Request, TentConfig, TentEngine, TentFile};
+
+const KIB: u64 = 1024;
+
+struct Rig {
+    tent: TentEngine,
+    a: Arc<SimTransport>,
+    b: Arc<SimTransport>,
+    local: Arc<HostBuffer>,
+    target: Arc<HostBuffer>,
+    seg: SegmentId,
+}
+
+/// An engine with two simulated transports, `sim-a` and `sim-b`, under `conf` (TENT JSON),
+/// a local buffer and a target buffer in its own segment.
+fn rig(conf: &str) -> Rig {
+    let file = TentFile::parse_source(conf).unwrap();
+    let config = TentConfig::from_file(file, |name| {
+        (name == "MC_TCP_BIND_ADDRESS").then(|| "127.0.0.1".to_string())
+    })
+    .unwrap();
+    let tent = TentEngine::with_transports(config, false).unwrap();
+    let a = Arc::new(SimTransport::named("sim-a", Capabilities::DRAM_REMOTE_HOST));
+    let b = Arc::new(SimTransport::named("sim-b", Capabilities::DRAM_REMOTE_HOST));
+    tent.install_transport(a.clone()).unwrap();
+    tent.install_transport(b.clone()).unwrap();
+    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    let target = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    let private = MemoryOptions {
+        permission: Permission::LocalOnly,
+        ..MemoryOptions::default()
+    };
+    tent.register_memory(&local, &private).unwrap();
+    tent.register_memory(&target, &MemoryOptions::default())
+        .unwrap();
+    let seg = tent.open_segment(tent.segment_name()).unwrap();
+    Rig {
+        tent,
+        a,
+        b,
+        local,
+        target,
+        seg,
+    }
+}
+
+impl Rig {
+    /// A 4 KiB WRITE to target offset `slot` × 4 KiB (one slice).
+    fn write(&self, slot: u64) -> Request {
+        Request::new(
+            Opcode::Write,
+            self.local.addr() + slot * 4 * KIB,
+            self.seg,
+            self.target.addr() + slot * 4 * KIB,
+            4 * KIB,
+        )
+    }
+
+    /// Which slots `sim` holds slices of, in queue order.
+    fn slots(&self, sim: &SimTransport) -> Vec<u64> {
+        sim.inspect(|q| {
+            q.iter()
+                .map(|s| (s.remote_addr - self.target.addr()) / (4 * KIB))
+                .collect()
+        })
+    }
+
+    /// Completes every slice `sim` holds with `outcome`.
+    fn finish_all(&self, sim: &SimTransport, outcome: Result<(), SliceError>) {
+        while let Some(s) = sim.take(|_| 0) {
+            sim.complete(s, outcome.clone());
+        }
+    }
+}
+
+#[test]
+fn the_policy_orders_transports_and_a_failed_task_moves_to_the_next() {
+    let r = rig(
+        r#"{"policy": [{"name": "b-first", "transports": ["sim-b", "sim-a"]}],
+            "max_failover_attempts": 1}"#,
+    );
+    // The matrix lists both simulated transports with their moves.
+    let matrix = r.tent.capability_matrix();
+    assert_eq!(
+        matrix.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        ["sim-a", "sim-b"]
+    );
+    let batch = r.tent.allocate_batch(4).unwrap();
+    r.tent.submit(batch, &[r.write(0)]).unwrap();
+    assert_eq!(
+        (r.slots(&r.b), r.slots(&r.a)),
+        (vec![0], vec![]),
+        "the rule's first choice"
+    );
+    assert_eq!(r.tent.task_transport(batch, 0).unwrap(), "sim-b");
+    // sim-b fails the slice (te-core retries within it first, up to MC_RETRY_CNT).
+    for _ in 0..64 {
+        r.finish_all(&r.b, Err(SliceError::Path("link down".into())));
+        let _ = r.tent.task_status(batch, 0).unwrap();
+        if !r.slots(&r.a).is_empty() {
+            break;
+        }
+    }
+    assert_eq!(r.slots(&r.a), vec![0], "failed over to sim-a");
+    assert_eq!(r.tent.task_transport(batch, 0).unwrap(), "sim-a");
+    assert!(
+        !r.tent.task_status(batch, 0).unwrap().state.is_terminal(),
+        "a failure being failed over is not the end"
+    );
+    r.finish_all(&r.a, Ok(()));
+    let s = r.tent.wait(batch, Duration::from_secs(10)).unwrap();
+    assert_eq!(s.state, TransferState::Completed);
+    let errors = r.tent.task_errors(batch, 0).unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("sim-b") && errors[0].contains("link down"));
+    r.tent.free_batch(batch).unwrap();
+
+    // With failover used up, the second failure is the task's end.
+    let batch = r.tent.allocate_batch(1).unwrap();
+    r.tent.submit(batch, &[r.write(1)]).unwrap();
+    for _ in 0..128 {
+        r.finish_all(&r.b, Err(SliceError::Path("down".into())));
+        r.finish_all(&r.a, Err(SliceError::Path("down too".into())));
+        if r.tent.task_status(batch, 0).unwrap().state.is_terminal() {
+            break;
+        }
+    }
+    assert_eq!(
+        r.tent.batch_status(batch).unwrap().state,
+        TransferState::Failed
+    );
+    assert_eq!(r.tent.task_errors(batch, 0).unwrap().len(), 2);
+}
+
+#[test]
+fn a_hint_goes_first_and_the_default_order_follows() {
+    let r = rig("{}");
+    let batch = r.tent.allocate_batch(2).unwrap();
+    r.tent
+        .submit(batch, &[r.write(0).hint("sim-b"), r.write(1)])
+        .unwrap();
+    assert_eq!((r.slots(&r.b), r.slots(&r.a)), (vec![0], vec![1]));
+    r.finish_all(&r.b, Ok(()));
+    r.finish_all(&r.a, Ok(()));
+    assert_eq!(
+        r.tent.wait(batch, Duration::from_secs(5)).unwrap().state,
+        TransferState::Completed
+    );
+    assert_eq!(r.tent.task_transport(batch, 0).unwrap(), "sim-b");
+    assert_eq!(r.tent.task_transport(batch, 1).unwrap(), "sim-a");
+}
+
+#[test]
+fn higher_priorities_are_posted_first_under_load() {
+    let r = rig(r#"{"max_inflight_tasks": 2}"#);
+    let low = r.tent.allocate_batch(8).unwrap();
+    let reqs: Vec<Request> = (0..4).map(|i| r.write(i).priority(Priority::Low)).collect();
+    r.tent.submit(low, &reqs).unwrap();
+    assert_eq!(r.slots(&r.a), vec![0, 1], "two in flight, the rest wait");
+    let high = r.tent.allocate_batch(8).unwrap();
+    r.tent
+        .submit(high, &[r.write(10), r.write(11).priority(Priority::Medium)])
+        .unwrap();
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let s = r.a.take(|_| 0).expect("a slice in flight");
+        order.push((s.remote_addr - r.target.addr()) / (4 * KIB));
+        r.a.complete(s, Ok(()));
+        let _ = r.tent.batch_status(low).unwrap();
+    }
+    assert_eq!(
+        order,
+        [0, 1, 10, 11, 2, 3],
+        "high, then medium, went before the waiting lows"
+    );
+    for b in [low, high] {
+        assert_eq!(
+            r.tent.wait(b, Duration::from_secs(5)).unwrap().state,
+            TransferState::Completed
+        );
+    }
+}
+
+#[test]
+fn deadlines_end_tasks_timeout_and_cancellation_stops_them() {
+    let r = rig(r#"{"max_inflight_tasks": 1}"#);
+    let batch = r.tent.allocate_batch(4).unwrap();
+    r.tent
+        .submit(
+            batch,
+            &[
+                r.write(0),
+                r.write(1).deadline(Duration::from_millis(30)),
+                r.write(2),
+            ],
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    let statuses = r.tent.task_statuses(batch).unwrap();
+    assert_eq!(
+        statuses[1].state,
+        TransferState::Timeout,
+        "waited past its deadline"
+    );
+    assert_eq!(statuses[2].state, TransferState::Waiting);
+    // Cancel the queued one, then the posted one: its slice, not yet started, sees the
+    // cancellation and the transport reports it so.
+    r.tent.cancel_task(batch, 2).unwrap();
+    r.tent.cancel_task(batch, 0).unwrap();
+    let s = r.a.take(|_| 0).unwrap();
+    assert!(s.is_canceled());
+    r.a.complete(s, Err(SliceError::Canceled));
+    let s = r.tent.wait(batch, Duration::from_secs(5)).unwrap();
+    let statuses = r.tent.task_statuses(batch).unwrap();
+    assert_eq!(
+        statuses.iter().map(|s| s.state).collect::<Vec<_>>(),
+        [
+            TransferState::Canceled,
+            TransferState::Timeout,
+            TransferState::Canceled
+        ]
+    );
+    assert_eq!(s.state, TransferState::Timeout, "the worst ending");
+    assert!(r.slots(&r.a).is_empty(), "tasks 1 and 2 were never posted");
+    r.tent.free_batch(batch).unwrap();
+    assert!(r.tent.free_batch(batch).is_err(), "freed once");
+}
+
+#[test]
+fn bad_requests_are_refused_whole() {
+    let r = rig("{}");
+    let batch = r.tent.allocate_batch(2).unwrap();
+    let past_end = Request::new(
+        Opcode::Write,
+        r.local.addr(),
+        r.seg,
+        r.target.addr() + (1 << 20) - 8,
+        16,
+    );
+    assert!(r.tent.submit(batch, &[r.write(0), past_end]).is_err());
+    let unregistered = Request::new(Opcode::Write, 4096, r.seg, r.target.addr(), 16);
+    assert!(r.tent.submit(batch, &[unregistered]).is_err());
+    assert!(
+        r.tent
+            .submit(batch, &[r.write(0), r.write(1), r.write(2)])
+            .is_err(),
+        "over capacity"
+    );
+    assert!(
+        r.slots(&r.a).is_empty() && r.slots(&r.b).is_empty(),
+        "nothing posted"
+    );
+    assert_eq!(r.tent.task_statuses(batch).unwrap().len(), 0);
+}
