@@ -12,6 +12,8 @@
 //!   memcpy, UCX (`ucx_perftest`, posix) and fio (io_uring) in the same run, with the ratios.
 //! - `cargo xtask bench rdma [--duration S]`: te-bench RDMA WRITE next to `ib_write_bw` on
 //!   Soft-RoCE, in one guest run, with the ratio.
+//! - `cargo xtask bench tent [--duration S]`: te-tent next to the classic engine, same transport
+//!   and workload, throughput and p99 ratios.
 //! - `cargo xtask softroce [--setup] [OPTIONS] -- CMD`: CMD inside a qemu guest with Soft-RoCE
 //!   (`rdma_rxe`) on two virtio NICs; exits with CMD's code.
 //! - `cargo xtask sim [--seeds N | --seed S]`: the deterministic simulation of the engine.
@@ -22,6 +24,7 @@ mod local;
 mod netns;
 mod rdma_bench;
 mod softroce;
+mod tent_bench;
 
 use std::process::{Command, ExitCode};
 
@@ -145,7 +148,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -160,6 +163,7 @@ fn main() -> ExitCode {
         ["bench", "topo", rest @ ..] => bench::topo(rest),
         ["bench", "engine", rest @ ..] => bench::engine(rest),
         ["bench", "local", rest @ ..] => local::local(rest),
+        ["bench", "tent", rest @ ..] => tent_bench::tent(rest),
         ["bench", "rdma", rest @ ..] => rdma_bench::rdma(rest),
         ["softroce", rest @ ..] => {
             return match softroce::softroce(rest) {

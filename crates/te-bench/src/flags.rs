@@ -30,6 +30,33 @@ pub struct Flags {
     pub auto_discovery: bool,
     /// The file a `uring` or `bufio` run reads and writes (created and sized when missing).
     pub file_path: String,
+    /// `classic` (te-core's engine) or `tent` (te-tent's runtime, with tebench's sweeps).
+    pub backend: String,
+    /// tebench's power-of-two sweeps (`--start_block_size`/`--max_block_size`, `..._batch_size`,
+    /// `..._num_threads`); each defaults to the single value of its classic flag.
+    pub sweep: Sweep,
+}
+
+/// Power-of-two ranges of block size, batch size and threads (tebench's flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    pub block: (u64, u64),
+    pub batch: (usize, usize),
+    pub threads: (usize, usize),
+}
+
+/// `lo, 2·lo, 4·lo, …` up to `hi`.
+pub fn powers(lo: u64, hi: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut v = lo.max(1);
+    while v <= hi {
+        out.push(v);
+        match v.checked_mul(2) {
+            Some(next) => v = next,
+            None => break,
+        }
+    }
+    out
 }
 
 const BOOLS: [&str; 6] = [
@@ -49,6 +76,8 @@ pub const USAGE: &str =
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
   [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery] [--file_path=te-bench.dat]
+  [--backend=classic|tent] [--start_block_size=N --max_block_size=N] [--start_batch_size=N --max_batch_size=N]
+  [--start_num_threads=N --max_num_threads=N] (tent: power-of-two sweeps, one row per case)
 protocols: tcp (any host), rdma (verbs devices, --device_name=mlx5_0,mlx5_1), shm (same host), cxl (a DAX device, MC_CXL_DEV_PATH; a stand-in file
   is made for --loopback without it), uring and bufio (a file segment at --file_path; no target)";
 
@@ -91,7 +120,7 @@ impl Flags {
             "false" | "0" | "no" => Ok(false),
             _ => Err(format!("--{name}: expected true or false, got {v:?}")),
         };
-        let flags = Flags {
+        let mut flags = Flags {
             mode: take("mode", "initiator"),
             metadata_server: take("metadata_server", "P2PHANDSHAKE"),
             local_server_name: take("local_server_name", ""),
@@ -112,12 +141,16 @@ impl Flags {
             nic_priority_matrix: take("nic_priority_matrix", ""),
             auto_discovery: bool_of("auto_discovery", take("auto_discovery", "true"))?,
             file_path: take("file_path", "te-bench.dat"),
+            backend: String::new(),
+            sweep: Sweep {
+                block: (0, 0),
+                batch: (0, 0),
+                threads: (0, 0),
+            },
         };
         let backend = take("backend", "classic");
-        if backend != "classic" {
-            return Err(format!(
-                "--backend={backend}: only the classic engine is available in this build"
-            ));
+        if backend != "classic" && backend != "tent" {
+            return Err(format!("--backend={backend}: expected classic or tent"));
         }
         if bool_of("use_vram", take("use_vram", "false"))? {
             return Err("--use_vram: GPU memory needs te-nvlink, not in this build".into());
@@ -128,6 +161,40 @@ impl Flags {
                     "--{name}={v} is accepted for compatibility and ignored (no GPU memory in this build)"
                 );
             }
+        }
+        let mut range = |name: &str, single: u64| -> Result<(u64, u64), String> {
+            let lo = match values.remove(&format!("start_{name}")) {
+                Some(v) => number(&format!("start_{name}"), &v)?,
+                None => single,
+            };
+            let hi = match values.remove(&format!("max_{name}")) {
+                Some(v) => number(&format!("max_{name}"), &v)?,
+                None => lo.max(single),
+            };
+            match lo > 0 && lo <= hi {
+                true => Ok((lo, hi)),
+                false => Err(format!(
+                    "--start_{name}={lo} must be positive and <= --max_{name}={hi}"
+                )),
+            }
+        };
+        let block = range("block_size", flags.block_size)?;
+        let batch = range("batch_size", flags.batch_size as u64)?;
+        let threads = range("num_threads", flags.threads as u64)?;
+        flags.backend = backend;
+        flags.sweep = Sweep {
+            block,
+            batch: (batch.0 as usize, batch.1 as usize),
+            threads: (threads.0 as usize, threads.1 as usize),
+        };
+        if flags.sweep.block.0 != flags.block_size
+            || flags.sweep.batch.0 != flags.batch_size
+            || flags.sweep.threads.0 != flags.threads
+        {
+            // The sweep's start is the run's first case.
+            flags.block_size = flags.sweep.block.0;
+            flags.batch_size = flags.sweep.batch.0;
+            flags.threads = flags.sweep.threads.0;
         }
         if let Some(unknown) = values.keys().next() {
             return Err(format!("unknown flag --{unknown}\n{USAGE}"));
@@ -197,9 +264,13 @@ impl Flags {
         matches!(self.protocol.as_str(), "uring" | "bufio")
     }
 
-    /// Bytes each side needs: at least one full round of every thread's batch.
+    /// Bytes each side needs: at least one full round of every thread's batch (the largest
+    /// case of a sweep).
     pub fn working_set(&self) -> u64 {
-        self.block_size * self.batch_size as u64 * self.threads as u64
+        let block = self.block_size.max(self.sweep.block.1);
+        let batch = self.batch_size.max(self.sweep.batch.1) as u64;
+        let threads = self.threads.max(self.sweep.threads.1) as u64;
+        block * batch * threads
     }
 }
 
@@ -241,6 +312,24 @@ mod tests {
         assert_eq!(f.working_set(), 64 << 20);
         let f = parse(&["--protocol=uring", "--file_path=/tmp/x"]).unwrap();
         assert!(f.is_file() && f.segment_id.is_empty());
+        let f = parse(&[
+            "--loopback",
+            "--backend=tent",
+            "--start_block_size=4096",
+            "--max_block_size=65536",
+            "--max_num_threads=4",
+            "--threads=1",
+            "--batch_size=8",
+        ])
+        .unwrap();
+        assert_eq!(f.backend, "tent");
+        assert_eq!(
+            powers(f.sweep.block.0, f.sweep.block.1),
+            [4096, 8192, 16384, 32768, 65536]
+        );
+        assert_eq!((f.sweep.batch, f.sweep.threads), ((8, 8), (1, 4)));
+        assert_eq!((f.block_size, f.threads), (4096, 1));
+        assert_eq!(f.working_set(), 65536 * 8 * 4);
     }
 
     #[test]
@@ -255,6 +344,15 @@ mod tests {
             (&["--segment_id=x", "--report_unit=parsecs"], "report_unit"),
             (&["--segment_id=x", "--threads=0"], "positive"),
             (&["--segment_id=x", "--use_vram"], "use_vram"),
+            (&["--segment_id=x", "--backend=nccl"], "backend"),
+            (
+                &[
+                    "--segment_id=x",
+                    "--start_block_size=8192",
+                    "--max_block_size=4096",
+                ],
+                "max_block_size",
+            ),
         ] {
             let err = parse(args).unwrap_err();
             assert!(err.contains(needle), "{args:?}: {err}");

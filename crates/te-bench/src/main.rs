@@ -11,6 +11,7 @@ mod engine_bench;
 mod flags;
 mod pattern;
 mod report;
+mod tent_bench;
 mod transports;
 
 use std::process::ExitCode;
@@ -24,7 +25,7 @@ use te_core::{
 use transports::start_engine;
 
 pub(crate) const TARGET_SEED: u64 = 0x7e7a_0001;
-const INITIATOR_SEED: u64 = 0x1e17_0002;
+pub(crate) const INITIATOR_SEED: u64 = 0x1e17_0002;
 const WAIT: Duration = Duration::from_secs(120);
 
 pub(crate) type BenchResult<T> = Result<T, String>;
@@ -153,7 +154,7 @@ pub(crate) fn drive(
 }
 
 /// Reads `[0, len)` of the remote buffer back into a scratch buffer, outside the timed run.
-fn read_back(
+pub(crate) fn read_back(
     e: &TransferEngine,
     segment: u64,
     remote: u64,
@@ -357,6 +358,19 @@ fn main_inner() -> BenchResult<()> {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
+    }
+    if flags.backend == "tent" {
+        if flags.is_file() || flags.protocol == "cxl" {
+            return Err(format!(
+                "--backend=tent: --protocol={} is not wired into the tent bench yet (tcp, shm, rdma)",
+                flags.protocol
+            ));
+        }
+        if flags.loopback {
+            let (target, _buffer) = start_target(config.clone(), &flags)?;
+            return tent_bench::run(config, &flags, target.segment_name());
+        }
+        return tent_bench::run(config, &flags, &flags.segment_id);
     }
     let _stand_in = match (flags.protocol.as_str(), flags.loopback) {
         ("cxl", true) => transports::StandIn::make(&mut config, target_size(&flags))?,

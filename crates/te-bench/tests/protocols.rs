@@ -115,3 +115,37 @@ fn metadata_services_carry_the_handshake() {
         "--batch_size=8",
     ]);
 }
+
+#[test]
+fn the_tent_backend_sweeps_block_sizes_and_verifies() {
+    for (protocol, op) in [("tcp", "write"), ("shm", "write"), ("shm", "read")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_te-bench"))
+            .args([
+                "--loopback",
+                "--backend=tent",
+                &format!("--protocol={protocol}"),
+                &format!("--operation={op}"),
+                "--start_block_size=4096",
+                "--max_block_size=16384",
+                "--batch_size=8",
+                "--threads=1",
+                "--duration=0.2",
+                "--verify",
+            ])
+            .env("MC_LOG_LEVEL", "WARNING")
+            .output()
+            .expect("te-bench runs");
+        let (text, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{protocol} {op}: {text}{err}");
+        assert!(text.contains("BlkSize (B)"), "{text}");
+        let rows: Vec<u64> = text
+            .lines()
+            .filter_map(|l| l.split('|').next()?.trim().parse().ok())
+            .collect();
+        assert_eq!(rows, [4096, 8192, 16384], "one row per block size: {text}");
+        assert!(err.contains("verified"), "{protocol} {op}: {err}");
+    }
+}

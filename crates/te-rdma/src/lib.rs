@@ -1,6 +1,6 @@
 //! te-rdma: one-sided RDMA READ and WRITE between registered memory over RC queue pairs.
 //!
-//! - Every verbs device (or those named) is opened at install ([`verbs::Nic`]): PD, one
+//! - Every verbs device (or those named, or those `MC_TE_FILTERS` admits) is opened at install ([`verbs::Nic`]): PD, one
 //!   completion lane per worker (`MC_WORKERS_PER_CTX`), each with a completion channel and its
 //!   share of `MC_NUM_CQ_PER_CTX` CQs; the port's GID (RoCEv2 over IPv4 first; `MC_GID_INDEX`
 //!   overrides) and MTU. A thread per device reads its async events: a port down or a fatal
@@ -436,6 +436,19 @@ impl State {
     }
 }
 
+/// The devices `MC_TE_FILTERS` and `MC_TE_FILTERS_EXCLUDE` leave: the exclusions always; the
+/// allow-list only when it names a verbs device (it may list only interfaces, for TCP rails).
+fn filtered(devices: Vec<String>, filter: &te_topology::NicFilter) -> Vec<String> {
+    let allow = filter
+        .allow
+        .as_ref()
+        .filter(|a| devices.iter().any(|d| a.contains(d)));
+    devices
+        .into_iter()
+        .filter(|d| !filter.deny.contains(d) && allow.is_none_or(|a| a.contains(d)))
+        .collect()
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -500,11 +513,10 @@ impl Transport for RdmaTransport {
             transport: "rdma",
             reason,
         };
-        let names = self
-            .options
-            .devices
-            .clone()
-            .unwrap_or_else(verbs::device_names);
+        let names = match &self.options.devices {
+            Some(named) => named.clone(),
+            None => filtered(verbs::device_names(), &ctx.config.nic_filter),
+        };
         if names.is_empty() {
             return Err(fail(
                 "no RDMA device (is rdma-core installed and a device present?)".into(),
@@ -722,5 +734,27 @@ impl Transport for RdmaTransport {
                 (0..nic.lanes()).for_each(|lane| nic.wake(lane));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nic_filters_pick_devices_only_when_they_name_devices() {
+        let all = || vec!["mlx5_0".to_string(), "mlx5_1".to_string()];
+        let f = |allow: Option<&[&str]>, deny: &[&str]| te_topology::NicFilter {
+            allow: allow.map(|a| a.iter().map(|s| s.to_string()).collect()),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(filtered(all(), &f(None, &[])), all());
+        assert_eq!(filtered(all(), &f(Some(&["mlx5_1"]), &[])), ["mlx5_1"]);
+        assert_eq!(
+            filtered(all(), &f(Some(&["eth0"]), &[])),
+            all(),
+            "interfaces only"
+        );
+        assert_eq!(filtered(all(), &f(None, &["mlx5_0"])), ["mlx5_1"]);
     }
 }

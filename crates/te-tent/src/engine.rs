@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use te_core::transport::Transport;
+use te_core::transport::{Capabilities, Transport};
 use te_core::{HostBuffer, Notification, SegmentId, TransferEngine, TransferState, TransferStatus};
 use tracing::info;
 
 use crate::capability::{MemoryKind, Move, Scope};
 use crate::config::TentConfig;
 use crate::policy::{Plan, RequestFacts, select};
-use crate::progress::overall;
+use crate::progress::{needs_progress, overall};
 use crate::queue::Dispatcher;
 use crate::request::{MemoryOptions, Request, TentBatchId};
 use crate::staging::Job;
@@ -64,6 +64,8 @@ pub(crate) struct State {
     pub(crate) dispatcher: Dispatcher<(u64, usize)>,
     /// Posted and staged tasks, to poll.
     pub(crate) live: Vec<(u64, usize)>,
+    /// The installed transports and their capabilities (refreshed at each install).
+    pub(crate) installed: Vec<(&'static str, Capabilities)>,
     /// Registered memory: start → (length, kind).
     pub(crate) memory: BTreeMap<u64, (u64, MemoryKind)>,
 }
@@ -121,6 +123,7 @@ impl TentEngine {
                 next_batch: 1,
                 dispatcher: Dispatcher::new(config.max_inflight_tasks),
                 live: Vec::new(),
+                installed: Vec::new(),
                 memory: BTreeMap::new(),
             }),
             core,
@@ -179,7 +182,9 @@ impl TentEngine {
     /// The classic engine's refusal.
     pub fn install_transport(&self, transport: Arc<dyn Transport>) -> Result<()> {
         info!(transport = transport.name(), capabilities = %transport.capabilities(), "installing");
-        Ok(self.inner.core.install_transport(transport)?)
+        self.inner.core.install_transport(transport)?;
+        self.inner.lock().installed = self.inner.core.transport_capabilities();
+        Ok(())
     }
 
     /// The classic engine underneath (segments, rails, statistics).
@@ -322,7 +327,16 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::BatchBusy`].
     pub fn free_batch(&self, batch: TentBatchId) -> Result<()> {
-        self.inner.pump();
+        let ended = |s: &State| {
+            s.batches.get(&batch.0).is_none_or(|b| {
+                b.tasks
+                    .iter()
+                    .all(|t| matches!(t.state, TaskState::Done(_)))
+            })
+        };
+        if !ended(&self.inner.lock()) {
+            self.inner.pump();
+        }
         let mut s = self.inner.lock();
         let b = s
             .batches
@@ -369,7 +383,13 @@ impl TentEngine {
         self.submit_inner(batch, requests, Some((first.target_id, notification)))
     }
 
-    fn plan(&self, r: &Request, memory: &BTreeMap<u64, (u64, MemoryKind)>) -> Result<Plan> {
+    fn plan(
+        &self,
+        r: &Request,
+        memory: &BTreeMap<u64, (u64, MemoryKind)>,
+        installed: &[(&'static str, Capabilities)],
+        memo: &mut Vec<(RequestFacts, Plan)>,
+    ) -> Result<Plan> {
         let core = &self.inner.core;
         if r.length == 0 {
             return Err(TentError::InvalidArgument("zero-length request".into()));
@@ -408,13 +428,19 @@ impl TentEngine {
             policy_name: r.policy_name.clone(),
             hint: r.transport_hint.clone(),
         };
-        select(
+        // Requests of one submit mostly share their facts: plan each kind once.
+        if let Some((_, plan)) = memo.iter().find(|(f, _)| *f == facts) {
+            return Ok(plan.clone());
+        }
+        let plan = select(
             &facts,
             &self.inner.config.policy,
-            &core.transport_capabilities(),
+            installed,
             self.inner.config.staging.enable,
         )
-        .map_err(TentError::NoTransport)
+        .map_err(TentError::NoTransport)?;
+        memo.push((facts, plan.clone()));
+        Ok(plan)
     }
 
     fn submit_inner(
@@ -423,14 +449,16 @@ impl TentEngine {
         requests: &[Request],
         notify: Option<(SegmentId, Notification)>,
     ) -> Result<()> {
-        let memory = self.inner.lock().memory.clone();
-        let plans = requests
-            .iter()
-            .map(|r| self.plan(r, &memory))
-            .collect::<Result<Vec<_>>>()?;
         let now = Instant::now();
-        {
+        let busy = {
             let mut s = self.inner.lock();
+            // Planned under the lock (no copy of the memory table); nothing is queued unless
+            // every request plans.
+            let mut memo = Vec::new();
+            let plans = requests
+                .iter()
+                .map(|r| self.plan(r, &s.memory, &s.installed, &mut memo))
+                .collect::<Result<Vec<_>>>()?;
             let State {
                 batches,
                 dispatcher,
@@ -461,9 +489,14 @@ impl TentEngine {
                     canceled: false,
                 });
             }
+            self.inner.post(&mut s);
+            needs_progress(&s)
+        };
+        // The progress thread is needed only while tasks wait, are staged, or a notification
+        // is owed.
+        if busy {
+            self.inner.work.notify_one();
         }
-        self.inner.pump();
-        self.inner.work.notify_one();
         Ok(())
     }
 
@@ -549,19 +582,23 @@ impl TentEngine {
     pub fn wait(&self, batch: TentBatchId, timeout: Duration) -> Result<TransferStatus> {
         let until = Instant::now() + timeout;
         loop {
-            let statuses = self.task_statuses(batch)?;
-            let status = overall(&statuses);
             let now = Instant::now();
-            if status.state.is_terminal() || now >= until {
-                return Ok(status);
-            }
-            // Only posted tasks left: sleep in te-core until its SubBatches end.
-            let subs = {
+            let subs: Vec<te_core::BatchId> = {
                 let s = self.inner.lock();
                 let b = s
                     .batches
                     .get(&batch.0)
                     .ok_or(TentError::InvalidBatch(batch.0))?;
+                let ended = b
+                    .tasks
+                    .iter()
+                    .all(|t| matches!(t.state, TaskState::Done(_)));
+                if ended || now >= until {
+                    let statuses: Vec<_> =
+                        b.tasks.iter().map(|t| self.inner.status_of(t)).collect();
+                    return Ok(overall(&statuses));
+                }
+                // Only posted tasks left: sleep in te-core until its SubBatches end.
                 let only_posted = b
                     .tasks
                     .iter()
@@ -584,6 +621,8 @@ impl TentEngine {
                     .core
                     .wait(sub, until.saturating_duration_since(now))?;
             }
+            // Ended tasks finish or fail over; queued ones are posted.
+            self.inner.pump();
         }
     }
 

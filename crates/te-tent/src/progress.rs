@@ -18,6 +18,19 @@ use crate::staging::{self, StagedMove};
 /// Tasks posted together: (batch, transport, deadline).
 type GroupKey = (u64, &'static str, Option<Instant>);
 
+/// Whether the progress thread has work without the application polling: tasks waiting in
+/// the queue, staged tasks, or a notification to send once its batch completes.
+pub(crate) fn needs_progress(s: &State) -> bool {
+    s.dispatcher.waiting() > 0
+        || s.live.iter().any(|(b, t)| {
+            s.batches
+                .get(b)
+                .and_then(|b| b.tasks.get(*t))
+                .is_some_and(|t| matches!(t.state, TaskState::Staged(_)))
+        })
+        || s.batches.values().any(|b| b.notify.is_some())
+}
+
 /// The aggregate of task statuses.
 pub(crate) fn overall(statuses: &[TransferStatus]) -> TransferStatus {
     let transferred_bytes = statuses.iter().map(|s| s.transferred_bytes).sum();
@@ -118,10 +131,7 @@ impl Inner {
                     notices.push((*id, n));
                 }
             }
-            s.dispatcher.waiting() > 0
-                || s.live
-                    .iter()
-                    .any(|(b, t)| matches!(s.batches[b].tasks[*t].state, TaskState::Staged(_)))
+            needs_progress(&s)
         };
         // Sent outside the lock: the data they announce is complete.
         for (batch, (target, n)) in notices {
@@ -144,12 +154,38 @@ impl Inner {
             live,
             ..
         } = s;
+        // SubBatches whose every task completed (one question instead of one per task).
+        let mut complete: Vec<te_core::BatchId> = Vec::new();
+        let mut asked: Vec<te_core::BatchId> = Vec::new();
+        for &(bid, ti) in live.iter() {
+            if let Some(TaskState::Posted { sub, .. }) = batches
+                .get(&bid)
+                .and_then(|b| b.tasks.get(ti))
+                .map(|t| &t.state)
+            {
+                if !asked.contains(sub) {
+                    asked.push(*sub);
+                    let done = self.core.batch_status(*sub);
+                    if done.is_ok_and(|st| st.state == TransferState::Completed) {
+                        complete.push(*sub);
+                    }
+                }
+            }
+        }
         live.retain(|&(bid, ti)| {
             let Some(t) = batches.get_mut(&bid).and_then(|b| b.tasks.get_mut(ti)) else {
                 return false;
             };
             let (state, status, error) = match &t.state {
+                TaskState::Posted { sub, .. } if complete.contains(sub) => {
+                    let st = TransferStatus {
+                        state: TransferState::Completed,
+                        transferred_bytes: t.request.length,
+                    };
+                    (st.state, st, None)
+                }
                 TaskState::Posted { sub, index } => match self.core.task_status(*sub, *index) {
+                    Ok(st) if st.state == TransferState::Completed => (st.state, st, None),
                     Ok(st) if st.state.is_terminal() => {
                         let err = self.core.task_error(*sub, *index).ok().flatten();
                         (st.state, st, err.map(|e| e.to_string()))
@@ -202,6 +238,9 @@ impl Inner {
 
     /// Queued tasks past their deadline end TIMEOUT without being posted.
     fn expire(&self, s: &mut State) {
+        if s.dispatcher.waiting() == 0 {
+            return;
+        }
         let now = Instant::now();
         let State {
             batches,
@@ -227,7 +266,7 @@ impl Inner {
 
     /// Posts what the queue lets through: direct tasks grouped per batch and transport into
     /// one SubBatch submit, staged tasks onto their own threads.
-    fn post(&self, s: &mut State) {
+    pub(crate) fn post(&self, s: &mut State) {
         let mut taken: Vec<(u64, usize)> = Vec::new();
         while let Some(k) = s.dispatcher.take_next() {
             taken.push(k);

@@ -1,0 +1,230 @@
+//! `--backend=tent`: the same workload through te-tent's runtime, with tebench's power-of-two
+//! sweeps of block size, batch size and threads. One row per case: block size, batch,
+//! threads, GB/s, average, p99 and p999 batch latency (a batch's tasks, from allocate to
+//! free). The target is a classic te segment (any te segment serves a tent initiator).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use te_core::{Config, HostBuffer, Opcode, Permission, TransferState};
+use te_tent::{MemoryOptions, Request, TentConfig, TentEngine, TentFile};
+
+use crate::flags::{Flags, powers};
+use crate::report::percentile;
+use crate::{BenchResult, pattern};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The tent initiator for `flags`: the protocol's transport (TCP alone for `tcp`, shared memory
+/// for `shm`, RDMA for `rdma`), `MC_TENT_CONF` on top when set.
+fn initiator(config: &Config, flags: &Flags) -> BenchResult<TentEngine> {
+    let mut file = match std::env::var("MC_TENT_CONF") {
+        Ok(v) if !v.trim().is_empty() => TentFile::parse_source(&v).map_err(|e| e.to_string())?,
+        _ => TentFile::default(),
+    };
+    let enable = |on: bool| te_tent::config::TransportConf {
+        enable: Some(on),
+        ..Default::default()
+    };
+    let p = flags.protocol.as_str();
+    for name in ["shm", "uring"] {
+        file.transports
+            .entry(name.to_string())
+            .or_insert_with(|| enable(p == name));
+    }
+    if p == "rdma" {
+        let mut rdma = enable(true);
+        let devices: Vec<String> = flags
+            .device_name
+            .split(',')
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty())
+            .collect();
+        rdma.devices = (!devices.is_empty()).then_some(devices);
+        file.transports.insert("rdma".into(), rdma);
+    }
+    let mut tent =
+        TentConfig::from_file(file, |n| std::env::var(n).ok()).map_err(|e| e.to_string())?;
+    tent.core = config.clone();
+    tent.metadata_conn = flags.metadata_server.clone();
+    if let Some(ip) = config.tcp_bind_address {
+        tent.local_segment_name = ip.to_string();
+    }
+    TentEngine::new(tent).map_err(|e| format!("tent engine: {e}"))
+}
+
+/// One case's figures.
+struct Case {
+    block: u64,
+    batch: usize,
+    threads: usize,
+    elapsed: f64,
+    batches: u64,
+    latencies_us: Vec<f64>,
+}
+
+fn run_case(
+    t: &TentEngine,
+    f: &Flags,
+    (block, batch, threads): (u64, usize, usize),
+    local: u64,
+    (segment, remote): (u64, u64),
+) -> BenchResult<Case> {
+    let op = match f.operation.as_str() {
+        "write" => Opcode::Write,
+        _ => Opcode::Read,
+    };
+    let started = Instant::now();
+    let end = started + Duration::from_secs_f64(f.duration);
+    let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|tid| {
+                s.spawn(move || {
+                    let requests: Vec<Request> = (0..batch)
+                        .map(|i| {
+                            let off = block * (i * threads + tid) as u64;
+                            Request::new(op, local + off, segment, remote + off, block)
+                        })
+                        .collect();
+                    let mut done = 0;
+                    let mut lat = Vec::new();
+                    while Instant::now() < end {
+                        let t0 = Instant::now();
+                        let b = t.allocate_batch(batch).map_err(|e| e.to_string())?;
+                        t.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
+                        let s = t.wait(b, WAIT).map_err(|e| format!("wait: {e}"))?;
+                        if s.state != TransferState::Completed {
+                            let why = t.task_errors(b, 0).unwrap_or_default();
+                            return Err(format!("batch ended {:?}: {why:?}", s.state));
+                        }
+                        t.free_batch(b).map_err(|e| e.to_string())?;
+                        lat.push(t0.elapsed().as_secs_f64() * 1e6);
+                        done += 1;
+                    }
+                    Ok((done, lat))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    let mut case = Case {
+        block,
+        batch,
+        threads,
+        elapsed: started.elapsed().as_secs_f64(),
+        batches: 0,
+        latencies_us: Vec::new(),
+    };
+    for r in results {
+        let (n, l) = r?;
+        case.batches += n;
+        case.latencies_us.extend(l);
+    }
+    case.latencies_us.sort_by(|a, b| a.total_cmp(b));
+    Ok(case)
+}
+
+fn print_case(f: &Flags, c: &Case) {
+    let bytes = c.batches * c.batch as u64 * c.block;
+    let gbps = bytes as f64 / c.elapsed / 1e9;
+    let avg = c.latencies_us.iter().sum::<f64>() / c.latencies_us.len().max(1) as f64;
+    let p = |q| percentile(&c.latencies_us, q);
+    if f.json {
+        let row = serde_json::json!({
+            "backend": "tent", "protocol": f.protocol, "operation": f.operation,
+            "block_size": c.block, "batch_size": c.batch, "threads": c.threads,
+            "duration_s": c.elapsed, "batch_count": c.batches, "bytes": bytes,
+            "throughput_gb_s": gbps,
+            "batch_latency_us": {"avg": avg, "p50": p(0.5), "p99": p(0.99), "p999": p(0.999)},
+            "includes": "batch allocate/free, policy and queue, submit per SubBatch, transfer, completion wait",
+        });
+        println!("{row}");
+    } else {
+        println!(
+            "{:>12} | {:>5} | {:>7} | {:>9.3} | {:>12.1} | {:>12.1} | {:>13.1}",
+            c.block,
+            c.batch,
+            c.threads,
+            gbps,
+            avg,
+            p(0.99),
+            p(0.999)
+        );
+    }
+}
+
+/// Runs the sweep against `target` (a segment name) through te-tent.
+pub(crate) fn run(config: Config, f: &Flags, target: &str) -> BenchResult<()> {
+    let t = initiator(&config, f)?;
+    let segment = t
+        .open_segment(target)
+        .map_err(|e| format!("opening {target}: {e}"))?;
+    let desc = t.core().segment(segment).map_err(|e| e.to_string())?;
+    let remote = desc
+        .desc()
+        .buffers
+        .first()
+        .ok_or_else(|| format!("segment {target} publishes no buffer"))?
+        .clone();
+    let ws = f.working_set();
+    if remote.length < ws {
+        return Err(format!(
+            "target buffer holds {} bytes; the largest case needs {ws}",
+            remote.length
+        ));
+    }
+    let local = Arc::new(HostBuffer::new(ws as usize).map_err(|e| e.to_string())?);
+    if f.verify && f.operation == "write" {
+        pattern::fill(&local, crate::INITIATOR_SEED, 0, ws);
+    }
+    let private = MemoryOptions {
+        permission: Permission::LocalOnly,
+        ..MemoryOptions::default()
+    };
+    t.register_memory(&local, &private)
+        .map_err(|e| format!("registering: {e}"))?;
+    if !f.json {
+        println!(
+            "te-bench tent: {} {}, {:.1} s per case",
+            f.protocol, f.operation, f.duration
+        );
+        println!(
+            "{:>12} | {:>5} | {:>7} | {:>9} | {:>12} | {:>12} | {:>13}",
+            "BlkSize (B)",
+            "Batch",
+            "Threads",
+            "BW (GB/S)",
+            "Avg Lat (us)",
+            "P99 Lat (us)",
+            "P999 Lat (us)"
+        );
+    }
+    for threads in powers(f.sweep.threads.0 as u64, f.sweep.threads.1 as u64) {
+        for batch in powers(f.sweep.batch.0 as u64, f.sweep.batch.1 as u64) {
+            for block in powers(f.sweep.block.0, f.sweep.block.1) {
+                let shape = (block, batch as usize, threads as usize);
+                let case = run_case(&t, f, shape, local.addr(), (segment, remote.addr))?;
+                print_case(f, &case);
+            }
+        }
+    }
+    if f.verify && f.operation == "write" {
+        let back = crate::read_back(t.core(), segment, remote.addr, ws)?;
+        if let Some(at) = pattern::first_mismatch(&back, crate::INITIATOR_SEED, 0, ws) {
+            return Err(format!("verification failed at byte {at} of the target"));
+        }
+        eprintln!("te-bench tent: verified {ws} bytes written");
+    }
+    if f.verify && f.operation == "read" {
+        // The last case read the largest span; the pattern must be there.
+        let span = f.sweep.block.1 * f.sweep.batch.1 as u64 * f.sweep.threads.1 as u64;
+        if let Some(at) = pattern::first_mismatch(&local, crate::TARGET_SEED, 0, span) {
+            return Err(format!("verification failed at byte {at}"));
+        }
+        eprintln!("te-bench tent: verified {span} bytes read");
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `cargo xtask bench tent [--duration S]`: te-tent against the classic engine on the same
+//! transport (TCP over loopback, one process, target and initiator) and the same workload, in
+//! one run: a throughput case (64 KiB × 64) and a latency case (4 KiB × 1). Classic and tent
+//! alternate, five runs each; the medians are compared with the goals (throughput
+//! ≥ 95 % of classic, p99 batch latency ≤ 110 %).
+
+use std::process::Command;
+
+use crate::bench::{build_te_bench, duration_arg, json_number, run_json};
+
+const RUNS: usize = 5;
+
+fn median(mut runs: Vec<f64>) -> f64 {
+    runs.sort_by(|a, b| a.total_cmp(b));
+    runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One te-bench run of `backend` at `block` × `batch`; (GB/s, p99 µs).
+fn one(
+    bin: &str,
+    backend: &str,
+    block: u64,
+    batch: usize,
+    seconds: u64,
+) -> Result<(f64, f64), String> {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--loopback",
+        "--protocol=tcp",
+        "--operation=write",
+        "--threads=1",
+        &format!("--backend={backend}"),
+        &format!("--block_size={block}"),
+        &format!("--batch_size={batch}"),
+        &format!("--duration={seconds}"),
+    ]);
+    let text = run_json(cmd, &format!("{backend} {block} B x {batch}"))?;
+    let gbps =
+        json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no figures: {text}"))?;
+    let p99 = json_number(&text, "p99").ok_or_else(|| format!("no p99: {text}"))?;
+    Ok((gbps, p99))
+}
+
+pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(args, "usage: cargo xtask bench tent [--duration SECONDS]")?;
+    let bin = build_te_bench()?;
+    let mut failed = Vec::new();
+    println!(
+        "te-tent vs the classic engine, TCP loopback WRITE, median of {RUNS} alternating runs"
+    );
+    println!(
+        "{:<18} | {:>14} | {:>14} | {:>7} | {:>14} | {:>14} | {:>7}",
+        "case", "classic GB/s", "tent GB/s", "ratio", "classic p99 us", "tent p99 us", "ratio"
+    );
+    for (block, batch) in [(65536u64, 64usize), (4096, 1)] {
+        let (mut c_bw, mut t_bw, mut c_p99, mut t_p99) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..RUNS {
+            let (bw, p99) = one(&bin, "classic", block, batch, seconds)?;
+            c_bw.push(bw);
+            c_p99.push(p99);
+            let (bw, p99) = one(&bin, "tent", block, batch, seconds)?;
+            t_bw.push(bw);
+            t_p99.push(p99);
+        }
+        let (cb, tb, cp, tp) = (median(c_bw), median(t_bw), median(c_p99), median(t_p99));
+        let (bw_ratio, p99_ratio) = (tb / cb, tp / cp);
+        let case = format!("{} KiB x {batch}", block / 1024);
+        println!(
+            "{case:<18} | {cb:>14.3} | {tb:>14.3} | {:>6.0}% | {cp:>14.0} | {tp:>14.0} | {:>6.0}%",
+            bw_ratio * 100.0,
+            p99_ratio * 100.0
+        );
+        if bw_ratio < 0.95 {
+            failed.push(format!("{case}: throughput {:.0}% < 95%", bw_ratio * 100.0));
+        }
+        if p99_ratio > 1.10 {
+            failed.push(format!("{case}: p99 {:.0}% > 110%", p99_ratio * 100.0));
+        }
+    }
+    println!("goals: tent throughput >= 95% of classic, tent p99 <= 110% of classic");
+    match failed.is_empty() {
+        true => Ok(()),
+        false => Err(format!("missed: {}", failed.join("; "))),
+    }
+}
