@@ -14,12 +14,14 @@
 //!   Soft-RoCE, in one guest run, with the ratio.
 //! - `cargo xtask bench tent [--duration S]`: te-tent next to the classic engine, same transport
 //!   and workload, throughput and p99 ratios.
+//! - `cargo xtask gpu`: the GPU suite and the IPC benchmark, on a machine with a GPU.
 //! - `cargo xtask softroce [--setup] [OPTIONS] -- CMD`: CMD inside a qemu guest with Soft-RoCE
 //!   (`rdma_rxe`) on two virtio NICs; exits with CMD's code.
 //! - `cargo xtask sim [--seeds N | --seed S]`: the deterministic simulation of the engine.
 #![forbid(unsafe_code)]
 
 mod bench;
+mod gpu;
 mod local;
 mod netns;
 mod rdma_bench;
@@ -148,7 +150,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask gpu | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -164,6 +166,7 @@ fn main() -> ExitCode {
         ["bench", "engine", rest @ ..] => bench::engine(rest),
         ["bench", "local", rest @ ..] => local::local(rest),
         ["bench", "tent", rest @ ..] => tent_bench::tent(rest),
+        ["gpu"] => gpu::gpu(),
         ["bench", "rdma", rest @ ..] => rdma_bench::rdma(rest),
         ["softroce", rest @ ..] => {
             return match softroce::softroce(rest) {

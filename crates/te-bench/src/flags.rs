@@ -153,12 +153,12 @@ impl Flags {
             return Err(format!("--backend={backend}: expected classic or tent"));
         }
         if bool_of("use_vram", take("use_vram", "false"))? {
-            return Err("--use_vram: GPU memory needs te-nvlink, not in this build".into());
+            return Err("--use_vram: te-bench does not drive GPU memory yet (the GPU suite and IPC benchmark: cargo xtask gpu)".into());
         }
         for name in IGNORED {
             if let Some(v) = values.remove(name) {
                 tracing::warn!(
-                    "--{name}={v} is accepted for compatibility and ignored (no GPU memory in this build)"
+                    "--{name}={v} is accepted for compatibility and ignored (te-bench drives no GPU memory)"
                 );
             }
         }

@@ -18,6 +18,8 @@ pub mod clock;
 mod completion;
 pub mod config;
 pub mod control;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod endpoints;
 pub mod engine;
 pub mod error;

@@ -505,7 +505,12 @@ impl Transport for RdmaTransport {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::DRAM_REMOTE_HOST | Capabilities::DRAM_SAME_HOST
+        let host = Capabilities::DRAM_REMOTE_HOST | Capabilities::DRAM_SAME_HOST;
+        // GPU memory registers through dma-buf where a CUDA driver is present.
+        match te_core::cuda::driver() {
+            Ok(_) => host | Capabilities::GPU_REMOTE_HOST,
+            Err(_) => host,
+        }
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {

@@ -149,6 +149,19 @@ pub fn device_names() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Access flags from a region's permission: no remote access for local-only memory, remote
+/// read for read-only, remote read and write otherwise; plus relaxed ordering where the device
+/// takes it (an optional flag, ignored elsewhere: a completion still means every byte is
+/// visible).
+fn access_of(permission: Permission) -> AccessFlags {
+    let access = match permission {
+        Permission::LocalOnly => AccessFlags::LocalWrite,
+        Permission::RemoteRead => AccessFlags::LocalWrite | AccessFlags::RemoteRead,
+        _ => AccessFlags::LocalWrite | AccessFlags::RemoteRead | AccessFlags::RemoteWrite,
+    };
+    access | AccessFlags::RelaxedOrdering
+}
+
 /// The path MTU: the one asked for, never above the port's active MTU.
 fn clamp_mtu(asked: Option<u32>, active: Mtu) -> Mtu {
     let bytes = |m: Mtu| match m {
@@ -278,17 +291,46 @@ impl Nic {
         len: u64,
         permission: Permission,
     ) -> Result<Mr, String> {
-        let access = match permission {
-            Permission::LocalOnly => AccessFlags::LocalWrite,
-            Permission::RemoteRead => AccessFlags::LocalWrite | AccessFlags::RemoteRead,
-            _ => AccessFlags::LocalWrite | AccessFlags::RemoteRead | AccessFlags::RemoteWrite,
-        };
-        // Relaxed ordering where the device takes it (an optional flag: ignored elsewhere).
-        // A completion still means every byte is visible.
-        let access = access | AccessFlags::RelaxedOrdering;
+        let access = access_of(permission);
         // SAFETY: the caller keeps the range mapped while the region lives.
         let mr = unsafe { self.pd.reg_mr(addr as usize, len as usize, access) }
             .map_err(|e| format!("{}: registering {addr:#x}+{len}: {e}", self.name))?;
+        Ok(Mr { inner: mr })
+    }
+
+    /// Registers `[addr, addr+len)` of GPU memory through its dma-buf (GPUDirect RDMA without
+    /// peer-memory modules), with access from `permission`.
+    ///
+    /// # Safety
+    /// The range must stay allocated until the returned region is dropped.
+    ///
+    /// # Errors
+    /// No CUDA driver, a driver or kernel without dma-buf export, or a device refusing
+    /// `ibv_reg_dmabuf_mr` (the message says which).
+    pub unsafe fn register_gpu(
+        &self,
+        addr: u64,
+        len: u64,
+        permission: Permission,
+    ) -> Result<Mr, String> {
+        let cuda = te_core::cuda::driver().map_err(|e| e.to_string())?;
+        let fd = cuda
+            .dmabuf_fd(addr, len as usize)
+            .map_err(|e| format!("{}: GPU memory {addr:#x}+{len}: {e}", self.name))?;
+        // SAFETY: `fd` is a dma-buf the driver just exported for exactly this range (offset 0,
+        // iova = its address); the caller keeps the memory allocated while the MR lives.
+        let mr = unsafe {
+            self.pd
+                .reg_dmabuf_mr(0, len as usize, addr, fd, access_of(permission))
+        };
+        // SAFETY: the registration holds its own reference to the dma-buf; ours is closed.
+        unsafe { libc::close(fd) };
+        let mr = mr.map_err(|e| {
+            format!(
+                "{}: ibv_reg_dmabuf_mr for GPU memory {addr:#x}+{len}: {e} (the device or rdma-core may lack dma-buf support)",
+                self.name
+            )
+        })?;
         Ok(Mr { inner: mr })
     }
 
@@ -309,7 +351,15 @@ impl Nic {
             let len = chunk.min(region.len() - at);
             // SAFETY: a region in the engine's table stays mapped until the engine unregisters
             // it, and te-rdma drops these MRs in `Transport::unregister`, before that completes.
-            mrs.push(unsafe { self.register(region.addr() + at, len, region.permission()) }?);
+            let addr = region.addr() + at;
+            mrs.push(match region.location() {
+                // SAFETY: as above.
+                te_core::Location::Cuda(_) => unsafe {
+                    self.register_gpu(addr, len, region.permission())
+                },
+                // SAFETY: as above.
+                _ => unsafe { self.register(addr, len, region.permission()) },
+            }?);
             at += len;
         }
         Ok(mrs)

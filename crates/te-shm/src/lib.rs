@@ -111,12 +111,16 @@ fn execute(mappings: &Mappings, op: &SliceOp) -> Result<(), SliceError> {
             op.remote_addr, op.len, desc.name
         ))
     })?;
-    let path = buffer.shm_name.as_deref().ok_or_else(|| {
-        SliceError::Path(format!(
-            "buffer {:#x} of {} is not shared memory",
-            buffer.addr, desc.name
-        ))
-    })?;
+    let path = buffer
+        .shm_name
+        .as_deref()
+        .filter(|p| p.starts_with('/'))
+        .ok_or_else(|| {
+            SliceError::Path(format!(
+                "buffer {:#x} of {} is not shared memory",
+                buffer.addr, desc.name
+            ))
+        })?;
     let mapping = {
         let mut maps = mappings.lock().unwrap_or_else(|e| e.into_inner());
         match maps.get(path) {
@@ -186,7 +190,12 @@ impl Transport for ShmTransport {
     }
 
     fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
-        buffer.shm_name.is_some() && target.same_host()
+        // A shared-memory file, not another transport's handle (te-nvlink's `cuda-ipc:`).
+        buffer
+            .shm_name
+            .as_deref()
+            .is_some_and(|p| p.starts_with('/'))
+            && target.same_host()
     }
 
     fn slice_size(&self) -> Option<u64> {

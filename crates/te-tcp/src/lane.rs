@@ -35,6 +35,8 @@ pub(crate) struct PeerKey {
 pub(crate) struct LaneSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) status_timeout: Duration,
+    /// GPU regions and the staging pool (GPU slices bounce through host memory).
+    pub(crate) staging: Arc<crate::staging::GpuStaging>,
 }
 
 /// One lane: a queue feeding a sender thread.
@@ -203,6 +205,7 @@ impl SenderWorker {
                         sink: self.sink.clone(),
                         broken: broken.clone(),
                         sending: sending.clone(),
+                        staging: self.settings.staging.clone(),
                     };
                     std::thread::Builder::new()
                         .name("te-tcp-recv".into())
@@ -237,8 +240,30 @@ impl SenderWorker {
             secret: op.target.secret().to_bytes(),
         }
         .encode();
+        let staging = &self.settings.staging;
+        // A WRITE from GPU memory leaves from a staging buffer, filled first.
+        let mut bounce = None;
         let body = match op.opcode {
-            Opcode::Write => (op.local_addr, op.len as usize),
+            Opcode::Write => match staging.device_of(op.local_addr, op.len) {
+                None => (op.local_addr, op.len as usize),
+                Some(device) => {
+                    let staged = staging.bounce(op.len as usize).and_then(|b| {
+                        crate::staging::copy(device, b.addr(), op.local_addr, op.len as usize)
+                            .map(|()| b)
+                    });
+                    match staged {
+                        Ok(b) => {
+                            let body = (b.addr(), op.len as usize);
+                            bounce = Some(b);
+                            body
+                        }
+                        Err(e) => {
+                            self.sink.complete(op, Err(SliceError::LocalPath(e)));
+                            return;
+                        }
+                    }
+                }
+            },
             _ => (0, 0),
         };
         let sending = conn.sending.lock().unwrap_or_else(|e| e.into_inner());
@@ -256,6 +281,7 @@ impl SenderWorker {
         // pinned for this slice's task, which stays pinned until the receiver completes it.
         let sent = unsafe { sys::send_parts(&conn.stream, &mut parts) };
         drop(sending);
+        drop(bounce);
         if let Err(e) = sent {
             debug!(error = %e, "lane send failed; reconnecting on next slice");
             conn.broken.store(true, Ordering::Release);
@@ -270,6 +296,7 @@ struct ReceiverWorker {
     sink: Arc<dyn CompletionSink>,
     broken: Arc<AtomicBool>,
     sending: Arc<Mutex<()>>,
+    staging: Arc<crate::staging::GpuStaging>,
 }
 
 impl ReceiverWorker {
@@ -315,10 +342,24 @@ impl ReceiverWorker {
         match reply.status {
             Status::Rejected(r) => Ok(Err(SliceError::Rejected(r))),
             Status::Ok if op.opcode == Opcode::Read => {
-                // SAFETY: the destination lies in a local region the engine pinned for this
-                // slice's task; it stays pinned until this slice is completed below.
-                unsafe { sys::recv_exact(&self.stream, op.local_addr, op.len as usize)? };
-                Ok(Ok(()))
+                let len = op.len as usize;
+                let Some(device) = self.staging.device_of(op.local_addr, op.len) else {
+                    // SAFETY: the destination lies in a local region the engine pinned for this
+                    // slice's task; it stays pinned until this slice is completed below.
+                    unsafe { sys::recv_exact(&self.stream, op.local_addr, len)? };
+                    return Ok(Ok(()));
+                };
+                // GPU memory: into a staging buffer, then onto the GPU.
+                let bounce = self
+                    .staging
+                    .bounce(len)
+                    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+                // SAFETY: the staging buffer is on loan to this receiver and holds `len` bytes.
+                unsafe { sys::recv_exact(&self.stream, bounce.addr(), len)? };
+                Ok(
+                    crate::staging::copy(device, op.local_addr, bounce.addr(), len)
+                        .map_err(SliceError::LocalPath),
+                )
             }
             Status::Ok => Ok(Ok(())),
         }

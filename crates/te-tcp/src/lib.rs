@@ -18,6 +18,7 @@ mod error;
 mod lane;
 mod rails;
 mod server;
+mod staging;
 mod sys;
 pub mod wire;
 
@@ -60,6 +61,8 @@ pub struct TcpTransport {
     peers: Mutex<EndpointStore<PeerKey, Endpoint>>,
     /// The sink given at install, kept after shutdown so a late slice is still reported.
     sink: std::sync::OnceLock<Arc<dyn CompletionSink>>,
+    /// GPU regions, whose slices are staged through host memory on both sides.
+    staging: Arc<staging::GpuStaging>,
 }
 
 impl Default for TcpTransport {
@@ -68,6 +71,7 @@ impl Default for TcpTransport {
             installed: RwLock::new(None),
             peers: Mutex::new(EndpointStore::new(65535, EvictionPolicy::Sieve)),
             sink: std::sync::OnceLock::new(),
+            staging: Arc::default(),
         }
     }
 }
@@ -157,8 +161,22 @@ impl Transport for TcpTransport {
     }
 
     fn capabilities(&self) -> te_core::transport::Capabilities {
-        te_core::transport::Capabilities::DRAM_REMOTE_HOST
-            | te_core::transport::Capabilities::DRAM_SAME_HOST
+        use te_core::transport::Capabilities as C;
+        let host = C::DRAM_REMOTE_HOST | C::DRAM_SAME_HOST;
+        // GPU memory moves too, staged through host memory, where a CUDA driver is present.
+        match te_core::cuda::driver() {
+            Ok(_) => host | C::GPU_REMOTE_HOST | C::GPU_SAME_HOST,
+            Err(_) => host,
+        }
+    }
+
+    fn register(&self, region: &Arc<te_core::memory::Region>) -> te_core::Result<()> {
+        self.staging.add(region);
+        Ok(())
+    }
+
+    fn unregister(&self, region: &te_core::memory::Region) {
+        self.staging.remove(region.addr());
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
@@ -170,6 +188,7 @@ impl Transport for TcpTransport {
             regions: ctx.regions.clone(),
             secret: ctx.secret,
             stall_timeout: ctx.config.tcp_status_timeout,
+            staging: self.staging.clone(),
         });
         let handler: te_core::net::ConnectionHandler =
             Arc::new(move |stream| server::serve(&state, stream));
@@ -216,6 +235,7 @@ impl Transport for TcpTransport {
             settings: Arc::new(LaneSettings {
                 connect_timeout: ctx.config.handshake_connect_timeout,
                 status_timeout: ctx.config.tcp_status_timeout,
+                staging: self.staging.clone(),
             }),
             lanes_per_peer: ctx.config.tcp_lanes_per_peer,
             listeners,

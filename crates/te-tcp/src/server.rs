@@ -31,6 +31,8 @@ pub(crate) struct TargetState {
     pub(crate) secret: SegmentSecret,
     /// How long a started request may stall.
     pub(crate) stall_timeout: Duration,
+    /// GPU regions and the staging pool.
+    pub(crate) staging: Arc<crate::staging::GpuStaging>,
 }
 
 enum Header {
@@ -157,12 +159,49 @@ fn handle(
     let len = r.len as usize;
     match (checked, r.opcode) {
         (Ok(_pin), Opcode::Write) => {
-            // SAFETY: `_pin` keeps `[addr, addr+len)` registered (hence allocated, by the
-            // registration contract) until the bytes have landed; the range was checked to lie
-            // inside one region that permits remote writes.
-            unsafe { sys::recv_exact(stream, r.addr, len)? };
+            match state.staging.device_of(r.addr, r.len) {
+                None => {
+                    // SAFETY: `_pin` keeps `[addr, addr+len)` registered (hence allocated, by
+                    // the registration contract) until the bytes have landed; the range was
+                    // checked to lie inside one region that permits remote writes.
+                    unsafe { sys::recv_exact(stream, r.addr, len)? };
+                }
+                Some(device) => {
+                    // GPU memory: into a staging buffer, then onto the GPU (a failed copy
+                    // closes the connection, so the initiator retries the slice).
+                    let bounce = state.staging.bounce(len).map_err(io::Error::other)?;
+                    // SAFETY: the staging buffer is on loan to this request and holds `len`.
+                    unsafe { sys::recv_exact(stream, bounce.addr(), len)? };
+                    crate::staging::copy(device, r.addr, bounce.addr(), len)
+                        .map_err(io::Error::other)?;
+                }
+            }
             queue_reply(replies, r.request_id, Status::Ok);
             Ok(())
+        }
+        (Ok(_pin), _) if state.staging.device_of(r.addr, r.len).is_some() => {
+            let device = state.staging.device_of(r.addr, r.len).unwrap_or(0);
+            let bounce = state.staging.bounce(len).map_err(io::Error::other)?;
+            crate::staging::copy(device, bounce.addr(), r.addr, len).map_err(io::Error::other)?;
+            let head = Reply {
+                status: Status::Ok,
+                request_id: r.request_id,
+            }
+            .encode();
+            replies.extend_from_slice(&head);
+            // SAFETY: `replies` is a local buffer; the staging buffer is on loan to this
+            // request and holds the `len` bytes just copied out of the GPU.
+            let sent = unsafe {
+                sys::send_parts(
+                    stream,
+                    &mut [
+                        (replies.as_ptr() as u64, replies.len()),
+                        (bounce.addr(), len),
+                    ],
+                )
+            };
+            replies.clear();
+            sent
         }
         (Ok(_pin), _) => {
             let head = Reply {

@@ -135,3 +135,17 @@ pub fn discard(sock: &impl AsRawFd, mut len: u64) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Copies between a staging buffer and GPU memory (see `staging`).
+pub fn gpu_copy(
+    cuda: &te_core::cuda::Cuda,
+    device: u32,
+    dst: u64,
+    src: u64,
+    len: usize,
+) -> te_core::Result<()> {
+    // SAFETY: `staging` calls this with one range in a pinned staging buffer it holds on loan
+    // and the other in a GPU region the engine pinned (initiator) or `pin_remote` pinned
+    // (target) for the slice, both valid for the copy.
+    unsafe { cuda.copy(device, dst, src, len) }
+}

@@ -388,7 +388,14 @@ impl TransferEngine {
 
     fn resolve_location(&self, addr: u64, location: &str) -> Result<Location> {
         match location.parse::<Location>()? {
-            Location::Any => Ok(Location::Cpu(crate::sys::numa_node_of(addr).unwrap_or(0))),
+            Location::Any => {
+                // Device memory resolves to its GPU (pointer attributes), when CUDA is here.
+                #[cfg(feature = "cuda")]
+                if let Some(device) = crate::cuda::driver().ok().and_then(|c| c.device_of(addr)) {
+                    return self.resolve_location(addr, &format!("cuda:{device}"));
+                }
+                Ok(Location::Cpu(crate::sys::numa_node_of(addr).unwrap_or(0)))
+            }
             Location::Cuda(n) => {
                 use crate::transport::Capabilities as C;
                 let gpu = [
