@@ -190,11 +190,18 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
         .unwrap_or(4);
     let before = iperf3(seconds, 1)?;
     eprintln!("  iperf3 1 stream (before): {before:.2} GB/s");
+    // The goals' cases, then smaller and middle blocks for the report's chart.
     let cases = [
-        ("write", 1u64 << 20, 0.90),
-        ("read", 1 << 20, 0.90),
-        ("write", 64 << 10, 0.60),
-        ("read", 64 << 10, 0.60),
+        ("write", 1u64 << 20, Some(0.90)),
+        ("read", 1 << 20, Some(0.90)),
+        ("write", 64 << 10, Some(0.60)),
+        ("read", 64 << 10, Some(0.60)),
+        ("write", 4 << 10, None),
+        ("write", 16 << 10, None),
+        ("write", 256 << 10, None),
+        ("read", 4 << 10, None),
+        ("read", 16 << 10, None),
+        ("read", 256 << 10, None),
     ];
     let mut results = Vec::new();
     for (op, block, goal) in cases {
@@ -221,8 +228,19 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
     let mut all_met = true;
     for (op, block, goal, gbps) in results {
         let ratio = gbps / reference;
-        let met = ratio >= goal;
+        let met = goal.is_none_or(|g| ratio >= g);
         all_met &= met;
+        crate::report::record(crate::report::Record {
+            bench: "tcp",
+            case: format!("{op} {} KiB, batch 128", block >> 10),
+            series: Some((op.to_string(), block)),
+            te: gbps,
+            unit: "GB/s",
+            reference: Some(("iperf3 1 stream".into(), reference)),
+            goal: goal.map(|g| format!(">= {:.0}%", g * 100.0)),
+            met: goal.map(|_| met),
+        });
+        let goal = goal.unwrap_or(0.0);
         let block = if block >= 1 << 20 {
             format!("{} MiB", block >> 20)
         } else {
@@ -232,7 +250,13 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
             "{op:<6} {block:>9} {gbps:>10.2} {:>6.0}% {:>5.0}%  {:<10} {:>8.0}%",
             ratio * 100.0,
             goal * 100.0,
-            if met { "met" } else { "BELOW GOAL" },
+            if goal == 0.0 {
+                "info"
+            } else if met {
+                "met"
+            } else {
+                "BELOW GOAL"
+            },
             gbps / same_streams * 100.0
         );
     }
@@ -291,6 +315,18 @@ pub(crate) fn topo(args: &[&str]) -> Result<(), String> {
     let two = topo_case(&hosts, &bin, 2, seconds)?;
     let ratio = two / one;
     let limit = f64::from(TOPO_RAIL_MBIT) / 8e3;
+    for (rails, gbps) in [(1u32, one), (2, two)] {
+        crate::report::record(crate::report::Record {
+            bench: "topo",
+            case: format!("write 1 MiB over {rails} rail(s) of {TOPO_RAIL_MBIT} Mbit/s"),
+            series: None,
+            te: gbps,
+            unit: "GB/s",
+            reference: Some(("rail limit".into(), limit * f64::from(rails))),
+            goal: (rails == 2).then(|| "two/one >= 1.80".to_string()),
+            met: (rails == 2).then_some(ratio >= 1.8),
+        });
+    }
     println!(
         "te TCP WRITE between two namespaces, each veth rail limited to {TOPO_RAIL_MBIT} Mbit/s ({limit:.4} GB/s), 1 MiB blocks, batch 32, 1 thread"
     );
@@ -355,6 +391,16 @@ pub(crate) fn engine(args: &[&str]) -> Result<(), String> {
         if threads == 1 && block == 65536 {
             one_thread_small = slices;
         }
+        crate::report::record(crate::report::Record {
+            bench: "engine",
+            case: format!("{threads} thread(s), {} KiB slices, batch 128", block >> 10),
+            series: None,
+            te: slices,
+            unit: "slices/s",
+            reference: None,
+            goal: (threads == 1 && block == 65536).then(|| format!(">= {ENGINE_GOAL:.0}")),
+            met: (threads == 1 && block == 65536).then_some(slices >= ENGINE_GOAL),
+        });
         println!(
             "{threads:>7} {:>9} {slices:>14.0} {tasks:>12.0}",
             format!("{} KiB", block >> 10)

@@ -155,6 +155,46 @@ struct Row {
 
 fn ratio_row(case: &str, te: f64, reference: f64, what: &str, goal: Option<f64>) -> Row {
     let ratio = te / reference;
+    // Blocks named in the case ("4 MiB", "64 KiB") chart against their size.
+    let block = case
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .find_map(|w| {
+            let n: u64 = w[0].parse().ok()?;
+            match w[1] {
+                "MiB" => Some(n << 20),
+                "KiB" => Some(n << 10),
+                _ => None,
+            }
+        });
+    // The series: the case without its size ("shm write x1").
+    let words: Vec<&str> = case.split_whitespace().collect();
+    let series = words
+        .iter()
+        .enumerate()
+        .filter(|(i, w)| {
+            let size_unit = matches!(**w, "MiB" | "KiB");
+            let size_number = words
+                .get(i + 1)
+                .is_some_and(|n| matches!(*n, "MiB" | "KiB"));
+            !size_unit && !size_number
+        })
+        .map(|(_, w)| *w)
+        .collect::<Vec<_>>()
+        .join(" ");
+    crate::report::record(crate::report::Record {
+        bench: "local",
+        case: case.into(),
+        series: block
+            .filter(|_| case.starts_with("shm"))
+            .map(|b| (series, b)),
+        te,
+        unit: "GB/s",
+        reference: Some((what.into(), reference)),
+        goal: goal.map(|g| format!(">= {:.0}%", g * 100.0)),
+        met: goal.map(|g| ratio >= g),
+    });
     Row {
         case: case.into(),
         te: format!("{te:.2} GB/s"),
@@ -221,6 +261,16 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
     let (p50, p99) = (median(p50s), median(p99s));
     let ucx_lat = ucx("ucp_put_lat", 4096, 200_000)?[1];
     for (name, value, goal) in [("p50", p50, 10.0), ("p99", p99, 50.0)] {
+        crate::report::record(crate::report::Record {
+            bench: "local",
+            case: format!("shm 4 KiB batch 1 latency {name}"),
+            series: None,
+            te: value,
+            unit: "us",
+            reference: Some(("ucx put_lat p50".into(), ucx_lat)),
+            goal: Some(format!("<= {goal:.0} us")),
+            met: Some(value <= goal),
+        });
         rows.push(Row {
             case: format!("shm 4 KiB batch 1 latency {name}"),
             te: format!("{value:.1} us"),

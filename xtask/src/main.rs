@@ -1,7 +1,10 @@
 //! `cargo xtask`: the project's only script.
 //!
-//! - `cargo xtask ci`: rustfmt check, clippy with warnings denied, every test of the workspace,
-//!   and the docs built with warnings denied.
+//! - `cargo xtask ci`: every lane this machine supports (see `ci.rs`), with a summary that says
+//!   which lanes passed, failed, or were skipped and why.
+//! - `cargo xtask bench [all] [--duration S]`: every bench below that the machine supports, then
+//!   the report (`target/bench-report/`: JSON, Markdown, SVG charts), the charts in `docs/bench/`
+//!   and the README's Performance section.
 //! - `cargo xtask bench tcp [--duration S]`: te-bench over TCP on loopback (target and initiator
 //!   as two processes) next to iperf3 single-stream in the same run, with the ratios.
 //! - `cargo xtask bench topo [--duration S]`: te-bench between two network namespaces joined by
@@ -14,6 +17,7 @@
 //!   Soft-RoCE, in one guest run, with the ratio.
 //! - `cargo xtask bench tent [--duration S]`: te-tent next to the classic engine, same transport
 //!   and workload, throughput and p99 ratios.
+//! - `cargo xtask fuzz <target|all> [--secs N]`: the wire decoders' fuzz targets.
 //! - `cargo xtask gpu`: the GPU suite and the IPC benchmark, on a machine with a GPU.
 //! - `cargo xtask softroce [--setup] [OPTIONS] -- CMD`: CMD inside a qemu guest with Soft-RoCE
 //!   (`rdma_rxe`) on two virtio NICs; exits with CMD's code.
@@ -21,10 +25,13 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod ci;
+mod fuzz;
 mod gpu;
 mod local;
 mod netns;
 mod rdma_bench;
+mod report;
 mod softroce;
 mod tent_bench;
 
@@ -57,65 +64,58 @@ fn clippy(step: &str, args: &[&str]) -> Result<(), String> {
     )
 }
 
-fn ci() -> Result<(), String> {
-    run("fmt", cargo().args(["fmt", "--all", "--check"]))?;
-    clippy("clippy", &["--workspace", "--all-targets"])?;
-    run(
-        "test",
-        cargo().args(["test", "--workspace", "--no-fail-fast"]),
-    )?;
-    clippy(
-        "clippy (te-topology with hwloc)",
-        &["-p", "te-topology", "--features", "hwloc", "--all-targets"],
-    )?;
-    run(
-        "test (te-topology with hwloc: the two backends agree)",
-        cargo().args(["test", "-p", "te-topology", "--features", "hwloc"]),
-    )?;
-    clippy(
-        "clippy (te-uring without io_uring: the buffered-I/O build)",
-        &["-p", "te-uring", "--no-default-features", "--lib"],
-    )?;
-    clippy(
-        "clippy (te-metadata's tests with etcd)",
-        &["-p", "te-metadata", "--features", "etcd", "--all-targets"],
-    )?;
-    run(
-        "test (engines sharing a real etcd)",
-        cargo().args([
-            "test",
-            "-p",
-            "te-metadata",
-            "--features",
-            "etcd",
-            "--test",
-            "scenarios",
-            "etcd",
-        ]),
-    )?;
-    run(
-        "simulation (te-core, 200 seeds)",
-        cargo()
-            .args([
-                "test",
-                "-p",
-                "te-core",
-                "--features",
-                "testing",
-                "--test",
-                "sim",
-            ])
-            .env("TE_SIM_SEEDS", "200"),
-    )?;
-    eprintln!("xtask: te-rdma in the Soft-RoCE guest");
-    softroce::rdma_lane()?;
-    run(
-        "doc",
-        cargo()
-            .args(["doc", "--no-deps", "--workspace"])
-            .env("RUSTDOCFLAGS", "-D warnings"),
-    )?;
-    eprintln!("xtask: ci passed");
+/// One bench's entry point.
+type BenchFn = fn(&[&str]) -> Result<(), String>;
+
+/// `cargo xtask bench [all] [--duration S]`: every benchmark this machine supports, each next
+/// to its reference, then the report (JSON, Markdown, SVG charts) in `target/bench-report/`, the
+/// charts copied to `docs/bench/` and the table into the README's Performance section.
+fn bench_all(args: &[&str]) -> Result<(), String> {
+    let secs = args.to_vec();
+    let benches: [(&str, BenchFn, Option<String>); 6] = [
+        ("engine", bench::engine, None),
+        ("tcp", bench::tcp, None),
+        ("local", local::local, None),
+        ("tent", tent_bench::tent, None),
+        ("topo", bench::topo, netns::unavailable()),
+        (
+            "rdma",
+            rdma_bench::rdma,
+            (!std::path::Path::new("/usr/bin/qemu-system-x86_64").exists())
+                .then(|| "qemu-system-x86_64 missing".to_string()),
+        ),
+    ];
+    let mut notes = Vec::new();
+    for (i, (name, run, skip)) in benches.iter().enumerate() {
+        eprintln!("\n[{}/{}] bench {name}", i + 1, benches.len());
+        match skip {
+            Some(why) => notes.push(format!("{name}: skipped ({why})")),
+            None => match run(&secs) {
+                Ok(()) => {}
+                Err(e) => notes.push(format!("{name}: {e}")),
+            },
+        }
+    }
+    let dir = report::dir();
+    let md = report::write(&dir)?;
+    let docs = std::path::Path::new("docs/bench");
+    std::fs::create_dir_all(docs).map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(&dir)
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
+        if entry.path().extension().is_some_and(|x| x == "svg") {
+            std::fs::copy(entry.path(), docs.join(entry.file_name())).map_err(|e| e.to_string())?;
+        }
+    }
+    report::update_readme(std::path::Path::new("README.md"), &md)?;
+    println!(
+        "\nreport: {}/report.md (and report.json, charts); README Performance updated",
+        dir.display()
+    );
+    for n in &notes {
+        println!("note: {n}");
+    }
     Ok(())
 }
 
@@ -150,7 +150,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask gpu | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask licences | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -160,13 +160,17 @@ fn main() -> ExitCode {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["ci"] => ci(),
+        ["ci"] => ci::ci(),
+        ["licences"] => ci::licences(),
         ["bench", "tcp", rest @ ..] => bench::tcp(rest),
         ["bench", "topo", rest @ ..] => bench::topo(rest),
         ["bench", "engine", rest @ ..] => bench::engine(rest),
         ["bench", "local", rest @ ..] => local::local(rest),
         ["bench", "tent", rest @ ..] => tent_bench::tent(rest),
+        ["bench"] => bench_all(&[]),
+        ["bench", "all", rest @ ..] => bench_all(rest),
         ["gpu"] => gpu::gpu(),
+        ["fuzz", rest @ ..] => fuzz::fuzz(rest),
         ["bench", "rdma", rest @ ..] => rdma_bench::rdma(rest),
         ["softroce", rest @ ..] => {
             return match softroce::softroce(rest) {

@@ -53,6 +53,16 @@ pub(crate) fn rdma(args: &[&str]) -> Result<(), String> {
     let te_rate = json_number(&te, "throughput_gb_s")
         .ok_or_else(|| format!("te-bench printed no figures:\n{te}"))?;
     let ratio = te_rate / reference;
+    crate::report::record(crate::report::Record {
+        bench: "rdma",
+        case: format!("WRITE {} KiB, Soft-RoCE in qemu", BLOCK >> 10),
+        series: None,
+        te: te_rate * 1e3,
+        unit: "MB/s",
+        reference: Some(("ib_write_bw".into(), reference * 1e3)),
+        goal: Some(">= 80%".into()),
+        met: Some(ratio >= 0.8),
+    });
     println!(
         "RDMA WRITE, {} KiB messages, Soft-RoCE rxe0 (loopback) in one qemu guest, {seconds} s each",
         BLOCK >> 10

@@ -65,6 +65,26 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
         let (cb, tb, cp, tp) = (median(c_bw), median(t_bw), median(c_p99), median(t_p99));
         let (bw_ratio, p99_ratio) = (tb / cb, tp / cp);
         let case = format!("{} KiB x {batch}", block / 1024);
+        crate::report::record(crate::report::Record {
+            bench: "tent",
+            case: format!("{case} throughput (TCP loopback write)"),
+            series: None,
+            te: tb,
+            unit: "GB/s",
+            reference: Some(("classic engine".into(), cb)),
+            goal: Some(">= 95%".into()),
+            met: Some(bw_ratio >= 0.95),
+        });
+        crate::report::record(crate::report::Record {
+            bench: "tent",
+            case: format!("{case} p99 batch latency"),
+            series: None,
+            te: tp,
+            unit: "us",
+            reference: Some(("classic engine".into(), cp)),
+            goal: Some("<= 110%".into()),
+            met: Some(p99_ratio <= 1.10),
+        });
         println!(
             "{case:<18} | {cb:>14.3} | {tb:>14.3} | {:>6.0}% | {cp:>14.0} | {tp:>14.0} | {:>6.0}%",
             bw_ratio * 100.0,

@@ -23,6 +23,10 @@ pub mod cuda;
 pub mod endpoints;
 pub mod engine;
 pub mod error;
+#[cfg(any(test, feature = "testing"))]
+pub mod fuzz;
+#[cfg(test)]
+mod fuzz_targets;
 pub mod health;
 pub mod host_buffer;
 pub mod memory;

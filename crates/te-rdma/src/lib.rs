@@ -279,23 +279,21 @@ impl State {
     /// Answers a peer's handshake: checks the secret, makes and connects a QP.
     fn accept(&self, payload: &[u8]) -> Vec<u8> {
         let refuse = |why: &str| json!({"reply_msg": why}).to_string().into_bytes();
-        let Ok(req) = serde_json::from_slice::<Handshake>(payload) else {
-            return refuse("malformed handshake");
+        let (req, secret) = match parse_request(payload) {
+            Ok(r) => r,
+            Err(why) => return refuse(why),
         };
-        let secret_ok = req
-            .te_secret
-            .as_deref()
-            .and_then(unhex16)
-            .is_some_and(|s| self.secret.matches(&s));
-        if !secret_ok {
+        if !self.secret.matches(&secret) {
             return refuse("bad segment secret");
         }
-        let Some(dev) = req.peer_nic_path.rsplit_once('@').map(|(_, d)| d) else {
-            return refuse("handshake without a device");
-        };
-        if req.te_qps.is_empty() || req.te_qps.len() > MAX_QPS_PER_EP {
-            return refuse("handshake asks for no queue pair, or too many");
+        if let Err(why) = check_shape(&req) {
+            return refuse(why);
         }
+        let dev = req
+            .peer_nic_path
+            .rsplit_once('@')
+            .map_or("", |(_, d)| d)
+            .to_string();
         let Some(nic) = self.nics.iter().find(|n| n.name == dev) else {
             return refuse(&format!("no device {dev} here"));
         };
@@ -447,6 +445,30 @@ fn filtered(devices: Vec<String>, filter: &te_topology::NicFilter) -> Vec<String
         .into_iter()
         .filter(|d| !filter.deny.contains(d) && allow.is_none_or(|a| a.contains(d)))
         .collect()
+}
+
+/// Decodes a handshake request from the wire (before any secret comparison or verbs call):
+/// JSON of the expected shape and a well-formed secret.
+fn parse_request(payload: &[u8]) -> Result<(Handshake, [u8; 16]), &'static str> {
+    let req = serde_json::from_slice::<Handshake>(payload).map_err(|_| "malformed handshake")?;
+    let secret = req
+        .te_secret
+        .as_deref()
+        .and_then(unhex16)
+        .ok_or("bad segment secret")?;
+    Ok((req, secret))
+}
+
+/// What a handshake whose secret matched must hold: a device in the peer path and
+/// 1..=`MAX_QPS_PER_EP` queue pairs.
+fn check_shape(req: &Handshake) -> Result<(), &'static str> {
+    if !req.peer_nic_path.contains('@') {
+        return Err("handshake without a device");
+    }
+    if req.te_qps.is_empty() || req.te_qps.len() > MAX_QPS_PER_EP {
+        return Err("handshake asks for no queue pair, or too many");
+    }
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -745,6 +767,28 @@ impl Transport for RdmaTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fuzz target (`cargo xtask fuzz rdma-handshake --secs N`): the handshake decoder refuses
+    /// garbage, never panics.
+    #[test]
+    fn rdma_handshake() {
+        let seed = br#"{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","qp_num":[5],"te_qps":[{"qp_num":5,"psn":1,"gid":"0000:0000:0000:0000:0000:ffff:c612:0001","lid":0}],"te_secret":"000102030405060708090a0b0c0d0e0f","te_lane":1}"#;
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+        assert!(parse_request(seed).is_ok_and(|(r, _)| check_shape(&r).is_ok()));
+        te_core::fuzz::run(
+            "rdma-handshake",
+            &dir,
+            &[seed],
+            te_core::fuzz::budget(1.0),
+            |b: &[u8]| {
+                if let Ok((req, _)) = parse_request(b) {
+                    if check_shape(&req).is_ok() {
+                        assert!(!req.te_qps.is_empty() && req.te_qps.len() <= MAX_QPS_PER_EP);
+                    }
+                }
+            },
+        );
+    }
 
     #[test]
     fn nic_filters_pick_devices_only_when_they_name_devices() {

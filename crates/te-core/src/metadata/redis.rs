@@ -86,7 +86,7 @@ fn redact(url: &str) -> String {
 
 /// A reply.
 #[derive(Debug, PartialEq, Eq)]
-enum Reply {
+pub(crate) enum Reply {
     Status(String),
     Int(i64),
     Bulk(Option<Vec<u8>>),
@@ -108,9 +108,13 @@ fn read_line(r: &mut impl BufRead) -> Result<String> {
     String::from_utf8(line).map_err(|_| Error::MalformedMessage("Redis reply not UTF-8".into()))
 }
 
-fn read_reply(r: &mut impl BufRead, max_len: usize) -> Result<Reply> {
+pub(crate) fn read_reply(r: &mut impl BufRead, max_len: usize) -> Result<Reply> {
     let line = read_line(r)?;
-    let (kind, rest) = line.split_at(line.len().min(1));
+    // The type byte; a non-ASCII first character (not a char boundary at 1) is no type at all.
+    let (kind, rest) = match line.as_bytes().first() {
+        Some(b) if b.is_ascii() => line.split_at(1),
+        _ => ("", line.as_str()),
+    };
     let int = |s: &str| {
         s.parse::<i64>()
             .map_err(|_| Error::MalformedMessage(format!("Redis: bad number {s:?}")))

@@ -1,0 +1,275 @@
+//! `cargo xtask ci`: every lane this machine supports, then a summary of each lane — passed,
+//! failed, or skipped with the reason. A failed lane does not stop the others; the run fails
+//! if any lane failed.
+//!
+//! Lanes: fmt; clippy with warnings denied over the workspace and a feature matrix per package;
+//! every test (Redis, etcd and the HTTP metadata server run for real inside them); the
+//! hwloc backend; the etcd scenarios; the simulation at 200 seeds; a short fuzz run of every
+//! wire decoder; dependency licences; security advisories (needs the RustSec database); the
+//! Soft-RoCE guest; the GPU suite (needs a GPU); docs with warnings denied.
+
+use std::process::Command;
+
+use crate::{cargo, clippy, run};
+
+/// How one lane ended.
+enum Outcome {
+    Passed,
+    Failed(String),
+    Skipped(String),
+}
+
+/// Per-package feature combinations linted beyond the workspace build (which unifies features).
+const FEATURE_MATRIX: [(&str, &[&str]); 9] = [
+    ("te-core", &["--no-default-features"]),
+    ("te-core", &["--features", "testing,cuda"]),
+    ("te-topology", &["--features", "hwloc"]),
+    ("te-uring", &["--no-default-features"]),
+    ("te-metadata", &["--features", "etcd"]),
+    ("te-tent", &["--no-default-features"]),
+    ("te-tent", &["--features", "rdma"]),
+    ("te-tcp", &[]),
+    ("te-bench", &["--no-default-features"]),
+];
+
+/// Licences every dependency must be available under (an SPDX expression is accepted when an
+/// `OR` branch, or every `AND` part, is in the list).
+const LICENCES: [&str; 12] = [
+    "MIT",
+    "Apache-2.0",
+    "Apache-2.0 WITH LLVM-exception",
+    "BSD-2-Clause",
+    "BSD-3-Clause",
+    "ISC",
+    "Zlib",
+    "Unicode-3.0",
+    "Unicode-DFS-2016",
+    "MPL-2.0",
+    "CC0-1.0",
+    "BSL-1.0",
+];
+
+fn tool_present(bin: &str, arg: &str) -> bool {
+    Command::new(bin)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether an SPDX expression is allowed.
+fn licence_ok(expr: &str) -> bool {
+    let expr = expr.replace('/', " OR ");
+    expr.split(" OR ").any(|branch| {
+        let branch = branch.trim().trim_matches(|c| c == '(' || c == ')');
+        branch.split(" AND ").all(|part| {
+            let part = part.trim().trim_matches(|c| c == '(' || c == ')').trim();
+            LICENCES.contains(&part)
+        })
+    })
+}
+
+/// Every non-workspace package's licence, checked against [`LICENCES`].
+pub(crate) fn licences() -> Result<(), String> {
+    let out = cargo()
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .output()
+        .map_err(|e| format!("cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    let members: Vec<&str> = meta["workspace_members"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|m| m.as_str()).collect())
+        .unwrap_or_default();
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for p in meta["packages"].as_array().into_iter().flatten() {
+        if members.contains(&p["id"].as_str().unwrap_or("")) {
+            continue;
+        }
+        checked += 1;
+        let name = format!("{} {}", p["name"], p["version"]);
+        match p["license"].as_str() {
+            Some(l) if licence_ok(l) => {}
+            Some(l) => bad.push(format!("{name}: {l}")),
+            None => bad.push(format!("{name}: no licence field")),
+        }
+    }
+    eprintln!("xtask: licences of {checked} dependencies checked");
+    match bad.is_empty() {
+        true => Ok(()),
+        false => Err(format!("licences not allowed: {}", bad.join("; "))),
+    }
+}
+
+/// Runs `lane` unless `skip` gives a reason; records the outcome.
+fn lane(
+    results: &mut Vec<(String, Outcome)>,
+    name: &str,
+    skip: Option<String>,
+    body: impl FnOnce() -> Result<(), String>,
+) {
+    let outcome = match skip {
+        Some(why) => {
+            eprintln!("xtask: {name}: skipped ({why})");
+            Outcome::Skipped(why)
+        }
+        None => match body() {
+            Ok(()) => Outcome::Passed,
+            Err(e) => {
+                eprintln!("xtask: {name}: FAILED: {e}");
+                Outcome::Failed(e)
+            }
+        },
+    };
+    results.push((name.to_string(), outcome));
+}
+
+pub(crate) fn ci() -> Result<(), String> {
+    let mut r = Vec::new();
+    lane(&mut r, "fmt", None, || {
+        run("fmt", cargo().args(["fmt", "--all", "--check"]))
+    });
+    lane(&mut r, "clippy (workspace)", None, || {
+        clippy("clippy", &["--workspace", "--all-targets"])
+    });
+    lane(&mut r, "clippy (feature matrix)", None, || {
+        for (package, features) in FEATURE_MATRIX {
+            let mut args = vec!["-p", package, "--all-targets"];
+            args.extend_from_slice(features);
+            clippy(&format!("clippy {package} {}", features.join(" ")), &args)?;
+        }
+        Ok(())
+    });
+    let redis = (!tool_present("redis-server", "--version"))
+        .then(|| "redis-server missing (.ci/setup installs it)".to_string());
+    let etcd = (!tool_present("etcd", "--version"))
+        .then(|| "etcd missing (.ci/setup installs etcd-server)".to_string());
+    lane(
+        &mut r,
+        "test (workspace; Redis, HTTP metadata, fuzz 1 s each)",
+        redis,
+        || {
+            run(
+                "test",
+                cargo().args(["test", "--workspace", "--no-fail-fast"]),
+            )
+        },
+    );
+    lane(&mut r, "hwloc backend", None, || {
+        run(
+            "test (te-topology with hwloc: the two backends agree)",
+            cargo().args(["test", "-p", "te-topology", "--features", "hwloc"]),
+        )
+    });
+    lane(&mut r, "etcd", etcd, || {
+        run(
+            "test (engines sharing a real etcd)",
+            cargo().args([
+                "test",
+                "-p",
+                "te-metadata",
+                "--features",
+                "etcd",
+                "--test",
+                "scenarios",
+                "etcd",
+            ]),
+        )
+    });
+    lane(&mut r, "simulation (200 seeds)", None, || {
+        run(
+            "simulation (te-core, 200 seeds)",
+            cargo()
+                .args([
+                    "test",
+                    "-p",
+                    "te-core",
+                    "--features",
+                    "testing",
+                    "--test",
+                    "sim",
+                ])
+                .env("TE_SIM_SEEDS", "200"),
+        )
+    });
+    lane(&mut r, "fuzz (every wire decoder, 3 s each)", None, || {
+        crate::fuzz::run_targets("all", 3.0, false)
+    });
+    lane(&mut r, "licences", None, licences);
+    let advisory_db = std::env::var("HOME")
+        .map(|h| std::path::Path::new(&h).join(".cargo/advisory-db").exists())
+        .unwrap_or(false);
+    let audit = match (tool_present("cargo-audit", "--version"), advisory_db) {
+        (true, true) => None,
+        (false, _) => Some("cargo-audit is not installed (crates.io: cargo install cargo-audit)".into()),
+        (true, false) => Some(
+            "the RustSec advisory database (github.com/rustsec/advisory-db) cannot be fetched from this machine".into(),
+        ),
+    };
+    lane(&mut r, "advisories", audit, || {
+        run(
+            "cargo audit (offline database)",
+            Command::new("cargo-audit").args(["audit", "--no-fetch"]),
+        )
+    });
+    let qemu = (!tool_present("qemu-system-x86_64", "--version"))
+        .then(|| "qemu-system-x86_64 missing (.ci/setup installs it)".to_string());
+    lane(
+        &mut r,
+        "Soft-RoCE guest (te-rdma)",
+        qemu,
+        crate::softroce::rdma_lane,
+    );
+    let gpu = (!tool_present("nvidia-smi", "-L")).then(|| {
+        "no GPU on this machine (cargo xtask gpu runs the suite where there is one)".to_string()
+    });
+    lane(&mut r, "GPU suite", gpu, crate::gpu::gpu);
+    lane(&mut r, "doc", None, || {
+        run(
+            "doc",
+            cargo()
+                .args(["doc", "--no-deps", "--workspace"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )
+    });
+    eprintln!("\nxtask ci summary:");
+    let mut failed = Vec::new();
+    for (name, outcome) in &r {
+        match outcome {
+            Outcome::Passed => eprintln!("  passed   {name}"),
+            Outcome::Skipped(why) => eprintln!("  skipped  {name}: {why}"),
+            Outcome::Failed(e) => {
+                eprintln!("  FAILED   {name}: {e}");
+                failed.push(name.clone());
+            }
+        }
+    }
+    match failed.is_empty() {
+        true => {
+            eprintln!("xtask: ci passed");
+            Ok(())
+        }
+        false => Err(format!("ci failed: {}", failed.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spdx_expressions_are_judged_by_their_branches() {
+        assert!(licence_ok("MIT OR Apache-2.0"));
+        assert!(licence_ok("(MIT OR Apache-2.0) AND Unicode-3.0"));
+        assert!(licence_ok(
+            "Apache-2.0 WITH LLVM-exception OR Apache-2.0 OR MIT"
+        ));
+        assert!(licence_ok("MIT/Apache-2.0"));
+        assert!(!licence_ok("GPL-3.0"));
+        assert!(!licence_ok("MIT AND GPL-3.0"));
+        assert!(licence_ok("GPL-3.0 OR MIT"));
+    }
+}
