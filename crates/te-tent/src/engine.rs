@@ -151,26 +151,37 @@ impl TentEngine {
     }
 
     fn install_defaults(&mut self) -> Result<()> {
-        let c = &self.inner.config;
         #[cfg(feature = "tcp")]
-        if c.enabled("tcp") {
+        if self.inner.config.enabled("tcp") {
             self.install_transport(Arc::new(te_tcp::TcpTransport::new()))?;
         }
         #[cfg(feature = "shm")]
-        if c.enabled("shm") {
+        if self.inner.config.enabled("shm") {
             let shm = Arc::new(te_shm::ShmTransport::default());
             self.install_transport(shm.clone())?;
             self.shm = Some(shm);
         }
         #[cfg(feature = "uring")]
-        if c.enabled("uring") {
+        if self.inner.config.enabled("uring") {
             let t = te_uring::file_transport(te_uring::FileOptions::default());
             self.install_transport(t)?;
         }
         #[cfg(feature = "rdma")]
-        if c.transports.get("rdma").and_then(|t| t.enable) == Some(true) {
+        if self
+            .inner
+            .config
+            .transports
+            .get("rdma")
+            .and_then(|t| t.enable)
+            == Some(true)
+        {
             let mut o = te_rdma::RdmaOptions::from_env()?;
-            o.devices = c.transports.get("rdma").and_then(|t| t.devices.clone());
+            o.devices = self
+                .inner
+                .config
+                .transports
+                .get("rdma")
+                .and_then(|t| t.devices.clone());
             self.install_transport(Arc::new(te_rdma::RdmaTransport::new(o)))?;
         }
         Ok(())
