@@ -17,7 +17,7 @@
 //!   the control channel's `Connection` frame. The target checks the segment secret before it
 //!   makes its queue pairs, and the cluster secret guards the channel when set. Each side's QPs
 //!   carry only its own requests, so simultaneous connects from both ends make two pairs.
-//! - Workers ([`worker`]) post slices as signalled READ/WRITE work requests, poll in batches,
+//! - Workers (the `worker` module) post slices as signalled READ/WRITE work requests, poll in batches,
 //!   and sleep on the completion channel when nothing moves.
 
 #![deny(unsafe_code)]
