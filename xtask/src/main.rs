@@ -168,6 +168,7 @@ fn main() -> ExitCode {
         ["bench", "local", rest @ ..] => local::local(rest),
         ["bench", "tent", rest @ ..] => tent_bench::tent(rest),
         ["bench"] => bench_all(&[]),
+        ["bench", "--duration", n] => bench_all(&["--duration", n]),
         ["bench", "all", rest @ ..] => bench_all(rest),
         ["gpu"] => gpu::gpu(),
         ["fuzz", rest @ ..] => fuzz::fuzz(rest),
