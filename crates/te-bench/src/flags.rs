@@ -264,6 +264,15 @@ impl Flags {
         matches!(self.protocol.as_str(), "uring" | "bufio")
     }
 
+    /// `--device_name`'s names, trimmed, empty ones dropped.
+    pub fn devices(&self) -> Vec<String> {
+        self.device_name
+            .split(',')
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty())
+            .collect()
+    }
+
     /// Bytes each side needs: at least one full round of every thread's batch (the largest
     /// case of a sweep).
     pub fn working_set(&self) -> u64 {

@@ -325,14 +325,7 @@ fn main_inner() -> BenchResult<()> {
     init_logging(config.log_level);
     // For TCP the devices are interfaces (rails); for RDMA they are verbs devices.
     if !flags.device_name.is_empty() && flags.protocol != "rdma" {
-        config.rails = Some(
-            flags
-                .device_name
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
-        );
+        config.rails = Some(flags.devices());
     }
     if !flags.nic_priority_matrix.is_empty() {
         config.custom_topo_json = Some(flags.nic_priority_matrix.clone());

@@ -34,12 +34,7 @@ fn initiator(config: &Config, flags: &Flags) -> BenchResult<TentEngine> {
     }
     if p == "rdma" {
         let mut rdma = enable(true);
-        let devices: Vec<String> = flags
-            .device_name
-            .split(',')
-            .map(|d| d.trim().to_string())
-            .filter(|d| !d.is_empty())
-            .collect();
+        let devices = flags.devices();
         rdma.devices = (!devices.is_empty()).then_some(devices);
         file.transports.insert("rdma".into(), rdma);
     }

@@ -60,12 +60,7 @@ pub(crate) fn start_engine(
     if flags.protocol == "rdma" {
         // RDMA alone, so the segment's protocol is rdma; the control channel needs no transport.
         let mut options = te_rdma::RdmaOptions::from_env().map_err(|e| e.to_string())?;
-        let devices: Vec<String> = flags
-            .device_name
-            .split(',')
-            .map(|d| d.trim().to_string())
-            .filter(|d| !d.is_empty())
-            .collect();
+        let devices = flags.devices();
         if !devices.is_empty() {
             options.devices = Some(devices);
         }

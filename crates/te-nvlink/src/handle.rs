@@ -47,30 +47,22 @@ impl IpcName {
     }
 }
 
-/// A synchronous copy on `device`'s context.
+/// A copy on `device`'s context: queued on the worker's stream and waited for when `on_stream`
+/// (large copies), else synchronous.
 pub(crate) fn copy(
     cuda: &te_core::cuda::Cuda,
-    device: u32,
-    dst: u64,
-    src: u64,
-    len: usize,
+    on_stream: bool,
+    (device, dst, src, len): (u32, u64, u64, usize),
 ) -> te_core::Result<()> {
     // SAFETY: te-nvlink calls this only for a slice whose local range lies in a region the
     // engine pinned for its task and whose remote range lies in a buffer the target published
     // (opened into this process, or this process's own), both valid until the slice reports.
-    unsafe { cuda.copy(device, dst, src, len) }
-}
-
-/// A copy queued on the worker's stream, waited for on it.
-pub(crate) fn copy_on_stream(
-    cuda: &te_core::cuda::Cuda,
-    device: u32,
-    dst: u64,
-    src: u64,
-    len: usize,
-) -> te_core::Result<()> {
-    // SAFETY: as in `copy`.
-    unsafe { cuda.copy_on_stream(device, dst, src, len) }
+    unsafe {
+        match on_stream {
+            true => cuda.copy_on_stream(device, dst, src, len),
+            false => cuda.copy(device, dst, src, len),
+        }
+    }
 }
 
 #[cfg(test)]

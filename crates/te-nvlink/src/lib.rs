@@ -130,10 +130,7 @@ fn execute(
     let len = op.len as usize;
     // The local range was checked against the engine's pinned region, the remote one against
     // the peer's published buffer (and lies in its opened allocation).
-    let copied = match len >= threshold {
-        true => handle::copy_on_stream(cuda, device, dst, src, len),
-        false => handle::copy(cuda, device, dst, src, len),
-    };
+    let copied = handle::copy(cuda, len >= threshold, (device, dst, src, len));
     copied.map_err(|e| SliceError::Path(e.to_string()))
 }
 

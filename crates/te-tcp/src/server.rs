@@ -179,48 +179,18 @@ fn handle(
             queue_reply(replies, r.request_id, Status::Ok);
             Ok(())
         }
-        (Ok(_pin), _) if state.staging.device_of(r.addr, r.len).is_some() => {
-            let device = state.staging.device_of(r.addr, r.len).unwrap_or(0);
-            let bounce = state.staging.bounce(len).map_err(io::Error::other)?;
-            crate::staging::copy(device, bounce.addr(), r.addr, len).map_err(io::Error::other)?;
-            let head = Reply {
-                status: Status::Ok,
-                request_id: r.request_id,
+        (Ok(_pin), _) => match state.staging.device_of(r.addr, r.len) {
+            // SAFETY: as above, for a region that permits remote reads.
+            None => unsafe { send_data(stream, replies, r.request_id, r.addr, len) },
+            Some(device) => {
+                // GPU memory: copied out into a staging buffer, sent from there.
+                let bounce = state.staging.bounce(len).map_err(io::Error::other)?;
+                crate::staging::copy(device, bounce.addr(), r.addr, len)
+                    .map_err(io::Error::other)?;
+                // SAFETY: the staging buffer is on loan to this request and holds `len` bytes.
+                unsafe { send_data(stream, replies, r.request_id, bounce.addr(), len) }
             }
-            .encode();
-            replies.extend_from_slice(&head);
-            // SAFETY: `replies` is a local buffer; the staging buffer is on loan to this
-            // request and holds the `len` bytes just copied out of the GPU.
-            let sent = unsafe {
-                sys::send_parts(
-                    stream,
-                    &mut [
-                        (replies.as_ptr() as u64, replies.len()),
-                        (bounce.addr(), len),
-                    ],
-                )
-            };
-            replies.clear();
-            sent
-        }
-        (Ok(_pin), _) => {
-            let head = Reply {
-                status: Status::Ok,
-                request_id: r.request_id,
-            }
-            .encode();
-            replies.extend_from_slice(&head);
-            // SAFETY: as above, for a region that permits remote reads; `replies` is a local
-            // buffer holding the queued replies and this one, which precede the data in order.
-            let sent = unsafe {
-                sys::send_parts(
-                    stream,
-                    &mut [(replies.as_ptr() as u64, replies.len()), (r.addr, len)],
-                )
-            };
-            replies.clear();
-            sent
-        }
+        },
         (Err(rejection), opcode) => {
             debug!(addr = r.addr, len = r.len, ?rejection, "request refused");
             if opcode == Opcode::Write {
@@ -238,4 +208,33 @@ fn handle(
             Ok(())
         }
     }
+}
+
+/// Sends the queued replies, an OK reply for `request_id`, and `len` bytes from `addr`.
+///
+/// # Safety
+/// `[addr, addr+len)` must be readable memory that stays valid for the call.
+unsafe fn send_data(
+    stream: &TcpStream,
+    replies: &mut Vec<u8>,
+    request_id: u64,
+    addr: u64,
+    len: usize,
+) -> io::Result<()> {
+    let head = Reply {
+        status: Status::Ok,
+        request_id,
+    }
+    .encode();
+    replies.extend_from_slice(&head);
+    // SAFETY: `replies` is a local buffer holding the queued replies and this one, which
+    // precede the data in order; the caller guarantees the data range.
+    let sent = unsafe {
+        sys::send_parts(
+            stream,
+            &mut [(replies.as_ptr() as u64, replies.len()), (addr, len)],
+        )
+    };
+    replies.clear();
+    sent
 }

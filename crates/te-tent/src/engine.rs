@@ -70,6 +70,26 @@ pub(crate) struct State {
     pub(crate) memory: BTreeMap<u64, (u64, MemoryKind)>,
 }
 
+impl State {
+    /// Batch `batch`.
+    pub(crate) fn batch(&self, batch: TentBatchId) -> Result<&Batch> {
+        self.batches
+            .get(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))
+    }
+
+    /// Task `task` of batch `batch`.
+    pub(crate) fn task(&self, batch: TentBatchId, task: usize) -> Result<&Task> {
+        self.batch(batch)?
+            .tasks
+            .get(task)
+            .ok_or(TentError::InvalidTask {
+                batch: batch.0,
+                task,
+            })
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) core: Arc<TransferEngine>,
     pub(crate) config: TentConfig,
@@ -349,10 +369,7 @@ impl TentEngine {
             self.inner.pump();
         }
         let mut s = self.inner.lock();
-        let b = s
-            .batches
-            .get(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
+        let b = s.batch(batch)?;
         if b.tasks
             .iter()
             .any(|t| !matches!(t.state, TaskState::Done(_)))
@@ -518,14 +535,7 @@ impl TentEngine {
     pub fn task_status(&self, batch: TentBatchId, task: usize) -> Result<TransferStatus> {
         self.inner.pump();
         let s = self.inner.lock();
-        let b = s
-            .batches
-            .get(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
-        let t = b.tasks.get(task).ok_or(TentError::InvalidTask {
-            batch: batch.0,
-            task,
-        })?;
+        let t = s.task(batch, task)?;
         Ok(self.inner.status_of(t))
     }
 
@@ -536,10 +546,7 @@ impl TentEngine {
     pub fn task_statuses(&self, batch: TentBatchId) -> Result<Vec<TransferStatus>> {
         self.inner.pump();
         let s = self.inner.lock();
-        let b = s
-            .batches
-            .get(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
+        let b = s.batch(batch)?;
         Ok(b.tasks.iter().map(|t| self.inner.status_of(t)).collect())
     }
 
@@ -558,14 +565,7 @@ impl TentEngine {
     /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
     pub fn task_errors(&self, batch: TentBatchId, task: usize) -> Result<Vec<String>> {
         let s = self.inner.lock();
-        let b = s
-            .batches
-            .get(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
-        let t = b.tasks.get(task).ok_or(TentError::InvalidTask {
-            batch: batch.0,
-            task,
-        })?;
+        let t = s.task(batch, task)?;
         Ok(t.errors.clone())
     }
 
@@ -575,14 +575,7 @@ impl TentEngine {
     /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
     pub fn task_transport(&self, batch: TentBatchId, task: usize) -> Result<&'static str> {
         let s = self.inner.lock();
-        let b = s
-            .batches
-            .get(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
-        let t = b.tasks.get(task).ok_or(TentError::InvalidTask {
-            batch: batch.0,
-            task,
-        })?;
+        let t = s.task(batch, task)?;
         Ok(t.transport().unwrap_or("staged"))
     }
 
