@@ -207,6 +207,13 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
     for (op, block, goal) in cases {
         results.push((op, block, goal, te_bench(&bin, op, block, seconds)?));
     }
+    // UCX over its TCP transport, the other reference, for the write sweep.
+    crate::bench::ensure_tool("ucx_perftest", "-h", "ucx-utils")?;
+    let mut ucx = Vec::new();
+    for (op, block, _, gbps) in results.iter().filter(|r| r.0 == "write") {
+        let reference = crate::local::ucx_tcp_put_bw(*block)?;
+        ucx.push((*op, *block, *gbps, reference));
+    }
     let after = iperf3(seconds, 1)?;
     eprintln!("  iperf3 1 stream (after):  {after:.2} GB/s");
     let same_streams = iperf3(seconds, lanes)?;
@@ -259,6 +266,23 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
             },
             gbps / same_streams * 100.0
         );
+    }
+    for (op, block, te, reference) in ucx {
+        println!(
+            "{op:<6} {:>7} KiB: te {te:.2} GB/s, ucx_perftest put_bw over UCX tcp {reference:.2} GB/s ({:.0}%)",
+            block >> 10,
+            te / reference * 100.0
+        );
+        crate::report::record(crate::report::Record {
+            bench: "tcp",
+            case: format!("{op} {} KiB vs UCX", block >> 10),
+            series: Some((op.to_string(), block)),
+            te,
+            unit: "GB/s",
+            reference: Some(("ucx_perftest tcp".into(), reference)),
+            goal: None,
+            met: None,
+        });
     }
     if all_met {
         Ok(())

@@ -74,10 +74,22 @@ fn gbps(text: &str) -> Result<f64, String> {
 
 /// The numbers of ucx_perftest's final line (`-f`) for `test` at `size` bytes.
 fn ucx(test: &str, size: u64, iterations: u64) -> Result<Vec<f64>, String> {
+    ucx_over("posix,self", test, size, iterations)
+}
+
+/// ucx_perftest's figures for `test` at `size` bytes over the UCX transports `tls` (`tcp`
+/// uses the loopback interface).
+pub(crate) fn ucx_over(
+    tls: &str,
+    test: &str,
+    size: u64,
+    iterations: u64,
+) -> Result<Vec<f64>, String> {
     let _server = KillOnDrop(
         Command::new("ucx_perftest")
             .args(["-p", UCX_PORT])
-            .env("UCX_TLS", "posix,self")
+            .env("UCX_TLS", tls)
+            .env("UCX_NET_DEVICES", "lo")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -87,7 +99,8 @@ fn ucx(test: &str, size: u64, iterations: u64) -> Result<Vec<f64>, String> {
     let out = Command::new("ucx_perftest")
         .args(["127.0.0.1", "-p", UCX_PORT, "-t", test, "-f"])
         .args(["-s", &size.to_string(), "-n", &iterations.to_string()])
-        .env("UCX_TLS", "posix,self")
+        .env("UCX_TLS", tls)
+        .env("UCX_NET_DEVICES", "lo")
         .output()
         .map_err(|e| format!("ucx_perftest: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -113,6 +126,12 @@ fn ucx(test: &str, size: u64, iterations: u64) -> Result<Vec<f64>, String> {
 /// ucx_perftest's overall bandwidth (MiB/s in its output) in GB/s.
 fn ucx_put_bw(size: u64, iterations: u64) -> Result<f64, String> {
     Ok(ucx("ucp_put_bw", size, iterations)?[5] * 1_048_576.0 / 1e9)
+}
+
+/// ucx_perftest's put bandwidth over UCX's TCP transport on loopback, in GB/s.
+pub(crate) fn ucx_tcp_put_bw(size: u64) -> Result<f64, String> {
+    let iterations = ((512u64 << 20) / size).max(1000);
+    Ok(ucx_over("tcp", "ucp_put_bw", size, iterations)?[5] * 1_048_576.0 / 1e9)
 }
 
 /// fio with io_uring and O_DIRECT on `FILE`: GB/s for `op` (`write` or `read`).

@@ -253,6 +253,8 @@ fn charts(records: &[Record]) -> Vec<(String, String, String)> {
             };
             unit = r.unit;
             let mut add = |label: String, v: f64| match series.iter_mut().find(|s| s.0 == label) {
+                // One point per block: a te figure compared with two references is one point.
+                Some(s) if s.1.iter().any(|p| p.0 == *block) => {}
                 Some(s) => s.1.push((*block, v)),
                 None => series.push((label, vec![(*block, v)])),
             };
