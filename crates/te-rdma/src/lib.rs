@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 
 pub mod failover;
+mod handshake;
 pub mod route;
 pub mod verbs;
 mod worker;
@@ -32,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use handshake::{Handshake, MAX_QPS_PER_EP, check_shape, hex, parse_request};
 use serde_json::json;
 use te_core::Config;
 use te_core::control::frame::FrameType;
@@ -115,31 +117,8 @@ impl RdmaOptions {
     }
 }
 
-/// The handshake request and reply (Mooncake's `HandShakeDesc` fields plus te's).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Handshake {
-    local_nic_path: String,
-    peer_nic_path: String,
-    #[serde(default)]
-    qp_num: Vec<u32>,
-    #[serde(default)]
-    reply_msg: String,
-    #[serde(default)]
-    te_qps: Vec<QpInfo>,
-    #[serde(default)]
-    te_secret: Option<String>,
-    /// te: which of the initiator's endpoints to the same remote device this is (its lane), so
-    /// the target keeps one queue-pair group per initiator lane and a reconnect replaces only
-    /// its own.
-    #[serde(default)]
-    te_lane: u32,
-}
-
 /// The queue pairs of one endpoint (`MC_NUM_QP_PER_EP`), used in turn.
 type Group = Arc<Vec<Arc<Endpoint>>>;
-
-/// Queue pairs one handshake may ask for.
-const MAX_QPS_PER_EP: usize = 64;
 
 /// One lane's queue of slices.
 type Queue = Mutex<VecDeque<SliceOp>>;
@@ -447,45 +426,6 @@ fn filtered(devices: Vec<String>, filter: &te_topology::NicFilter) -> Vec<String
         .collect()
 }
 
-/// Decodes a handshake request from the wire (before any secret comparison or verbs call):
-/// JSON of the expected shape and a well-formed secret.
-fn parse_request(payload: &[u8]) -> Result<(Handshake, [u8; 16]), &'static str> {
-    let req = serde_json::from_slice::<Handshake>(payload).map_err(|_| "malformed handshake")?;
-    let secret = req
-        .te_secret
-        .as_deref()
-        .and_then(unhex16)
-        .ok_or("bad segment secret")?;
-    Ok((req, secret))
-}
-
-/// What a handshake whose secret matched must hold: a device in the peer path and
-/// 1..=`MAX_QPS_PER_EP` queue pairs.
-fn check_shape(req: &Handshake) -> Result<(), &'static str> {
-    if !req.peer_nic_path.contains('@') {
-        return Err("handshake without a device");
-    }
-    if req.te_qps.is_empty() || req.te_qps.len() > MAX_QPS_PER_EP {
-        return Err("handshake asks for no queue pair, or too many");
-    }
-    Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex16(s: &str) -> Option<[u8; 16]> {
-    let mut out = [0u8; 16];
-    if s.len() != 32 || !s.is_ascii() {
-        return None;
-    }
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
 /// Reads device `nic`'s async events until shutdown: a port down or a fatal error marks it
 /// inactive and fails its queue pairs (their requests flush and retry on other devices); the
 /// port coming back marks it active and lifts its pause.
@@ -767,28 +707,6 @@ impl Transport for RdmaTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Fuzz target (`cargo xtask fuzz rdma-handshake --secs N`): the handshake decoder refuses
-    /// garbage, never panics.
-    #[test]
-    fn rdma_handshake() {
-        let seed = br#"{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","qp_num":[5],"te_qps":[{"qp_num":5,"psn":1,"gid":"0000:0000:0000:0000:0000:ffff:c612:0001","lid":0}],"te_secret":"000102030405060708090a0b0c0d0e0f","te_lane":1}"#;
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
-        assert!(parse_request(seed).is_ok_and(|(r, _)| check_shape(&r).is_ok()));
-        te_core::fuzz::run(
-            "rdma-handshake",
-            &dir,
-            &[seed],
-            te_core::fuzz::budget(1.0),
-            |b: &[u8]| {
-                if let Ok((req, _)) = parse_request(b) {
-                    if check_shape(&req).is_ok() {
-                        assert!(!req.te_qps.is_empty() && req.te_qps.len() <= MAX_QPS_PER_EP);
-                    }
-                }
-            },
-        );
-    }
 
     #[test]
     fn nic_filters_pick_devices_only_when_they_name_devices() {

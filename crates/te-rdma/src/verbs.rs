@@ -12,17 +12,13 @@
 #![allow(unsafe_code)]
 
 use std::net::Ipv6Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
-use sideway::ibverbs::completion::{
-    BasicCompletionQueue, CompletionChannel, CompletionQueue, WorkCompletionStatus,
-};
+use sideway::ibverbs::completion::WorkCompletionStatus;
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, Mtu, PortState};
 use sideway::ibverbs::memory_region::MemoryRegion;
@@ -32,6 +28,11 @@ use sideway::ibverbs::queue_pair::{
     SetScatterGatherEntry, WorkRequestFlags,
 };
 use te_core::Permission;
+
+mod lane;
+
+use lane::set_nonblocking;
+pub use lane::{DeviceEvent, Lane};
 
 /// Settings of the verbs layer (`MC_IB_PORT`, `MC_GID_INDEX`, `MC_MAX_WR`, te's
 /// `MC_IB_TIMEOUT`).
@@ -76,33 +77,6 @@ impl Default for VerbsOptions {
             cqs: 1,
         }
     }
-}
-
-/// One worker's completion side of a device: a completion channel, the CQs attached to it,
-/// and an eventfd that wakes the worker when new work arrives while it sleeps.
-pub struct Lane {
-    channel: Arc<CompletionChannel>,
-    cqs: Vec<Arc<BasicCompletionQueue>>,
-    /// The CQ the next queue pair uses (round robin).
-    next_cq: AtomicUsize,
-    /// Serialises polls (one worker polls a lane; tests may poll too).
-    poll: Mutex<()>,
-    wake: OwnedFd,
-    /// The worker is about to sleep or sleeping: posting must wake it.
-    sleeping: AtomicBool,
-}
-
-/// What the device reported asynchronously.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeviceEvent {
-    /// The port went down (`IBV_EVENT_PORT_ERR`).
-    PortDown,
-    /// The port is active again (`IBV_EVENT_PORT_ACTIVE`).
-    PortActive,
-    /// The device failed or was removed (`IBV_EVENT_DEVICE_FATAL`).
-    Fatal,
-    /// Another event (QP, CQ or GID events), by name.
-    Other(String),
 }
 
 /// One opened device: context, PD, completion lanes, and its port addressing.
@@ -435,180 +409,6 @@ impl Nic {
             }
         }
     }
-
-    /// Completion lanes of this device.
-    pub fn lanes(&self) -> usize {
-        self.lanes.len()
-    }
-
-    /// Whether the port is up and the device has not failed (async events keep this current).
-    pub fn is_active(&self) -> bool {
-        self.active.load(Ordering::Acquire)
-    }
-
-    /// Marks the device active or inactive (from its async events).
-    pub fn set_active(&self, active: bool) {
-        self.active.store(active, Ordering::Release);
-    }
-
-    /// Declares lane `lane`'s worker about to sleep: arms its CQs so the next completion
-    /// signals the channel. The caller polls once more after this (a completion that arrived
-    /// before arming raises no event), then calls [`sleep`](Self::sleep).
-    pub fn prepare_sleep(&self, lane: usize) {
-        let lane = &self.lanes[lane % self.lanes.len()];
-        lane.sleeping.store(true, Ordering::SeqCst);
-        for cq in &lane.cqs {
-            // SAFETY: the CQ is alive (held by the lane); `req_notify_cq` is the provider's
-            // entry point that `ibv_req_notify_cq` (a C inline) calls.
-            unsafe {
-                let raw = cq.cq().as_ptr();
-                if let Some(notify) = (*(*raw).context).ops.req_notify_cq {
-                    notify(raw, 0);
-                }
-            }
-        }
-    }
-
-    /// Sleeps until a completion on lane `lane`, a [`wake`](Self::wake), or `timeout`; then
-    /// drains and acknowledges the channel's events.
-    pub fn sleep(&self, lane: usize, timeout: Duration) {
-        let lane = &self.lanes[lane % self.lanes.len()];
-        let mut fds = [
-            libc::pollfd {
-                fd: lane.channel.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: lane.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of two pollfds for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        lane.sleeping.store(false, Ordering::SeqCst);
-        if fds[1].revents != 0 {
-            let mut count = 0u64;
-            // SAFETY: reads 8 bytes into a u64 from the lane's eventfd (nonblocking).
-            unsafe {
-                libc::read(
-                    lane.wake.as_raw_fd(),
-                    (&mut count as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
-        }
-        loop {
-            let mut cq: *mut rdma_mummy_sys::ibv_cq = std::ptr::null_mut();
-            let mut context: *mut std::ffi::c_void = std::ptr::null_mut();
-            // SAFETY: the channel is alive and nonblocking; on success the event names one of
-            // this lane's CQs, acknowledged at once so destroying it never waits.
-            unsafe {
-                let channel = lane.channel.comp_channel().as_ptr();
-                if rdma_mummy_sys::ibv_get_cq_event(channel, &mut cq, &mut context) != 0 {
-                    break;
-                }
-                rdma_mummy_sys::ibv_ack_cq_events(cq, 1);
-            }
-        }
-    }
-
-    /// Wakes lane `lane`'s worker if it sleeps (new work was queued).
-    pub fn wake(&self, lane: usize) {
-        let lane = &self.lanes[lane % self.lanes.len()];
-        if lane.sleeping.load(Ordering::SeqCst) {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a u64 to the lane's eventfd.
-            unsafe {
-                libc::write(
-                    lane.wake.as_raw_fd(),
-                    (&one as *const u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
-        }
-    }
-
-    /// The device's next async event, waiting up to `timeout` (`None`: nothing came).
-    pub fn next_event(&self, timeout: Duration) -> Option<DeviceEvent> {
-        use rdma_mummy_sys::ibv_event_type as T;
-        // SAFETY: the context is open while `self.ctx` lives.
-        let raw = unsafe { self.ctx.context().as_ptr() };
-        // SAFETY: as above; only the fd is read.
-        let fd = unsafe { (*raw).async_fd };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the call.
-        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
-            return None;
-        }
-        // SAFETY: an all-zero `ibv_async_event` is a valid out-parameter (pointers and ints).
-        let mut event: rdma_mummy_sys::ibv_async_event = unsafe { std::mem::zeroed() };
-        // SAFETY: the fd is nonblocking, so this returns at once; the event is acknowledged
-        // right after its type is read.
-        let kind = unsafe {
-            if rdma_mummy_sys::ibv_get_async_event(raw, &mut event) != 0 {
-                return None;
-            }
-            let kind = event.event_type;
-            rdma_mummy_sys::ibv_ack_async_event(&mut event);
-            kind
-        };
-        Some(match kind {
-            T::IBV_EVENT_PORT_ERR => DeviceEvent::PortDown,
-            T::IBV_EVENT_PORT_ACTIVE => DeviceEvent::PortActive,
-            T::IBV_EVENT_DEVICE_FATAL => DeviceEvent::Fatal,
-            other => DeviceEvent::Other(format!("event {}", other as u32)),
-        })
-    }
-}
-
-impl Lane {
-    fn new(ctx: &Arc<DeviceContext>, cqs: usize, cqe: u32) -> Result<Lane, String> {
-        let channel = CompletionChannel::new(ctx)
-            .map_err(|e| format!("creating a completion channel: {e}"))?;
-        channel
-            .set_nonblocking(true)
-            .map_err(|e| format!("completion channel: {e}"))?;
-        let cqs = (0..cqs.max(1))
-            .map(|_| {
-                let mut builder = ctx.create_cq_builder();
-                builder.setup_cqe(cqe).setup_comp_channel(&channel, 0);
-                builder.build().map_err(|e| format!("creating a CQ: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        // SAFETY: eventfd has no memory arguments; a non-negative result is a new fd we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-        }
-        Ok(Lane {
-            channel,
-            cqs,
-            next_cq: AtomicUsize::new(0),
-            poll: Mutex::new(()),
-            // SAFETY: `fd` was just created and is owned by nothing else.
-            wake: unsafe { OwnedFd::from_raw_fd(fd) },
-            sleeping: AtomicBool::new(false),
-        })
-    }
-}
-
-fn set_nonblocking(fd: i32) -> std::io::Result<()> {
-    // SAFETY: fcntl on an fd the device context owns; only its status flags change.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// How a work request failed, in te's terms.
