@@ -13,7 +13,11 @@ pub(crate) const TARGETS: [(&str, &str, &str); 8] = [
     ("percent-decode", "te-core", "fuzz_targets::percent_decode"),
     ("tcp-request", "te-tcp", "wire::fuzz_targets::tcp_request"),
     ("tcp-reply", "te-tcp", "wire::fuzz_targets::tcp_reply"),
-    ("rdma-handshake", "te-rdma", "handshake::tests::rdma_handshake"),
+    (
+        "rdma-handshake",
+        "te-rdma",
+        "handshake::tests::rdma_handshake",
+    ),
 ];
 
 const USAGE: &str = "usage: cargo xtask fuzz <target|all> [--secs N]";

@@ -64,17 +64,29 @@ pub fn driver() -> Result<&'static Cuda> {
         .map_err(|why| Error::NotSupportedTransport(format!("GPU: {why}")))
 }
 
-/// Makes device `ordinal`'s primary context current on this thread.
+/// Makes device `ordinal`'s primary context current on this thread. The context is retained
+/// once per device for the process's life (not once per call).
 fn use_device(ordinal: i32) -> Result<()> {
-    let mut dev = 0;
-    // SAFETY: a valid out-pointer; the driver is initialised (callers hold a `Cuda`).
-    gpu("device", unsafe { sys::cuDeviceGet(&mut dev, ordinal) })?;
-    let mut ctx = std::ptr::null_mut();
-    // SAFETY: as above; the primary context stays retained for the process's life.
-    gpu("context", unsafe {
-        sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
-    })?;
-    // SAFETY: a context the driver just gave.
+    static RETAINED: std::sync::Mutex<Vec<(i32, usize)>> = std::sync::Mutex::new(Vec::new());
+    let ctx = {
+        let mut retained = RETAINED.lock().unwrap_or_else(|e| e.into_inner());
+        match retained.iter().find(|(d, _)| *d == ordinal) {
+            Some((_, ctx)) => *ctx as sys::CUcontext,
+            None => {
+                let mut dev = 0;
+                // SAFETY: a valid out-pointer; the driver is initialised (callers hold a `Cuda`).
+                gpu("device", unsafe { sys::cuDeviceGet(&mut dev, ordinal) })?;
+                let mut ctx = std::ptr::null_mut();
+                // SAFETY: as above; retained once, kept for the process's life.
+                gpu("context", unsafe {
+                    sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+                })?;
+                retained.push((ordinal, ctx as usize));
+                ctx
+            }
+        }
+    };
+    // SAFETY: a primary context retained above and never released.
     gpu("context", unsafe { sys::cuCtxSetCurrent(ctx) })
 }
 
