@@ -184,20 +184,9 @@ pub(crate) fn ci() -> Result<(), String> {
         )
     });
     lane(&mut r, "simulation (200 seeds)", None, || {
-        run(
-            "simulation (te-core, 200 seeds)",
-            cargo()
-                .args([
-                    "test",
-                    "-p",
-                    "te-core",
-                    "--features",
-                    "testing",
-                    "--test",
-                    "sim",
-                ])
-                .env("TE_SIM_SEEDS", "200"),
-        )
+        let mut sim = crate::sim_command();
+        sim.env("TE_SIM_SEEDS", "200");
+        run("simulation (te-core, 200 seeds)", &mut sim)
     });
     lane(&mut r, "fuzz (every wire decoder, 3 s each)", None, || {
         crate::fuzz::run_targets("all", 3.0, false)

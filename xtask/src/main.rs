@@ -119,8 +119,8 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask sim [--seeds N] [--seed S]`: the deterministic simulation over N seeds, or one.
-fn sim(args: &[&str]) -> Result<(), String> {
+/// `cargo test` of te-core's deterministic simulation (seeds come from the environment).
+pub(crate) fn sim_command() -> Command {
     let mut cmd = cargo();
     cmd.args([
         "test",
@@ -130,9 +130,14 @@ fn sim(args: &[&str]) -> Result<(), String> {
         "testing",
         "--test",
         "sim",
-        "--",
-        "--nocapture",
     ]);
+    cmd
+}
+
+/// `cargo xtask sim [--seeds N] [--seed S]`: the deterministic simulation over N seeds, or one.
+fn sim(args: &[&str]) -> Result<(), String> {
+    let mut cmd = sim_command();
+    cmd.args(["--", "--nocapture"]);
     match args {
         [] => {}
         ["--seeds", n] => {

@@ -78,6 +78,18 @@ impl State {
             .ok_or(TentError::InvalidBatch(batch.0))
     }
 
+    /// Batch `batch`, writable, and the runtime queue beside it.
+    pub(crate) fn batch_and_queue(
+        &mut self,
+        batch: TentBatchId,
+    ) -> Result<(&mut Batch, &mut Dispatcher<(u64, usize)>)> {
+        let b = self
+            .batches
+            .get_mut(&batch.0)
+            .ok_or(TentError::InvalidBatch(batch.0))?;
+        Ok((b, &mut self.dispatcher))
+    }
+
     /// Task `task` of batch `batch`.
     pub(crate) fn task(&self, batch: TentBatchId, task: usize) -> Result<&Task> {
         self.batch(batch)?
@@ -487,14 +499,7 @@ impl TentEngine {
                 .iter()
                 .map(|r| self.plan(r, &s.memory, &s.installed, &mut memo))
                 .collect::<Result<Vec<_>>>()?;
-            let State {
-                batches,
-                dispatcher,
-                ..
-            } = &mut *s;
-            let b = batches
-                .get_mut(&batch.0)
-                .ok_or(TentError::InvalidBatch(batch.0))?;
+            let (b, dispatcher) = s.batch_and_queue(batch)?;
             if b.tasks.len() + requests.len() > b.capacity {
                 return Err(TentError::TooManyRequests {
                     batch: batch.0,
@@ -637,14 +642,7 @@ impl TentEngine {
     /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
     pub fn cancel_task(&self, batch: TentBatchId, task: usize) -> Result<()> {
         let mut s = self.inner.lock();
-        let State {
-            batches,
-            dispatcher,
-            ..
-        } = &mut *s;
-        let b = batches
-            .get_mut(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
+        let (b, dispatcher) = s.batch_and_queue(batch)?;
         let t = b.tasks.get_mut(task).ok_or(TentError::InvalidTask {
             batch: batch.0,
             task,
