@@ -136,6 +136,28 @@ impl Transport for SimTransport {
     }
 }
 
+/// Runs `request` as a one-task batch posted with `options`, waits up to a minute, frees the
+/// batch, and returns the end state with the task's error (for test assertions).
+///
+/// # Panics
+/// When the engine refuses the batch, the submit, the wait or the free (a test helper).
+pub fn transfer_one(
+    engine: &crate::TransferEngine,
+    request: crate::TransferRequest,
+    options: &crate::SubmitOptions,
+) -> (crate::TransferState, Option<crate::transport::SliceError>) {
+    let b = engine.allocate_batch(1).expect("a batch");
+    engine
+        .submit_with(b, &[request], options)
+        .expect("submitted");
+    let s = engine
+        .wait(b, std::time::Duration::from_secs(60))
+        .expect("waited");
+    let error = engine.task_error(b, 0).expect("the task");
+    engine.free_batch(b).expect("freed");
+    (s.state, error)
+}
+
 /// Deterministic test bytes: `len` bytes from a xorshift stream seeded by `seed`, so two
 /// processes (or a writer and a checker) agree on what a transfer must deliver.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {

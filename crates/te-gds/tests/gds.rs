@@ -3,10 +3,9 @@
 //! from a real file through cuFile, byte-verified against the file on disk.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use te_core::cuda::DeviceBuffer;
-use te_core::testing::pattern;
+use te_core::testing::{pattern, transfer_one};
 use te_core::{
     Config, FileAccess, Opcode, Permission, SubmitOptions, TransferEngine, TransferRequest,
     TransferState,
@@ -51,7 +50,6 @@ fn gpu_memory_to_a_file_and_back() {
     unsafe { e.register_memory(d.addr() as *mut u8, LEN, "*", Permission::LocalOnly) }.unwrap();
     let via = SubmitOptions::default().via("gds");
     let run = |opcode| {
-        let b = e.allocate_batch(1).unwrap();
         let r = TransferRequest {
             opcode,
             source: d.addr(),
@@ -59,15 +57,8 @@ fn gpu_memory_to_a_file_and_back() {
             target_offset: 0,
             length: LEN as u64,
         };
-        e.submit_with(b, &[r], &via).unwrap();
-        let s = e.wait(b, Duration::from_secs(60)).unwrap();
-        assert_eq!(
-            s.state,
-            TransferState::Completed,
-            "{:?}",
-            e.task_error(b, 0)
-        );
-        e.free_batch(b).unwrap();
+        let (state, error) = transfer_one(&e, r, &via);
+        assert_eq!(state, TransferState::Completed, "{error:?}");
     };
     run(Opcode::Write);
     assert!(

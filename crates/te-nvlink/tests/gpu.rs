@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::cuda::DeviceBuffer;
-use te_core::testing::{pattern, self_test_args, spawn_ready};
+use te_core::testing::{pattern, self_test_args, spawn_ready, transfer_one};
 use te_core::transport::{Capabilities, Transport};
 use te_core::{
-    Config, HostBuffer, Opcode, Permission, SegmentId, TransferEngine, TransferRequest,
-    TransferState,
+    Config, HostBuffer, Opcode, Permission, SegmentId, SubmitOptions, TransferEngine,
+    TransferRequest, TransferState,
 };
 use te_nvlink::NvlinkTransport;
 use te_tcp::TcpTransport;
@@ -40,16 +40,8 @@ fn register_gpu(e: &TransferEngine, d: &DeviceBuffer, permission: Permission) {
 }
 
 fn run(e: &TransferEngine, r: TransferRequest) {
-    let b = e.allocate_batch(1).unwrap();
-    e.submit(b, &[r]).unwrap();
-    let s = e.wait(b, Duration::from_secs(60)).unwrap();
-    assert_eq!(
-        s.state,
-        TransferState::Completed,
-        "{:?}",
-        e.task_error(b, 0)
-    );
-    e.free_batch(b).unwrap();
+    let (state, error) = transfer_one(e, r, &SubmitOptions::default());
+    assert_eq!(state, TransferState::Completed, "{error:?}");
 }
 
 #[test]
