@@ -107,6 +107,10 @@ pub enum Error {
     /// No installed transport speaks the target segment's protocol.
     #[error("no installed transport for protocol {0:?}")]
     NotSupportedTransport(String),
+    /// GPU memory was asked for where the CUDA driver, a device or a driver feature is missing
+    /// (the message names which).
+    #[error("GPU: {0}")]
+    Gpu(String),
     /// The metadata service (or the peer, in P2P mode) could not be reached or refused.
     #[error("metadata: {0}")]
     Metadata(String),
@@ -172,7 +176,7 @@ impl Error {
             | Error::PermissionDenied { .. } => -3,
             Error::BatchBusy(_) | Error::RegionBusy { .. } => -4,
             Error::AddressOverlapped { .. } => -7,
-            Error::NotSupportedTransport(_) => -8,
+            Error::NotSupportedTransport(_) | Error::Gpu(_) => -8,
             Error::Socket { .. } | Error::WaitTimeout(_) => -102,
             Error::MalformedMessage(_) => -103,
             Error::PeerRefused { .. } => -104,

@@ -5,14 +5,19 @@
 //! What it offers: whether and which device a pointer's memory lives on (for `*` locations),
 //! copies between any two addresses (unified addressing), CUDA IPC handles of device memory
 //! and their opening in another process, the dma-buf of a device range (for RDMA), and device
-//! buffers for tests and benchmarks. Not here: slicing, queues or completion (transports).
+//! buffers for tests and benchmarks; fabric handles (MNNVL) are in `fabric`. Not here:
+//! slicing, queues or completion (transports).
 #![allow(unsafe_code)]
+
+mod fabric;
 
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
 use crate::error::{Error, Result};
+
+pub use fabric::{FabricExport, MAX_FABRIC_MAPPING};
 
 /// The loaded driver: its version and devices.
 #[derive(Debug)]
@@ -25,13 +30,13 @@ pub struct Cuda {
 
 fn gpu(what: &str, r: sys::CUresult) -> Result<()> {
     r.result()
-        .map_err(|e| Error::InvalidArgument(format!("CUDA {what}: {e}")))
+        .map_err(|e| Error::Gpu(format!("CUDA {what}: {e}")))
 }
 
 /// The CUDA driver, loaded and initialised once.
 ///
 /// # Errors
-/// [`Error::NotSupportedTransport`] naming what is missing: `libcuda.so`, a working driver, or
+/// [`Error::Gpu`] naming what is missing: `libcuda.so`, a working driver, or
 /// any device.
 pub fn driver() -> Result<&'static Cuda> {
     static DRIVER: OnceLock<std::result::Result<Cuda, String>> = OnceLock::new();
@@ -61,7 +66,7 @@ pub fn driver() -> Result<&'static Cuda> {
             Ok(Cuda { version, devices })
         })
         .as_ref()
-        .map_err(|why| Error::NotSupportedTransport(format!("GPU: {why}")))
+        .map_err(|why| Error::Gpu(why.clone()))
 }
 
 /// Makes device `ordinal`'s primary context current on this thread. The context is retained
@@ -303,12 +308,16 @@ impl Drop for PinnedBuffer {
     }
 }
 
-/// Device memory owned by te (tests, benchmarks): freed on drop.
+/// Device memory owned by te (tests, benchmarks): `cuMemAlloc` memory (shared by legacy IPC
+/// handles) or, from [`new_fabric`](Self::new_fabric), a fabric allocation mapped through the
+/// virtual memory API. Freed (or unmapped) on drop.
 #[derive(Debug)]
 pub struct DeviceBuffer {
     ptr: u64,
     len: usize,
     device: u32,
+    /// Mapped through the virtual memory API (unmapped on drop), not `cuMemAlloc`ed.
+    mapped: bool,
 }
 
 impl DeviceBuffer {
@@ -324,7 +333,26 @@ impl DeviceBuffer {
         gpu("allocation", unsafe {
             sys::cuMemAlloc_v2(&mut ptr, len.max(1))
         })?;
-        Ok(DeviceBuffer { ptr, len, device })
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            device,
+            mapped: false,
+        })
+    }
+
+    fn mapped(ptr: u64, len: usize, device: u32) -> Self {
+        DeviceBuffer {
+            ptr,
+            len,
+            device,
+            mapped: true,
+        }
+    }
+
+    /// Whether it is a fabric allocation (shared by fabric handle, not legacy IPC).
+    pub fn is_fabric(&self) -> bool {
+        self.mapped
     }
 
     /// Device address.
@@ -396,9 +424,15 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if use_device(self.device as i32).is_ok() {
-            // SAFETY: `ptr` came from cuMemAlloc and is freed once.
-            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+        if use_device(self.device as i32).is_err() {
+            return;
+        }
+        match self.mapped {
+            true => fabric::unmap(self.ptr, self.len),
+            false => {
+                // SAFETY: `ptr` came from cuMemAlloc and is freed once.
+                let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+            }
         }
     }
 }
