@@ -5,7 +5,7 @@
 //! it as a regression test, replayed on every run.
 
 /// (target, crate, test path).
-pub(crate) const TARGETS: [(&str, &str, &str); 8] = [
+pub(crate) const TARGETS: [(&str, &str, &str); 9] = [
     ("control-frame", "te-core", "fuzz_targets::control_frame"),
     ("descriptor", "te-core", "fuzz_targets::descriptor"),
     ("http-head", "te-core", "fuzz_targets::http_head"),
@@ -18,6 +18,7 @@ pub(crate) const TARGETS: [(&str, &str, &str); 8] = [
         "te-rdma",
         "handshake::tests::rdma_handshake",
     ),
+    ("gpu-name", "te-nvlink", "handle::tests::gpu_name"),
 ];
 
 const USAGE: &str = "usage: cargo xtask fuzz <target|all> [--secs N]";

@@ -1,20 +1,24 @@
-//! te-nvlink: GPU memory between processes of one host over NVLink/PCIe through CUDA IPC
-//! handles, and device copies within one process (the staging hop of te-tent).
+//! te-nvlink: GPU memory between processes over NVLink/PCIe through CUDA handles, and device
+//! copies within one process (the staging hop of te-tent).
 //!
 //! - At install the CUDA driver is loaded (`te_core::cuda`); without it, or without a device,
 //!   install fails with a clear error.
-//! - A registered region on a GPU (`cuda:N`) is exported as a CUDA IPC handle; the descriptor
-//!   publishes it in the buffer's `shm_name` (as Mooncake's nvlink transport does) as
-//!   `cuda-ipc:<device>:<offset>:<handle hex>`.
-//! - A peer on the same host opens the handle once per segment and copies with `cuMemcpy`:
-//!   below `MC_TE_NVLINK_ASYNC_THRESHOLD` (default 1 MiB) directly, above it queued on the
-//!   worker's stream and completed when the stream's work is done. Slices run on copy workers,
-//!   never the submitting thread.
-//! - Within one process (the own segment) no handle is opened: addresses are used as they are,
+//! - A registered region on a GPU (`cuda:N`) is exported and published in the buffer's
+//!   `shm_name` (as Mooncake's nvlink transport does): `cuMemAlloc` memory as a legacy CUDA IPC
+//!   handle (`cuda-ipc:…`, same host), memory allocated with the fabric handle type
+//!   ([`NvlinkTransport::allocate`] under `MC_USE_FABRIC` or `MC_FORCE_MNNVL`) as a fabric
+//!   handle (`cuda-fabric:…`, TENT's MNNVL: any host of the NVLink domain).
+//! - A peer opens (IPC) or imports and maps (fabric) the handle once per buffer and copies with
+//!   `cuMemcpy` on the local buffer's device: below `MC_TE_NVLINK_ASYNC_THRESHOLD` (default
+//!   1 MiB) directly, above it queued on the worker's stream and completed when the stream's
+//!   work is done. Slices run on copy workers, never the submitting thread.
+//! - Fabric handles serve other hosts only with `MC_FORCE_MNNVL` set (Mooncake's switch): only
+//!   the operator knows which hosts share an NVLink domain. A peer outside it fails the import
+//!   with the driver's error, and the engine retries elsewhere.
+//! - Within one process (the own segment) nothing is opened: addresses are used as they are,
 //!   host or device (unified addressing).
 //!
-//! Not here: fabric handles (MNNVL) — the driver call needs memory allocated with
-//! `cuMemCreate` and a fabric-capable system; this transport exports legacy IPC handles only.
+//! Not here: the CUDA calls themselves (`te_core::cuda`), IMEX channel set-up (the system's).
 
 #![deny(unsafe_code)]
 
@@ -24,61 +28,155 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use te_core::Opcode;
+use te_core::cuda::{Cuda, DeviceBuffer};
 use te_core::memory::{Location, Region};
 use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
 use te_core::transport::{Capabilities, InstallContext, Rejection, SliceError, SliceOp, Transport};
 use te_core::workers::CopyWorkers;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
-pub use handle::IpcName;
+pub use handle::{GpuName, HandleKind};
 
 /// Copy workers.
 const WORKERS: usize = 2;
 
-/// Opened peer allocations: IPC name → address in this process.
-type Opened = Mutex<HashMap<String, u64>>;
+/// A peer's buffer opened into this process.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    base: u64,
+    kind: HandleKind,
+}
+
+/// Opened peer allocations: published name → mapping in this process.
+type Opened = Mutex<HashMap<String, Mapping>>;
+
+/// How the transport exports, allocates and copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NvlinkOptions {
+    /// Copies of at least this many bytes go on the worker's stream
+    /// (`MC_TE_NVLINK_ASYNC_THRESHOLD`, default 1 MiB).
+    pub async_threshold: usize,
+    /// Fabric handles serve peers on other hosts (`MC_FORCE_MNNVL`).
+    pub mnnvl: bool,
+    /// [`NvlinkTransport::allocate`] makes fabric allocations (`MC_USE_FABRIC`, or `mnnvl`).
+    pub use_fabric: bool,
+}
+
+fn switch(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> bool {
+    let Some(v) = lookup(name) else {
+        return false;
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => true,
+        "" | "0" | "false" | "no" | "off" => false,
+        other => {
+            warn!(
+                "{name}={other:?} is not a boolean (1/true/yes/on or 0/false/no/off); taken as off"
+            );
+            false
+        }
+    }
+}
+
+impl NvlinkOptions {
+    /// The options from the environment (the variables named on each field).
+    pub fn from_env() -> Self {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The options from `lookup` (a variable's value by name).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let mnnvl = switch(&lookup, "MC_FORCE_MNNVL");
+        NvlinkOptions {
+            async_threshold: lookup("MC_TE_NVLINK_ASYNC_THRESHOLD")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(1 << 20),
+            mnnvl,
+            use_fabric: mnnvl || switch(&lookup, "MC_USE_FABRIC"),
+        }
+    }
+}
 
 /// The NVLink transport.
 pub struct NvlinkTransport {
     workers: CopyWorkers,
     /// Exported regions: start → published name.
-    exported: Mutex<HashMap<u64, IpcName>>,
+    exported: Mutex<HashMap<u64, GpuName>>,
     opened: Arc<Opened>,
     local_name: OnceLock<String>,
-    async_threshold: usize,
+    options: NvlinkOptions,
 }
 
 impl std::fmt::Debug for NvlinkTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NvlinkTransport").finish_non_exhaustive()
+        f.debug_struct("NvlinkTransport")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
 impl Default for NvlinkTransport {
     fn default() -> Self {
-        let async_threshold = std::env::var("MC_TE_NVLINK_ASYNC_THRESHOLD")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(1 << 20);
+        Self::with_options(NvlinkOptions::from_env())
+    }
+}
+
+impl NvlinkTransport {
+    /// A transport not yet installed, configured from the environment.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A transport not yet installed, with `options`.
+    pub fn with_options(options: NvlinkOptions) -> Self {
         NvlinkTransport {
             workers: CopyWorkers::new("nvlink"),
             exported: Mutex::new(HashMap::new()),
             opened: Arc::new(Mutex::new(HashMap::new())),
             local_name: OnceLock::new(),
-            async_threshold,
+            options,
         }
     }
-}
 
-impl NvlinkTransport {
-    /// A transport not yet installed.
-    pub fn new() -> Self {
-        Self::default()
+    /// Its options.
+    pub fn options(&self) -> NvlinkOptions {
+        self.options
+    }
+
+    /// `len` bytes on GPU `device` that this transport can export: a fabric allocation when
+    /// `use_fabric` is set and the device supports fabric handles, else `cuMemAlloc` memory
+    /// (legacy IPC, same host; a warning says so when fabric was asked for). Mooncake's
+    /// `allocatePinnedLocalMemory`.
+    ///
+    /// # Errors
+    /// No driver or device, or the allocation failed.
+    pub fn allocate(&self, device: u32, len: usize) -> te_core::Result<DeviceBuffer> {
+        let cuda = te_core::cuda::driver()?;
+        if self.options.use_fabric {
+            if cuda.fabric_supported(device) {
+                return DeviceBuffer::new_fabric(device, len);
+            }
+            warn!(
+                device,
+                "GPU {device} has no fabric handles: legacy IPC memory instead (same host only)"
+            );
+        }
+        DeviceBuffer::new(device, len)
     }
 }
 
-/// The device address for `op`'s remote range: the own segment's addresses as they are, a
-/// peer's through its opened IPC handle.
+/// The device whose context copies a slice: the local buffer's GPU, else the owner's ordinal
+/// when this process has it, else device 0.
+fn copy_device(cuda: &Cuda, local_addr: u64, owner: u32) -> u32 {
+    cuda.device_of(local_addr)
+        .unwrap_or(match (owner as i64) < i64::from(cuda.devices) {
+            true => owner,
+            false => 0,
+        })
+}
+
+/// The address for `op`'s remote range in this process — the own segment's as it is, a peer's
+/// through its opened handle — and the handle's owner device.
 fn remote_address(opened: &Opened, own: bool, op: &SliceOp) -> Result<(u64, u32), SliceError> {
     let buffer = op
         .target
@@ -87,7 +185,8 @@ fn remote_address(opened: &Opened, own: bool, op: &SliceOp) -> Result<(u64, u32)
     let name = buffer
         .shm_name
         .as_deref()
-        .and_then(IpcName::parse)
+        .and_then(GpuName::parse)
+        .filter(|n| n.holds(buffer.length))
         .ok_or(SliceError::Rejected(Rejection::Malformed))?;
     let into = op.remote_addr - buffer.addr;
     if own {
@@ -97,21 +196,38 @@ fn remote_address(opened: &Opened, own: bool, op: &SliceOp) -> Result<(u64, u32)
     let key = buffer.shm_name.clone().unwrap_or_default();
     let mut map = opened.lock().unwrap_or_else(|e| e.into_inner());
     let base = match map.get(&key) {
-        Some(b) => *b,
+        Some(m) => m.base,
         None => {
-            let b = cuda
-                .ipc_open(&name.handle, name.device)
-                .map_err(|e| SliceError::Path(format!("{}: {e}", op.target.name())))?;
+            let opening = match name.kind {
+                HandleKind::Ipc => cuda.ipc_open(&name.handle, copy_device(cuda, 0, name.device)),
+                HandleKind::Fabric { size } => cuda.fabric_import(&name.handle, size),
+            };
+            let base =
+                opening.map_err(|e| SliceError::Path(format!("{}: {e}", op.target.name())))?;
             debug!(
                 segment = op.target.name(),
                 device = name.device,
+                kind = ?name.kind,
                 "opened a peer's GPU memory"
             );
-            map.insert(key, b);
-            b
+            map.insert(
+                key,
+                Mapping {
+                    base,
+                    kind: name.kind,
+                },
+            );
+            base
         }
     };
     Ok((base + name.offset + into, name.device))
+}
+
+fn close(cuda: &Cuda, m: Mapping) {
+    match m.kind {
+        HandleKind::Ipc => cuda.ipc_close(m.base),
+        HandleKind::Fabric { size } => cuda.fabric_close(m.base, size),
+    }
 }
 
 fn execute(
@@ -121,12 +237,13 @@ fn execute(
     op: &SliceOp,
 ) -> Result<(), SliceError> {
     let own = op.target.name() == own_name;
-    let (remote, device) = remote_address(opened, own, op)?;
+    let (remote, owner) = remote_address(opened, own, op)?;
     let (dst, src) = match op.opcode {
         Opcode::Read => (op.local_addr, remote),
         _ => (remote, op.local_addr),
     };
     let cuda = te_core::cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
+    let device = copy_device(cuda, op.local_addr, owner);
     let len = op.len as usize;
     // The local range was checked against the engine's pinned region, the remote one against
     // the peer's published buffer (and lies in its opened allocation).
@@ -140,7 +257,11 @@ impl Transport for NvlinkTransport {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::GPU_SAME_HOST | Capabilities::GPU_LOCAL
+        let same_host = Capabilities::GPU_SAME_HOST | Capabilities::GPU_LOCAL;
+        match self.options.mnnvl {
+            true => same_host | Capabilities::GPU_REMOTE_HOST,
+            false => same_host,
+        }
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
@@ -152,7 +273,7 @@ impl Transport for NvlinkTransport {
         let (opened, own, threshold) = (
             self.opened.clone(),
             ctx.local_name.clone(),
-            self.async_threshold,
+            self.options.async_threshold,
         );
         self.workers.start(
             WORKERS,
@@ -162,6 +283,7 @@ impl Transport for NvlinkTransport {
         info!(
             devices = cuda.devices,
             driver = cuda.version,
+            mnnvl = self.options.mnnvl,
             "nvlink transport installed"
         );
         Ok(())
@@ -172,19 +294,40 @@ impl Transport for NvlinkTransport {
             return Ok(());
         };
         let cuda = te_core::cuda::driver()?;
-        let (handle, offset) = cuda.ipc_handle(region.addr())?;
-        let device = cuda.device_of(region.addr()).unwrap_or(0);
-        self.exported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                region.addr(),
-                IpcName {
+        let addr = region.addr();
+        let device = cuda.device_of(addr).ok_or_else(|| {
+            te_core::Error::InvalidArgument(format!(
+                "{addr:#x} is registered as {} but is not GPU memory",
+                region.location()
+            ))
+        })?;
+        let name = match cuda.fabric_export(addr)? {
+            Some(x) => GpuName {
+                kind: HandleKind::Fabric { size: x.size },
+                device,
+                offset: x.offset,
+                handle: x.handle,
+            },
+            None => {
+                let (handle, offset) = cuda.ipc_handle(addr)?;
+                GpuName {
+                    kind: HandleKind::Ipc,
                     device,
                     offset,
                     handle,
-                },
-            );
+                }
+            }
+        };
+        if !name.holds(region.len()) {
+            return Err(te_core::Error::InvalidArgument(format!(
+                "{addr:#x}+{} runs past its GPU allocation",
+                region.len()
+            )));
+        }
+        self.exported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(addr, name);
         Ok(())
     }
 
@@ -205,11 +348,13 @@ impl Transport for NvlinkTransport {
     }
 
     fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
-        buffer
-            .shm_name
-            .as_deref()
-            .is_some_and(|n| IpcName::parse(n).is_some())
-            && target.same_host()
+        match buffer.shm_name.as_deref().and_then(GpuName::parse) {
+            Some(n) if matches!(n.kind, HandleKind::Fabric { .. }) => {
+                target.same_host() || self.options.mnnvl
+            }
+            Some(_) => target.same_host(),
+            None => false,
+        }
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
@@ -222,13 +367,108 @@ impl Transport for NvlinkTransport {
         };
         let mut map = self.opened.lock().unwrap_or_else(|e| e.into_inner());
         for b in &segment.desc().buffers {
-            if let Some(ptr) = b.shm_name.as_ref().and_then(|n| map.remove(n)) {
-                cuda.ipc_close(ptr);
+            if let Some(m) = b.shm_name.as_ref().and_then(|n| map.remove(n)) {
+                close(cuda, m);
             }
         }
     }
 
     fn shutdown(&self) {
         self.workers.shutdown();
+        if let Ok(cuda) = te_core::cuda::driver() {
+            let mut map = self.opened.lock().unwrap_or_else(|e| e.into_inner());
+            map.drain().for_each(|(_, m)| close(cuda, m));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_read_mooncakes_switches() {
+        let opts = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            NvlinkOptions::from_lookup(move |k| {
+                vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+            })
+        };
+        let o = opts(&[("MC_TE_NVLINK_ASYNC_THRESHOLD", "4096")]);
+        assert_eq!(
+            (o.async_threshold, o.mnnvl, o.use_fabric),
+            (4096, false, false)
+        );
+        assert_eq!(opts(&[]).async_threshold, 1 << 20);
+        let t = NvlinkTransport::with_options(o);
+        assert!(!t.capabilities().contains(Capabilities::GPU_REMOTE_HOST));
+        let o = opts(&[("MC_USE_FABRIC", "1")]);
+        assert_eq!((o.mnnvl, o.use_fabric), (false, true));
+        let o = opts(&[("MC_FORCE_MNNVL", "True")]);
+        assert_eq!(
+            (o.mnnvl, o.use_fabric),
+            (true, true),
+            "MNNVL needs fabric memory"
+        );
+        let t = NvlinkTransport::with_options(o);
+        assert!(t.capabilities().contains(Capabilities::GPU_REMOTE_HOST));
+        // Mooncake takes any value as on; te takes "False" as off, and nonsense as off too.
+        assert!(!opts(&[("MC_FORCE_MNNVL", "False")]).mnnvl);
+        assert!(!opts(&[("MC_FORCE_MNNVL", "maybe")]).mnnvl);
+    }
+
+    fn buffer_of(shm_name: &str, host: &str) -> (RemoteSegment, BufferDesc) {
+        let desc: SegmentDesc = serde_json::from_value(serde_json::json!({
+            "name": "peer:1", "protocol": "tcp", "te_host_id": host,
+            "buffers": [{"name": "cuda:0", "addr": 1 << 20, "length": 4096, "shm_name": shm_name}],
+        }))
+        .unwrap();
+        let buffer = desc.buffers[0].clone();
+        (RemoteSegment::new(1, "127.0.0.1".into(), 1, desc), buffer)
+    }
+
+    #[test]
+    fn fabric_handles_reach_other_hosts_only_under_mnnvl_and_ipc_handles_never() {
+        let name = |kind| {
+            GpuName {
+                kind,
+                device: 0,
+                offset: 0,
+                handle: [7; 64],
+            }
+            .to_string()
+        };
+        let (ipc, fabric) = (
+            name(HandleKind::Ipc),
+            name(HandleKind::Fabric { size: 2 << 20 }),
+        );
+        let here = te_core::segment::host_id();
+        let plain = NvlinkTransport::with_options(NvlinkOptions::from_lookup(|_| None));
+        let mnnvl = NvlinkTransport::with_options(NvlinkOptions::from_lookup(|k| {
+            (k == "MC_FORCE_MNNVL").then(|| "1".to_string())
+        }));
+        let serves = |t: &NvlinkTransport, n: &str, host: &str| {
+            let (seg, b) = buffer_of(n, host);
+            t.serves(&seg, &b)
+        };
+        for t in [&plain, &mnnvl] {
+            assert!(
+                serves(t, &ipc, here) && serves(t, &fabric, here),
+                "same host"
+            );
+            assert!(
+                !serves(t, &ipc, "another-host"),
+                "IPC handles stay on their host"
+            );
+            assert!(
+                !serves(t, "/dev/shm/te-1", here),
+                "shared memory is te-shm's"
+            );
+        }
+        assert!(!serves(&plain, &fabric, "another-host"));
+        assert!(serves(&mnnvl, &fabric, "another-host"));
     }
 }

@@ -1,7 +1,8 @@
 //! GPU paths. Without CUDA (CI), the clear-error paths run: te-nvlink will not install, GPU
 //! locations are refused, and TCP declares no GPU capability. The GPU suite is `#[ignore]`d and
 //! runs with `cargo xtask gpu` on a machine with a GPU: IPC between two processes on one GPU,
-//! host ↔ GPU copies in one process, and GPU memory over TCP staged through host memory, all
+//! fabric handles between two processes (or, on a GPU without them, the fallback of
+//! `MC_USE_FABRIC` to IPC memory), host ↔ GPU copies in one process, and GPU memory over TCP staged through host memory, all
 //! byte-verified.
 
 use std::process::Command;
@@ -79,13 +80,14 @@ fn without_cuda_gpu_paths_are_clear_errors() {
 }
 
 #[test]
-#[ignore = "helper: started by gpu_ipc_between_two_processes as the owner"]
+#[ignore = "helper: started by the two-process tests as the owner"]
 fn gpu_owner() {
     if std::env::var("TE_GPU_OWNER").is_err() {
         return;
     }
     let e = engine(true);
-    let d = DeviceBuffer::new(0, LEN).unwrap();
+    // With MC_USE_FABRIC set (by the fabric test), a fabric allocation where the GPU has them.
+    let d = NvlinkTransport::new().allocate(0, LEN).unwrap();
     d.write_at(0, &pattern(3, LEN)).unwrap();
     register_gpu(&e, &d, Permission::RemoteReadWrite);
     println!("READY {} {}", e.segment_name(), d.addr());
@@ -113,14 +115,16 @@ fn request(
     }
 }
 
-#[test]
-#[ignore = "needs a GPU: cargo xtask gpu"]
-fn gpu_ipc_between_two_processes() {
-    let (mut owner, ready) = spawn_ready(
-        Command::new(std::env::current_exe().unwrap())
-            .args(self_test_args("gpu_owner"))
-            .env("TE_GPU_OWNER", "1"),
-    );
+/// READs the owner's first half and WRITEs its second half from another process, over the
+/// handle the owner publishes (its name starts with `prefix`); the owner allocates under
+/// `MC_USE_FABRIC` when `use_fabric`, and checks the second half after the notification.
+fn between_two_processes(use_fabric: bool, prefix: &str) {
+    let mut owner_cmd = Command::new(std::env::current_exe().unwrap());
+    owner_cmd
+        .args(self_test_args("gpu_owner"))
+        .env("TE_GPU_OWNER", "1")
+        .env("MC_USE_FABRIC", if use_fabric { "1" } else { "0" });
+    let (mut owner, ready) = spawn_ready(&mut owner_cmd);
     let (name, remote) = ready.split_once(' ').unwrap();
     let remote: u64 = remote.parse().unwrap();
     let e = engine(true);
@@ -131,8 +135,8 @@ fn gpu_ipc_between_two_processes() {
         e.segment(seg).unwrap().desc().buffers[0]
             .shm_name
             .as_deref()
-            .is_some_and(|n| n.starts_with("cuda-ipc:")),
-        "published as a CUDA IPC handle"
+            .is_some_and(|n| n.starts_with(prefix)),
+        "published as {prefix}"
     );
     // READ the owner's first half, WRITE its second half.
     run(&e, request(Opcode::Read, d.addr(), seg, remote, LEN / 2));
@@ -159,6 +163,30 @@ fn gpu_ipc_between_two_processes() {
     )
     .unwrap();
     assert!(owner.wait().unwrap().success(), "the owner found the bytes");
+}
+
+#[test]
+#[ignore = "needs a GPU: cargo xtask gpu"]
+fn gpu_ipc_between_two_processes() {
+    between_two_processes(false, "cuda-ipc:");
+}
+
+#[test]
+#[ignore = "needs a GPU: cargo xtask gpu"]
+fn gpu_fabric_handles_between_two_processes() {
+    let cuda = te_core::cuda::driver().unwrap();
+    if !cuda.fabric_supported(0) {
+        // Without fabric handles, MC_USE_FABRIC falls back to legacy IPC memory, and a fabric
+        // allocation says why it cannot be made.
+        let err = DeviceBuffer::new_fabric(0, LEN).unwrap_err().to_string();
+        assert!(err.contains("fabric"), "{err}");
+        eprintln!("GPU 0 has no fabric handles: checked the fallback to legacy IPC instead");
+        between_two_processes(true, "cuda-ipc:");
+        return;
+    }
+    let d = DeviceBuffer::new_fabric(0, LEN).unwrap();
+    assert!(d.is_fabric() && d.len() >= LEN);
+    between_two_processes(true, "cuda-fabric:");
 }
 
 #[test]
