@@ -32,6 +32,9 @@ pub struct Flags {
     pub file_path: String,
     /// `classic` (te-core's engine) or `tent` (te-tent's runtime, with tebench's sweeps).
     pub backend: String,
+    /// Buffers in GPU memory (`--use_vram`) on device `--gpu_id`.
+    pub use_vram: bool,
+    pub gpu_id: u32,
     /// tebench's power-of-two sweeps (`--start_block_size`/`--max_block_size`, `..._batch_size`,
     /// `..._num_threads`); each defaults to the single value of its classic flag.
     pub sweep: Sweep,
@@ -68,7 +71,7 @@ const BOOLS: [&str; 6] = [
     "init_mem",
 ];
 /// Mooncake flags accepted for compatibility; they select hardware te-bench does not drive yet.
-const IGNORED: [&str; 2] = ["init_mem", "gpu_id"];
+const IGNORED: [&str; 1] = ["init_mem"];
 
 pub const USAGE: &str =
     "usage: te-bench [--mode=initiator|target|topology|engine] [--loopback] [--metadata_server=P2PHANDSHAKE]
@@ -76,9 +79,11 @@ pub const USAGE: &str =
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
   [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery] [--file_path=te-bench.dat]
+  [--use_vram --gpu_id=0] (buffers in GPU memory: tcp stages them, rdma registers them by dma-buf, nvlink copies them)
   [--backend=classic|tent] [--start_block_size=N --max_block_size=N] [--start_batch_size=N --max_batch_size=N]
   [--start_num_threads=N --max_num_threads=N] (tent: power-of-two sweeps, one row per case)
-protocols: tcp (any host), rdma (verbs devices, --device_name=mlx5_0,mlx5_1), shm (same host), cxl (a DAX device, MC_CXL_DEV_PATH; a stand-in file
+protocols: tcp (any host), rdma (verbs devices, --device_name=mlx5_0,mlx5_1), nvlink (GPU memory, --use_vram; same host, or the
+  NVLink domain with MC_FORCE_MNNVL), shm (same host), cxl (a DAX device, MC_CXL_DEV_PATH; a stand-in file
   is made for --loopback without it), uring and bufio (a file segment at --file_path; no target)";
 
 fn number<T: std::str::FromStr>(name: &str, v: &str) -> Result<T, String> {
@@ -142,6 +147,8 @@ impl Flags {
             auto_discovery: bool_of("auto_discovery", take("auto_discovery", "true"))?,
             file_path: take("file_path", "te-bench.dat"),
             backend: String::new(),
+            use_vram: bool_of("use_vram", take("use_vram", "false"))?,
+            gpu_id: 0,
             sweep: Sweep {
                 block: (0, 0),
                 batch: (0, 0),
@@ -152,14 +159,13 @@ impl Flags {
         if backend != "classic" && backend != "tent" {
             return Err(format!("--backend={backend}: expected classic or tent"));
         }
-        if bool_of("use_vram", take("use_vram", "false"))? {
-            return Err("--use_vram: te-bench does not drive GPU memory yet (the GPU suite and IPC benchmark: cargo xtask gpu)".into());
-        }
+        let gpu_id = take("gpu_id", "0");
+        flags.gpu_id = gpu_id.parse().map_err(|_| {
+            format!("--gpu_id={gpu_id}: expected a device ordinal (te-bench drives one GPU per run; -1, all GPUs, is not supported)")
+        })?;
         for name in IGNORED {
             if let Some(v) = values.remove(name) {
-                tracing::warn!(
-                    "--{name}={v} is accepted for compatibility and ignored (te-bench drives no GPU memory)"
-                );
+                tracing::warn!("--{name}={v} is accepted for compatibility and ignored");
             }
         }
         let mut range = |name: &str, single: u64| -> Result<(u64, u64), String> {
@@ -221,12 +227,26 @@ impl Flags {
         }
         if !matches!(
             self.protocol.as_str(),
-            "tcp" | "shm" | "cxl" | "uring" | "bufio" | "rdma"
+            "tcp" | "shm" | "cxl" | "uring" | "bufio" | "rdma" | "nvlink"
         ) {
             return Err(format!(
-                "--protocol={}: not available in this build (tcp, rdma, shm, cxl, uring or bufio)",
+                "--protocol={}: not available in this build (tcp, rdma, nvlink, shm, cxl, uring or bufio)",
                 self.protocol
             ));
+        }
+        if self.use_vram && !matches!(self.protocol.as_str(), "tcp" | "rdma" | "nvlink") {
+            return Err(format!(
+                "--use_vram: --protocol={} moves host memory only (GPU memory: tcp, rdma or nvlink)",
+                self.protocol
+            ));
+        }
+        if self.protocol == "nvlink" && !self.use_vram {
+            return Err("--protocol=nvlink moves GPU memory: add --use_vram".into());
+        }
+        if self.use_vram && self.backend == "tent" {
+            return Err(
+                "--use_vram: the tent bench moves host memory only; use --backend=classic".into(),
+            );
         }
         if self.is_file() && self.mode == "target" {
             return Err(format!(
@@ -262,6 +282,11 @@ impl Flags {
     /// Whether the target is a file segment (`uring`, `bufio`).
     pub fn is_file(&self) -> bool {
         matches!(self.protocol.as_str(), "uring" | "bufio")
+    }
+
+    /// The GPU the run's buffers live on, for `--use_vram`.
+    pub fn gpu(&self) -> Option<u32> {
+        self.use_vram.then_some(self.gpu_id)
     }
 
     /// `--device_name`'s names, trimmed, empty ones dropped.
@@ -319,6 +344,15 @@ mod tests {
             ("eth0,eth1", "/tmp/m.json")
         );
         assert_eq!(f.working_set(), 64 << 20);
+        assert_eq!(f.gpu(), None);
+        let f = parse(&[
+            "--loopback",
+            "--use_vram",
+            "--gpu_id=1",
+            "--protocol=nvlink",
+        ])
+        .unwrap();
+        assert_eq!(f.gpu(), Some(1));
         let f = parse(&["--protocol=uring", "--file_path=/tmp/x"]).unwrap();
         assert!(f.is_file() && f.segment_id.is_empty());
         let f = parse(&[
@@ -352,7 +386,16 @@ mod tests {
             (&["--mode=initiator"], "segment_id"),
             (&["--segment_id=x", "--report_unit=parsecs"], "report_unit"),
             (&["--segment_id=x", "--threads=0"], "positive"),
-            (&["--segment_id=x", "--use_vram"], "use_vram"),
+            (
+                &["--segment_id=x", "--use_vram", "--protocol=shm"],
+                "host memory only",
+            ),
+            (&["--segment_id=x", "--protocol=nvlink"], "add --use_vram"),
+            (
+                &["--segment_id=x", "--use_vram", "--gpu_id=-1"],
+                "one GPU per run",
+            ),
+            (&["--loopback", "--use_vram", "--backend=tent"], "classic"),
             (&["--segment_id=x", "--backend=nccl"], "backend"),
             (
                 &[

@@ -9,19 +9,18 @@
 
 mod engine_bench;
 mod flags;
+mod memory;
 mod pattern;
 mod report;
 mod tent_bench;
 mod transports;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flags::Flags;
-use te_core::{
-    Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
-};
+use memory::BenchMemory;
+use te_core::{Config, Opcode, Permission, TransferEngine, TransferRequest, TransferState};
 use transports::start_engine;
 
 pub(crate) const TARGET_SEED: u64 = 0x7e7a_0001;
@@ -46,16 +45,17 @@ fn init_logging(level: te_core::config::LogLevel) {
         .init();
 }
 
-fn start_target(config: Config, flags: &Flags) -> BenchResult<(TransferEngine, Arc<HostBuffer>)> {
+fn start_target(config: Config, flags: &Flags) -> BenchResult<(TransferEngine, BenchMemory)> {
     let (engine, installed) = start_engine(config, flags, &flags.local_server_name)?;
     let size = target_size(flags) as usize;
-    // Shared memory or CXL device memory, so initiators on this host (or device) can map it.
-    let buffer = installed.allocate(size)?;
+    // Shared memory or CXL device memory, so initiators on this host (or device) can map it;
+    // GPU memory for --use_vram.
+    let buffer = installed.allocate(size, flags.gpu())?;
     if flags.verify {
-        pattern::fill(&buffer, TARGET_SEED, 0, size as u64);
+        pattern::fill(&buffer, TARGET_SEED, 0, size as u64)?;
     }
-    engine
-        .register_buffer(&buffer, "*", Permission::RemoteReadWrite)
+    buffer
+        .register(&engine, Permission::RemoteReadWrite)
         .map_err(|e| format!("registering the target buffer: {e}"))?;
     Ok((engine, buffer))
 }
@@ -159,10 +159,9 @@ pub(crate) fn read_back(
     segment: u64,
     remote: u64,
     len: u64,
-) -> BenchResult<Arc<HostBuffer>> {
-    let scratch = Arc::new(HostBuffer::new(len as usize).map_err(|e| e.to_string())?);
-    e.register_buffer(&scratch, "*", Permission::LocalOnly)
-        .map_err(|e| e.to_string())?;
+) -> BenchResult<BenchMemory> {
+    let scratch = BenchMemory::new(None, len as usize)?;
+    scratch.register(e, Permission::LocalOnly)?;
     let chunk = 1u64 << 20;
     let requests: Vec<_> = (0..len.div_ceil(chunk))
         .map(|i| TransferRequest {
@@ -210,11 +209,12 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
             remote.length
         ));
     }
-    let local = Arc::new(HostBuffer::new(ws as usize).map_err(|e| e.to_string())?);
+    let local = BenchMemory::new(f.gpu(), ws as usize)?;
     if f.verify && f.operation == "write" {
-        pattern::fill(&local, INITIATOR_SEED, 0, ws);
+        pattern::fill(&local, INITIATOR_SEED, 0, ws)?;
     }
-    e.register_buffer(&local, "*", Permission::LocalOnly)
+    local
+        .register(e, Permission::LocalOnly)
         .map_err(|e| format!("registering: {e}"))?;
     let Driven {
         elapsed,
@@ -225,9 +225,9 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
     let verified_bytes = if f.verify {
         let mismatch = if f.operation == "write" {
             let back = read_back(e, segment, remote.addr, ws)?;
-            pattern::first_mismatch(&back, INITIATOR_SEED, 0, ws)
+            pattern::first_mismatch(&back, INITIATOR_SEED, 0, ws)?
         } else {
-            pattern::first_mismatch(&local, TARGET_SEED, 0, ws)
+            pattern::first_mismatch(&local, TARGET_SEED, 0, ws)?
         };
         if let Some(at) = mismatch {
             return Err(format!(
@@ -251,9 +251,11 @@ fn print_report(f: &Flags, m: &Measured) {
     let rate = bytes as f64 / m.elapsed;
     let p = |q| report::percentile(&m.latencies_us, q);
     println!(
-        "te-bench: {} {}, block {} B, batch {}, {} thread(s); batch latency p50 {:.0} us, p99 {:.0} us, p999 {:.0} us",
+        "te-bench: {} {}{}, block {} B, batch {}, {} thread(s); batch latency p50 {:.0} us, p99 {:.0} us, p999 {:.0} us",
         f.protocol,
         f.operation,
+        f.gpu()
+            .map_or(String::new(), |g| format!(" (GPU {g} memory)")),
         f.block_size,
         f.batch_size,
         f.threads,
@@ -283,6 +285,7 @@ fn print_report(f: &Flags, m: &Measured) {
             "batch_count": m.batches, "bytes": bytes, "throughput_gb_s": rate / 1e9,
             "batch_latency_us": {"p50": p(0.5), "p99": p(0.99), "p999": p(0.999)},
             "verified_bytes": m.verified_bytes, "loopback": f.loopback,
+            "gpu": f.gpu(),
             "includes": "batch allocate/free, submit, slicing, transfer, completion wait, lane connection set-up in the first batch",
             "excludes": "engine start, registration, segment open, verification",
         });

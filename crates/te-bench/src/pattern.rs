@@ -1,7 +1,8 @@
 //! The verification pattern: byte `o` of a buffer is a function of a seed and `o` alone, so both
 //! sides of a transfer know what every byte must be.
 
-use te_core::HostBuffer;
+use crate::BenchResult;
+use crate::memory::BenchMemory;
 
 const CHUNK: usize = 1 << 20;
 
@@ -27,30 +28,41 @@ pub fn bytes(seed: u64, offset: u64, len: usize) -> Vec<u8> {
 }
 
 /// Writes the pattern over `[offset, offset+len)` of `buf`.
-pub fn fill(buf: &HostBuffer, seed: u64, offset: u64, len: u64) {
+///
+/// # Errors
+/// The range is outside the buffer, or a GPU copy failed.
+pub fn fill(buf: &BenchMemory, seed: u64, offset: u64, len: u64) -> BenchResult<()> {
     let mut at = offset;
     while at < offset + len {
         let step = CHUNK.min((offset + len - at) as usize);
-        buf.write_at(at as usize, &bytes(seed, at, step))
-            .expect("pattern range inside the buffer");
+        buf.write_at(at as usize, &bytes(seed, at, step))?;
         at += step as u64;
     }
+    Ok(())
 }
 
 /// The first offset in `[offset, offset+len)` whose byte differs from the pattern.
-pub fn first_mismatch(buf: &HostBuffer, seed: u64, offset: u64, len: u64) -> Option<u64> {
+///
+/// # Errors
+/// The bytes could not be read (never taken as a match).
+pub fn first_mismatch(
+    buf: &BenchMemory,
+    seed: u64,
+    offset: u64,
+    len: u64,
+) -> BenchResult<Option<u64>> {
     let mut at = offset;
     let mut got = vec![0u8; CHUNK];
     while at < offset + len {
         let step = CHUNK.min((offset + len - at) as usize);
-        buf.read_at(at as usize, &mut got[..step]).ok()?;
+        buf.read_at(at as usize, &mut got[..step])?;
         let want = bytes(seed, at, step);
         if let Some(i) = got[..step].iter().zip(&want).position(|(a, b)| a != b) {
-            return Some(at + i as u64);
+            return Ok(Some(at + i as u64));
         }
         at += step as u64;
     }
-    None
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -61,11 +73,14 @@ mod tests {
     fn pattern_is_positional_and_detects_a_flipped_byte() {
         assert_eq!(bytes(1, 5, 10), bytes(1, 0, 15)[5..].to_vec());
         assert_ne!(bytes(1, 0, 64), bytes(2, 0, 64));
-        let b = HostBuffer::new(3 << 20).unwrap();
-        fill(&b, 9, 3, (3 << 20) - 3);
-        assert_eq!(first_mismatch(&b, 9, 3, (3 << 20) - 3), None);
+        let b = BenchMemory::new(None, 3 << 20).unwrap();
+        fill(&b, 9, 3, (3 << 20) - 3).unwrap();
+        assert_eq!(first_mismatch(&b, 9, 3, (3 << 20) - 3), Ok(None));
         b.write_at(2_000_001, &[!bytes(9, 2_000_001, 1)[0]])
             .unwrap();
-        assert_eq!(first_mismatch(&b, 9, 3, (3 << 20) - 3), Some(2_000_001));
+        assert_eq!(first_mismatch(&b, 9, 3, (3 << 20) - 3), Ok(Some(2_000_001)));
+        // A range it cannot read is an error, not a match.
+        assert!(first_mismatch(&b, 9, 3 << 20, 8).is_err());
+        assert!(fill(&b, 9, 3 << 20, 8).is_err());
     }
 }

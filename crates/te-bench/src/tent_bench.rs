@@ -172,8 +172,9 @@ pub(crate) fn run(config: Config, f: &Flags, target: &str) -> BenchResult<()> {
         ));
     }
     let local = Arc::new(HostBuffer::new(ws as usize).map_err(|e| e.to_string())?);
+    let view = crate::memory::BenchMemory::Host(local.clone());
     if f.verify && f.operation == "write" {
-        pattern::fill(&local, crate::INITIATOR_SEED, 0, ws);
+        pattern::fill(&view, crate::INITIATOR_SEED, 0, ws)?;
     }
     let private = MemoryOptions {
         permission: Permission::LocalOnly,
@@ -208,7 +209,7 @@ pub(crate) fn run(config: Config, f: &Flags, target: &str) -> BenchResult<()> {
     }
     if f.verify && f.operation == "write" {
         let back = crate::read_back(t.core(), segment, remote.addr, ws)?;
-        if let Some(at) = pattern::first_mismatch(&back, crate::INITIATOR_SEED, 0, ws) {
+        if let Some(at) = pattern::first_mismatch(&back, crate::INITIATOR_SEED, 0, ws)? {
             return Err(format!("verification failed at byte {at} of the target"));
         }
         eprintln!("te-bench tent: verified {ws} bytes written");
@@ -216,7 +217,7 @@ pub(crate) fn run(config: Config, f: &Flags, target: &str) -> BenchResult<()> {
     if f.verify && f.operation == "read" {
         // The last case read the largest span; the pattern must be there.
         let span = f.sweep.block.1 * f.sweep.batch.1 as u64 * f.sweep.threads.1 as u64;
-        if let Some(at) = pattern::first_mismatch(&local, crate::TARGET_SEED, 0, span) {
+        if let Some(at) = pattern::first_mismatch(&view, crate::TARGET_SEED, 0, span)? {
             return Err(format!("verification failed at byte {at}"));
         }
         eprintln!("te-bench tent: verified {span} bytes read");

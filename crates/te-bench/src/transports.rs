@@ -1,6 +1,6 @@
 //! Which transports a run installs for `--protocol`, and the memory or file its target is:
 //! te-rdma alone for `rdma` (on `--device_name`'s verbs devices, or all); otherwise TCP (other
-//! hosts); te-shm for `shm`; te-cxl for `cxl` (with a
+//! hosts); te-nvlink for `nvlink` (GPU memory); te-shm for `shm`; te-cxl for `cxl` (with a
 //! stand-in device in `/dev/shm` for `--loopback` when `MC_CXL_DEV_PATH` is unset); te-uring's
 //! io_uring or buffered-I/O transport for `uring` / `bufio`, whose target is a file.
 
@@ -14,6 +14,7 @@ use te_tcp::TcpTransport;
 use te_uring::{BufIoTransport, FileOptions, UringTransport};
 
 use crate::flags::Flags;
+use crate::memory::BenchMemory;
 use crate::{BenchResult, TARGET_SEED, pattern};
 
 /// Transports installed beside TCP that allocate target memory.
@@ -23,13 +24,15 @@ pub(crate) struct Installed {
 }
 
 impl Installed {
-    /// The target's buffer: shared memory, CXL device memory, or the heap.
-    pub(crate) fn allocate(&self, size: usize) -> BenchResult<Arc<HostBuffer>> {
-        match (&self.shm, &self.cxl) {
-            (Some(shm), _) => shm.allocate(size).map_err(|e| e.to_string()),
-            (_, Some(cxl)) => cxl.allocate(size).map_err(|e| e.to_string()),
-            _ => Ok(Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?)),
-        }
+    /// The target's buffer: GPU memory (`gpu`), shared memory, CXL device memory, or the heap.
+    pub(crate) fn allocate(&self, size: usize, gpu: Option<u32>) -> BenchResult<BenchMemory> {
+        let host = match (gpu, &self.shm, &self.cxl) {
+            (Some(_), _, _) => return BenchMemory::new(gpu, size),
+            (_, Some(shm), _) => shm.allocate(size).map_err(|e| e.to_string())?,
+            (_, _, Some(cxl)) => cxl.allocate(size).map_err(|e| e.to_string())?,
+            _ => Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?),
+        };
+        Ok(BenchMemory::Host(host))
     }
 }
 
@@ -69,6 +72,7 @@ pub(crate) fn start_engine(
     }
     install(Arc::new(TcpTransport::new()))?;
     match flags.protocol.as_str() {
+        "nvlink" => install(Arc::new(te_nvlink::NvlinkTransport::new()))?,
         "shm" => {
             let shm = Arc::new(ShmTransport::default());
             install(shm.clone())?;

@@ -1,6 +1,7 @@
 //! te-bench end to end for every protocol it offers, each with `--verify` (every byte of the
 //! working set compared after the run): TCP and shm and CXL (stand-in device) in loopback, and
-//! the io_uring and buffered-I/O file transports against a real file.
+//! the io_uring and buffered-I/O file transports against a real file; GPU memory
+//! (`--use_vram`) over TCP and nvlink where a GPU is, its clear refusal where none is.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -60,6 +61,40 @@ fn file_protocols_verify_against_a_file() {
         }
         assert!(std::fs::metadata(&file).unwrap().len() >= 4 << 20);
         std::fs::remove_file(&file).unwrap();
+    }
+}
+
+#[test]
+fn gpu_memory_runs_verify_or_say_what_is_missing() {
+    for protocol in ["tcp", "nvlink"] {
+        for op in ["write", "read"] {
+            let args = [
+                "--loopback",
+                "--use_vram",
+                "--gpu_id=0",
+                &format!("--protocol={protocol}"),
+                &format!("--operation={op}"),
+                "--block_size=1048576",
+                "--batch_size=4",
+            ];
+            if te_core::cuda::driver().is_ok() {
+                let text = bench(&args);
+                assert!(text.contains("(GPU 0 memory)"), "{text}");
+                continue;
+            }
+            let out = Command::new(env!("CARGO_BIN_EXE_te-bench"))
+                .args(args)
+                .args(["--duration=0.3", "--verify"])
+                .env("MC_LOG_LEVEL", "WARNING")
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{protocol} {op} without a GPU");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("GPU") && err.contains("libcuda"),
+                "{protocol} {op}: names what is missing: {err}"
+            );
+        }
     }
 }
 
