@@ -28,7 +28,7 @@ const FEATURE_MATRIX: [(&str, &[&str]); 9] = [
     ("te-uring", &["--no-default-features", "--lib"]),
     ("te-metadata", &["--features", "etcd"]),
     ("te-tent", &["--no-default-features"]),
-    ("te-tent", &["--features", "rdma"]),
+    ("te-tent", &["--features", "rdma,nvlink"]),
     ("te-tcp", &[]),
     ("te-bench", &["--no-default-features"]),
 ];

@@ -216,7 +216,29 @@ impl TentEngine {
                 .and_then(|t| t.devices.clone());
             self.install_transport(Arc::new(te_rdma::RdmaTransport::new(o)))?;
         }
+        #[cfg(feature = "nvlink")]
+        self.install_nvlink()?;
         Ok(())
+    }
+
+    /// te-nvlink, where a CUDA driver is (a machine without a GPU runs without it). TENT's
+    /// `transports/mnnvl` enabled lets fabric handles serve other hosts, as `MC_FORCE_MNNVL`.
+    #[cfg(feature = "nvlink")]
+    fn install_nvlink(&mut self) -> Result<()> {
+        let config = &self.inner.config;
+        if !config.enabled("nvlink") {
+            return Ok(());
+        }
+        if let Err(e) = te_core::cuda::driver() {
+            info!(reason = %e, "nvlink not installed");
+            return Ok(());
+        }
+        let mut o = te_nvlink::NvlinkOptions::from_env();
+        if config.transports.get("mnnvl").and_then(|t| t.enable) == Some(true) {
+            o.mnnvl = true;
+            o.use_fabric = true;
+        }
+        self.install_transport(Arc::new(te_nvlink::NvlinkTransport::with_options(o)))
     }
 
     /// Installs `transport` (its capabilities join the matrix).

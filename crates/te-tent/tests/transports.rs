@@ -209,6 +209,17 @@ fn gpu_located_memory_is_staged_through_host_memory() {
     // Stage in 1 MiB chunks; only TCP (host memory) reaches the target.
     let init =
         tent(r#"{"transports": {"shm": {"enable": false}}, "staging": {"chunk_size": 1048576}}"#);
+    let gpu_capable = init
+        .core()
+        .transport_capabilities()
+        .iter()
+        .any(|(_, c)| c.contains(Capabilities::GPU_REMOTE_HOST));
+    if gpu_capable {
+        // A machine with CUDA: TCP moves GPU memory itself, so nothing is staged here (the GPU
+        // suite, `cargo xtask gpu`, covers that machine).
+        eprintln!("a CUDA driver is present: staging through a stand-in copy engine not checked");
+        return;
+    }
     let gpu = Arc::new(HostBuffer::new(LEN).unwrap());
     let gpu_mem = MemoryOptions {
         location: "cuda:0".into(),
@@ -250,4 +261,25 @@ fn gpu_located_memory_is_staged_through_host_memory() {
         gpu.to_vec(0, len as usize).unwrap() == pattern(21, LEN)[3..3 + len as usize],
         "staged read: bytes differ"
     );
+}
+
+#[cfg(feature = "nvlink")]
+#[test]
+fn nvlink_is_installed_where_a_cuda_driver_is_unless_disabled() {
+    let names = |t: &TentEngine| -> Vec<&'static str> {
+        t.core()
+            .transport_capabilities()
+            .iter()
+            .map(|(n, _)| *n)
+            .collect()
+    };
+    let installed = names(&tent("{}"));
+    assert_eq!(
+        installed.contains(&"nvlink"),
+        te_core::cuda::driver().is_ok(),
+        "{installed:?}"
+    );
+    assert!(installed.contains(&"tcp"), "the rest install either way");
+    let disabled = names(&tent(r#"{"transports": {"nvlink": {"enable": false}}}"#));
+    assert!(!disabled.contains(&"nvlink"), "{disabled:?}");
 }
