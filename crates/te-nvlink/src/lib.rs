@@ -7,7 +7,8 @@
 //!   `shm_name` (as Mooncake's nvlink transport does): `cuMemAlloc` memory as a legacy CUDA IPC
 //!   handle (`cuda-ipc:…`, same host), memory allocated with the fabric handle type
 //!   ([`NvlinkTransport::allocate`] under `MC_USE_FABRIC` or `MC_FORCE_MNNVL`) as a fabric
-//!   handle (`cuda-fabric:…`, TENT's MNNVL: any host of the NVLink domain).
+//!   handle (`cuda-fabric:…`, TENT's MNNVL: any host of the NVLink domain). Memory it cannot
+//!   export stays registered for the other transports, without a handle (a warning says why).
 //! - A peer opens (IPC) or imports and maps (fabric) the handle once per buffer and copies with
 //!   `cuMemcpy` on the local buffer's device: below `MC_TE_NVLINK_ASYNC_THRESHOLD` (default
 //!   1 MiB) directly, above it queued on the worker's stream and completed when the stream's
@@ -223,6 +224,43 @@ fn remote_address(opened: &Opened, own: bool, op: &SliceOp) -> Result<(u64, u32)
     Ok((base + name.offset + into, name.device))
 }
 
+/// The published name of a GPU region: its allocation's fabric handle when it has one, else a
+/// legacy IPC handle.
+fn export(region: &Region) -> te_core::Result<GpuName> {
+    let cuda = te_core::cuda::driver()?;
+    let addr = region.addr();
+    let device = cuda.device_of(addr).ok_or_else(|| {
+        te_core::Error::InvalidArgument(format!(
+            "{addr:#x} is registered as {} but is not GPU memory",
+            region.location()
+        ))
+    })?;
+    let name = match cuda.fabric_export(addr)? {
+        Some(x) => GpuName {
+            kind: HandleKind::Fabric { size: x.size },
+            device,
+            offset: x.offset,
+            handle: x.handle,
+        },
+        None => {
+            let (handle, offset) = cuda.ipc_handle(addr)?;
+            GpuName {
+                kind: HandleKind::Ipc,
+                device,
+                offset,
+                handle,
+            }
+        }
+    };
+    match name.holds(region.len()) {
+        true => Ok(name),
+        false => Err(te_core::Error::InvalidArgument(format!(
+            "{addr:#x}+{} runs past its GPU allocation",
+            region.len()
+        ))),
+    }
+}
+
 fn close(cuda: &Cuda, m: Mapping) {
     match m.kind {
         HandleKind::Ipc => cuda.ipc_close(m.base),
@@ -293,41 +331,20 @@ impl Transport for NvlinkTransport {
         let Location::Cuda(_) = region.location() else {
             return Ok(());
         };
-        let cuda = te_core::cuda::driver()?;
-        let addr = region.addr();
-        let device = cuda.device_of(addr).ok_or_else(|| {
-            te_core::Error::InvalidArgument(format!(
-                "{addr:#x} is registered as {} but is not GPU memory",
-                region.location()
-            ))
-        })?;
-        let name = match cuda.fabric_export(addr)? {
-            Some(x) => GpuName {
-                kind: HandleKind::Fabric { size: x.size },
-                device,
-                offset: x.offset,
-                handle: x.handle,
-            },
-            None => {
-                let (handle, offset) = cuda.ipc_handle(addr)?;
-                GpuName {
-                    kind: HandleKind::Ipc,
-                    device,
-                    offset,
-                    handle,
-                }
+        // Memory this transport cannot export stays registered for the others (te-rdma's
+        // dma-buf, te-tcp's staging): nvlink just publishes no handle for it, and says why.
+        match export(region) {
+            Ok(name) => {
+                self.exported
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(region.addr(), name);
             }
-        };
-        if !name.holds(region.len()) {
-            return Err(te_core::Error::InvalidArgument(format!(
-                "{addr:#x}+{} runs past its GPU allocation",
-                region.len()
-            )));
+            Err(why) => warn!(
+                addr = format_args!("{:#x}", region.addr()),
+                "nvlink publishes no handle for this region: {why}"
+            ),
         }
-        self.exported
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(addr, name);
         Ok(())
     }
 
@@ -470,5 +487,28 @@ mod tests {
         }
         assert!(!serves(&plain, &fabric, "another-host"));
         assert!(serves(&mnnvl, &fabric, "another-host"));
+    }
+
+    #[test]
+    fn memory_it_cannot_export_stays_registered_without_a_handle() {
+        // Host memory labelled as a GPU's (or any GPU memory on a machine where export fails):
+        // registration succeeds for the other transports, and nvlink publishes nothing for it.
+        let host = vec![0u8; 4096];
+        let region = Arc::new(Region::new(
+            host.as_ptr() as u64,
+            4096,
+            Location::Cuda(0),
+            te_core::Permission::RemoteReadWrite,
+            None,
+        ));
+        let t = NvlinkTransport::with_options(NvlinkOptions::from_lookup(|_| None));
+        t.register(&region).unwrap();
+        let mut desc: SegmentDesc = serde_json::from_value(serde_json::json!({
+            "name": "me:1", "protocol": "tcp",
+            "buffers": [{"name": "cuda:0", "addr": host.as_ptr() as u64, "length": 4096}],
+        }))
+        .unwrap();
+        t.describe(&mut desc);
+        assert_eq!(desc.buffers[0].shm_name, None);
     }
 }

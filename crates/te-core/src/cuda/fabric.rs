@@ -42,26 +42,51 @@ fn allocation_prop(device: u32) -> sys::CUmemAllocationProp {
     prop
 }
 
-/// Grants every device of this process read-write access to `[ptr, ptr+size)`.
-fn grant_access(devices: i32, ptr: u64, size: usize) -> Result<()> {
-    let descs: Vec<sys::CUmemAccessDesc> = (0..devices)
-        .map(|id| sys::CUmemAccessDesc {
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id,
-            },
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        })
-        .collect();
-    // SAFETY: `[ptr, ptr+size)` is a range this module mapped; `descs` lives across the call.
-    gpu("access to a mapping", unsafe {
-        sys::cuMemSetAccess(ptr, size, descs.as_ptr(), descs.len())
-    })
+fn access_to(id: i32) -> sys::CUmemAccessDesc {
+    sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id,
+        },
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    }
 }
 
-/// Maps `handle` (size `size`) at a fresh reservation; releases the handle either way (the
-/// mapping keeps the memory).
-fn map_handle(cuda: &Cuda, handle: u64, size: usize, align: usize) -> Result<u64> {
+/// Grants read-write access to `[ptr, ptr+size)`: to `device` alone, or (`None`) to every
+/// device of this process that can reach it — all at once, else one by one, failing only when
+/// none can.
+fn grant_access(devices: i32, device: Option<u32>, ptr: u64, size: usize) -> Result<()> {
+    let set = |descs: &[sys::CUmemAccessDesc]| {
+        // SAFETY: `[ptr, ptr+size)` is a range this module mapped; `descs` lives across the call.
+        gpu("access to a mapping", unsafe {
+            sys::cuMemSetAccess(ptr, size, descs.as_ptr(), descs.len())
+        })
+    };
+    if let Some(d) = device {
+        return set(&[access_to(d as i32)]);
+    }
+    let all: Vec<_> = (0..devices).map(access_to).collect();
+    let Err(e) = set(&all) else {
+        return Ok(());
+    };
+    match all
+        .iter()
+        .filter(|d| set(std::slice::from_ref(d)).is_ok())
+        .count()
+    {
+        0 => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Maps `handle` (size `size`) at a fresh reservation, accessible from `device` (or every
+/// device that can reach it); releases the handle either way (the mapping keeps the memory).
+fn map_handle(
+    cuda: &Cuda,
+    handle: u64,
+    (size, align): (usize, usize),
+    device: Option<u32>,
+) -> Result<u64> {
     let mut ptr = 0u64;
     // SAFETY: a valid out-pointer; no fixed address is asked for.
     let reserved = gpu("address reservation", unsafe {
@@ -73,7 +98,7 @@ fn map_handle(cuda: &Cuda, handle: u64, size: usize, align: usize) -> Result<u64
     });
     // SAFETY: the handle is ours to release once; a mapping holds its own reference.
     let _ = unsafe { sys::cuMemRelease(handle) };
-    let granted = mapped.and_then(|()| grant_access(cuda.devices, ptr, size));
+    let granted = mapped.and_then(|()| grant_access(cuda.devices, device, ptr, size));
     if let Err(e) = granted {
         if ptr != 0 {
             unmap(ptr, size);
@@ -181,7 +206,7 @@ impl Cuda {
     }
 
     /// Imports a peer's fabric handle and maps its `size` bytes here, accessible from every
-    /// device: the mapping's address. Undo with [`fabric_close`](Self::fabric_close).
+    /// device that can reach it: the mapping's address. Undo with [`fabric_close`](Self::fabric_close).
     ///
     /// # Errors
     /// `size` is zero or over [`MAX_FABRIC_MAPPING`], or the driver refused (not in the
@@ -206,7 +231,7 @@ impl Cuda {
                 )
             },
         )?;
-        map_handle(self, imported, size as usize, 0)
+        map_handle(self, imported, (size as usize, 0), None)
     }
 
     /// Unmaps what [`fabric_import`](Self::fabric_import) mapped.
@@ -246,7 +271,7 @@ impl DeviceBuffer {
         gpu("fabric allocation", unsafe {
             sys::cuMemCreate(&mut handle, size, &prop, 0)
         })?;
-        let ptr = map_handle(cuda, handle, size, granularity)?;
+        let ptr = map_handle(cuda, handle, (size, granularity), Some(device))?;
         Ok(DeviceBuffer::mapped(ptr, size, device))
     }
 }
