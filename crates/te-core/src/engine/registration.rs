@@ -65,6 +65,24 @@ impl TransferEngine {
         self.publish()
     }
 
+    /// Registers memory `owner` keeps allocated; the region holds `owner` until unregistered.
+    fn register_owned(
+        &self,
+        (addr, len): (u64, usize),
+        location: &str,
+        permission: Permission,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Result<()> {
+        let location = self.resolve_location(addr, location)?;
+        self.register_regions(vec![Region::new(
+            addr,
+            len as u64,
+            location,
+            permission,
+            Some(owner),
+        )])
+    }
+
     /// Registers a te-owned buffer; the engine keeps it alive until it is unregistered.
     ///
     /// # Errors
@@ -75,16 +93,8 @@ impl TransferEngine {
         location: &str,
         permission: Permission,
     ) -> Result<()> {
-        let addr = buffer.addr();
-        let location = self.resolve_location(addr, location)?;
-        let owner: Arc<dyn std::any::Any + Send + Sync> = buffer.clone();
-        self.register_regions(vec![Region::new(
-            addr,
-            buffer.len() as u64,
-            location,
-            permission,
-            Some(owner),
-        )])
+        let owner = buffer.clone();
+        self.register_owned((buffer.addr(), buffer.len()), location, permission, owner)
     }
 
     /// Registers te-owned device memory (feature `cuda`); the engine keeps it alive until it
@@ -99,16 +109,8 @@ impl TransferEngine {
         location: &str,
         permission: Permission,
     ) -> Result<()> {
-        let addr = buffer.addr();
-        let location = self.resolve_location(addr, location)?;
-        let owner: Arc<dyn std::any::Any + Send + Sync> = buffer.clone();
-        self.register_regions(vec![Region::new(
-            addr,
-            buffer.len() as u64,
-            location,
-            permission,
-            Some(owner),
-        )])
+        let owner = buffer.clone();
+        self.register_owned((buffer.addr(), buffer.len()), location, permission, owner)
     }
 
     /// Registers `[addr, addr+len)` (Mooncake's `registerLocalMemory`).
