@@ -118,6 +118,12 @@ fn file_for(files: &Files, op: &SliceOp) -> Result<Arc<GdsFile>, SliceError> {
 
 fn execute(files: &Files, op: &SliceOp) -> Result<(), SliceError> {
     let file = file_for(files, op)?;
+    // cuFile moves device memory in the current context: the buffer's device's, on this worker.
+    let cuda = te_core::cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
+    if let Some(device) = cuda.device_of(op.local_addr) {
+        cuda.make_current(device)
+            .map_err(|e| SliceError::LocalPath(e.to_string()))?;
+    }
     let write = op.opcode == Opcode::Write;
     let mut done = 0u64;
     while done < op.len {

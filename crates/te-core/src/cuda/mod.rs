@@ -123,6 +123,15 @@ impl Cuda {
         r.result().ok().and_then(|()| u32::try_from(ordinal).ok())
     }
 
+    /// Makes device `device`'s primary context current on this thread, for libraries that
+    /// expect one (cuFile).
+    ///
+    /// # Errors
+    /// The driver refused the device.
+    pub fn make_current(&self, device: u32) -> Result<()> {
+        use_device(device as i32)
+    }
+
     /// Copies `len` bytes from `src` to `dst` (host or device, either way) and waits.
     ///
     /// # Safety
