@@ -1,10 +1,17 @@
 //! The operating-system queries te-core needs, each a thin wrapper over one libc call:
-//! the NUMA node of a page (`move_pages` in query mode) and the IPv4/IPv6 addresses of the
-//! network interfaces (`getifaddrs`). Nothing here decides anything; callers choose.
+//! the NUMA node of a page (`move_pages` in query mode), the host page size (`sysconf`) and
+//! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`). Nothing here decides anything; callers choose.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The host page size in bytes (4096 where the system does not say).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+}
 
 /// The NUMA node holding the page at `addr`, or `None` when the kernel cannot say
 /// (page not yet touched, no NUMA support).

@@ -288,14 +288,15 @@ impl Nic {
         permission: Permission,
     ) -> Result<Mr, String> {
         let cuda = te_core::cuda::driver().map_err(|e| e.to_string())?;
-        let fd = cuda
+        let (fd, offset) = cuda
             .dmabuf_fd(addr, len as usize)
             .map_err(|e| format!("{}: GPU memory {addr:#x}+{len}: {e}", self.name))?;
-        // SAFETY: `fd` is a dma-buf the driver just exported for exactly this range (offset 0,
-        // iova = its address); the caller keeps the memory allocated while the MR lives.
+        // SAFETY: `fd` is a dma-buf the driver just exported for the pages holding this range,
+        // which starts `offset` bytes in (iova = its address); the caller keeps the memory
+        // allocated while the MR lives.
         let mr = unsafe {
             self.pd
-                .reg_dmabuf_mr(0, len as usize, addr, fd, access_of(permission))
+                .reg_dmabuf_mr(offset, len as usize, addr, fd, access_of(permission))
         };
         // SAFETY: the registration holds its own reference to the dma-buf; ours is closed.
         unsafe { libc::close(fd) };

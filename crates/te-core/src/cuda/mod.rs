@@ -233,32 +233,46 @@ impl Cuda {
         let _ = unsafe { sys::cuIpcCloseMemHandle(ptr) };
     }
 
-    /// A dma-buf file descriptor for `[addr, addr+len)` of device memory (for
-    /// `ibv_reg_dmabuf_mr`); the caller closes it.
+    /// A dma-buf file descriptor covering `[addr, addr+len)` of device memory (for
+    /// `ibv_reg_dmabuf_mr`), and `addr`'s offset in it: the driver exports whole host pages,
+    /// so the range is widened to page boundaries. The caller closes the descriptor.
     ///
     /// # Errors
     /// The driver or kernel lacks dma-buf export (the message says so).
-    pub fn dmabuf_fd(&self, addr: u64, len: usize) -> Result<i32> {
+    pub fn dmabuf_fd(&self, addr: u64, len: usize) -> Result<(i32, u64)> {
         let device = self
             .device_of(addr)
             .ok_or_else(|| Error::InvalidArgument(format!("{addr:#x} is not GPU memory")))?;
         use_device(device as i32)?;
+        let (start, size) = page_span(addr, len as u64, crate::sys::page_size())?;
         let mut fd: i32 = -1;
         gpu(
             "dma-buf export (needs a driver and kernel with dma-buf)",
-            // SAFETY: a valid out-pointer of the handle type's size (an int fd).
+            // SAFETY: a valid out-pointer of the handle type's size (an int fd); the range is
+            // page-aligned as the call requires, and the driver checks it is device memory.
             unsafe {
                 sys::cuMemGetHandleForAddressRange(
                     (&mut fd as *mut i32).cast(),
-                    addr,
-                    len,
+                    start,
+                    size as usize,
                     sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
                     0,
                 )
             },
         )?;
-        Ok(fd)
+        Ok((fd, addr - start))
     }
+}
+
+/// `[addr, addr+len)` widened to whole pages of `page` bytes: (start, size).
+fn page_span(addr: u64, len: u64, page: u64) -> Result<(u64, u64)> {
+    let page = page.max(1);
+    let start = addr - addr % page;
+    let end = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_next_multiple_of(page))
+        .ok_or_else(|| Error::InvalidArgument(format!("{addr:#x}+{len} overflows")))?;
+    Ok((start, end - start))
 }
 
 /// Page-locked host memory (`cuMemHostAlloc`): the staging buffers GPU slices bounce through,
@@ -449,6 +463,18 @@ impl Drop for DeviceBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dma_buf_ranges_cover_whole_pages() {
+        assert_eq!(page_span(0x10000, 0x2000, 4096).unwrap(), (0x10000, 0x2000));
+        assert_eq!(page_span(0x10010, 0x10, 4096).unwrap(), (0x10000, 0x1000));
+        assert_eq!(page_span(0x10ff0, 0x20, 4096).unwrap(), (0x10000, 0x2000));
+        assert_eq!(
+            page_span(0x10001, 0xffff, 65536).unwrap(),
+            (0x10000, 0x10000)
+        );
+        assert!(page_span(u64::MAX - 10, 100, 4096).is_err());
+    }
 
     #[test]
     fn without_a_driver_gpu_paths_say_so() {
