@@ -105,22 +105,16 @@ impl GpuName {
     }
 }
 
-/// A copy on `device`'s context: queued on the worker's stream and waited for when `on_stream`
-/// (large copies), else synchronous.
+/// A copy on `device`'s context, returned from when the bytes are there (the worker's stream,
+/// waited for).
 pub(crate) fn copy(
     cuda: &te_core::cuda::Cuda,
-    on_stream: bool,
     (device, dst, src, len): (u32, u64, u64, usize),
 ) -> te_core::Result<()> {
     // SAFETY: te-nvlink calls this only for a slice whose local range lies in a region the
     // engine pinned for its task and whose remote range lies in a buffer the target published
     // (opened into this process, or this process's own), both valid until the slice reports.
-    unsafe {
-        match on_stream {
-            true => cuda.copy_on_stream(device, dst, src, len),
-            false => cuda.copy(device, dst, src, len),
-        }
-    }
+    unsafe { cuda.copy(device, dst, src, len) }
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@
 //!   ([`NvlinkTransport::allocate`] under `MC_USE_FABRIC` or `MC_FORCE_MNNVL`) as a fabric
 //!   handle (`cuda-fabric:…`, TENT's MNNVL: any host of the NVLink domain). Memory it cannot
 //!   export stays registered for the other transports, without a handle (a warning says why).
-//! - A peer opens (IPC) or imports and maps (fabric) the handle once per buffer and copies with
-//!   `cuMemcpy` on the local buffer's device: below `MC_TE_NVLINK_ASYNC_THRESHOLD` (default
-//!   1 MiB) directly, above it queued on the worker's stream and completed when the stream's
-//!   work is done. Slices run on copy workers, never the submitting thread.
+//! - A peer opens (IPC) or imports and maps (fabric) the handle once per buffer and copies on
+//!   the local buffer's device: each slice queued on its worker's stream and reported done when
+//!   the stream has finished it (so the bytes are in place). Slices are up to 64 MiB (a GPU
+//!   copy gains nothing from being cut small) and run on copy workers, never the submitting
+//!   thread; the workers' streams run side by side.
 //! - Fabric handles serve other hosts only with `MC_FORCE_MNNVL` set (Mooncake's switch): only
 //!   the operator knows which hosts share an NVLink domain. A peer outside it fails the import
 //!   with the driver's error, and the engine retries elsewhere.
@@ -40,6 +41,9 @@ pub use handle::{GpuName, HandleKind};
 
 /// Copy workers.
 const WORKERS: usize = 2;
+/// Slice size: one copy per slice, and a copy's fixed cost (a few microseconds) is small next
+/// to 64 MiB even at HBM speed.
+const SLICE: u64 = 64 << 20;
 
 /// A peer's buffer opened into this process.
 #[derive(Clone, Copy, Debug)]
@@ -51,12 +55,9 @@ struct Mapping {
 /// Opened peer allocations: published name → mapping in this process.
 type Opened = Mutex<HashMap<String, Mapping>>;
 
-/// How the transport exports, allocates and copies.
+/// How the transport exports and allocates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NvlinkOptions {
-    /// Copies of at least this many bytes go on the worker's stream
-    /// (`MC_TE_NVLINK_ASYNC_THRESHOLD`, default 1 MiB).
-    pub async_threshold: usize,
     /// Fabric handles serve peers on other hosts (`MC_FORCE_MNNVL`).
     pub mnnvl: bool,
     /// [`NvlinkTransport::allocate`] makes fabric allocations (`MC_USE_FABRIC`, or `mnnvl`).
@@ -89,9 +90,6 @@ impl NvlinkOptions {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mnnvl = switch(&lookup, "MC_FORCE_MNNVL");
         NvlinkOptions {
-            async_threshold: lookup("MC_TE_NVLINK_ASYNC_THRESHOLD")
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(1 << 20),
             mnnvl,
             use_fabric: mnnvl || switch(&lookup, "MC_USE_FABRIC"),
         }
@@ -268,12 +266,7 @@ fn close(cuda: &Cuda, m: Mapping) {
     }
 }
 
-fn execute(
-    opened: &Opened,
-    own_name: &str,
-    threshold: usize,
-    op: &SliceOp,
-) -> Result<(), SliceError> {
+fn execute(opened: &Opened, own_name: &str, op: &SliceOp) -> Result<(), SliceError> {
     let own = op.target.name() == own_name;
     let (remote, owner) = remote_address(opened, own, op)?;
     let (dst, src) = match op.opcode {
@@ -285,7 +278,7 @@ fn execute(
     let len = op.len as usize;
     // The local range was checked against the engine's pinned region, the remote one against
     // the peer's published buffer (and lies in its opened allocation).
-    let copied = handle::copy(cuda, len >= threshold, (device, dst, src, len));
+    let copied = handle::copy(cuda, (device, dst, src, len));
     copied.map_err(|e| SliceError::Path(e.to_string()))
 }
 
@@ -308,15 +301,11 @@ impl Transport for NvlinkTransport {
             reason: e.to_string(),
         })?;
         let _ = self.local_name.set(ctx.local_name.clone());
-        let (opened, own, threshold) = (
-            self.opened.clone(),
-            ctx.local_name.clone(),
-            self.options.async_threshold,
-        );
+        let (opened, own) = (self.opened.clone(), ctx.local_name.clone());
         self.workers.start(
             WORKERS,
             ctx.sink,
-            Arc::new(move |op: &SliceOp| execute(&opened, &own, threshold, op)),
+            Arc::new(move |op: &SliceOp| execute(&opened, &own, op)),
         )?;
         info!(
             devices = cuda.devices,
@@ -374,6 +363,10 @@ impl Transport for NvlinkTransport {
         }
     }
 
+    fn slice_size(&self) -> Option<u64> {
+        Some(SLICE)
+    }
+
     fn post(&self, slices: Vec<SliceOp>) {
         self.workers.post(slices);
     }
@@ -414,12 +407,8 @@ mod tests {
                 vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
             })
         };
-        let o = opts(&[("MC_TE_NVLINK_ASYNC_THRESHOLD", "4096")]);
-        assert_eq!(
-            (o.async_threshold, o.mnnvl, o.use_fabric),
-            (4096, false, false)
-        );
-        assert_eq!(opts(&[]).async_threshold, 1 << 20);
+        let o = opts(&[]);
+        assert_eq!((o.mnnvl, o.use_fabric), (false, false));
         let t = NvlinkTransport::with_options(o);
         assert!(!t.capabilities().contains(Capabilities::GPU_REMOTE_HOST));
         let o = opts(&[("MC_USE_FABRIC", "1")]);

@@ -3,7 +3,7 @@
 //! GPU path is asked for, never a panic. All GPU `unsafe` of te-core is here.
 //!
 //! What it offers: whether and which device a pointer's memory lives on (for `*` locations),
-//! copies between any two addresses (unified addressing), CUDA IPC handles of device memory
+//! copies between any two addresses (unified addressing) that return when the bytes are there, CUDA IPC handles of device memory
 //! and their opening in another process, the dma-buf of a device range (for RDMA), and device
 //! buffers for tests and benchmarks; fabric handles (MNNVL) are in `fabric`. Not here:
 //! slicing, queues or completion (transports).
@@ -132,29 +132,19 @@ impl Cuda {
         use_device(device as i32)
     }
 
-    /// Copies `len` bytes from `src` to `dst` (host or device, either way) and waits.
+    /// Copies `len` bytes from `src` to `dst` (host or device, either way) and waits until the
+    /// bytes are there: queued on this thread's stream for the device (so copies of different
+    /// threads run side by side) and waited for on it. A plain `cuMemcpy` would not do: it
+    /// returns before a device-to-device copy, or the DMA of a pageable host-to-device copy,
+    /// has finished.
     ///
     /// # Safety
-    /// Both ranges must be memory of this process (or IPC-mapped into it) that stays valid for
-    /// the copy, and `dst` must not be read or written by others meanwhile.
-    ///
-    /// # Errors
-    /// The driver refused the copy.
-    pub unsafe fn copy(&self, device: u32, dst: u64, src: u64, len: usize) -> Result<()> {
-        use_device(device as i32)?;
-        // SAFETY: the caller guarantees both ranges.
-        gpu("copy", unsafe { sys::cuMemcpy(dst, src, len) })
-    }
-
-    /// As [`copy`](Self::copy), queued on this thread's stream for the device (so the copy
-    /// engine runs it asynchronously to other threads' work) and waited for on that stream.
-    ///
-    /// # Safety
-    /// As [`copy`](Self::copy).
+    /// Both ranges must be memory of this process (or mapped into it) that stays valid for the
+    /// copy, and `dst` must not be read or written by others meanwhile.
     ///
     /// # Errors
     /// The driver refused the copy or the stream.
-    pub unsafe fn copy_on_stream(&self, device: u32, dst: u64, src: u64, len: usize) -> Result<()> {
+    pub unsafe fn copy(&self, device: u32, dst: u64, src: u64, len: usize) -> Result<()> {
         thread_local! {
             static STREAMS: std::cell::RefCell<Vec<(u32, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
         }
@@ -165,7 +155,7 @@ impl Cuda {
                 return Ok(*st as sys::CUstream);
             }
             let mut st: sys::CUstream = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer; the stream lives as long as the thread (a worker).
+            // SAFETY: a valid out-pointer; the stream lives as long as the thread.
             gpu("stream", unsafe {
                 sys::cuStreamCreate(&mut st, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
             })?;
@@ -173,11 +163,11 @@ impl Cuda {
             Ok(st)
         })?;
         // SAFETY: the caller guarantees both ranges; the stream is this thread's.
-        gpu("async copy", unsafe {
-            sys::cuMemcpyAsync(dst, src, len, stream)
-        })?;
+        gpu("copy", unsafe { sys::cuMemcpyAsync(dst, src, len, stream) })?;
         // SAFETY: as above.
-        gpu("stream wait", unsafe { sys::cuStreamSynchronize(stream) })
+        gpu("waiting for a copy", unsafe {
+            sys::cuStreamSynchronize(stream)
+        })
     }
 
     /// The CUDA IPC handle of the allocation holding `addr`, and `addr`'s offset in it.
