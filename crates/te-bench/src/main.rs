@@ -129,11 +129,24 @@ pub(crate) fn drive(
     local: u64,
     remote: (u64, u64),
 ) -> BenchResult<Driven> {
+    fan_out(f.threads, f.duration, |tid, end| {
+        run_thread(e, f, tid, local, remote, end)
+    })
+}
+
+/// Runs `thread(tid, end)` on `threads` threads until `end`, `seconds` from now; sums the
+/// batches each did and gathers their latencies (the first error wins).
+pub(crate) fn fan_out(
+    threads: usize,
+    seconds: f64,
+    thread: impl Fn(usize, Instant) -> BenchResult<(u64, Vec<f64>)> + Sync,
+) -> BenchResult<Driven> {
     let started = Instant::now();
-    let end = started + Duration::from_secs_f64(f.duration);
+    let end = started + Duration::from_secs_f64(seconds);
+    let thread = &thread;
     let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..f.threads)
-            .map(|tid| s.spawn(move || run_thread(e, f, tid, local, remote, end)))
+        let handles: Vec<_> = (0..threads)
+            .map(|tid| s.spawn(move || thread(tid, end)))
             .collect();
         handles
             .into_iter()

@@ -53,9 +53,8 @@ struct Case {
     block: u64,
     batch: usize,
     threads: usize,
-    elapsed: f64,
-    batches: u64,
-    latencies_us: Vec<f64>,
+    /// What the threads did (latencies sorted).
+    run: crate::Driven,
 }
 
 fn run_case(
@@ -69,69 +68,51 @@ fn run_case(
         "write" => Opcode::Write,
         _ => Opcode::Read,
     };
-    let started = Instant::now();
-    let end = started + Duration::from_secs_f64(f.duration);
-    let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|tid| {
-                s.spawn(move || {
-                    let requests: Vec<Request> = (0..batch)
-                        .map(|i| {
-                            let off = block * (i * threads + tid) as u64;
-                            Request::new(op, local + off, segment, remote + off, block)
-                        })
-                        .collect();
-                    let mut done = 0;
-                    let mut lat = Vec::new();
-                    while Instant::now() < end {
-                        let t0 = Instant::now();
-                        let b = t.allocate_batch(batch).map_err(|e| e.to_string())?;
-                        t.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
-                        let s = t.wait(b, WAIT).map_err(|e| format!("wait: {e}"))?;
-                        if s.state != TransferState::Completed {
-                            let why = t.task_errors(b, 0).unwrap_or_default();
-                            return Err(format!("batch ended {:?}: {why:?}", s.state));
-                        }
-                        t.free_batch(b).map_err(|e| e.to_string())?;
-                        lat.push(t0.elapsed().as_secs_f64() * 1e6);
-                        done += 1;
-                    }
-                    Ok((done, lat))
-                })
+    let driven = crate::fan_out(threads, f.duration, |tid, end| {
+        let requests: Vec<Request> = (0..batch)
+            .map(|i| {
+                let off = block * (i * threads + tid) as u64;
+                Request::new(op, local + off, segment, remote + off, block)
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
-    });
+        let mut done = 0;
+        let mut lat = Vec::new();
+        while Instant::now() < end {
+            let t0 = Instant::now();
+            let b = t.allocate_batch(batch).map_err(|e| e.to_string())?;
+            t.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
+            let s = t.wait(b, WAIT).map_err(|e| format!("wait: {e}"))?;
+            if s.state != TransferState::Completed {
+                let why = t.task_errors(b, 0).unwrap_or_default();
+                return Err(format!("batch ended {:?}: {why:?}", s.state));
+            }
+            t.free_batch(b).map_err(|e| e.to_string())?;
+            lat.push(t0.elapsed().as_secs_f64() * 1e6);
+            done += 1;
+        }
+        Ok((done, lat))
+    })?;
     let mut case = Case {
         block,
         batch,
         threads,
-        elapsed: started.elapsed().as_secs_f64(),
-        batches: 0,
-        latencies_us: Vec::new(),
+        run: driven,
     };
-    for r in results {
-        let (n, l) = r?;
-        case.batches += n;
-        case.latencies_us.extend(l);
-    }
-    case.latencies_us.sort_by(|a, b| a.total_cmp(b));
+    case.run.latencies_us.sort_by(|a, b| a.total_cmp(b));
     Ok(case)
 }
 
 fn print_case(f: &Flags, c: &Case) {
-    let bytes = c.batches * c.batch as u64 * c.block;
-    let gbps = bytes as f64 / c.elapsed / 1e9;
-    let avg = c.latencies_us.iter().sum::<f64>() / c.latencies_us.len().max(1) as f64;
-    let p = |q| percentile(&c.latencies_us, q);
+    let run = &c.run;
+    let bytes = run.batches * c.batch as u64 * c.block;
+    let gbps = bytes as f64 / run.elapsed / 1e9;
+    let avg = run.latencies_us.iter().sum::<f64>() / run.latencies_us.len().max(1) as f64;
+    let p = |q| percentile(&run.latencies_us, q);
     if f.json {
         let row = serde_json::json!({
             "backend": "tent", "protocol": f.protocol, "operation": f.operation,
             "block_size": c.block, "batch_size": c.batch, "threads": c.threads,
-            "duration_s": c.elapsed, "batch_count": c.batches, "bytes": bytes,
+            "duration_s": run.elapsed, "batch_count": run.batches, "bytes": bytes,
             "throughput_gb_s": gbps,
             "batch_latency_us": {"avg": avg, "p50": p(0.5), "p99": p(0.99), "p999": p(0.999)},
             "includes": "batch allocate/free, policy and queue, submit per SubBatch, transfer, completion wait",
