@@ -497,14 +497,11 @@ impl Transport for RdmaTransport {
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)?;
         let nics_len = nics.len();
-        let devices: Vec<(&str, Option<&str>)> = nics
-            .iter()
-            .map(|n| (n.name.as_str(), n.netdev.as_deref()))
-            .collect();
+        let devices = nics.iter().map(|n| (n.name.as_str(), n.netdev.as_deref()));
         let rail_devices = ctx
             .rails
             .iter()
-            .map(|r| route::device_for_rail(&r.name, &devices))
+            .map(|r| route::device_for_rail(&r.name, devices.clone()))
             .collect();
         let state = Arc::new(State {
             queues: nics

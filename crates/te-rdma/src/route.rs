@@ -8,11 +8,18 @@
 
 /// The device among `devices` (name, network interface under it) that serves rail `rail`: the
 /// device of that name, else the device over that interface.
-pub fn device_for_rail(rail: &str, devices: &[(&str, Option<&str>)]) -> Option<usize> {
+pub fn device_for_rail<'a>(
+    rail: &str,
+    devices: impl Iterator<Item = (&'a str, Option<&'a str>)> + Clone,
+) -> Option<usize> {
     devices
-        .iter()
-        .position(|(name, _)| *name == rail)
-        .or_else(|| devices.iter().position(|(_, netdev)| *netdev == Some(rail)))
+        .clone()
+        .position(|(name, _)| name == rail)
+        .or_else(|| {
+            devices
+                .into_iter()
+                .position(|(_, netdev)| netdev == Some(rail))
+        })
 }
 
 /// The device for rail index `rail`: the one [`device_for_rail`] maps it to, else the index
@@ -73,10 +80,10 @@ mod tests {
             ("rxe1", Some("eth1")),
             ("mlx5_0", None),
         ];
-        assert_eq!(device_for_rail("rxe1", &devs), Some(1));
-        assert_eq!(device_for_rail("eth0", &devs), Some(0));
-        assert_eq!(device_for_rail("mlx5_0", &devs), Some(2));
-        assert_eq!(device_for_rail("eth7", &devs), None);
+        assert_eq!(device_for_rail("rxe1", devs.iter().copied()), Some(1));
+        assert_eq!(device_for_rail("eth0", devs.iter().copied()), Some(0));
+        assert_eq!(device_for_rail("mlx5_0", devs.iter().copied()), Some(2));
+        assert_eq!(device_for_rail("eth7", devs.iter().copied()), None);
         assert_eq!(device_index(None, 5, 3), 2, "unmapped rails spread");
         assert_eq!(device_index(Some(1), 5, 3), 1);
         assert_eq!(device_index(None, 5, 0), 0);

@@ -55,16 +55,16 @@ fn start(
     }
     let rdev = {
         let m = desc.devices.len();
-        let names: Vec<(&str, Option<&str>)> = desc
+        // Per slice: so the devices are walked in place, not collected.
+        let names = desc
             .devices
             .iter()
-            .map(|d| (d.name.as_str(), d.te_netdev.as_deref()))
-            .collect();
+            .map(|d| (d.name.as_str(), d.te_netdev.as_deref()));
         let mapped = op
             .target
             .rail_names()
             .get(op.remote_rail as usize)
-            .and_then(|rail| route::device_for_rail(rail, &names));
+            .and_then(|rail| route::device_for_rail(rail, names));
         let preferred = route::device_index(mapped, op.remote_rail, m);
         let pauses = state.pauses.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
