@@ -134,28 +134,22 @@ fn run(core: &TransferEngine, m: &StagedMove, job: &Job) -> (TransferState, Opti
         let n = (r.length - at).min(size as u64);
         // The local hop moves between the request's memory (through the own segment) and the
         // staging buffer; the remote hop between the staging buffer and the target.
-        let local = |opcode| TransferRequest {
+        let via_staging = |opcode, (target_id, target_offset): (u64, u64)| TransferRequest {
             opcode,
             source: staging.addr(),
-            target_id: m.own,
-            target_offset: r.source + at,
+            target_id,
+            target_offset: target_offset + at,
             length: n,
         };
-        let remote = |opcode| TransferRequest {
-            opcode,
-            source: staging.addr(),
-            target_id: r.target_id,
-            target_offset: r.target_offset + at,
-            length: n,
-        };
+        let (local, remote) = ((m.own, r.source), (r.target_id, r.target_offset));
         let hops = match r.opcode {
             Opcode::Write => [
-                (local(Opcode::Read), m.local),
-                (remote(Opcode::Write), m.remote),
+                (via_staging(Opcode::Read, local), m.local),
+                (via_staging(Opcode::Write, remote), m.remote),
             ],
             Opcode::Read => [
-                (remote(Opcode::Read), m.remote),
-                (local(Opcode::Write), m.local),
+                (via_staging(Opcode::Read, remote), m.remote),
+                (via_staging(Opcode::Write, local), m.local),
             ],
             other => {
                 outcome = (
