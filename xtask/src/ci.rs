@@ -57,6 +57,11 @@ fn tool_present(bin: &str, arg: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Why a lane is skipped when `bin arg` does not run: `why`; `None` when it runs.
+fn skip_without(bin: &str, arg: &str, why: &str) -> Option<String> {
+    (!tool_present(bin, arg)).then(|| why.to_string())
+}
+
 /// Whether an SPDX expression is allowed.
 fn licence_ok(expr: &str) -> bool {
     let expr = expr.replace('/', " OR ");
@@ -147,10 +152,16 @@ pub(crate) fn ci() -> Result<(), String> {
         }
         Ok(())
     });
-    let redis = (!tool_present("redis-server", "--version"))
-        .then(|| "redis-server missing (.ci/setup installs it)".to_string());
-    let etcd = (!tool_present("etcd", "--version"))
-        .then(|| "etcd missing (.ci/setup installs etcd-server)".to_string());
+    let redis = skip_without(
+        "redis-server",
+        "--version",
+        "redis-server missing (.ci/setup installs it)",
+    );
+    let etcd = skip_without(
+        "etcd",
+        "--version",
+        "etcd missing (.ci/setup installs etcd-server)",
+    );
     lane(
         &mut r,
         "test (workspace; Redis, HTTP metadata, fuzz 1 s each)",
@@ -209,17 +220,22 @@ pub(crate) fn ci() -> Result<(), String> {
             Command::new("cargo-audit").args(["audit", "--no-fetch"]),
         )
     });
-    let qemu = (!tool_present("qemu-system-x86_64", "--version"))
-        .then(|| "qemu-system-x86_64 missing (.ci/setup installs it)".to_string());
+    let qemu = skip_without(
+        "qemu-system-x86_64",
+        "--version",
+        "qemu-system-x86_64 missing (.ci/setup installs it)",
+    );
     lane(
         &mut r,
         "Soft-RoCE guest (te-rdma)",
         qemu,
         crate::softroce::rdma_lane,
     );
-    let gpu = (!tool_present("nvidia-smi", "-L")).then(|| {
-        "no GPU on this machine (cargo xtask gpu runs the suite where there is one)".to_string()
-    });
+    let gpu = skip_without(
+        "nvidia-smi",
+        "-L",
+        "no GPU on this machine (cargo xtask gpu runs the suite where there is one)",
+    );
     lane(&mut r, "GPU suite", gpu, crate::gpu::gpu);
     lane(&mut r, "doc", None, || {
         run(
