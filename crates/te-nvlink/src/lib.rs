@@ -176,7 +176,12 @@ fn copy_device(cuda: &Cuda, local_addr: u64, owner: u32) -> u32 {
 
 /// The address for `op`'s remote range in this process — the own segment's as it is, a peer's
 /// through its opened handle — and the handle's owner device.
-fn remote_address(opened: &Opened, own: bool, op: &SliceOp) -> Result<(u64, u32), SliceError> {
+fn remote_address(
+    cuda: &Cuda,
+    opened: &Opened,
+    own: bool,
+    op: &SliceOp,
+) -> Result<(u64, u32), SliceError> {
     let buffer = op
         .target
         .check_access(op.remote_addr, op.len, op.opcode)
@@ -191,7 +196,6 @@ fn remote_address(opened: &Opened, own: bool, op: &SliceOp) -> Result<(u64, u32)
     if own {
         return Ok((op.remote_addr, name.device));
     }
-    let cuda = te_core::cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
     let key = buffer.shm_name.clone().unwrap_or_default();
     let mut map = opened.lock().unwrap_or_else(|e| e.into_inner());
     let base = match map.get(&key) {
@@ -268,12 +272,12 @@ fn close(cuda: &Cuda, m: Mapping) {
 
 fn execute(opened: &Opened, own_name: &str, op: &SliceOp) -> Result<(), SliceError> {
     let own = op.target.name() == own_name;
-    let (remote, owner) = remote_address(opened, own, op)?;
+    let cuda = te_core::cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
+    let (remote, owner) = remote_address(cuda, opened, own, op)?;
     let (dst, src) = match op.opcode {
         Opcode::Read => (op.local_addr, remote),
         _ => (remote, op.local_addr),
     };
-    let cuda = te_core::cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
     let device = copy_device(cuda, op.local_addr, owner);
     let len = op.len as usize;
     // The local range was checked against the engine's pinned region, the remote one against
