@@ -5,7 +5,7 @@
 //! it as a regression test, replayed on every run.
 
 /// (target, crate, test path).
-pub(crate) const TARGETS: [(&str, &str, &str); 9] = [
+pub(crate) const TARGETS: [(&str, &str, &str); 11] = [
     ("control-frame", "te-core", "fuzz_targets::control_frame"),
     ("descriptor", "te-core", "fuzz_targets::descriptor"),
     ("http-head", "te-core", "fuzz_targets::http_head"),
@@ -13,6 +13,16 @@ pub(crate) const TARGETS: [(&str, &str, &str); 9] = [
     ("percent-decode", "te-core", "fuzz_targets::percent_decode"),
     ("tcp-request", "te-tcp", "wire::fuzz_targets::tcp_request"),
     ("tcp-reply", "te-tcp", "wire::fuzz_targets::tcp_reply"),
+    (
+        "mooncake-header",
+        "te-tcp",
+        "mooncake_wire::fuzz_targets::mooncake_header",
+    ),
+    (
+        "mooncake-status",
+        "te-tcp",
+        "mooncake_wire::fuzz_targets::mooncake_status",
+    ),
     (
         "rdma-handshake",
         "te-rdma",

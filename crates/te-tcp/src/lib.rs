@@ -7,7 +7,9 @@
 //!   go to the least-loaded lane and are pipelined; bytes move between the socket and registered
 //!   memory with no copy of te's own.
 //!
-//! The wire format is te's own ([`wire`]), not Mooncake's: it carries the segment secret.
+//! The wire format is te's own ([`wire`]), not Mooncake's ([`mooncake_wire`]): it carries the
+//! segment secret. te's listeners are published in `te_rails`, never as Mooncake's
+//! `tcp_data_port`, so a Mooncake initiator never takes a refused WRITE for a done one.
 //! Not done here: several interfaces as rails, failover across rails (te-core's router).
 //!
 //! Unsafe code is confined to `sys` (the raw socket calls) and the two places that hand it
@@ -16,6 +18,7 @@
 
 mod error;
 mod lane;
+pub mod mooncake_wire;
 mod rails;
 mod server;
 mod staging;
@@ -258,7 +261,11 @@ impl Transport for TcpTransport {
                 port: l.local_addr().port(),
             })
             .collect();
-        desc.tcp_data_port = desc.te_rails.first().map(|r| r.port);
+        // te's listeners are published in `te_rails` only, never as Mooncake's `tcp_data_port`:
+        // a Mooncake initiator that found one would speak its own framing to it, and in its
+        // unacknowledged framing take an unapplied WRITE for done. With no port to reach it
+        // fails loudly instead.
+        desc.tcp_data_port = None;
     }
 
     fn post(&self, slices: Vec<SliceOp>) {

@@ -2,7 +2,10 @@
 //! the bounds of one registered region and its permission, then moving bytes directly between the
 //! socket and that region. A refused request gets an error reply and touches no memory; a refused
 //! WRITE's body is read and dropped so the connection stays usable. A malformed header closes
-//! the connection.
+//! the connection. A Mooncake initiator that reaches this listener (te's descriptor does not
+//! publish it as `tcp_data_port`, so only a stale or hand-made descriptor leads here) is told
+//! its request was refused in its own framing, so it reports an error instead of a WRITE that
+//! never landed.
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
@@ -17,8 +20,9 @@ use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
 use tracing::{debug, warn};
 
+use crate::mooncake_wire;
 use crate::sys;
-use crate::wire::{REQUEST_LEN, Reply, Request, Status};
+use crate::wire::{REQUEST_LEN, REQUEST_MAGIC, Reply, Request, Status};
 
 /// A rejected WRITE body up to this size is drained to keep the connection; larger ones close it.
 const MAX_DRAIN: u64 = 64 << 20;
@@ -37,7 +41,16 @@ pub(crate) struct TargetState {
 
 enum Header {
     Ready([u8; REQUEST_LEN]),
+    /// The first bytes are not te's magic: only the first `mooncake_wire::HEADER_LEN` were
+    /// read, so a Mooncake header with a short body is not waited on.
+    Foreign([u8; mooncake_wire::HEADER_LEN]),
     Closed,
+}
+
+/// Whether the first `got` bytes of a request header can no longer be te's: enough has arrived
+/// to answer a Mooncake header, and it lacks te's magic.
+fn foreign(buf: &[u8; REQUEST_LEN], got: usize) -> bool {
+    got >= mooncake_wire::HEADER_LEN && buf[0..4] != REQUEST_MAGIC.to_le_bytes()
 }
 
 /// Replies waiting to go out: WRITE acknowledgements and refusals are sent together when the
@@ -71,7 +84,7 @@ fn read_header(
         }
     }
     let mut idle = Duration::ZERO;
-    while got < REQUEST_LEN {
+    while got < REQUEST_LEN && !foreign(&buf, got) {
         match stream.read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(Header::Closed),
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
@@ -92,6 +105,11 @@ fn read_header(
             Err(e) => return Err(e),
         }
     }
+    if foreign(&buf, got) {
+        let mut head = [0u8; mooncake_wire::HEADER_LEN];
+        head.copy_from_slice(&buf[..mooncake_wire::HEADER_LEN]);
+        return Ok(Header::Foreign(head));
+    }
     Ok(Header::Ready(buf))
 }
 
@@ -109,6 +127,7 @@ pub(crate) fn serve(state: &TargetState, mut stream: TcpStream) {
     loop {
         let header = match read_header(&mut stream, state.stall_timeout, &mut replies) {
             Ok(Header::Ready(h)) => h,
+            Ok(Header::Foreign(h)) => return refuse_foreign(&stream, peer, &h, &replies),
             Ok(Header::Closed) => return,
             Err(e) => {
                 debug!(?peer, error = %e, "data connection ended mid-header");
@@ -136,6 +155,41 @@ pub(crate) fn serve(state: &TargetState, mut stream: TcpStream) {
             return;
         }
     }
+}
+
+/// Answers a request that is not in te's framing, then closes the connection. A Mooncake
+/// initiator of the acknowledged framing gets Mooncake's refusal status, so it fails the
+/// request instead of waiting; anything else gets te's Malformed reply. (A Mooncake initiator
+/// of the unacknowledged framing reads no reply at all and sees only the closed connection.)
+fn refuse_foreign(
+    stream: &TcpStream,
+    peer: Option<std::net::SocketAddr>,
+    head: &[u8; mooncake_wire::HEADER_LEN],
+    replies: &[u8],
+) {
+    let mut out = replies.to_vec();
+    if mooncake_wire::Header::is_acked_request(head) {
+        warn!(
+            ?peer,
+            "a Mooncake-framed request reached te's data listener, which serves te's framing \
+             only; refused (MC_TE_MOONCAKE_COMPAT=1 serves Mooncake initiators on a separate \
+             listener)"
+        );
+        out.extend_from_slice(&mooncake_wire::encode_status(
+            mooncake_wire::STATUS_REJECTED,
+        ));
+    } else {
+        warn!(
+            ?peer,
+            magic = format_args!(
+                "{:#010x}",
+                u32::from_le_bytes([head[0], head[1], head[2], head[3]])
+            ),
+            "malformed data request (not te's framing); closing the connection"
+        );
+        queue_reply(&mut out, 0, Status::Rejected(Rejection::Malformed));
+    }
+    let _ = sys::send_buf(stream, &out);
 }
 
 fn handle(

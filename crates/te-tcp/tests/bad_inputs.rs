@@ -209,7 +209,7 @@ fn permissions_are_enforced_on_both_sides() {
 
     // Target side: hand-made requests with the right secret are still refused.
     let target = p.initiator.segment(seg).unwrap();
-    let port = target.desc().tcp_data_port.unwrap();
+    let port = target.desc().te_rails[0].port;
     let secret = target.secret().to_bytes();
     let mut conn = DataConn::open(port);
     let cases = [
@@ -358,7 +358,7 @@ fn garbage_on_the_data_and_control_ports() {
         segment,
     };
     let desc = p.initiator.segment(segment).unwrap();
-    let port = desc.desc().tcp_data_port.unwrap();
+    let port = desc.desc().te_rails[0].port;
     let secret = desc.secret().to_bytes();
 
     // A peer that connects and goes silent on each port holds nobody up.
@@ -403,6 +403,35 @@ fn garbage_on_the_data_and_control_ports() {
             before,
             "{name}: memory untouched"
         );
+        still_serves(&p);
+    }
+    // A Mooncake initiator reaching te's own data port: an acknowledged-framing WRITE (header and
+    // an 8-byte body, shorter than te's header) is answered at once with Mooncake's refusal
+    // status, and nothing is written; an unacknowledged one gets te's Malformed reply and a
+    // close. Neither waits for bytes that will never come.
+    for acked in [true, false] {
+        let mooncake = te_tcp::mooncake_wire::Header {
+            opcode: Opcode::Write,
+            addr: p.remote.addr(),
+            size: 8,
+            acked,
+        };
+        let before = p.remote.to_vec(0, 64).unwrap();
+        let mut conn = DataConn::open(port);
+        conn.0.write_all(&mooncake.encode()).unwrap();
+        conn.0.write_all(&[0xee; 8]).unwrap();
+        let mut answer = Vec::new();
+        let _ = conn.0.read_to_end(&mut answer);
+        if acked {
+            assert_eq!(
+                answer,
+                te_tcp::mooncake_wire::encode_status(te_tcp::mooncake_wire::STATUS_REJECTED)
+            );
+        } else {
+            let reply = Reply::decode(answer[..REPLY_LEN].try_into().unwrap()).unwrap();
+            assert_eq!(reply.status, Status::Rejected(Rejection::Malformed));
+        }
+        assert_eq!(p.remote.to_vec(0, 64).unwrap(), before, "memory untouched");
         still_serves(&p);
     }
     // An oversized write to a bad address is refused, its body not drained: the connection closes.
@@ -540,7 +569,7 @@ fn in_flight_batches_and_regions_cannot_be_freed_and_cancel_drains_them() {
 fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
     let p = pair(1 << 20);
     let desc = p.initiator.segment(p.segment).unwrap();
-    let port = desc.desc().tcp_data_port.unwrap();
+    let port = desc.desc().te_rails[0].port;
     let secret = desc.secret().to_bytes();
     let mut conn = DataConn::open(port);
     let mut wire = Vec::new();

@@ -57,9 +57,8 @@ fn pump(mut from: TcpStream, mut to: TcpStream, limit: usize) {
 fn a_cut_connection_is_retried_and_the_data_lands_intact() {
     let p = pair(16 << 20);
     let real = p.initiator.segment(p.segment).unwrap();
-    let (proxy_port, accepted) = cutting_proxy(real.desc().tcp_data_port.unwrap(), 2, 3 << 20);
+    let (proxy_port, accepted) = cutting_proxy(real.desc().te_rails[0].port, 2, 3 << 20);
     let mut desc = serde_json::to_value(real.desc()).unwrap();
-    desc["tcp_data_port"] = proxy_port.into();
     desc["te_rails"][0]["port"] = proxy_port.into();
     let (_control, name) = serve_descriptor(desc);
     let via_proxy = p.initiator.open_segment(&name).unwrap();

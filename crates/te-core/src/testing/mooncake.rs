@@ -1,0 +1,235 @@
+//! The real Mooncake engine as a test peer: Mooncake's PyPI wheel
+//! (`mooncake-transfer-engine-non-cuda`), installed by `.ci/setup` into a virtual environment,
+//! driven through its Python module by `mooncake_peer.py` in a child process. Nothing here
+//! imitates Mooncake: every call runs Mooncake's own code, and its return codes come back as
+//! Mooncake reports them.
+//!
+//! The environment is `$TE_MOONCAKE_VENV`, else `target/mooncake-venv` in the workspace.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{Value, json};
+
+/// The virtual environment holding Mooncake's wheel.
+pub fn venv() -> PathBuf {
+    std::env::var_os("TE_MOONCAKE_VENV").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/mooncake-venv"),
+        PathBuf::from,
+    )
+}
+
+/// The path of one of the wheel's programs (`transfer_engine_bench`,
+/// `mooncake_http_metadata_server`) in the environment.
+///
+/// # Panics
+/// When the environment is missing (`.ci/setup` makes it).
+pub fn program(name: &str) -> PathBuf {
+    let path = venv().join("bin").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: .ci/setup installs Mooncake's wheel into {} (or set TE_MOONCAKE_VENV)",
+        path.display(),
+        venv().display()
+    );
+    path
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap_or(0))
+        .collect()
+}
+
+/// A Mooncake engine in a child process; killed on drop. Its log (Mooncake's glog output) is
+/// kept in a file, for the message of a failing assertion.
+pub struct MooncakePeer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    log: PathBuf,
+    /// Mooncake's rpc port (P2PHANDSHAKE).
+    pub rpc_port: u16,
+    /// Its segment name, `host:rpc_port`.
+    pub name: String,
+}
+
+impl std::fmt::Debug for MooncakePeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MooncakePeer")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl MooncakePeer {
+    /// Starts Mooncake's engine with `initialize(host, metadata, "tcp", "")`, TCP only
+    /// (`MC_FORCE_TCP`), with `env` added to its environment.
+    ///
+    /// # Panics
+    /// When the wheel is missing or Mooncake's `initialize` fails.
+    pub fn start(host: &str, metadata: &str, env: &[(&str, &str)]) -> Self {
+        let python = program("python3");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/testing/mooncake_peer.py");
+        let log = std::env::temp_dir().join(format!(
+            "te-mooncake-peer-{}-{}.log",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let mut cmd = Command::new(python);
+        cmd.arg(script)
+            .env("MC_FORCE_TCP", "1")
+            // Mooncake's smallest transfer timeout, so a refused transfer fails in seconds.
+            .env("MC_TRANSFER_TIMEOUT", "5")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("a log file for the Mooncake peer"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("the Mooncake peer starts");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut peer = MooncakePeer {
+            child,
+            stdin,
+            stdout,
+            log,
+            rpc_port: 0,
+            name: String::new(),
+        };
+        let r =
+            peer.call(json!({"op": "init", "host": host, "metadata": metadata, "protocol": "tcp"}));
+        assert_eq!(r["rc"], 0, "Mooncake's initialize failed:\n{}", peer.log());
+        peer.rpc_port = r["rpc_port"].as_u64().unwrap_or(0) as u16;
+        peer.name = if metadata == "P2PHANDSHAKE" {
+            format!("{host}:{}", peer.rpc_port)
+        } else {
+            host.to_string()
+        };
+        peer
+    }
+
+    /// Mooncake's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One request, one reply.
+    ///
+    /// # Panics
+    /// When the peer died (its log is in the message).
+    pub fn call(&mut self, request: Value) -> Value {
+        let sent = writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush());
+        let mut line = String::new();
+        let read = sent.and_then(|()| self.stdout.read_line(&mut line));
+        match read {
+            Ok(n) if n > 0 => serde_json::from_str(&line).unwrap_or(Value::Null),
+            _ => panic!(
+                "the Mooncake peer died on {request}; its log:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    /// A registered buffer of `len` bytes (Mooncake's `allocate_managed_buffer`).
+    pub fn alloc(&mut self, len: usize) -> u64 {
+        let addr = self.call(json!({"op": "alloc", "len": len}))["addr"]
+            .as_u64()
+            .unwrap_or(0);
+        assert_ne!(addr, 0, "Mooncake could not allocate {len} bytes");
+        addr
+    }
+
+    /// Writes `data` into its own memory at `addr`.
+    pub fn put(&mut self, addr: u64, data: &[u8]) {
+        let r = self.call(json!({"op": "put", "addr": addr, "hex": hex(data)}));
+        assert_eq!(r["rc"], 0);
+    }
+
+    /// Reads `len` bytes of its own memory at `addr`.
+    pub fn get(&mut self, addr: u64, len: usize) -> Vec<u8> {
+        let r = self.call(json!({"op": "get", "addr": addr, "len": len}));
+        unhex(r["hex"].as_str().unwrap_or(""))
+    }
+
+    /// `transfer_sync_write(target, local, remote, len)`: Mooncake's return code.
+    pub fn write(&mut self, target: &str, local: u64, remote: u64, len: usize) -> i64 {
+        self.transfer("write", target, local, remote, len)
+    }
+
+    /// `transfer_sync_read(target, local, remote, len)`: Mooncake's return code.
+    pub fn read(&mut self, target: &str, local: u64, remote: u64, len: usize) -> i64 {
+        self.transfer("read", target, local, remote, len)
+    }
+
+    fn transfer(&mut self, op: &str, target: &str, local: u64, remote: u64, len: usize) -> i64 {
+        let r = self.call(json!({"op": op, "target": target, "local": local,
+                                 "remote": remote, "len": len}));
+        r["rc"].as_i64().unwrap_or(i64::MIN)
+    }
+
+    /// `batch_transfer_sync_{write,read}` of `(local, remote, len)` triples: the return code.
+    pub fn batch(&mut self, write: bool, target: &str, items: &[(u64, u64, usize)]) -> i64 {
+        let r = self.call(json!({
+            "op": "batch", "opcode": if write { "write" } else { "read" }, "target": target,
+            "locals": items.iter().map(|i| i.0).collect::<Vec<_>>(),
+            "remotes": items.iter().map(|i| i.1).collect::<Vec<_>>(),
+            "lens": items.iter().map(|i| i.2).collect::<Vec<_>>(),
+        }));
+        r["rc"].as_i64().unwrap_or(i64::MIN)
+    }
+
+    /// `get_first_buffer_address(target)`: 0 when Mooncake cannot open the segment.
+    pub fn first_buffer(&mut self, target: &str) -> u64 {
+        self.call(json!({"op": "first", "target": target}))["addr"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// The notifications received so far, as (name, message).
+    pub fn notifies(&mut self) -> Vec<(String, String)> {
+        let r = self.call(json!({"op": "notifies"}));
+        r["notifies"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|n| {
+                        (
+                            n[0].as_str().unwrap_or("").to_string(),
+                            n[1].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for MooncakePeer {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{{\"op\":\"quit\"}}");
+        let _ = self.stdin.flush();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
