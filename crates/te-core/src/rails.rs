@@ -3,8 +3,10 @@
 //!
 //! Rails are, in order of precedence: the NICs named in `Config::rails` (te-bench's
 //! `--device_name`); the interfaces the `MC_TE_FILTERS` allow-list names; the single interface
-//! of `MC_TCP_BIND_ADDRESS`; every physical interface the filters admit; and, when none has an
-//! address, the bind address alone. A rail needs an IPv4 address on an interface that is up.
+//! of `MC_TCP_BIND_ADDRESS`; the loopback interface alone for an engine named by a loopback
+//! address (its peers are on this host, and its traffic stays off the external interfaces);
+//! every physical interface the filters admit; and, when none has an address, the bind address
+//! alone. A rail needs an IPv4 address on an interface that is up.
 
 use std::net::IpAddr;
 
@@ -56,7 +58,7 @@ pub fn plan(
                     })
             })
             .collect::<Result<_>>()?,
-        None if config.tcp_bind_address.is_some() => Vec::new(),
+        None if config.tcp_bind_address.is_some() || bind_ip.is_loopback() => Vec::new(),
         None => topology
             .nics_of(NicKind::Ethernet)
             .filter(|n| config.nic_filter.admits(&n.name, n.is_virtual))
@@ -193,6 +195,26 @@ mod tests {
             }]
         );
         assert_eq!(m.entry("cpu:0").unwrap().0, ["lo"]);
+    }
+
+    #[test]
+    fn an_engine_named_by_a_loopback_address_keeps_to_the_loopback_rail() {
+        let (rails, m) = plan(
+            &Config::default(),
+            "127.0.0.1".parse().unwrap(),
+            &topo(),
+            &ifaces(),
+        )
+        .unwrap();
+        assert_eq!(
+            rails,
+            vec![Rail {
+                name: "lo".into(),
+                ip: "127.0.0.1".parse().unwrap()
+            }],
+            "no physical interface serves a loopback engine"
+        );
+        assert_eq!(m.entry("cpu:1").unwrap().0, ["lo"]);
     }
 
     #[test]
