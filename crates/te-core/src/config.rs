@@ -122,6 +122,11 @@ pub struct Config {
     pub max_batch_size: usize,
     /// Notifications kept until the application takes them (te's bound).
     pub notification_queue_max: usize,
+    /// The control port of a peer named without one (`MC_HANDSHAKE_PORT`, default 12001, as
+    /// Mooncake).
+    pub handshake_port: u16,
+    /// Serving Mooncake initiators (`MC_TE_MOONCAKE_*`); off by default.
+    pub mooncake: crate::mooncake::MooncakeCompat,
 }
 
 impl Default for Config {
@@ -162,6 +167,8 @@ impl Default for Config {
             metadata_refresh: Duration::from_secs(5),
             max_batch_size: 1 << 20,
             notification_queue_max: 65536,
+            handshake_port: 12001,
+            mooncake: crate::mooncake::MooncakeCompat::default(),
         }
     }
 }
@@ -218,7 +225,7 @@ where
     Ok(parsed)
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
+pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" | "" => Ok(false),
@@ -366,6 +373,11 @@ impl Config {
         if let Some(v) = get("MC_CXL_DEV_SIZE") {
             c.cxl_dev_size = Some(parse_size("MC_CXL_DEV_SIZE", &v)?);
         }
+        if let Some(v) = get("MC_HANDSHAKE_PORT") {
+            c.handshake_port = parse_in("MC_HANDSHAKE_PORT", &v, 1, u16::MAX)?;
+        }
+        c.mooncake = crate::mooncake::MooncakeCompat::from_lookup(|k| get(k))?;
+        c.mooncake.check(c.cluster_secret.is_some())?;
         Ok(c)
     }
 
@@ -379,6 +391,7 @@ impl Config {
         "MC_MAX_RPC_PORT",
         "MC_HANDSHAKE_CONNECT_TIMEOUT",
         "MC_HANDSHAKE_MAX_LENGTH",
+        "MC_HANDSHAKE_PORT",
         "MC_SLICE_TIMEOUT",
         "MC_TCP_LANES_PER_PEER",
         "MC_TCP_STATUS_TIMEOUT_SEC",
@@ -404,6 +417,10 @@ impl Config {
         "MC_REDIS_PASSWORD",
         "MC_REDIS_DB_INDEX",
         "MC_METADATA_REFRESH_SECS",
+        "MC_TE_MOONCAKE_COMPAT",
+        "MC_TE_MOONCAKE_ALLOW",
+        "MC_TE_MOONCAKE_ALLOW_V1",
+        "MC_TE_MOONCAKE_WITH_CLUSTER_SECRET",
     ];
 }
 

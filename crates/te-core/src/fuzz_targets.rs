@@ -26,14 +26,21 @@ fn control_frame() {
         br#"{"name":"a","notify_msg":"b"}"#,
     )
     .unwrap();
+    // An untyped frame of older Mooncake: length, then JSON.
+    let mut untyped = 9u64.to_le_bytes().to_vec();
+    untyped.extend_from_slice(br#"{"a":"b"}"#);
     run(
         "control-frame",
         &regressions(),
-        &[&frame, &notify],
+        &[&frame, &notify, &untyped],
         budget(1.0),
         |b: &[u8]| {
             let mut r = b;
             while read_frame(&mut r, 1 << 16).is_ok() {}
+            let mut r = b;
+            while let Ok(f) = crate::control::frame::read_request_frame(&mut r, 1 << 16) {
+                assert!(f.payload.len() <= 1 << 16, "bounded by the limit");
+            }
         },
     );
 }
@@ -43,10 +50,12 @@ fn descriptor() {
     let seed = br#"{"name":"h:1","protocol":"rdma","tcp_data_port":9,"devices":[{"name":"rxe0","lid":0,"gid":"::"}],"buffers":[{"name":"cpu:0","addr":4096,"length":4096,"rkey":[7],"permission":"remote_read"}],"te_rails":[{"name":"eth0","ip":"10.0.0.1","port":9}],"priority_matrix":{"cpu:0":[["eth0"],[]]}}"#;
     let tcp =
         br#"{"name":"h:1","protocol":"tcp","buffers":[{"name":"cpu:0","addr":0,"length":1}]}"#;
+    // Mooncake's: a protocol array (multi-protocol builds) and its TCP fields.
+    let mooncake = br#"{"name":"h:1","protocol":["rdma","tcp"],"tcp_data_host":"h","tcp_data_port":9,"tcp_proto_version":2,"buffers":[{"name":"h:1","addr":4096,"length":4096}]}"#;
     run(
         "descriptor",
         &regressions(),
-        &[seed, tcp],
+        &[seed, tcp, mooncake],
         budget(1.0),
         |b: &[u8]| {
             if let Ok(desc) = SegmentDesc::from_json(b) {

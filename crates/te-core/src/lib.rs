@@ -6,6 +6,7 @@
 //! - [`batch`], [`slicer`], [`retry`], [`router`], [`health`], [`rails`]: the decisions and
 //!   bookkeeping of a transfer (which slice, which rail, which rail is paused), no I/O.
 //! - [`transport`]: the seam transports implement.
+//! - [`mooncake`]: the opt-in that serves Mooncake initiators, and its allow-list.
 //! - [`engine`]: [`TransferEngine`], the classic API.
 //!
 //! te-core moves no bytes between processes: transports do. It knows nothing of a transport's
@@ -31,6 +32,7 @@ pub mod health;
 pub mod host_buffer;
 pub mod memory;
 pub mod metadata;
+pub mod mooncake;
 pub mod net;
 pub mod notify;
 pub mod rails;

@@ -153,11 +153,27 @@ pub const MAX_RAILS: usize = 1024;
 pub struct SegmentDesc {
     /// Segment name (P2P: `host:port` of the control listener).
     pub name: String,
-    /// Transport protocol the segment is served by (`tcp`).
+    /// Transport protocol the segment is served by (`tcp`). Mooncake's multi-protocol builds
+    /// publish an array (`["rdma","tcp"]`): its first entry lands here and every entry in
+    /// [`SegmentDesc::protocols`].
+    #[serde(deserialize_with = "protocol_string_or_list")]
     pub protocol: String,
-    /// TCP data port.
+    /// Every protocol of a descriptor that published `protocol` as an array, in its order;
+    /// empty when it was a string. Never published.
+    #[serde(skip)]
+    pub protocols: Vec<String>,
+    /// Mooncake's TCP data port: where a Mooncake initiator sends its framing. te publishes
+    /// one only for its Mooncake-compatible listener (`MC_TE_MOONCAKE_COMPAT`); te's own
+    /// listeners are in `te_rails`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_data_port: Option<u16>,
+    /// Mooncake's host for `tcp_data_port` (absent: the host of the segment name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_data_host: Option<String>,
+    /// Mooncake's TCP framing version at `tcp_data_port`: 2 acknowledges WRITEs, absent or 1
+    /// does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_proto_version: Option<u32>,
     /// Publication time, informational.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<serde_json::Value>,
@@ -197,6 +213,29 @@ pub struct SegmentDesc {
     pub te_file: Option<String>,
 }
 
+/// Protocols a descriptor's `protocol` array may list before it is refused.
+const MAX_PROTOCOLS: usize = 16;
+
+/// Reads `protocol` as Mooncake writes it: a string, or (multi-protocol builds) an array of
+/// strings whose first entry is taken; the whole list is kept by `SegmentDesc::from_json`.
+fn protocol_string_or_list<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<String, D::Error> {
+    use serde::de::Error as _;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => Ok(s),
+        serde_json::Value::Array(list) => match list.first() {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            _ => Err(D::Error::custom(
+                "protocol must be a string or a non-empty array of strings",
+            )),
+        },
+        _ => Err(D::Error::custom(
+            "protocol must be a string or an array of strings",
+        )),
+    }
+}
+
 /// The protocol of a file segment: its one buffer is the file, addressed by file offset.
 pub const FILE_PROTOCOL: &str = "file";
 
@@ -230,7 +269,10 @@ impl SegmentDesc {
         SegmentDesc {
             name: name.to_string(),
             protocol: protocol.to_string(),
+            protocols: Vec::new(),
             tcp_data_port: None,
+            tcp_data_host: None,
+            tcp_proto_version: None,
             timestamp: Some(serde_json::Value::from(now.to_string())),
             buffers,
             devices: Vec::new(),
@@ -253,7 +295,10 @@ impl SegmentDesc {
         SegmentDesc {
             name: name.to_string(),
             protocol: FILE_PROTOCOL.to_string(),
+            protocols: Vec::new(),
             tcp_data_port: None,
+            tcp_data_host: None,
+            tcp_proto_version: None,
             timestamp: None,
             buffers: vec![BufferDesc {
                 name: FILE_PROTOCOL.to_string(),
@@ -296,8 +341,24 @@ impl SegmentDesc {
     /// overflowing or overlapping buffer, an unknown permission, a bad secret, or a file
     /// segment (those are local only).
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
-        let desc: SegmentDesc = serde_json::from_slice(bytes)
-            .map_err(|e| Error::MalformedMessage(format!("segment descriptor: {e}")))?;
+        let malformed =
+            |e: serde_json::Error| Error::MalformedMessage(format!("segment descriptor: {e}"));
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(malformed)?;
+        let protocols = match value.get("protocol") {
+            Some(serde_json::Value::Array(list)) => {
+                if list.len() > MAX_PROTOCOLS || list.iter().any(|p| !p.is_string()) {
+                    return Err(Error::MalformedMessage(format!(
+                        "segment descriptor: protocol array must hold 1..={MAX_PROTOCOLS} strings"
+                    )));
+                }
+                list.iter()
+                    .filter_map(|p| p.as_str().map(str::to_string))
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let mut desc: SegmentDesc = serde_json::from_value(value).map_err(malformed)?;
+        desc.protocols = protocols;
         desc.validate()?;
         Ok(desc)
     }
@@ -311,6 +372,9 @@ impl SegmentDesc {
         };
         if self.name.is_empty() || self.name.len() > 1024 {
             return bad("name must be 1..=1024 bytes".into());
+        }
+        if self.tcp_data_host.as_ref().is_some_and(|h| h.len() > 1024) {
+            return bad("tcp_data_host over 1024 bytes".into());
         }
         // A file segment names a path on this host: only the engine itself makes one
         // (`open_file_segment`); a peer's descriptor must never steer local file I/O.
@@ -684,6 +748,50 @@ mod tests {
         let d = SegmentDesc::from_json(json.as_bytes()).unwrap();
         let seg = RemoteSegment::new(1, "h".into(), 1, d);
         seg.check_access(4096, 4096, Opcode::Write).unwrap();
+    }
+
+    #[test]
+    fn mooncake_tcp_fields_and_protocol_arrays_are_read() {
+        // As Mooncake 0.3.13's TCP target publishes it (observed), trailing newline included.
+        let observed = br#"{"buffers":[{"addr":140542174298112,"length":16777216,"name":"127.0.0.1:15900"}],"name":"127.0.0.1:15900","protocol":"tcp","rdma_server_name":"","tcp_data_host":"127.0.0.1","tcp_data_port":15903,"tcp_proto_version":2,"timestamp":"2026-11-30 19:12:40.627646"}
+"#;
+        let d = SegmentDesc::from_json(observed).unwrap();
+        assert_eq!(
+            (d.protocol.as_str(), d.tcp_data_host.as_deref()),
+            ("tcp", Some("127.0.0.1"))
+        );
+        assert_eq!(
+            (d.tcp_data_port, d.tcp_proto_version),
+            (Some(15903), Some(2))
+        );
+        assert!(d.protocols.is_empty() && d.te_wire_version.is_none());
+        // Multi-protocol builds publish an array: the first entry is the protocol, all are kept.
+        let multi = br#"{"name":"h:1","protocol":["rdma","tcp"],"buffers":[]}"#;
+        let d = SegmentDesc::from_json(multi).unwrap();
+        assert_eq!(d.protocol, "rdma");
+        assert_eq!(d.protocols, ["rdma", "tcp"]);
+        assert!(!d.to_json().contains("protocols"), "never published");
+        for bad in [
+            r#"{"name":"h:1","protocol":[]}"#.to_string(),
+            r#"{"name":"h:1","protocol":[1]}"#.to_string(),
+            r#"{"name":"h:1","protocol":{"a":1}}"#.to_string(),
+            format!(
+                r#"{{"name":"h:1","protocol":[{}"tcp"]}}"#,
+                r#""x","#.repeat(16)
+            ),
+            format!(
+                r#"{{"name":"h:1","protocol":"tcp","tcp_data_host":"{}"}}"#,
+                "h".repeat(1025)
+            ),
+        ] {
+            assert!(
+                matches!(
+                    SegmentDesc::from_json(bad.as_bytes()),
+                    Err(Error::MalformedMessage(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 
     /// A segment with two RDMA devices and one 4 KiB buffer with `fields`.

@@ -102,6 +102,9 @@ pub enum SliceError {
     LocalPath(String),
     /// The task was canceled before the slice went on the wire.
     Canceled,
+    /// The transport cannot make this request to this peer (a WRITE to a Mooncake target whose
+    /// framing cannot acknowledge it). Nothing was sent. Not retried.
+    Unsupported(String),
 }
 
 impl SliceError {
@@ -118,6 +121,7 @@ impl fmt::Display for SliceError {
             SliceError::Path(m) => write!(f, "path failed: {m}"),
             SliceError::LocalPath(m) => write!(f, "local NIC failed: {m}"),
             SliceError::Canceled => f.write_str("canceled"),
+            SliceError::Unsupported(m) => write!(f, "not possible on this path: {m}"),
         }
     }
 }

@@ -1,5 +1,13 @@
 //! Control-channel framing, Mooncake-compatible: `u64` little-endian length (= 1 + payload
-//! length), one type byte, then the payload (JSON text). Sizes are bounded before allocation.
+//! length), one type byte, then the payload (JSON text). Sizes are bounded before allocation:
+//! the length field, type byte included, may not exceed the limit (`MC_HANDSHAKE_MAX_LENGTH`),
+//! as in Mooncake.
+//!
+//! Mooncake before the type byte sent untyped frames (`u64` payload length, then JSON): a
+//! server reads one, as Mooncake does, when the byte after the length is not a type te knows
+//! but a printable one, takes it as an endpoint handshake ([`FrameType::Connection`]) and
+//! answers untyped ([`read_request_frame`], [`write_untyped_frame`]). Clients always send
+//! typed frames.
 
 use std::io::{self, Read, Write};
 
@@ -54,14 +62,38 @@ pub enum FrameError {
     Io(#[from] io::Error),
 }
 
-/// Reads one frame of at most `max_payload` bytes of payload.
+/// A frame as a server reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Its type ([`FrameType::Connection`] for an untyped frame).
+    pub kind: FrameType,
+    /// The JSON payload.
+    pub payload: Vec<u8>,
+    /// Sent without a type byte (older Mooncake): the reply goes back the same way.
+    pub untyped: bool,
+}
+
+/// Reads one frame of at most `max_length` bytes (type byte included).
 ///
 /// # Errors
 /// [`FrameError`]; after an error the connection should be closed.
 pub fn read_frame(
     r: &mut impl Read,
-    max_payload: usize,
+    max_length: usize,
 ) -> Result<(FrameType, Vec<u8>), FrameError> {
+    let frame = read_any(r, max_length, false)?;
+    Ok((frame.kind, frame.payload))
+}
+
+/// Reads one request: a typed frame, or an untyped one from an older Mooncake.
+///
+/// # Errors
+/// As [`read_frame`].
+pub fn read_request_frame(r: &mut impl Read, max_length: usize) -> Result<Frame, FrameError> {
+    read_any(r, max_length, true)
+}
+
+fn read_any(r: &mut impl Read, max_length: usize, untyped_ok: bool) -> Result<Frame, FrameError> {
     let mut len = [0u8; 8];
     let mut got = 0;
     while got < len.len() {
@@ -77,15 +109,41 @@ pub fn read_frame(
     if len == 0 {
         return Err(FrameError::Empty);
     }
-    if len - 1 > max_payload as u64 {
-        return Err(FrameError::TooLarge(len - 1));
+    if len > max_length as u64 {
+        return Err(FrameError::TooLarge(len));
     }
-    let mut kind = [0u8; 1];
-    r.read_exact(&mut kind)?;
-    let kind = FrameType::from_u8(kind[0]).ok_or(FrameError::UnknownType(kind[0]))?;
-    let mut payload = vec![0u8; (len - 1) as usize];
-    r.read_exact(&mut payload)?;
-    Ok((kind, payload))
+    let mut first = [0u8; 1];
+    r.read_exact(&mut first)?;
+    let (kind, mut payload, untyped) = match FrameType::from_u8(first[0]) {
+        Some(kind) => (kind, vec![0u8; (len - 1) as usize], false),
+        // JSON's first byte ('{', whitespace): Mooncake's untyped handshake. Anything else is
+        // no type and no JSON object (Mooncake closes on it too, failing to parse it).
+        None if untyped_ok && matches!(first[0], b'{' | b' ' | b'\t' | b'\n' | b'\r') => {
+            let mut payload = vec![0u8; len as usize];
+            payload[0] = first[0];
+            (FrameType::Connection, payload, true)
+        }
+        None => return Err(FrameError::UnknownType(first[0])),
+    };
+    let start = usize::from(untyped);
+    r.read_exact(&mut payload[start..])?;
+    Ok(Frame {
+        kind,
+        payload,
+        untyped,
+    })
+}
+
+/// Writes a reply to an untyped request: the payload's length, then the payload.
+///
+/// # Errors
+/// The write failed.
+pub fn write_untyped_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(8 + payload.len());
+    buf.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    buf.extend_from_slice(payload);
+    w.write_all(&buf)?;
+    w.flush()
 }
 
 /// Writes one frame.
@@ -139,9 +197,15 @@ mod tests {
             Err(FrameError::TooLarge(_))
         ));
         assert!(matches!(
-            read_frame(&mut raw(66, 1, b"").as_slice(), 64),
+            read_frame(&mut raw(65, 1, b"").as_slice(), 64),
             Err(FrameError::TooLarge(65))
         ));
+        // The limit counts the type byte, as Mooncake's does.
+        let at_limit = raw(64, 1, &[b' '; 63]);
+        assert_eq!(
+            read_frame(&mut at_limit.as_slice(), 64).unwrap().1.len(),
+            63
+        );
         assert!(matches!(
             read_frame(&mut raw(3, 9, b"ab").as_slice(), 64),
             Err(FrameError::UnknownType(9))
@@ -153,5 +217,45 @@ mod tests {
             ),
             "truncated"
         );
+    }
+
+    #[test]
+    fn untyped_frames_from_older_mooncake_are_read_by_servers_only() {
+        // Length 2, then `{}` with no type byte: an endpoint handshake.
+        let old = [2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}'];
+        let f = read_request_frame(&mut old.as_slice(), 64).unwrap();
+        assert_eq!(
+            f,
+            Frame {
+                kind: FrameType::Connection,
+                payload: b"{}".to_vec(),
+                untyped: true
+            }
+        );
+        assert!(matches!(
+            read_frame(&mut old.as_slice(), 64),
+            Err(FrameError::UnknownType(b'{'))
+        ));
+        let typed = raw(3, 1, b"{}");
+        assert!(
+            !read_request_frame(&mut typed.as_slice(), 64)
+                .unwrap()
+                .untyped
+        );
+        // Bounded the same way, and a byte of 0x80 or more is neither a type nor JSON.
+        assert!(matches!(
+            read_request_frame(&mut raw(65, b'{', b"").as_slice(), 64),
+            Err(FrameError::TooLarge(65))
+        ));
+        for junk in [0x80, b'*', 9 + 0x30] {
+            assert!(matches!(
+                read_request_frame(&mut raw(3, junk, b"{}").as_slice(), 64),
+                Err(FrameError::UnknownType(b)) if b == junk
+            ));
+        }
+        let mut reply = Vec::new();
+        write_untyped_frame(&mut reply, b"{\"a\":1}").unwrap();
+        assert_eq!(&reply[..8], &7u64.to_le_bytes());
+        assert_eq!(&reply[8..], b"{\"a\":1}");
     }
 }

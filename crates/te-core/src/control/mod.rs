@@ -5,7 +5,10 @@
 //! served at once, each with an idle timeout; a bad frame closes only its own connection.
 //! With a cluster secret every connection must pass [`auth`]'s challenge-response before it
 //! gets a descriptor, a notification in, a probe answer or an endpoint; a peer without it gets
-//! a refusal naming the reason, and the connection closes.
+//! a refusal naming the reason, and the connection closes. The one exception is the Mooncake
+//! opt-in ([`crate::mooncake`], with its second switch): a peer its allow-list admits is served
+//! without the challenge, and gets a descriptor with no segment secret in it, sealed or not.
+//! Untyped frames of older Mooncake peers are answered untyped.
 
 pub mod auth;
 pub mod frame;
@@ -21,7 +24,7 @@ use tracing::{debug, warn};
 use crate::error::{Error, Result};
 use crate::net::{ConnectionHandler, ServiceListener};
 use crate::notify::{Notification, NotificationQueue};
-use frame::{FrameError, FrameType, read_frame, write_frame};
+use frame::{Frame, FrameError, FrameType, read_frame, read_request_frame, write_frame};
 
 /// How long a control connection may sit idle (or stall mid-frame) before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -34,12 +37,16 @@ pub struct ControlState {
     pub local_desc: RwLock<Arc<String>>,
     /// Where received notifications go.
     pub notifications: Arc<NotificationQueue>,
-    /// Largest frame payload accepted.
+    /// Largest frame accepted: its length field, type byte included (`MC_HANDSHAKE_MAX_LENGTH`).
     pub max_payload: usize,
     /// The cluster key peers must prove, when a cluster secret is set.
     pub cluster_key: Option<Arc<auth::ClusterKey>>,
     /// Answers endpoint handshakes (`Connection` frames), when a transport set one up.
     pub connection_handler: RwLock<Option<ConnectionHandlerFn>>,
+    /// Who may be served without the cluster secret's challenge (the Mooncake opt-in).
+    pub mooncake: crate::mooncake::MooncakeCompat,
+    /// The descriptor those peers get: the local one without its segment secret.
+    pub public_desc: RwLock<Option<Arc<String>>>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -65,8 +72,20 @@ impl ControlState {
 }
 
 impl ControlState {
-    fn answer(&self, kind: FrameType, payload: &[u8]) -> Vec<u8> {
+    /// The reply to one request; `authenticated` is false for a peer served under the
+    /// Mooncake opt-in without the cluster secret.
+    fn answer(&self, kind: FrameType, payload: &[u8], authenticated: bool) -> Vec<u8> {
         match kind {
+            FrameType::Metadata if !authenticated => self
+                .public_desc
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map_or_else(
+                    || json!({"error": "te: no descriptor for unauthenticated peers"}).to_string(),
+                    |d| d.to_string(),
+                )
+                .into_bytes(),
             FrameType::Metadata => self
                 .local_desc
                 .read()
@@ -119,9 +138,15 @@ fn serve(state: &ControlState, stream: TcpStream) {
     let mut reader = BufReader::new(stream);
     let mut writer = BufWriter::new(write_half);
     let mut authenticated = state.cluster_key.is_none();
+    // A Mooncake peer cannot prove the cluster secret; the opt-in's allow-list may admit it.
+    let admitted = peer.is_some_and(|p| state.mooncake.admits(p.ip()));
     loop {
-        match read_frame(&mut reader, state.max_payload) {
-            Ok((FrameType::Auth, hello)) if !authenticated => {
+        match read_request_frame(&mut reader, state.max_payload) {
+            Ok(Frame {
+                kind: FrameType::Auth,
+                payload: hello,
+                ..
+            }) if !authenticated => {
                 let Some(key) = &state.cluster_key else {
                     return;
                 };
@@ -132,15 +157,15 @@ fn serve(state: &ControlState, stream: TcpStream) {
                     return;
                 }
             }
-            Ok((kind, _)) if !authenticated => {
-                debug!(?peer, ?kind, "unauthenticated control request refused");
+            Ok(frame) if !authenticated && !admitted => {
+                debug!(?peer, kind = ?frame.kind, "unauthenticated control request refused");
                 let refusal = json!({"error": "te: authentication required: this cluster has a secret (MC_TE_CLUSTER_SECRET)"});
-                let _ = write_frame(&mut writer, kind, refusal.to_string().as_bytes());
+                let _ = reply(&mut writer, &frame, refusal.to_string().as_bytes());
                 return;
             }
-            Ok((kind, payload)) => {
-                let reply = state.answer(kind, &payload);
-                if write_frame(&mut writer, kind, &reply).is_err() {
+            Ok(frame) => {
+                let answer = state.answer(frame.kind, &frame.payload, authenticated);
+                if reply(&mut writer, &frame, &answer).is_err() {
                     return;
                 }
             }
@@ -150,6 +175,14 @@ fn serve(state: &ControlState, stream: TcpStream) {
                 return;
             }
         }
+    }
+}
+
+/// Answers `request` in its own framing (typed, or untyped for an older Mooncake).
+fn reply(w: &mut impl std::io::Write, request: &Frame, payload: &[u8]) -> std::io::Result<()> {
+    match request.untyped {
+        true => frame::write_untyped_frame(w, payload),
+        false => write_frame(w, request.kind, payload),
     }
 }
 
@@ -260,9 +293,90 @@ pub fn split_host_port(name: &str) -> Result<(String, u16)> {
     Ok((host.to_string(), port))
 }
 
+/// Splits a segment name as Mooncake's `parseHostNameWithPort` reads it: `host:port`,
+/// `[v6]:port`, `[v6]`, a bare IPv6 address (`fe80::1`, `fe80::1%eth0`), an IPv6 address with a
+/// scope and a port (`fe80::1%eth0:12345`), or a host alone. A name without a port means
+/// `default_port` (`MC_HANDSHAKE_PORT`). IPv6 hosts come back bracketed. Unlike Mooncake, a port
+/// that is there but not a port number is an error, not the default.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for an empty host or a bad port.
+pub fn parse_segment_name(name: &str, default_port: u16) -> Result<(String, u16)> {
+    let bad = |why: &str| Error::InvalidArgument(format!("segment name {name:?}: {why}"));
+    let port_of = |p: &str| match p.parse::<u16>() {
+        Ok(port) if port != 0 => Ok(port),
+        _ => Err(bad("the port is not 1..=65535")),
+    };
+    let is_v6 = |h: &str| {
+        let (addr, scope) = h.split_once('%').unwrap_or((h, "x"));
+        addr.parse::<std::net::Ipv6Addr>().is_ok() && !scope.is_empty() && !scope.contains(':')
+    };
+    if let Some(rest) = name.strip_prefix('[') {
+        let (host, tail) = rest.split_once(']').ok_or_else(|| bad("no closing ]"))?;
+        if !is_v6(host) {
+            return Err(bad("not an IPv6 address in brackets"));
+        }
+        let port = match tail {
+            "" => default_port,
+            t => port_of(t.strip_prefix(':').ok_or_else(|| bad("junk after ]"))?)?,
+        };
+        return Ok((format!("[{host}]"), port));
+    }
+    if is_v6(name) {
+        return Ok((format!("[{name}]"), default_port));
+    }
+    if let Some(scope) = name.find('%') {
+        if let Some(colon) = name[scope..].find(':') {
+            let (host, port) = name.split_at(scope + colon);
+            if is_v6(host) {
+                return Ok((format!("[{host}]"), port_of(&port[1..])?));
+            }
+        }
+    }
+    match name.rsplit_once(':') {
+        None if !name.is_empty() => Ok((name.to_string(), default_port)),
+        None => Err(bad("empty")),
+        Some(("", _)) => Err(bad("no host")),
+        Some((host, port)) => Ok((host.to_string(), port_of(port)?)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segment_names_as_mooncake_reads_them() {
+        let ok = |name: &str, host: &str, port: u16| {
+            assert_eq!(
+                parse_segment_name(name, 12001).unwrap(),
+                (host.to_string(), port),
+                "{name}"
+            );
+        };
+        ok("127.0.0.1:15000", "127.0.0.1", 15000);
+        ok("127.0.0.1", "127.0.0.1", 12001);
+        ok("node-a", "node-a", 12001);
+        ok("node-a:9", "node-a", 9);
+        ok("[::1]:9", "[::1]", 9);
+        ok("[::1]", "[::1]", 12001);
+        ok("::1", "[::1]", 12001);
+        ok("fe80::1", "[fe80::1]", 12001);
+        ok("fe80::1%eth0", "[fe80::1%eth0]", 12001);
+        ok("fe80::1%eth0:7000", "[fe80::1%eth0]", 7000);
+        ok("[fe80::1%eth0]:7000", "[fe80::1%eth0]", 7000);
+        for bad in [
+            "", ":80", "h:", "h:0", "h:70000", "h:x", "[::1", "[::1]x", "[host]:1",
+        ] {
+            assert!(parse_segment_name(bad, 12001).is_err(), "{bad}");
+        }
+        // A host and port the name resolves to, for IPv6 too.
+        let (host, port) = parse_segment_name("::1", 12001).unwrap();
+        assert_eq!(
+            resolve(&host, port).unwrap()[0],
+            "[::1]:12001".parse().unwrap()
+        );
+    }
 
     #[test]
     fn host_port_names() {

@@ -143,6 +143,7 @@ impl TransferEngine {
         local_server_name: &str,
         clock: Arc<dyn crate::clock::Clock>,
     ) -> Result<Self> {
+        config.mooncake.check(config.cluster_secret.is_some())?;
         let config = Arc::new(config);
         let metadata = crate::metadata::open(metadata_conn, &config)?;
         let (host_ip, port) = name_host(local_server_name);
@@ -190,6 +191,8 @@ impl TransferEngine {
             max_payload: config.handshake_max_length,
             cluster_key: cluster_key.clone(),
             connection_handler: RwLock::new(None),
+            mooncake: config.mooncake.clone(),
+            public_desc: RwLock::new(None),
         });
         let control = control::start_server(listener, control_state.clone())?;
         let (tx, rx) = mpsc::channel::<PendingNotify>();
@@ -265,6 +268,12 @@ impl TransferEngine {
     /// The local segment's name (P2P: `ip:port` of the control listener).
     pub fn segment_name(&self) -> &str {
         &self.name
+    }
+
+    /// The descriptor this engine publishes, as its transports describe it now (with the
+    /// segment secret in the clear: the published form seals it when there is a cluster key).
+    pub fn local_descriptor(&self) -> SegmentDesc {
+        self.local_desc()
     }
 
     /// The engine's configuration.
@@ -363,6 +372,18 @@ impl TransferEngine {
     fn publish(&self) -> Result<()> {
         let mut desc = self.local_desc();
         if let Some(key) = &self.control_state.cluster_key {
+            if self.config.mooncake.enabled {
+                // What Mooncake peers, which cannot prove the cluster secret, may see.
+                let public = SegmentDesc {
+                    te_secret: None,
+                    ..desc.clone()
+                };
+                *self
+                    .control_state
+                    .public_desc
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(public.to_json()));
+            }
             control::auth::seal(key, &mut desc)?;
         }
         *self

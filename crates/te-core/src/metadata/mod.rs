@@ -126,7 +126,8 @@ pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Met
                 .cluster_secret
                 .as_ref()
                 .map(|s| control::auth::ClusterKey::from_secret(s.expose()));
-            return Ok(Arc::new(P2pMetadata::new(timeout, max_len, key)));
+            let port = config.handshake_port;
+            return Ok(Arc::new(P2pMetadata::new(timeout, max_len, key, port)));
         }
         MetadataKind::Http(url) => Box::new(http::HttpStore::new(&url, timeout, max_len)?),
         MetadataKind::Redis(url) => {
@@ -162,20 +163,24 @@ pub struct P2pMetadata {
     connect_timeout: Duration,
     max_payload: usize,
     key: Option<control::auth::ClusterKey>,
+    default_port: u16,
 }
 
 impl P2pMetadata {
     /// A backend using these limits for its control requests, authenticating with `key` when
-    /// the cluster has a secret.
+    /// the cluster has a secret; a peer named without a port is at `default_port`
+    /// (`MC_HANDSHAKE_PORT`).
     pub fn new(
         connect_timeout: Duration,
         max_payload: usize,
         key: Option<control::auth::ClusterKey>,
+        default_port: u16,
     ) -> Self {
         P2pMetadata {
             connect_timeout,
             max_payload,
             key,
+            default_port,
         }
     }
 }
@@ -215,7 +220,7 @@ impl Metadata for P2pMetadata {
     }
 
     fn rpc_address(&self, name: &str) -> Result<(String, u16)> {
-        control::split_host_port(name.trim_start_matches('/'))
+        control::parse_segment_name(name.trim_start_matches('/'), self.default_port)
     }
 }
 

@@ -191,6 +191,22 @@ impl MooncakePeer {
         r["rc"].as_i64().unwrap_or(i64::MIN)
     }
 
+    /// `transfer_sync(target, local, remote, len, Write, TransferNotify(name, msg))`: a WRITE
+    /// whose notification follows its data.
+    pub fn write_with_notify(
+        &mut self,
+        target: &str,
+        (local, remote, len): (u64, u64, usize),
+        name: &str,
+        msg: &str,
+    ) -> i64 {
+        let r = self.call(
+            json!({"op": "notify_write", "target": target, "local": local,
+                                 "remote": remote, "len": len, "name": name, "msg": msg}),
+        );
+        r["rc"].as_i64().unwrap_or(i64::MIN)
+    }
+
     /// `get_first_buffer_address(target)`: 0 when Mooncake cannot open the segment.
     pub fn first_buffer(&mut self, target: &str) -> u64 {
         self.call(json!({"op": "first", "target": target}))["addr"]

@@ -13,6 +13,7 @@ Requests (`op` and its fields) and replies:
   write     target, local, remote, len                 -> rc (transfer_sync_write)
   read      target, local, remote, len                 -> rc (transfer_sync_read)
   batch     target, opcode (read|write), locals, remotes, lens -> rc (batch_transfer_sync_*)
+  notify_write target, local, remote, len, name, msg   -> rc (transfer_sync with a TransferNotify)
   first     target                                     -> addr (get_first_buffer_address)
   notifies                                             -> list of [name, msg]
   quit                                                 -> (exits)
@@ -21,7 +22,7 @@ Requests (`op` and its fields) and replies:
 import json
 import sys
 
-from mooncake.engine import TransferEngine
+from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode
 
 
 def main():
@@ -53,6 +54,10 @@ def main():
             call = (engine.batch_transfer_sync_write if req["opcode"] == "write"
                     else engine.batch_transfer_sync_read)
             reply["rc"] = call(req["target"], req["locals"], req["remotes"], req["lens"])
+        elif op == "notify_write":
+            reply["rc"] = engine.transfer_sync(
+                req["target"], req["local"], req["remote"], req["len"], TransferOpcode.Write,
+                TransferNotify(req["name"], req["msg"]))
         elif op == "first":
             reply["addr"] = engine.get_first_buffer_address(req["target"])
         elif op == "notifies":
