@@ -6,6 +6,13 @@
 //! The submitting thread only enqueues: connects and I/O happen on lane threads. A lane whose
 //! connection breaks fails its in-flight slices as path errors (the engine retries them) and
 //! reconnects on its next slice.
+//!
+//! A lane speaks te's framing ([`crate::wire`]) to te targets and Mooncake's acknowledged
+//! framing ([`crate::mooncake_wire`]) to Mooncake targets, pipelined the same way: Mooncake's
+//! target answers in order, so replies are matched to requests by their place in the queue. A
+//! Mooncake refusal fails its slice for good and closes the connection (Mooncake's target
+//! closes it after refusing), so what was pipelined behind it fails as path errors and is
+//! retried on a fresh connection.
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
@@ -20,8 +27,22 @@ use te_core::transport::{CompletionSink, SliceError, SliceOp};
 use tracing::debug;
 
 use crate::error::Error;
+use crate::mooncake_wire;
 use crate::sys;
 use crate::wire::{REPLY_LEN, Reply, Request, Status};
+
+/// The framing a peer's data listener speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Framing {
+    /// te's own, with the segment secret in every request.
+    Te,
+    /// Mooncake's framing, no credential: acknowledged ("v2", a status frame per request), or
+    /// not (v1 targets, which get READs only: the data arriving is their acknowledgement).
+    Mooncake {
+        /// The acknowledged framing.
+        acked: bool,
+    },
+}
 
 /// Where a peer's data listener is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -30,6 +51,7 @@ pub(crate) struct PeerKey {
     pub(crate) local_ip: std::net::IpAddr,
     pub(crate) host: String,
     pub(crate) port: u16,
+    pub(crate) framing: Framing,
 }
 
 pub(crate) struct LaneSettings {
@@ -201,6 +223,7 @@ impl SenderWorker {
                     let broken = Arc::new(AtomicBool::new(false));
                     let sending = Arc::new(Mutex::new(()));
                     let receiver = ReceiverWorker {
+                        framing: self.peer.framing,
                         stream: stream.try_clone()?,
                         sink: self.sink.clone(),
                         broken: broken.clone(),
@@ -232,14 +255,31 @@ impl SenderWorker {
         };
         self.next_id += 1;
         let request_id = self.next_id;
-        let header = Request {
-            opcode: op.opcode,
-            request_id,
-            addr: op.remote_addr,
-            len: op.len,
-            secret: op.target.secret().to_bytes(),
-        }
-        .encode();
+        let te_header;
+        let mooncake_header;
+        let header: &[u8] = match self.peer.framing {
+            Framing::Te => {
+                te_header = Request {
+                    opcode: op.opcode,
+                    request_id,
+                    addr: op.remote_addr,
+                    len: op.len,
+                    secret: op.target.secret().to_bytes(),
+                }
+                .encode();
+                &te_header
+            }
+            Framing::Mooncake { acked } => {
+                mooncake_header = mooncake_wire::Header {
+                    opcode: op.opcode,
+                    addr: op.remote_addr,
+                    size: op.len,
+                    acked,
+                }
+                .encode();
+                &mooncake_header
+            }
+        };
         let staging = &self.settings.staging;
         // A WRITE from GPU memory leaves from a staging buffer, filled first.
         let mut bounce = None;
@@ -292,6 +332,7 @@ impl SenderWorker {
 }
 
 struct ReceiverWorker {
+    framing: Framing,
     stream: TcpStream,
     sink: Arc<dyn CompletionSink>,
     broken: Arc<AtomicBool>,
@@ -303,26 +344,51 @@ impl ReceiverWorker {
     fn run(self, rx: Receiver<InFlight>) {
         while let Ok(flight) = rx.recv() {
             match self.receive(&flight) {
-                Ok(outcome) => self.sink.complete(flight.op, outcome),
-                Err(e) => {
-                    self.broken.store(true, Ordering::Release);
-                    let _ = self.stream.shutdown(Shutdown::Both);
-                    let msg = format!("lane failed: {e}");
-                    let fail = |op| {
-                        // Wait until the sender is done with this slice's body (the shut-down
-                        // socket makes that quick) before its task may release the memory.
-                        drop(self.sending.lock().unwrap_or_else(|e| e.into_inner()));
-                        self.sink.complete(op, Err(SliceError::Path(msg.clone())));
-                    };
-                    fail(flight.op);
-                    rx.iter().for_each(|rest| fail(rest.op));
-                    return;
+                Ok(outcome) => {
+                    // Mooncake's target closes the connection after a refusal: what was
+                    // pipelined behind the refused slice fails as path errors, and retries.
+                    let closed = matches!(self.framing, Framing::Mooncake { .. })
+                        && matches!(outcome, Err(SliceError::Rejected(_)));
+                    self.sink.complete(flight.op, outcome);
+                    if closed {
+                        let msg = "the Mooncake target refused a request and closed the lane";
+                        return self.fail_all(None, &rx, msg.into());
+                    }
                 }
+                Err(e) => return self.fail_all(Some(flight.op), &rx, format!("lane failed: {e}")),
             }
         }
     }
 
-    fn receive(&self, flight: &InFlight) -> Result<Result<(), SliceError>, Error> {
+    /// Breaks the lane: `first` and every slice still in flight fail as path errors.
+    fn fail_all(&self, first: Option<SliceOp>, rx: &Receiver<InFlight>, msg: String) {
+        self.broken.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(Shutdown::Both);
+        let fail = |op| {
+            // Wait until the sender is done with this slice's body (the shut-down socket makes
+            // that quick) before its task may release the memory.
+            drop(self.sending.lock().unwrap_or_else(|e| e.into_inner()));
+            self.sink.complete(op, Err(SliceError::Path(msg.clone())));
+        };
+        first.into_iter().for_each(fail);
+        rx.iter().for_each(|rest| fail(rest.op));
+    }
+
+    /// The status of the request in flight: te's reply header, or Mooncake's status frame.
+    fn status(&self, flight: &InFlight) -> Result<Status, Error> {
+        if self.framing == (Framing::Mooncake { acked: false }) {
+            // A v1 READ: the data follows at once; a refusal shows as the connection closing.
+            return Ok(Status::Ok);
+        }
+        if self.framing == (Framing::Mooncake { acked: true }) {
+            let mut frame = [0u8; mooncake_wire::STATUS_LEN];
+            sys::recv_buf(&self.stream, &mut frame)?;
+            return Ok(match mooncake_wire::decode_status(&frame)? {
+                mooncake_wire::STATUS_OK => Status::Ok,
+                // Mooncake's target refuses only what lies outside its registered buffers.
+                _ => Status::Rejected(te_core::transport::Rejection::OutOfBounds),
+            });
+        }
         let mut head = [0u8; REPLY_LEN];
         sys::recv_buf(&self.stream, &mut head)?;
         let reply = Reply::decode(&head)?;
@@ -338,8 +404,12 @@ impl ReceiverWorker {
                 got: reply.request_id,
             });
         }
+        Ok(reply.status)
+    }
+
+    fn receive(&self, flight: &InFlight) -> Result<Result<(), SliceError>, Error> {
         let op = &flight.op;
-        match reply.status {
+        match self.status(flight)? {
             Status::Rejected(r) => Ok(Err(SliceError::Rejected(r))),
             Status::Ok if op.opcode == Opcode::Read => {
                 let len = op.len as usize;

@@ -16,6 +16,7 @@
 //! registered addresses (`lane`, `server`), each call with a `SAFETY:` comment.
 #![deny(unsafe_code)]
 
+mod compat;
 mod error;
 mod lane;
 pub mod mooncake_wire;
@@ -33,10 +34,10 @@ use te_core::segment::{RailAddr, RemoteSegment, SegmentDesc};
 use te_core::transport::{
     CompletionSink, InstallContext, Rail, RailStats, SliceError, SliceOp, Transport,
 };
-use tracing::info;
+use tracing::{info, warn};
 
 pub use error::Error;
-use lane::{Lane, LaneSettings, PeerKey};
+use lane::{Framing, Lane, LaneSettings, PeerKey};
 use rails::{CountingSink, RailCounters};
 use server::TargetState;
 
@@ -49,6 +50,8 @@ struct Installed {
     lanes_per_peer: usize,
     /// One data listener per local rail, in rail order.
     listeners: Vec<(Rail, ServiceListener)>,
+    /// The listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`).
+    mooncake: Option<ServiceListener>,
     counters: Arc<Vec<RailCounters>>,
 }
 
@@ -125,37 +128,111 @@ impl TcpTransport {
         Ok(lanes)
     }
 
-    /// Reports `op` failed. Every slice handed to `post` is reported, even after shutdown.
+    /// Reports `op` failed on its path. Every slice handed to `post` is reported, even after
+    /// shutdown.
     fn fail(&self, op: SliceOp, reason: String) {
+        self.report(op, SliceError::Path(reason));
+    }
+
+    fn report(&self, op: SliceOp, error: SliceError) {
         if let Some(sink) = self.sink.get() {
-            sink.complete(op, Err(SliceError::Path(reason)));
+            sink.complete(op, Err(error));
         }
     }
 }
 
-/// Where slice `op` goes: the remote rail's address, from the local rail's address.
-fn peer_key(op: &SliceOp, rails: &[(Rail, ServiceListener)]) -> Result<PeerKey, String> {
+/// Where slice `op` goes, from the local rail's address: a te target's remote rail (te's
+/// framing), or a Mooncake target's `tcp_data_host:tcp_data_port` (Mooncake's acknowledged
+/// framing). A target is Mooncake's when its descriptor has no `te_wire_version`. A WRITE to a
+/// Mooncake target without the acknowledged framing (`tcp_proto_version` below 2) is refused
+/// before anything is sent: its completion could not be known.
+fn peer_key(op: &SliceOp, rails: &[(Rail, ServiceListener)]) -> Result<PeerKey, SliceError> {
     let local_ip = rails
         .get(usize::from(op.local_rail))
         .map(|(r, _)| r.ip)
-        .ok_or_else(|| format!("no local rail {}", op.local_rail))?;
+        .ok_or_else(|| SliceError::Path(format!("no local rail {}", op.local_rail)))?;
     let seg = &op.target;
-    if let Some(rail) = seg.desc().te_rails.get(usize::from(op.remote_rail)) {
+    let desc = seg.desc();
+    if desc.te_wire_version.is_some() {
+        let rail = desc
+            .te_rails
+            .get(usize::from(op.remote_rail))
+            .ok_or_else(|| {
+                SliceError::Path(format!(
+                    "segment {} publishes no tcp rail {}",
+                    seg.name(),
+                    op.remote_rail
+                ))
+            })?;
         return Ok(PeerKey {
             local_ip,
             host: rail.ip.clone(),
             port: rail.port,
+            framing: Framing::Te,
         });
     }
-    let port = seg
-        .desc()
-        .tcp_data_port
-        .ok_or_else(|| format!("segment {} publishes no tcp_data_port", seg.name()))?;
+    let port = desc.tcp_data_port.filter(|p| *p != 0).ok_or_else(|| {
+        SliceError::Path(format!("segment {} publishes no tcp_data_port", seg.name()))
+    })?;
+    let acked = desc.tcp_proto_version.unwrap_or(1) >= 2;
+    if !acked && op.opcode != te_core::Opcode::Read {
+        return Err(SliceError::Unsupported(format!(
+            "segment {} is a Mooncake target without acknowledged TCP writes \
+             (tcp_proto_version {}): a WRITE could not be confirmed, so te does not send it",
+            seg.name(),
+            desc.tcp_proto_version.unwrap_or(1)
+        )));
+    }
+    let host = desc
+        .tcp_data_host
+        .as_deref()
+        .filter(|h| !h.is_empty())
+        .unwrap_or(seg.host());
     Ok(PeerKey {
         local_ip,
-        host: seg.host().to_string(),
+        host: host.to_string(),
         port,
+        framing: Framing::Mooncake { acked },
     })
+}
+
+/// Starts the listener for Mooncake initiators on the engine's bind address (the host a
+/// Mooncake peer reaches the engine's control listener at), and says loudly what it opens.
+fn start_mooncake_listener(
+    ctx: &InstallContext,
+    staging: &Arc<staging::GpuStaging>,
+) -> Result<ServiceListener, String> {
+    let state = Arc::new(compat::CompatState {
+        regions: ctx.regions.clone(),
+        compat: ctx.config.mooncake.clone(),
+        stall_timeout: ctx.config.tcp_status_timeout,
+        staging: staging.clone(),
+    });
+    let listener = std::net::TcpListener::bind((ctx.bind_ip, 0)).map_err(|e| {
+        format!(
+            "binding the Mooncake-compatible listener on {}: {e}",
+            ctx.bind_ip
+        )
+    })?;
+    let handler: te_core::net::ConnectionHandler =
+        Arc::new(move |stream| compat::serve(&state, stream));
+    let listener =
+        ServiceListener::spawn(listener, "te-tcp-mooncake", MAX_DATA_CONNECTIONS, handler)
+            .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
+    let allow = ctx.config.mooncake.allow.as_ref().map_or_else(
+        || "ANY address that reaches it (no MC_TE_MOONCAKE_ALLOW)".to_string(),
+        ToString::to_string,
+    );
+    warn!(
+        addr = %listener.local_addr(),
+        segment = %ctx.local_name,
+        allowed = %allow,
+        v1 = ctx.config.mooncake.allow_v1,
+        "MC_TE_MOONCAKE_COMPAT: this listener serves Mooncake initiators WITHOUT ANY CREDENTIAL: \
+         every remotely accessible region can be read (and, where writable, written) by whoever \
+         is allowed to connect; te still checks bounds, permissions and pins"
+    );
+    Ok(listener)
 }
 
 impl Transport for TcpTransport {
@@ -218,6 +295,10 @@ impl Transport for TcpTransport {
             info!(rail = %rail.name, addr = %listener.local_addr(), segment = %ctx.local_name, "tcp rail serving");
             listeners.push((rail.clone(), listener));
         }
+        let mooncake = match ctx.config.mooncake.enabled {
+            true => Some(start_mooncake_listener(&ctx, &self.staging).map_err(err)?),
+            false => None,
+        };
         let counters = Arc::new(
             ctx.rails
                 .iter()
@@ -242,6 +323,7 @@ impl Transport for TcpTransport {
             }),
             lanes_per_peer: ctx.config.tcp_lanes_per_peer,
             listeners,
+            mooncake,
             counters,
         });
         Ok(())
@@ -264,12 +346,15 @@ impl Transport for TcpTransport {
         // te's listeners are published in `te_rails` only, never as Mooncake's `tcp_data_port`:
         // a Mooncake initiator that found one would speak its own framing to it, and in its
         // unacknowledged framing take an unapplied WRITE for done. With no port to reach it
-        // fails loudly instead.
-        desc.tcp_data_port = None;
+        // fails loudly instead. Mooncake's port is the opt-in listener, when there is one.
+        let mooncake = inst.mooncake.as_ref().map(ServiceListener::local_addr);
+        desc.tcp_data_port = mooncake.map(|a| a.port());
+        desc.tcp_data_host = mooncake.map(|a| a.ip().to_string());
+        desc.tcp_proto_version = mooncake.map(|_| 2);
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
-        let keys: Vec<Result<PeerKey, String>> = {
+        let keys: Vec<Result<PeerKey, SliceError>> = {
             let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
             let Some(inst) = installed.as_ref() else {
                 drop(installed);
@@ -292,8 +377,8 @@ impl Transport for TcpTransport {
         for (op, key) in slices.into_iter().zip(keys) {
             let key = match key {
                 Ok(k) => k,
-                Err(reason) => {
-                    self.fail(op, reason);
+                Err(error) => {
+                    self.report(op, error);
                     continue;
                 }
             };
@@ -332,7 +417,9 @@ impl Transport for TcpTransport {
             desc.te_rails
                 .iter()
                 .any(|r| r.ip == k.host && r.port == k.port)
-                || (k.host == segment.host() && Some(k.port) == desc.tcp_data_port)
+                || (Some(k.port) == desc.tcp_data_port
+                    && (k.host == segment.host()
+                        || Some(k.host.as_str()) == desc.tcp_data_host.as_deref()))
         };
         let closed = self
             .peers
@@ -352,6 +439,9 @@ impl Transport for TcpTransport {
             .take()
         {
             inst.listeners.iter_mut().for_each(|(_, l)| l.shutdown());
+            if let Some(l) = inst.mooncake.as_mut() {
+                l.shutdown();
+            }
         }
     }
 }

@@ -131,8 +131,14 @@ fn request_validation_table() {
         Err(Error::Metadata(_))
     ));
     assert!(matches!(
-        p.initiator.open_segment("no-port"),
+        p.initiator.open_segment("127.0.0.1:x"),
         Err(Error::InvalidArgument(_))
+    ));
+    // A name without a port means MC_HANDSHAKE_PORT (12001), as in Mooncake: nobody serves
+    // this one.
+    assert!(matches!(
+        p.initiator.open_segment("no-such-host.invalid"),
+        Err(Error::Metadata(_))
     ));
     still_serves(&p);
 }
@@ -483,6 +489,24 @@ fn garbage_on_the_data_and_control_ports() {
         );
         still_serves(&p);
     }
+    // An untyped frame (Mooncake before the type byte: length, then JSON) is an endpoint
+    // handshake, answered untyped; this TCP-only engine has no endpoint to offer.
+    let mut s = TcpStream::connect((chost.as_str(), cport)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let old = br#"{"local_nic_path":"a@x","peer_nic_path":"b@y","qp_num":[1]}"#;
+    s.write_all(&(old.len() as u64).to_le_bytes()).unwrap();
+    s.write_all(old).unwrap();
+    let mut len = [0u8; 8];
+    s.read_exact(&mut len).unwrap();
+    let mut answer = vec![0u8; u64::from_le_bytes(len) as usize];
+    s.read_exact(&mut answer).unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&answer).expect("JSON, no type byte");
+    assert!(
+        answer["reply_msg"]
+            .as_str()
+            .unwrap()
+            .contains("no transport")
+    );
     // A malformed notification is answered with an error, and the next one is delivered.
     let refused = te_core::control::request(
         &chost,

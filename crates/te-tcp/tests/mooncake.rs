@@ -53,3 +53,353 @@ fn a_mooncake_initiator_is_refused_loudly_by_default() {
         "Mooncake's buffer untouched"
     );
 }
+
+/// te as initiator to a Mooncake target: detected from its descriptor (no `te_wire_version`,
+/// `tcp_proto_version` 2), Mooncake's acknowledged framing pipelined over te's lanes. WRITEs
+/// and READs of several sizes and offsets in one batch, every byte compared on both sides.
+#[test]
+fn te_writes_and_reads_a_mooncake_target() {
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let len = 4 << 20;
+    let remote = mooncake.alloc(len);
+    mooncake.put(remote, &vec![0u8; len]);
+    let te = engine();
+    let local = buffer(len);
+    register(&te, &local, Permission::LocalOnly);
+    let seg = te.open_segment(&mooncake.name).unwrap();
+    let desc = te.segment(seg).unwrap().desc().clone();
+    assert!(desc.te_wire_version.is_none() && desc.tcp_proto_version == Some(2));
+
+    let data = pattern(21, len);
+    local.write_at(0, &data).unwrap();
+    // Offsets and lengths that cross slices and lanes: 1 byte, an odd 3 MiB + 7, and the rest.
+    let pieces = [
+        (0u64, 1u64),
+        (1, (3 << 20) + 7),
+        ((3 << 20) + 8, (1 << 20) - 8),
+    ];
+    let writes: Vec<_> = pieces
+        .iter()
+        .map(|&(off, n)| {
+            request(
+                te_core::Opcode::Write,
+                local.addr() + off,
+                seg,
+                remote + off,
+                n,
+            )
+        })
+        .collect();
+    assert_eq!(run(&te, &writes), te_core::TransferState::Completed);
+    assert_eq!(
+        mooncake.get(remote, len),
+        data,
+        "Mooncake's memory holds what te wrote"
+    );
+
+    let back = pattern(22, len);
+    mooncake.put(remote, &back);
+    let reads: Vec<_> = pieces
+        .iter()
+        .map(|&(off, n)| {
+            request(
+                te_core::Opcode::Read,
+                local.addr() + off,
+                seg,
+                remote + off,
+                n,
+            )
+        })
+        .collect();
+    assert_eq!(run(&te, &reads), te_core::TransferState::Completed);
+    assert_eq!(
+        local.to_vec(0, len).unwrap(),
+        back,
+        "te read Mooncake's bytes"
+    );
+}
+
+/// A Mooncake target's refusal reaches te's task as a rejection (not retried), and the lane
+/// recovers for the next request. The descriptor is Mooncake's own with its buffer claimed
+/// larger, so te's own initiator-side check lets the request through to Mooncake.
+#[test]
+fn a_mooncake_targets_refusal_fails_the_task() {
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let remote = mooncake.alloc(1 << 20);
+    let te = engine();
+    let local = buffer(2 << 20);
+    register(&te, &local, Permission::LocalOnly);
+    let real = te.open_segment(&mooncake.name).unwrap();
+    let mut desc = serde_json::to_value(te.segment(real).unwrap().desc()).unwrap();
+    // Mooncake's allocator hands out a buffer inside a larger registered chunk; claim past it.
+    let chunk = desc["buffers"][0].clone();
+    let end = chunk["addr"].as_u64().unwrap() + chunk["length"].as_u64().unwrap();
+    desc["buffers"][0]["length"] = (chunk["length"].as_u64().unwrap() + (1 << 20)).into();
+    // The data endpoint is the real one (serve_descriptor renames the segment).
+    desc["tcp_data_host"] = "127.0.0.1".into();
+    let (_control, name) = serve_descriptor(desc);
+    let widened = te.open_segment(&name).unwrap();
+    let outside = request(te_core::Opcode::Write, local.addr(), widened, end, 4096);
+    let b = te.allocate_batch(1).unwrap();
+    te.submit(b, &[outside]).unwrap();
+    let status = te.wait(b, WAIT).unwrap();
+    assert_eq!(status.state, te_core::TransferState::Failed);
+    assert_eq!(
+        te.task_error(b, 0).unwrap(),
+        Some(te_core::transport::SliceError::Rejected(
+            te_core::transport::Rejection::OutOfBounds
+        )),
+        "Mooncake's refusal, not a path failure"
+    );
+    te.free_batch(b).unwrap();
+    // A refusal among pipelined requests: only the refused task fails; what the target's
+    // closing connection cut off behind it is retried, and lands.
+    let data = pattern(31, 1 << 20);
+    local.write_at(0, &data).unwrap();
+    let mut mixed: Vec<_> = (0..8u64)
+        .map(|i| {
+            let off = i * (128 << 10);
+            request(
+                te_core::Opcode::Write,
+                local.addr() + off,
+                widened,
+                remote + off,
+                128 << 10,
+            )
+        })
+        .collect();
+    mixed.insert(
+        3,
+        request(te_core::Opcode::Write, local.addr(), widened, end, 64 << 10),
+    );
+    let b = te.allocate_batch(mixed.len()).unwrap();
+    te.submit(b, &mixed).unwrap();
+    te.wait(b, WAIT).unwrap();
+    for task in 0..mixed.len() {
+        let state = te.task_status(b, task).unwrap().state;
+        let want = match task {
+            3 => te_core::TransferState::Failed,
+            _ => te_core::TransferState::Completed,
+        };
+        assert_eq!(state, want, "task {task}");
+    }
+    te.free_batch(b).unwrap();
+    assert_eq!(mooncake.get(remote, 1 << 20), data);
+}
+
+/// A te target with the opt-in (`MC_TE_MOONCAKE_COMPAT=1`), `allow` as its allow-list.
+fn compat_target(allow: &str, v1: bool) -> te_core::TransferEngine {
+    let mut c = config();
+    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
+        "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
+        "MC_TE_MOONCAKE_ALLOW" => Some(allow.into()),
+        "MC_TE_MOONCAKE_ALLOW_V1" => v1.then(|| "1".into()),
+        _ => None,
+    })
+    .unwrap();
+    engine_with(c)
+}
+
+/// With the opt-in, Mooncake's Python engine writes into and reads from a te target's memory:
+/// single transfers of odd sizes and a batch, every byte compared on both sides.
+#[test]
+fn with_the_opt_in_a_mooncake_initiator_writes_and_reads_te_memory() {
+    let target = compat_target("127.0.0.0/8", false);
+    let len = 4 << 20;
+    let remote = buffer(len);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let te_name = target.segment_name().to_string();
+    let desc = target.local_descriptor();
+    assert_eq!(desc.tcp_proto_version, Some(2));
+    assert_eq!(desc.tcp_data_host.as_deref(), Some("127.0.0.1"));
+    assert_ne!(
+        Some(desc.te_rails[0].port),
+        desc.tcp_data_port,
+        "a port of its own"
+    );
+
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let local = mooncake.alloc(len);
+    let data = pattern(41, len);
+    mooncake.put(local, &data);
+    assert_eq!(mooncake.write(&te_name, local, remote.addr(), 1), 0);
+    assert_eq!(
+        mooncake.write(&te_name, local + 1, remote.addr() + 1, (3 << 20) + 7),
+        0
+    );
+    let rest = (3 << 20) + 8;
+    let items: Vec<_> = (0..4)
+        .map(|i| {
+            let off = rest + i * ((len - rest) / 4);
+            (
+                local + off as u64,
+                remote.addr() + off as u64,
+                (len - rest) / 4,
+            )
+        })
+        .collect();
+    assert_eq!(mooncake.batch(true, &te_name, &items), 0);
+    assert_eq!(
+        remote.to_vec(0, len).unwrap(),
+        data,
+        "te holds what Mooncake wrote"
+    );
+
+    let back = pattern(42, len);
+    remote.write_at(0, &back).unwrap();
+    assert_eq!(mooncake.read(&te_name, local, remote.addr(), len), 0);
+    assert_eq!(mooncake.get(local, len), back, "Mooncake read te's bytes");
+}
+
+/// With the opt-in, te's checks still hold and reach the Mooncake caller as errors: an
+/// address outside every region, a read-only region written, a range across two regions; a
+/// peer outside the allow-list is refused; and te keeps serving after each refusal.
+#[test]
+fn with_the_opt_in_refusals_reach_the_mooncake_caller() {
+    let target = compat_target("127.0.0.1/32", false);
+    let writable = buffer(1 << 20);
+    let read_only = buffer(1 << 20);
+    let before = pattern(51, 1 << 20);
+    writable.write_at(0, &before).unwrap();
+    read_only.write_at(0, &before).unwrap();
+    register(&target, &writable, Permission::RemoteReadWrite);
+    register(&target, &read_only, Permission::RemoteRead);
+    let te_name = target.segment_name().to_string();
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let local = mooncake.alloc(1 << 20);
+    mooncake.put(local, &pattern(52, 1 << 20));
+
+    let unregistered = writable.addr() + (64 << 20);
+    let cases = [
+        ("unregistered address", unregistered, 4096),
+        ("read-only region written", read_only.addr(), 4096),
+        (
+            "past the region's end",
+            writable.addr() + (1 << 20) - 100,
+            4096,
+        ),
+    ];
+    for (what, addr, len) in cases {
+        assert_ne!(mooncake.write(&te_name, local, addr, len), 0, "{what}");
+        assert_eq!(writable.to_vec(0, 1 << 20).unwrap(), before, "{what}");
+        assert_eq!(read_only.to_vec(0, 1 << 20).unwrap(), before, "{what}");
+        // The target still serves an allowed request.
+        assert_eq!(
+            mooncake.write(&te_name, local, writable.addr(), 64),
+            0,
+            "{what}"
+        );
+        assert_eq!(writable.to_vec(0, 64).unwrap(), mooncake.get(local, 64));
+        writable.write_at(0, &before[..64]).unwrap();
+    }
+    // Reading the read-only region is allowed; reading an unregistered address is not.
+    assert_eq!(mooncake.read(&te_name, local, read_only.addr(), 4096), 0);
+    assert_eq!(mooncake.get(local, 4096), before[..4096]);
+    assert_ne!(mooncake.read(&te_name, local, unregistered, 4096), 0);
+
+    // An allow-list without loopback: the Mooncake peer on 127.0.0.1 is refused.
+    let closed = compat_target("198.18.0.0/15", false);
+    let elsewhere = buffer(1 << 20);
+    elsewhere.write_at(0, &before).unwrap();
+    register(&closed, &elsewhere, Permission::RemoteReadWrite);
+    let name = closed.segment_name().to_string();
+    assert_ne!(mooncake.write(&name, local, elsewhere.addr(), 4096), 0);
+    assert_eq!(elsewhere.to_vec(0, 1 << 20).unwrap(), before);
+}
+
+/// Mooncake's unacknowledged framing (a Mooncake engine with `MC_TCP_PROTO=1`). Without the
+/// opt-in it finds no data port and fails. With the opt-in it is refused (the connection
+/// reset, nothing written, a READ failing) unless `MC_TE_MOONCAKE_ALLOW_V1=1`, which applies it.
+/// A refused v1 WRITE can still be reported done by Mooncake: its v1 client reads no status,
+/// which is why te refuses the framing rather than serving it half.
+#[test]
+fn the_unacknowledged_framing_is_refused_unless_allowed() {
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[("MC_TCP_PROTO", "1")]);
+    let local = mooncake.alloc(1 << 20);
+    let data = pattern(61, 1 << 20);
+    mooncake.put(local, &data);
+    let zeros = vec![0u8; 1 << 20];
+
+    let default = engine();
+    let remote = buffer(1 << 20);
+    register(&default, &remote, Permission::RemoteReadWrite);
+    let name = default.segment_name().to_string();
+    assert_ne!(mooncake.write(&name, local, remote.addr(), 1 << 20), 0);
+    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), zeros);
+
+    let refusing = compat_target("127.0.0.1", false);
+    let remote = buffer(1 << 20);
+    register(&refusing, &remote, Permission::RemoteReadWrite);
+    let name = refusing.segment_name().to_string();
+    let _ = mooncake.write(&name, local, remote.addr(), 1 << 20);
+    assert_eq!(
+        remote.to_vec(0, 1 << 20).unwrap(),
+        zeros,
+        "refused: nothing written"
+    );
+    assert_ne!(mooncake.read(&name, local, remote.addr(), 4096), 0);
+    assert_eq!(
+        mooncake.get(local, 1 << 20),
+        data,
+        "a refused READ moved nothing"
+    );
+
+    let allowing = compat_target("127.0.0.1", true);
+    let remote = buffer(1 << 20);
+    register(&allowing, &remote, Permission::RemoteReadWrite);
+    let name = allowing.segment_name().to_string();
+    assert_eq!(mooncake.write(&name, local, remote.addr(), 1 << 20), 0);
+    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), data);
+    let back = pattern(62, 4096);
+    remote.write_at(0, &back).unwrap();
+    assert_eq!(mooncake.read(&name, local, remote.addr(), 4096), 0);
+    assert_eq!(mooncake.get(local, 4096), back);
+}
+
+/// Notifications cross both ways: Mooncake's `transfer_sync` with a `TransferNotify` reaches
+/// te after its data (opt-in target), and te's `send_notify` reaches Mooncake's `get_notifies`.
+#[test]
+fn notifications_cross_both_ways() {
+    let target = compat_target("127.0.0.1", false);
+    let remote = buffer(1 << 20);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let local = mooncake.alloc(1 << 20);
+    let data = pattern(71, 1 << 20);
+    mooncake.put(local, &data);
+    let rc = mooncake.write_with_notify(
+        target.segment_name(),
+        (local, remote.addr(), 1 << 20),
+        "kv-block-7",
+        "ready",
+    );
+    assert_eq!(rc, 0);
+    let got = target
+        .recv_notification(WAIT)
+        .expect("Mooncake's notification");
+    assert_eq!(
+        (got.name.as_str(), got.notify_msg.as_str()),
+        ("kv-block-7", "ready")
+    );
+    assert_eq!(
+        remote.to_vec(0, 1 << 20).unwrap(),
+        data,
+        "its data came first"
+    );
+
+    let n = te_core::Notification {
+        name: "from-te".into(),
+        notify_msg: "hello mooncake".into(),
+    };
+    target.send_notify(&mooncake.name, &n).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    while seen.is_empty() && std::time::Instant::now() < deadline {
+        seen = mooncake.notifies();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        seen,
+        [("from-te".to_string(), "hello mooncake".to_string())]
+    );
+}

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use te_core::{Opcode, TransferState};
+use te_core::{Opcode, Permission, TransferState};
 
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 64 << 20];
 const OFFSETS: [usize; 3] = [0, 1, 4093];
@@ -220,4 +220,31 @@ fn notifications_probes_and_submit_with_notify() {
     let gone = p.target.segment_name().to_string();
     drop(p.target);
     assert_eq!(p.initiator.probe(&gone), te_core::PeerLiveness::Unreachable);
+}
+
+/// A segment named without a port (as Mooncake users name peers) is found at
+/// `MC_HANDSHAKE_PORT`, and bytes move to it.
+#[test]
+fn a_segment_named_without_a_port_is_found_at_the_handshake_port() {
+    let target = engine();
+    let remote = buffer(1 << 20);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let port = target
+        .segment_name()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let mut c = config();
+    c.handshake_port = port;
+    let initiator = engine_with(c);
+    let local = buffer(1 << 20);
+    register(&initiator, &local, Permission::LocalOnly);
+    let seg = initiator.open_segment("127.0.0.1").unwrap();
+    let data = pattern(3, 1 << 20);
+    local.write_at(0, &data).unwrap();
+    let w = request(Opcode::Write, local.addr(), seg, remote.addr(), 1 << 20);
+    assert_eq!(run(&initiator, &[w]), TransferState::Completed);
+    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), data);
 }

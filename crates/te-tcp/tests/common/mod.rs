@@ -98,6 +98,8 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::net::ServiceLi
         max_payload: 1 << 20,
         cluster_key: None,
         connection_handler: std::sync::RwLock::new(None),
+        mooncake: Default::default(),
+        public_desc: std::sync::RwLock::new(None),
     });
     (
         te_core::control::start_server(listener, state).unwrap(),
@@ -110,7 +112,8 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::net::ServiceLi
 pub fn silent_segment(len: u64) -> (te_core::net::ServiceListener, String, std::net::TcpListener) {
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let desc = serde_json::json!({
-        "protocol": "tcp", "tcp_data_port": blackhole.local_addr().unwrap().port(),
+        "protocol": "tcp", "te_wire_version": 1,
+        "te_rails": [{"name": "lo", "ip": "127.0.0.1", "port": blackhole.local_addr().unwrap().port()}],
         "te_secret": "00".repeat(16),
         "buffers": [{"name": "cpu:0", "addr": 4096, "length": len, "permission": "remote_read_write"}],
     });
