@@ -17,6 +17,8 @@
 //!   Soft-RoCE, in one guest run, with the ratio.
 //! - `cargo xtask bench tent [--duration S]`: te-tent next to the classic engine, same transport
 //!   and workload, throughput and p99 ratios.
+//! - `cargo xtask bench interop [--duration S]`: te → Mooncake, Mooncake → te and Mooncake →
+//!   Mooncake over TCP loopback (Mooncake's PyPI wheel), WRITE and READ, with the ratios.
 //! - `cargo xtask fuzz <target|all> [--secs N]`: the wire decoders' fuzz targets.
 //! - `cargo xtask gpu`: the GPU suite and the IPC benchmark, on a machine with a GPU.
 //! - `cargo xtask softroce [--setup] [OPTIONS] -- CMD`: CMD inside a qemu guest with Soft-RoCE
@@ -28,6 +30,7 @@ mod bench;
 mod ci;
 mod fuzz;
 mod gpu;
+mod interop_bench;
 mod local;
 mod netns;
 mod rdma_bench;
@@ -72,11 +75,12 @@ type BenchFn = fn(&[&str]) -> Result<(), String>;
 /// charts copied to `docs/bench/` and the table into the README's Performance section.
 fn bench_all(args: &[&str]) -> Result<(), String> {
     let secs = args.to_vec();
-    let benches: [(&str, BenchFn, Option<String>); 6] = [
+    let benches: [(&str, BenchFn, Option<String>); 7] = [
         ("engine", bench::engine, None),
         ("tcp", bench::tcp, None),
         ("local", local::local, None),
         ("tent", tent_bench::tent, None),
+        ("interop", interop_bench::interop, None),
         ("topo", bench::topo, netns::unavailable()),
         (
             "rdma",
@@ -155,7 +159,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask licences | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask licences | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
         ["bench", "engine", rest @ ..] => bench::engine(rest),
         ["bench", "local", rest @ ..] => local::local(rest),
         ["bench", "tent", rest @ ..] => tent_bench::tent(rest),
+        ["bench", "interop", rest @ ..] => interop_bench::interop(rest),
         ["bench"] => bench_all(&[]),
         ["bench", "--duration", n] => bench_all(&["--duration", n]),
         ["bench", "all", rest @ ..] => bench_all(rest),

@@ -175,11 +175,32 @@ pub(crate) fn read_back(
 ) -> BenchResult<BenchMemory> {
     let scratch = BenchMemory::new(None, len as usize)?;
     scratch.register(e, Permission::LocalOnly)?;
+    move_untimed(e, Opcode::Read, scratch.addr(), (segment, remote), len)?;
+    Ok(scratch)
+}
+
+/// Writes the target's pattern into a target that did not fill it itself (a Mooncake
+/// `transfer_engine_bench` target), so a verified READ has something to compare against.
+fn seed_target(e: &TransferEngine, segment: u64, remote: u64, len: u64) -> BenchResult<()> {
+    let scratch = BenchMemory::new(None, len as usize)?;
+    pattern::fill(&scratch, TARGET_SEED, 0, len)?;
+    scratch.register(e, Permission::LocalOnly)?;
+    move_untimed(e, Opcode::Write, scratch.addr(), (segment, remote), len)
+}
+
+/// Moves `len` bytes between `local` and the target in 1 MiB requests, outside the timed run.
+fn move_untimed(
+    e: &TransferEngine,
+    opcode: Opcode,
+    local: u64,
+    (segment, remote): (u64, u64),
+    len: u64,
+) -> BenchResult<()> {
     let chunk = 1u64 << 20;
     let requests: Vec<_> = (0..len.div_ceil(chunk))
         .map(|i| TransferRequest {
-            opcode: Opcode::Read,
-            source: scratch.addr() + i * chunk,
+            opcode,
+            source: local + i * chunk,
             target_id: segment,
             target_offset: remote + i * chunk,
             length: chunk.min(len - i * chunk),
@@ -191,10 +212,10 @@ pub(crate) fn read_back(
         let s = e.wait(b, WAIT).map_err(|e| e.to_string())?;
         e.free_batch(b).map_err(|e| e.to_string())?;
         if s.state != TransferState::Completed {
-            return Err(format!("read-back ended {:?}", s.state));
+            return Err(format!("untimed {opcode:?} ended {:?}", s.state));
         }
     }
-    Ok(scratch)
+    Ok(())
 }
 
 /// Bytes of the target buffer: `--buffer_size`, at least the working set.
@@ -221,6 +242,10 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
             "target buffer holds {} bytes; block_size × batch_size × threads needs {ws}",
             remote.length
         ));
+    }
+    // A Mooncake target (no te_wire_version) does not fill the pattern: te-bench does.
+    if f.verify && f.operation == "read" && desc.desc().is_mooncake() {
+        seed_target(e, segment, remote.addr, ws)?;
     }
     let local = BenchMemory::new(f.gpu(), ws as usize)?;
     if f.verify && f.operation == "write" {

@@ -421,6 +421,7 @@ impl Config {
         "MC_TE_MOONCAKE_ALLOW",
         "MC_TE_MOONCAKE_ALLOW_V1",
         "MC_TE_MOONCAKE_WITH_CLUSTER_SECRET",
+        "MC_TE_MOONCAKE_THREADS",
     ];
 }
 

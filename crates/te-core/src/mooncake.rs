@@ -112,7 +112,7 @@ impl AllowList {
 }
 
 /// The `MC_TE_MOONCAKE_*` settings.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MooncakeCompat {
     /// Serve Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`): a separate TCP listener in
@@ -128,6 +128,21 @@ pub struct MooncakeCompat {
     /// The second switch needed with a cluster secret (`MC_TE_MOONCAKE_WITH_CLUSTER_SECRET=1`):
     /// Mooncake peers cannot prove the secret, so the opt-in opens a door the secret closes.
     pub with_cluster_secret: bool,
+    /// Event-loop threads serving Mooncake connections (`MC_TE_MOONCAKE_THREADS`, 1–64;
+    /// default 2), however many connections there are.
+    pub threads: usize,
+}
+
+impl Default for MooncakeCompat {
+    fn default() -> Self {
+        MooncakeCompat {
+            enabled: false,
+            allow: None,
+            allow_v1: false,
+            with_cluster_secret: false,
+            threads: 2,
+        }
+    }
 }
 
 impl MooncakeCompat {
@@ -147,11 +162,25 @@ impl MooncakeCompat {
                 reason,
             })?),
         };
+        let threads = match get("MC_TE_MOONCAKE_THREADS") {
+            None => MooncakeCompat::default().threads,
+            Some(v) => v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(|| Error::InvalidConfig {
+                    name: "MC_TE_MOONCAKE_THREADS".into(),
+                    value: v.clone(),
+                    reason: "must be between 1 and 64".into(),
+                })?,
+        };
         Ok(MooncakeCompat {
             enabled: flag("MC_TE_MOONCAKE_COMPAT")?,
             allow,
             allow_v1: flag("MC_TE_MOONCAKE_ALLOW_V1")?,
             with_cluster_secret: flag("MC_TE_MOONCAKE_WITH_CLUSTER_SECRET")?,
+            threads,
         })
     }
 
@@ -249,6 +278,8 @@ mod tests {
             ("MC_TE_MOONCAKE_ALLOW", "10.0.0.0/40"),
             ("MC_TE_MOONCAKE_ALLOW", ","),
             ("MC_TE_MOONCAKE_COMPAT", "maybe"),
+            ("MC_TE_MOONCAKE_THREADS", "0"),
+            ("MC_TE_MOONCAKE_THREADS", "many"),
         ] {
             let err = MooncakeCompat::from_lookup(|k: &str| (k == name).then(|| value.to_string()))
                 .unwrap_err();

@@ -329,6 +329,12 @@ impl SegmentDesc {
         self.protocol == FILE_PROTOCOL
     }
 
+    /// Whether a Mooncake engine published this: a peer segment without te's wire version,
+    /// spoken to in Mooncake's protocols, without a segment secret.
+    pub fn is_mooncake(&self) -> bool {
+        self.te_wire_version.is_none() && !self.is_file()
+    }
+
     /// Serialises to Mooncake's compact JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| "{}".into())

@@ -286,9 +286,11 @@ pub trait Transport: Send + Sync {
         false
     }
 
-    /// The slice size this transport wants, if not the engine's (`MC_SLICE_SIZE`): memory-copy
-    /// transports take larger slices, as a copy costs the same per byte in any size.
-    fn slice_size(&self) -> Option<u64> {
+    /// The slice size this transport wants towards `target`, if not the engine's
+    /// (`MC_SLICE_SIZE`): memory-copy transports take larger slices, as a copy costs the same
+    /// per byte in any size; te-tcp takes larger ones towards a Mooncake target, whose
+    /// sequential server pays per request.
+    fn slice_size(&self, _target: &RemoteSegment) -> Option<u64> {
         None
     }
 

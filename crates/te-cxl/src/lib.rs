@@ -149,7 +149,7 @@ impl Transport for CxlTransport {
             && target.desc().te_cxl_device.as_deref() == Some(self.device.id())
     }
 
-    fn slice_size(&self) -> Option<u64> {
+    fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {
         Some(te_core::workers::COPY_SLICE)
     }
 

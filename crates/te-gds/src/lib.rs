@@ -186,7 +186,7 @@ impl Transport for GdsTransport {
         Ok(())
     }
 
-    fn slice_size(&self) -> Option<u64> {
+    fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {
         Some(te_core::workers::COPY_SLICE)
     }
 

@@ -367,7 +367,7 @@ impl Transport for NvlinkTransport {
         }
     }
 
-    fn slice_size(&self) -> Option<u64> {
+    fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {
         Some(SLICE)
     }
 

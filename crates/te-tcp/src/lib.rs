@@ -43,6 +43,10 @@ use server::TargetState;
 
 /// Data connections a target serves at once.
 const MAX_DATA_CONNECTIONS: usize = 4096;
+/// Slices towards a Mooncake target: its server handles one request at a time per connection
+/// and pays per request, and Mooncake's own initiator sends a request whole, so te's 64 KiB
+/// slices would cost it 16 headers, round trips and acknowledgements per MiB.
+const MOONCAKE_SLICE: u64 = 1 << 20;
 
 struct Installed {
     sink: Arc<dyn CompletionSink>,
@@ -51,7 +55,7 @@ struct Installed {
     /// One data listener per local rail, in rail order.
     listeners: Vec<(Rail, ServiceListener)>,
     /// The listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`).
-    mooncake: Option<ServiceListener>,
+    mooncake: Option<compat::CompatServer>,
     counters: Arc<Vec<RailCounters>>,
 }
 
@@ -153,7 +157,7 @@ fn peer_key(op: &SliceOp, rails: &[(Rail, ServiceListener)]) -> Result<PeerKey, 
         .ok_or_else(|| SliceError::Path(format!("no local rail {}", op.local_rail)))?;
     let seg = &op.target;
     let desc = seg.desc();
-    if desc.te_wire_version.is_some() {
+    if !desc.is_mooncake() {
         let rail = desc
             .te_rails
             .get(usize::from(op.remote_rail))
@@ -201,7 +205,7 @@ fn peer_key(op: &SliceOp, rails: &[(Rail, ServiceListener)]) -> Result<PeerKey, 
 fn start_mooncake_listener(
     ctx: &InstallContext,
     staging: &Arc<staging::GpuStaging>,
-) -> Result<ServiceListener, String> {
+) -> Result<compat::CompatServer, String> {
     let state = Arc::new(compat::CompatState {
         regions: ctx.regions.clone(),
         compat: ctx.config.mooncake.clone(),
@@ -214,11 +218,8 @@ fn start_mooncake_listener(
             ctx.bind_ip
         )
     })?;
-    let handler: te_core::net::ConnectionHandler =
-        Arc::new(move |stream| compat::serve(&state, stream));
-    let listener =
-        ServiceListener::spawn(listener, "te-tcp-mooncake", MAX_DATA_CONNECTIONS, handler)
-            .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
+    let listener = compat::CompatServer::start(listener, state)
+        .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
     let allow = ctx.config.mooncake.allow.as_ref().map_or_else(
         || "ANY address that reaches it (no MC_TE_MOONCAKE_ALLOW)".to_string(),
         ToString::to_string,
@@ -347,7 +348,7 @@ impl Transport for TcpTransport {
         // a Mooncake initiator that found one would speak its own framing to it, and in its
         // unacknowledged framing take an unapplied WRITE for done. With no port to reach it
         // fails loudly instead. Mooncake's port is the opt-in listener, when there is one.
-        let mooncake = inst.mooncake.as_ref().map(ServiceListener::local_addr);
+        let mooncake = inst.mooncake.as_ref().map(compat::CompatServer::local_addr);
         desc.tcp_data_port = mooncake.map(|a| a.port());
         desc.tcp_data_host = mooncake.map(|a| a.ip().to_string());
         desc.tcp_proto_version = mooncake.map(|_| 2);
@@ -404,6 +405,10 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn slice_size(&self, target: &RemoteSegment) -> Option<u64> {
+        target.desc().is_mooncake().then_some(MOONCAKE_SLICE)
+    }
+
     fn rail_stats(&self) -> Vec<RailStats> {
         let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
         installed.as_ref().map_or_else(Vec::new, |i| {
@@ -439,7 +444,7 @@ impl Transport for TcpTransport {
             .take()
         {
             inst.listeners.iter_mut().for_each(|(_, l)| l.shutdown());
-            if let Some(l) = inst.mooncake.as_mut() {
+            if let Some(l) = inst.mooncake.as_ref() {
                 l.shutdown();
             }
         }

@@ -91,6 +91,71 @@ pub unsafe fn recv_exact(sock: &impl AsRawFd, mut addr: u64, mut len: usize) -> 
     Ok(())
 }
 
+/// One receive into `[addr, addr+len)` without waiting: the bytes received (0: the peer
+/// closed), or `WouldBlock` when none are waiting.
+///
+/// # Safety
+/// The range must be writable memory that stays valid for the call and that nothing else relies
+/// on while the kernel writes into it.
+pub unsafe fn recv_some(sock: &impl AsRawFd, addr: u64, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: the caller guarantees `[addr, addr+len)` is writable for the call.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                addr as *mut libc::c_void,
+                len,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// One send of `parts` (address, length pairs) without waiting and without SIGPIPE: the bytes
+/// sent, or `WouldBlock` when the socket buffer is full.
+///
+/// # Safety
+/// Each `(addr, len)` must be readable memory that stays valid for the call.
+pub unsafe fn send_some(sock: &impl AsRawFd, parts: &[(u64, usize)]) -> io::Result<usize> {
+    let mut iov: Vec<libc::iovec> = parts
+        .iter()
+        .filter(|p| p.1 > 0)
+        .map(|&(addr, len)| libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov`
+        // outlive the call; the kernel only reads from them.
+        let n = unsafe {
+            libc::sendmsg(
+                sock.as_raw_fd(),
+                &msg,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Receives exactly `buf.len()` bytes into an ordinary buffer.
 pub fn recv_buf(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<()> {
     // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.

@@ -8,6 +8,14 @@ use common::*;
 use te_core::Permission;
 use te_core::testing::mooncake::MooncakePeer;
 
+/// Compares bytes, naming the first difference instead of printing megabytes.
+fn same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!("{what}: first difference at byte {at} of {}", want.len());
+    }
+}
+
 /// Without the opt-in, a Mooncake initiator's WRITE to a te target fails loudly (Mooncake
 /// returns an error) and te's memory is untouched: never a WRITE reported done that was not
 /// applied. READs fail the same way and leave Mooncake's buffer as it was.
@@ -39,18 +47,18 @@ fn a_mooncake_initiator_is_refused_loudly_by_default() {
         ],
     );
     assert_ne!(rc, 0, "a refused batch WRITE must not be reported done");
-    assert_eq!(
-        remote.to_vec(0, 1 << 20).unwrap(),
-        before,
-        "te's memory untouched"
+    same(
+        &remote.to_vec(0, 1 << 20).unwrap(),
+        &before,
+        "te's memory untouched",
     );
 
     let rc = mooncake.read(&te_name, local, remote.addr(), 64 << 10);
     assert_ne!(rc, 0, "a READ that moved nothing must not be reported done");
-    assert_eq!(
-        mooncake.get(local, 64 << 10),
-        data,
-        "Mooncake's buffer untouched"
+    same(
+        &mooncake.get(local, 64 << 10),
+        &data,
+        "Mooncake's buffer untouched",
     );
 }
 
@@ -91,10 +99,10 @@ fn te_writes_and_reads_a_mooncake_target() {
         })
         .collect();
     assert_eq!(run(&te, &writes), te_core::TransferState::Completed);
-    assert_eq!(
-        mooncake.get(remote, len),
-        data,
-        "Mooncake's memory holds what te wrote"
+    same(
+        &mooncake.get(remote, len),
+        &data,
+        "Mooncake's memory holds what te wrote",
     );
 
     let back = pattern(22, len);
@@ -112,10 +120,10 @@ fn te_writes_and_reads_a_mooncake_target() {
         })
         .collect();
     assert_eq!(run(&te, &reads), te_core::TransferState::Completed);
-    assert_eq!(
-        local.to_vec(0, len).unwrap(),
-        back,
-        "te read Mooncake's bytes"
+    same(
+        &local.to_vec(0, len).unwrap(),
+        &back,
+        "te read Mooncake's bytes",
     );
 }
 
@@ -184,7 +192,7 @@ fn a_mooncake_targets_refusal_fails_the_task() {
         assert_eq!(state, want, "task {task}");
     }
     te.free_batch(b).unwrap();
-    assert_eq!(mooncake.get(remote, 1 << 20), data);
+    same(&mooncake.get(remote, 1 << 20), &data, "bytes");
 }
 
 /// A te target with the opt-in (`MC_TE_MOONCAKE_COMPAT=1`), `allow` as its allow-list.
@@ -239,16 +247,16 @@ fn with_the_opt_in_a_mooncake_initiator_writes_and_reads_te_memory() {
         })
         .collect();
     assert_eq!(mooncake.batch(true, &te_name, &items), 0);
-    assert_eq!(
-        remote.to_vec(0, len).unwrap(),
-        data,
-        "te holds what Mooncake wrote"
+    same(
+        &remote.to_vec(0, len).unwrap(),
+        &data,
+        "te holds what Mooncake wrote",
     );
 
     let back = pattern(42, len);
     remote.write_at(0, &back).unwrap();
     assert_eq!(mooncake.read(&te_name, local, remote.addr(), len), 0);
-    assert_eq!(mooncake.get(local, len), back, "Mooncake read te's bytes");
+    same(&mooncake.get(local, len), &back, "Mooncake read te's bytes");
 }
 
 /// With the opt-in, te's checks still hold and reach the Mooncake caller as errors: an
@@ -281,20 +289,24 @@ fn with_the_opt_in_refusals_reach_the_mooncake_caller() {
     ];
     for (what, addr, len) in cases {
         assert_ne!(mooncake.write(&te_name, local, addr, len), 0, "{what}");
-        assert_eq!(writable.to_vec(0, 1 << 20).unwrap(), before, "{what}");
-        assert_eq!(read_only.to_vec(0, 1 << 20).unwrap(), before, "{what}");
+        same(&writable.to_vec(0, 1 << 20).unwrap(), &before, what);
+        same(&read_only.to_vec(0, 1 << 20).unwrap(), &before, what);
         // The target still serves an allowed request.
         assert_eq!(
             mooncake.write(&te_name, local, writable.addr(), 64),
             0,
             "{what}"
         );
-        assert_eq!(writable.to_vec(0, 64).unwrap(), mooncake.get(local, 64));
+        same(
+            &writable.to_vec(0, 64).unwrap(),
+            &mooncake.get(local, 64),
+            "bytes",
+        );
         writable.write_at(0, &before[..64]).unwrap();
     }
     // Reading the read-only region is allowed; reading an unregistered address is not.
     assert_eq!(mooncake.read(&te_name, local, read_only.addr(), 4096), 0);
-    assert_eq!(mooncake.get(local, 4096), before[..4096]);
+    same(&mooncake.get(local, 4096), &before[..4096], "bytes");
     assert_ne!(mooncake.read(&te_name, local, unregistered, 4096), 0);
 
     // An allow-list without loopback: the Mooncake peer on 127.0.0.1 is refused.
@@ -304,7 +316,7 @@ fn with_the_opt_in_refusals_reach_the_mooncake_caller() {
     register(&closed, &elsewhere, Permission::RemoteReadWrite);
     let name = closed.segment_name().to_string();
     assert_ne!(mooncake.write(&name, local, elsewhere.addr(), 4096), 0);
-    assert_eq!(elsewhere.to_vec(0, 1 << 20).unwrap(), before);
+    same(&elsewhere.to_vec(0, 1 << 20).unwrap(), &before, "bytes");
 }
 
 /// Mooncake's unacknowledged framing (a Mooncake engine with `MC_TCP_PROTO=1`). Without the
@@ -325,23 +337,23 @@ fn the_unacknowledged_framing_is_refused_unless_allowed() {
     register(&default, &remote, Permission::RemoteReadWrite);
     let name = default.segment_name().to_string();
     assert_ne!(mooncake.write(&name, local, remote.addr(), 1 << 20), 0);
-    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), zeros);
+    same(&remote.to_vec(0, 1 << 20).unwrap(), &zeros, "bytes");
 
     let refusing = compat_target("127.0.0.1", false);
     let remote = buffer(1 << 20);
     register(&refusing, &remote, Permission::RemoteReadWrite);
     let name = refusing.segment_name().to_string();
     let _ = mooncake.write(&name, local, remote.addr(), 1 << 20);
-    assert_eq!(
-        remote.to_vec(0, 1 << 20).unwrap(),
-        zeros,
-        "refused: nothing written"
+    same(
+        &remote.to_vec(0, 1 << 20).unwrap(),
+        &zeros,
+        "refused: nothing written",
     );
     assert_ne!(mooncake.read(&name, local, remote.addr(), 4096), 0);
-    assert_eq!(
-        mooncake.get(local, 1 << 20),
-        data,
-        "a refused READ moved nothing"
+    same(
+        &mooncake.get(local, 1 << 20),
+        &data,
+        "a refused READ moved nothing",
     );
 
     let allowing = compat_target("127.0.0.1", true);
@@ -349,11 +361,20 @@ fn the_unacknowledged_framing_is_refused_unless_allowed() {
     register(&allowing, &remote, Permission::RemoteReadWrite);
     let name = allowing.segment_name().to_string();
     assert_eq!(mooncake.write(&name, local, remote.addr(), 1 << 20), 0);
-    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), data);
+    // v1 acknowledges nothing: Mooncake's "done" comes before te has the bytes. They land.
+    let deadline = std::time::Instant::now() + WAIT;
+    while remote.to_vec(0, 1 << 20).unwrap() != data && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    same(
+        &remote.to_vec(0, 1 << 20).unwrap(),
+        &data,
+        "v1 WRITE applied",
+    );
     let back = pattern(62, 4096);
     remote.write_at(0, &back).unwrap();
     assert_eq!(mooncake.read(&name, local, remote.addr(), 4096), 0);
-    assert_eq!(mooncake.get(local, 4096), back);
+    same(&mooncake.get(local, 4096), &back, "bytes");
 }
 
 /// Notifications cross both ways: Mooncake's `transfer_sync` with a `TransferNotify` reaches
@@ -381,10 +402,10 @@ fn notifications_cross_both_ways() {
         (got.name.as_str(), got.notify_msg.as_str()),
         ("kv-block-7", "ready")
     );
-    assert_eq!(
-        remote.to_vec(0, 1 << 20).unwrap(),
-        data,
-        "its data came first"
+    same(
+        &remote.to_vec(0, 1 << 20).unwrap(),
+        &data,
+        "its data came first",
     );
 
     let n = te_core::Notification {
@@ -402,4 +423,149 @@ fn notifications_cross_both_ways() {
         seen,
         [("from-te".to_string(), "hello mooncake".to_string())]
     );
+}
+
+/// Descriptors through Mooncake's own HTTP metadata server, in Mooncake's key layout, both
+/// ways: Mooncake opens the te segment by name and writes into it (opt-in), te opens the
+/// Mooncake segment by name and writes and reads it.
+#[test]
+fn descriptors_through_mooncakes_metadata_server_both_ways() {
+    let server = te_core::testing::mooncake::http_metadata_server();
+    let mut c = config();
+    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| {
+        (k == "MC_TE_MOONCAKE_COMPAT").then(|| "1".to_string())
+    })
+    .unwrap();
+    let te = te_core::TransferEngine::init(c, &server.url, "te-node").unwrap();
+    te.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))
+        .unwrap();
+    let len = 1 << 20;
+    let te_mem = buffer(len);
+    register(&te, &te_mem, Permission::RemoteReadWrite);
+
+    let mut mooncake = MooncakePeer::start(
+        "mc-node",
+        &server.url,
+        &[("MC_TCP_BIND_ADDRESS", "127.0.0.1")],
+    );
+    let mc_mem = mooncake.alloc(len);
+    let data = pattern(81, len);
+    mooncake.put(mc_mem, &data);
+    assert_eq!(
+        mooncake.write("te-node", mc_mem, te_mem.addr(), len),
+        0,
+        "Mooncake wrote to te by name:\n{}",
+        mooncake.log()
+    );
+    same(&te_mem.to_vec(0, len).unwrap(), &data, "bytes");
+
+    let seg = te.open_segment("mc-node").unwrap();
+    let back = pattern(82, len);
+    te_mem.write_at(0, &back).unwrap();
+    let w = request(
+        te_core::Opcode::Write,
+        te_mem.addr(),
+        seg,
+        mc_mem,
+        len as u64,
+    );
+    assert_eq!(run(&te, &[w]), te_core::TransferState::Completed);
+    same(
+        &mooncake.get(mc_mem, len),
+        &back,
+        "te wrote to Mooncake by name",
+    );
+    mooncake.put(mc_mem, &data);
+    let r = request(
+        te_core::Opcode::Read,
+        te_mem.addr(),
+        seg,
+        mc_mem,
+        len as u64,
+    );
+    assert_eq!(run(&te, &[r]), te_core::TransferState::Completed);
+    same(
+        &te_mem.to_vec(0, len).unwrap(),
+        &data,
+        "te read Mooncake by name",
+    );
+}
+
+/// With a cluster secret, the opt-in needs its second switch; with both, a Mooncake peer on
+/// the allow-list gets a descriptor with no segment secret in it (clear or sealed) and may
+/// write, while te peers still prove the cluster secret and get the sealed one.
+#[test]
+fn with_a_cluster_secret_mooncake_peers_never_see_segment_secrets() {
+    let with = |second: bool| {
+        let mut c = config();
+        c.cluster_secret = Some(te_core::config::Redacted("cluster one".into()));
+        c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
+            "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
+            "MC_TE_MOONCAKE_ALLOW" => Some("127.0.0.1".into()),
+            "MC_TE_MOONCAKE_WITH_CLUSTER_SECRET" => second.then(|| "1".into()),
+            _ => None,
+        })
+        .unwrap();
+        c
+    };
+    let refused = te_core::TransferEngine::init(with(false), "P2PHANDSHAKE", "127.0.0.1");
+    assert!(
+        matches!(&refused, Err(te_core::Error::InvalidConfig { name, .. }) if name == "MC_TE_MOONCAKE_COMPAT"),
+        "{:?}",
+        refused.err()
+    );
+
+    let target = engine_with(with(true));
+    let remote = buffer(1 << 20);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let name = target.segment_name().to_string();
+    // What an unauthenticated peer is served: the descriptor, without any secret.
+    let (host, port) = te_core::control::split_host_port(&name).unwrap();
+    let served = te_core::control::request(
+        &host,
+        port,
+        te_core::control::frame::FrameType::Metadata,
+        b"{}",
+        WAIT,
+        1 << 20,
+        None,
+    )
+    .unwrap();
+    let served: serde_json::Value = serde_json::from_slice(&served).unwrap();
+    assert_eq!(served["buffers"][0]["addr"], remote.addr());
+    assert!(served.get("te_secret").is_none() && served.get("te_secret_sealed").is_none());
+
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let local = mooncake.alloc(1 << 20);
+    let data = pattern(91, 1 << 20);
+    mooncake.put(local, &data);
+    assert_eq!(mooncake.write(&name, local, remote.addr(), 1 << 20), 0);
+    same(&remote.to_vec(0, 1 << 20).unwrap(), &data, "bytes");
+
+    // A te peer with the cluster secret still moves bytes over te's own framing.
+    let mut c = config();
+    c.cluster_secret = Some(te_core::config::Redacted("cluster one".into()));
+    let te_peer = engine_with(c);
+    let mine = buffer(1 << 20);
+    register(&te_peer, &mine, Permission::LocalOnly);
+    let seg = te_peer.open_segment(&name).unwrap();
+    assert!(
+        te_peer
+            .segment(seg)
+            .unwrap()
+            .desc()
+            .te_wire_version
+            .is_some()
+    );
+    let back = pattern(92, 1 << 20);
+    mine.write_at(0, &back).unwrap();
+    let w = request(
+        te_core::Opcode::Write,
+        mine.addr(),
+        seg,
+        remote.addr(),
+        1 << 20,
+    );
+    assert_eq!(run(&te_peer, &[w]), te_core::TransferState::Completed);
+    same(&remote.to_vec(0, 1 << 20).unwrap(), &back, "bytes");
 }

@@ -144,7 +144,7 @@ impl Transport for BufIoTransport {
         Ok(())
     }
 
-    fn slice_size(&self) -> Option<u64> {
+    fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {
         Some(self.shared.options.max_io)
     }
 

@@ -170,7 +170,7 @@ impl TransferEngine {
             .or(self.config.slice_timeout)
             .map(|t| self.core.clock.now() + t);
         // A transport may ask for its own slice size (memory copies gain nothing from 64 KiB).
-        let sizing = |t: &Arc<dyn Transport>| match t.slice_size() {
+        let sizing = |t: &Arc<dyn Transport>, seg: &RemoteSegment| match t.slice_size(seg) {
             Some(size) => (size.max(4096), size.max(4096) / 4),
             None => (self.config.slice_size, self.config.fragment_limit),
         };
@@ -204,7 +204,7 @@ impl TransferEngine {
             };
             let pin = self.regions.pin_local(r.source, r.length)?;
             let route = self.route_for(&pin.region().location().to_string(), &seg, &buffer.name);
-            let (slice_size, fragment_limit) = sizing(&transport);
+            let (slice_size, fragment_limit) = sizing(&transport, &seg);
             let slices = slicer::count(r.length, slice_size, fragment_limit);
             tasks.push(
                 TaskShared::new(r.opcode, r.length, slices, deadline, pin)
@@ -216,7 +216,7 @@ impl TransferEngine {
         let added = batch.add_tasks(tasks, notify)?;
         let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
         for ((r, task), (seg, transport)) in requests.iter().zip(added).zip(routes) {
-            let (slice_size, fragment_limit) = sizing(&transport);
+            let (slice_size, fragment_limit) = sizing(&transport, &seg);
             let idx = match posts.iter().position(|(t, _)| Arc::ptr_eq(t, &transport)) {
                 Some(i) => i,
                 None => {

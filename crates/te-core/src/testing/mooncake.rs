@@ -9,6 +9,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -247,5 +248,80 @@ impl Drop for MooncakePeer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Mooncake's own HTTP metadata server (`mooncake_http_metadata_server`, from the wheel) on a
+/// free loopback port; its `url` is what both engines are given (`http://…/metadata`).
+///
+/// # Panics
+/// When the wheel is missing or the server does not start.
+pub fn http_metadata_server() -> super::services::Service {
+    let port = super::services::free_port();
+    let child = Command::new(program("mooncake_http_metadata_server"))
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--log-level", "WARNING"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("Mooncake's metadata server starts");
+    let service =
+        super::services::Service::new(child, format!("http://127.0.0.1:{port}/metadata"), port);
+    super::services::wait_for(
+        port,
+        "mooncake_http_metadata_server",
+        Duration::from_secs(20),
+    );
+    service
+}
+
+/// Mooncake's `transfer_engine_bench` as a target (`--mode=target`, P2PHANDSHAKE, on
+/// 127.0.0.1), with `args` added; killed on drop.
+pub struct MooncakeBenchTarget {
+    child: Child,
+    /// The segment name it serves (`127.0.0.1:<rpc port>`, read from its log).
+    pub name: String,
+}
+
+impl MooncakeBenchTarget {
+    /// Starts it and waits until it says where it listens.
+    ///
+    /// # Panics
+    /// When the wheel is missing or the target does not start within 30 s.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(program("transfer_engine_bench"));
+        cmd.args(["--mode=target", "--metadata_server=P2PHANDSHAKE"])
+            .arg("--local_server_name=127.0.0.1")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("transfer_engine_bench starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(at) = line.find("listening on ") {
+                        let name = line[at + "listening on ".len()..].trim().to_string();
+                        sent = tx.send(name).is_ok();
+                    }
+                }
+            }
+        });
+        let name = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("transfer_engine_bench target says where it listens");
+        MooncakeBenchTarget { child, name }
+    }
+}
+
+impl Drop for MooncakeBenchTarget {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

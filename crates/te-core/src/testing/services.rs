@@ -51,7 +51,7 @@ pub fn free_port() -> u16 {
         .expect("a free port in 20000..32000")
 }
 
-fn wait_for(port: u16, what: &str, limit: Duration) {
+pub(crate) fn wait_for(port: u16, what: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(

@@ -1,0 +1,169 @@
+//! A Mooncake connection on a thread of its own, with blocking I/O: where the event loop sends
+//! a connection whose request touches GPU memory, which moves through staging buffers in
+//! chunks (the loop never waits on the staging pool or a GPU copy). The connection stays here
+//! until it closes, served with the same checks as the loop's.
+
+#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
+
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use te_core::Opcode;
+use tracing::debug;
+
+use super::{CompatState, IDLE_MAX, Verdict};
+use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_OK};
+use crate::sys;
+
+/// GPU memory moves through staging buffers this large (a Mooncake request is not sliced).
+const STAGING_CHUNK: usize = 4 << 20;
+
+/// Reads the next header: `None` when the peer closed (or idled out) between requests.
+fn read_header(stream: &mut TcpStream, stall: Duration) -> io::Result<Option<[u8; HEADER_LEN]>> {
+    let mut buf = [0u8; HEADER_LEN];
+    let mut got = 0;
+    let mut idle = Duration::ZERO;
+    while got < HEADER_LEN {
+        match stream.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if got == 0
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+            {
+                idle += stall;
+                if idle >= IDLE_MAX {
+                    return Ok(None);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(buf))
+}
+
+/// Serves `stream` from the request `first` (already read and admitted by the loop) until the
+/// peer closes it, it stalls, or a request is refused.
+pub(super) fn serve_from(
+    state: &CompatState,
+    mut stream: TcpStream,
+    peer: Option<SocketAddr>,
+    first: Header,
+) {
+    let setup = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(state.stall_timeout)))
+        .and_then(|()| stream.set_write_timeout(Some(state.stall_timeout)));
+    if let Err(e) = setup {
+        return debug!(?peer, error = %e, "Mooncake connection could not go blocking");
+    }
+    let mut header = first;
+    loop {
+        if let Err(e) = handle(state, &stream, peer, &header) {
+            return debug!(?peer, error = %e, "Mooncake connection closed");
+        }
+        let raw = match read_header(&mut stream, state.stall_timeout) {
+            Ok(Some(h)) => h,
+            Ok(None) => return,
+            Err(e) => return debug!(?peer, error = %e, "Mooncake connection ended mid-header"),
+        };
+        header = match state.admit(peer, &raw) {
+            Verdict::Serve(h) => h,
+            Verdict::Refuse(status) => {
+                if let Some(s) = status {
+                    let _ = sys::send_buf(&stream, &s);
+                } else {
+                    super::reset(&stream);
+                }
+                return;
+            }
+        };
+    }
+}
+
+/// Serves one admitted request; an `Err` closes the connection (refusals included).
+fn handle(
+    state: &CompatState,
+    stream: &TcpStream,
+    peer: Option<SocketAddr>,
+    h: &Header,
+) -> io::Result<()> {
+    let _pin = match state.check(peer, h) {
+        Ok(pin) => pin,
+        Err(status) => {
+            match status {
+                Some(s) => {
+                    let _ = sys::send_buf(stream, &s);
+                }
+                None => super::reset(stream),
+            }
+            return Err(io::Error::other("request refused"));
+        }
+    };
+    let len = usize::try_from(h.size).map_err(|_| io::Error::other("size over usize"))?;
+    let ok = mooncake_wire::encode_status(STATUS_OK);
+    let Some(device) = state.staging.device_of(h.addr, h.size) else {
+        // Host memory after all (a later request on a promoted connection).
+        return match h.opcode {
+            Opcode::Write => {
+                // SAFETY: `_pin` keeps `[addr, addr+size)` registered (hence allocated, by the
+                // registration contract) until this returns; the range was checked to lie
+                // inside one region that permits remote writes.
+                unsafe { sys::recv_exact(stream, h.addr, len)? };
+                match h.acked {
+                    true => sys::send_buf(stream, &ok),
+                    false => Ok(()),
+                }
+            }
+            _ => {
+                let status: &[u8] = if h.acked { &ok } else { &[] };
+                let mut parts = [(status.as_ptr() as u64, status.len()), (h.addr, len)];
+                // SAFETY: the status is a local array; the data range is pinned and was
+                // checked to lie inside one region that permits remote reads.
+                unsafe { sys::send_parts(stream, &mut parts) }
+            }
+        };
+    };
+    match h.opcode {
+        Opcode::Write => {
+            for (off, n) in chunks(len) {
+                let bounce = state.staging.bounce(n).map_err(io::Error::other)?;
+                // SAFETY: the staging buffer is on loan to this request and holds `n` bytes.
+                unsafe { sys::recv_exact(stream, bounce.addr(), n)? };
+                crate::staging::copy(device, h.addr + off, bounce.addr(), n)
+                    .map_err(io::Error::other)?;
+            }
+            // A WRITE is acknowledged only now that its bytes are in memory.
+            match h.acked {
+                true => sys::send_buf(stream, &ok),
+                false => Ok(()),
+            }
+        }
+        _ => {
+            if h.acked {
+                sys::send_buf(stream, &ok)?;
+            }
+            for (off, n) in chunks(len) {
+                let bounce = state.staging.bounce(n).map_err(io::Error::other)?;
+                crate::staging::copy(device, bounce.addr(), h.addr + off, n)
+                    .map_err(io::Error::other)?;
+                // SAFETY: the staging buffer is on loan to this request and holds `n` bytes.
+                unsafe { sys::send_parts(stream, &mut [(bounce.addr(), n)])? };
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `(offset, length)` pieces of a staged transfer.
+fn chunks(len: usize) -> impl Iterator<Item = (u64, usize)> {
+    (0..len)
+        .step_by(STAGING_CHUNK)
+        .map(move |off| (off as u64, STAGING_CHUNK.min(len - off)))
+}

@@ -1,0 +1,265 @@
+//! One Mooncake connection on an event loop: a state machine driven whenever its socket is
+//! ready, that reads a header, checks it, then moves the body straight between the socket and
+//! registered memory (no copy of te's own), and answers in Mooncake's framing. It never waits:
+//! every socket call is non-blocking, and a connection that has had its turn (`TURN` bytes)
+//! yields to the others. A WRITE's status goes out only after its last byte is in memory.
+
+#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use te_core::Opcode;
+use te_core::memory::RegionPin;
+
+use super::{CompatState, IDLE_MAX, Verdict};
+use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
+use crate::sys;
+
+/// Bytes one connection may move per turn before the others get theirs.
+const TURN: usize = 8 << 20;
+
+/// What the loop does next with a connection.
+pub(super) enum Step {
+    /// Waiting for bytes to read: the loop hears when they come.
+    Blocked,
+    /// Waiting for room to send: the loop hears when there is (and only then watches for it).
+    BlockedSending,
+    /// Had its turn with work left: drive it again soon.
+    Yield,
+    /// Done: drop it (closing the socket).
+    Close,
+    /// Its request touches GPU memory: serve it on a thread of its own.
+    Promote(Header),
+}
+
+enum Phase {
+    /// Reading a request header.
+    Header { buf: [u8; HEADER_LEN], got: usize },
+    /// Receiving a WRITE's body into pinned memory.
+    Body {
+        _pin: RegionPin,
+        addr: u64,
+        left: usize,
+        acked: bool,
+    },
+    /// Sending a status frame and, for a READ, its data from pinned memory.
+    Reply {
+        status: [u8; STATUS_LEN],
+        status_left: usize,
+        data: Option<(RegionPin, u64, usize)>,
+        close: bool,
+    },
+    /// Refused in a way that ends the connection at once.
+    Done,
+}
+
+pub(super) struct Conn {
+    pub(super) stream: mio::net::TcpStream,
+    pub(super) peer: SocketAddr,
+    phase: Phase,
+    /// The last time bytes moved.
+    progress: Instant,
+    /// Whether the loop watches this socket for room to send (only while a reply waits).
+    pub(super) watching_writes: bool,
+}
+
+fn fresh() -> Phase {
+    Phase::Header {
+        buf: [0; HEADER_LEN],
+        got: 0,
+    }
+}
+
+fn status(frame: Option<[u8; STATUS_LEN]>, close: bool) -> Phase {
+    Phase::Reply {
+        status: frame.unwrap_or([0; STATUS_LEN]),
+        status_left: if frame.is_some() { STATUS_LEN } else { 0 },
+        data: None,
+        close,
+    }
+}
+
+impl Conn {
+    pub(super) fn new(stream: mio::net::TcpStream, peer: SocketAddr) -> Self {
+        Conn {
+            stream,
+            peer,
+            phase: fresh(),
+            progress: Instant::now(),
+            watching_writes: false,
+        }
+    }
+
+    /// Whether it has idled (between requests) or stalled (mid-request) too long.
+    pub(super) fn expired(&self, now: Instant, stall: Duration) -> bool {
+        let limit = match &self.phase {
+            Phase::Header { got: 0, .. } => IDLE_MAX,
+            _ => stall,
+        };
+        now.duration_since(self.progress) > limit
+    }
+
+    /// Moves the connection on as far as its socket allows.
+    pub(super) fn drive(&mut self, state: &CompatState) -> Step {
+        let mut turn = 0usize;
+        loop {
+            if turn >= TURN {
+                return Step::Yield;
+            }
+            let moved = match &mut self.phase {
+                Phase::Done => return Step::Close,
+                Phase::Header { buf, got } => {
+                    // SAFETY: `buf[got..]` is a local array, writable for the call.
+                    let n = unsafe {
+                        sys::recv_some(
+                            &self.stream,
+                            buf[*got..].as_mut_ptr() as u64,
+                            HEADER_LEN - *got,
+                        )
+                    };
+                    match n {
+                        Ok(0) => return Step::Close,
+                        Ok(n) => {
+                            *got += n;
+                            if *got == HEADER_LEN {
+                                let raw = *buf;
+                                if let Some(step) = self.start(state, &raw) {
+                                    return step;
+                                }
+                            }
+                            n
+                        }
+                        Err(e) => return blocked_or_closed(&e),
+                    }
+                }
+                Phase::Body {
+                    addr, left, acked, ..
+                } => {
+                    // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
+                    // (hence allocated, by the registration contract); the range was checked to
+                    // lie inside one region that permits remote writes.
+                    match unsafe { sys::recv_some(&self.stream, *addr, *left) } {
+                        Ok(0) => return Step::Close,
+                        Ok(n) => {
+                            *addr += n as u64;
+                            *left -= n;
+                            if *left == 0 {
+                                // The bytes are in memory: now the acknowledgement (v2).
+                                let ok = acked.then(|| mooncake_wire::encode_status(STATUS_OK));
+                                self.phase = status(ok, false);
+                            }
+                            n
+                        }
+                        Err(e) => return blocked_or_closed(&e),
+                    }
+                }
+                Phase::Reply {
+                    status,
+                    status_left,
+                    data,
+                    close,
+                } => {
+                    let head = &status[STATUS_LEN - *status_left..];
+                    let body = data.as_ref().map_or((0, 0), |(_, a, l)| (*a, *l));
+                    let parts = [(head.as_ptr() as u64, head.len()), body];
+                    if parts.iter().all(|p| p.1 == 0) {
+                        self.phase = match close {
+                            true => Phase::Done,
+                            false => fresh(),
+                        };
+                        continue;
+                    }
+                    // SAFETY: the status is this phase's own array; the data range is held by
+                    // its pin and was checked to lie inside one region that permits reads.
+                    match unsafe { sys::send_some(&self.stream, &parts) } {
+                        Ok(n) => {
+                            let from_head = n.min(*status_left);
+                            *status_left -= from_head;
+                            if let Some((_, a, l)) = data.as_mut() {
+                                *a += (n - from_head) as u64;
+                                *l -= n - from_head;
+                            }
+                            n
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            return Step::BlockedSending;
+                        }
+                        Err(_) => return Step::Close,
+                    }
+                }
+            };
+            turn += moved;
+            self.progress = Instant::now();
+        }
+    }
+
+    /// Acts on a complete header: the next phase, or a step that ends this drive.
+    fn start(&mut self, state: &CompatState, raw: &[u8; HEADER_LEN]) -> Option<Step> {
+        let peer = Some(self.peer);
+        let header = match state.admit(peer, raw) {
+            Verdict::Serve(h) => h,
+            Verdict::Refuse(frame) => return self.refuse(frame),
+        };
+        let pin = match state.check(peer, &header) {
+            Ok(pin) => pin,
+            Err(frame) => return self.refuse(frame),
+        };
+        if state.staging.device_of(header.addr, header.size).is_some() {
+            return Some(Step::Promote(header));
+        }
+        let Ok(len) = usize::try_from(header.size) else {
+            return Some(Step::Close);
+        };
+        self.phase = match header.opcode {
+            Opcode::Write => Phase::Body {
+                _pin: pin,
+                addr: header.addr,
+                left: len,
+                acked: header.acked,
+            },
+            _ => {
+                let ok = header
+                    .acked
+                    .then(|| mooncake_wire::encode_status(STATUS_OK));
+                let Phase::Reply {
+                    status,
+                    status_left,
+                    ..
+                } = status(ok, false)
+                else {
+                    return Some(Step::Close);
+                };
+                Phase::Reply {
+                    status,
+                    status_left,
+                    data: Some((pin, header.addr, len)),
+                    close: false,
+                }
+            }
+        };
+        None
+    }
+
+    /// A refusal: the status goes out, then the connection closes; without a status (v1),
+    /// a reset now.
+    fn refuse(&mut self, frame: Option<[u8; STATUS_LEN]>) -> Option<Step> {
+        match frame {
+            Some(_) => {
+                self.phase = status(frame, true);
+                None
+            }
+            None => {
+                let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+                Some(Step::Close)
+            }
+        }
+    }
+}
+
+fn blocked_or_closed(e: &std::io::Error) -> Step {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock => Step::Blocked,
+        _ => Step::Close,
+    }
+}

@@ -1,0 +1,167 @@
+//! te's listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`) driven with hand-made
+//! bytes in Mooncake's framing on real sockets: pipelined requests answered in order, a stalled
+//! peer holding up nobody, a large WRITE sharing the loop with small ones, malformed headers
+//! refused, and the stall timeout. (The real Mooncake engine drives it in `mooncake.rs`.)
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use te_core::{Opcode, Permission, TransferEngine};
+use te_tcp::mooncake_wire::{HEADER_LEN, Header, STATUS_OK, STATUS_REJECTED, encode_status};
+
+fn target(stall: Duration) -> TransferEngine {
+    let mut c = config();
+    c.tcp_status_timeout = stall;
+    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| {
+        (k == "MC_TE_MOONCAKE_COMPAT").then(|| "1".to_string())
+    })
+    .unwrap();
+    engine_with(c)
+}
+
+fn connect(t: &TransferEngine) -> TcpStream {
+    let port = t.local_descriptor().tcp_data_port.expect("a Mooncake port");
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+fn header(opcode: Opcode, addr: u64, size: u64) -> [u8; HEADER_LEN] {
+    Header {
+        opcode,
+        addr,
+        size,
+        acked: true,
+    }
+    .encode()
+}
+
+fn status(s: &mut TcpStream) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    s.read_exact(&mut b).unwrap();
+    b
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let t = target(Duration::from_secs(30));
+    let mem = buffer(1 << 20);
+    register(&t, &mem, Permission::RemoteReadWrite);
+    let mut s = connect(&t);
+    let a = pattern(1, 4096);
+    let b = pattern(2, 100_000);
+    // WRITE, WRITE, READ of the first, sent back to back before reading anything.
+    let mut wire = header(Opcode::Write, mem.addr(), 4096).to_vec();
+    wire.extend_from_slice(&a);
+    wire.extend_from_slice(&header(Opcode::Write, mem.addr() + 8192, b.len() as u64));
+    wire.extend_from_slice(&b);
+    wire.extend_from_slice(&header(Opcode::Read, mem.addr(), 4096));
+    s.write_all(&wire).unwrap();
+    assert_eq!(status(&mut s), encode_status(STATUS_OK));
+    assert_eq!(status(&mut s), encode_status(STATUS_OK));
+    assert_eq!(status(&mut s), encode_status(STATUS_OK));
+    let mut back = vec![0u8; 4096];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(back, a);
+    assert_eq!(mem.to_vec(8192, b.len()).unwrap(), b);
+}
+
+#[test]
+fn a_stalled_peer_holds_up_nobody_and_is_closed_after_the_stall_timeout() {
+    let t = target(Duration::from_secs(2));
+    let mem = buffer(64 << 20);
+    register(&t, &mem, Permission::RemoteReadWrite);
+    // Half a header, then silence.
+    let mut stalled = connect(&t);
+    stalled
+        .write_all(&header(Opcode::Write, mem.addr(), 64)[..10])
+        .unwrap();
+    // A WRITE that stops after half its body.
+    let mut half = connect(&t);
+    half.write_all(&header(Opcode::Write, mem.addr(), 8192))
+        .unwrap();
+    half.write_all(&[7u8; 4096]).unwrap();
+    // Meanwhile a 32 MiB WRITE and small READs on other connections go through.
+    let big = pattern(3, 32 << 20);
+    let mut bulk = connect(&t);
+    let sender = {
+        let big = big.clone();
+        let mut w = bulk.try_clone().unwrap();
+        let at = mem.addr() + (16 << 20);
+        std::thread::spawn(move || {
+            w.write_all(&header(Opcode::Write, at, big.len() as u64))
+                .unwrap();
+            w.write_all(&big).unwrap();
+        })
+    };
+    let mut small = connect(&t);
+    for _ in 0..50 {
+        small
+            .write_all(&header(Opcode::Read, mem.addr() + (1 << 20), 512))
+            .unwrap();
+        assert_eq!(status(&mut small), encode_status(STATUS_OK));
+        let mut data = [0u8; 512];
+        small.read_exact(&mut data).unwrap();
+    }
+    sender.join().unwrap();
+    assert_eq!(status(&mut bulk), encode_status(STATUS_OK));
+    assert!(
+        mem.to_vec(16 << 20, big.len()).unwrap() == big,
+        "the big WRITE landed"
+    );
+    // Both stalled connections are closed once the stall timeout (2 s) has passed.
+    for (what, s) in [("half a header", &mut stalled), ("half a body", &mut half)] {
+        let mut sink = [0u8; 8];
+        let closed = matches!(s.read(&mut sink), Ok(0) | Err(_));
+        assert!(closed, "{what}: closed");
+    }
+    // And the half-written body never got an acknowledgement.
+}
+
+#[test]
+fn malformed_and_refused_requests_get_mooncakes_refusal_and_a_close() {
+    let t = target(Duration::from_secs(30));
+    let mem = buffer(1 << 20);
+    register(&t, &mem, Permission::RemoteRead);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("opcode 2", {
+            let mut h = header(Opcode::Read, mem.addr(), 64);
+            h[16] = 0x82;
+            h.to_vec()
+        }),
+        ("size 0", header(Opcode::Read, mem.addr(), 0).to_vec()),
+        ("read-only region written", {
+            let mut v = header(Opcode::Write, mem.addr(), 64).to_vec();
+            v.extend_from_slice(&[1u8; 64]);
+            v
+        }),
+        (
+            "outside every region",
+            header(Opcode::Read, mem.addr() + (2 << 20), 64).to_vec(),
+        ),
+        (
+            "across the region's end",
+            header(Opcode::Read, mem.addr() + (1 << 20) - 8, 64).to_vec(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let mut s = connect(&t);
+        s.write_all(&bytes).unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        assert_eq!(answer, encode_status(STATUS_REJECTED), "{what}");
+        assert_eq!(
+            mem.to_vec(0, 64).unwrap(),
+            vec![0u8; 64],
+            "{what}: untouched"
+        );
+    }
+    // Still serving.
+    let mut s = connect(&t);
+    s.write_all(&header(Opcode::Read, mem.addr(), 64)).unwrap();
+    assert_eq!(status(&mut s), encode_status(STATUS_OK));
+}

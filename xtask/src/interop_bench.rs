@@ -1,0 +1,186 @@
+//! `cargo xtask bench interop [--duration S]`: te and Mooncake's own engine (the PyPI wheel in
+//! `target/mooncake-venv`, or `$TE_MOONCAKE_VENV`, installed by `.ci/setup`) moving bytes to
+//! each other over TCP loopback with P2PHANDSHAKE, in one run: te → Mooncake (te-bench against
+//! Mooncake's `transfer_engine_bench` target), Mooncake → te (Mooncake's initiator against a
+//! te-bench target with `MC_TE_MOONCAKE_COMPAT=1`) and Mooncake → Mooncake, WRITE and READ at
+//! 64 KiB and 1 MiB, batch 128, one thread. Goal: neither te leg slower than Mooncake →
+//! Mooncake in the same case.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::bench::{KillOnDrop, build_te_bench, duration_arg, json_number, run_json, start_target};
+
+const CASES: [(&str, u64); 4] = [
+    ("write", 64 << 10),
+    ("write", 1 << 20),
+    ("read", 64 << 10),
+    ("read", 1 << 20),
+];
+/// Every buffer of the run: 128 blocks of 1 MiB, twice over.
+const BUFFER: &str = "--buffer_size=268435456";
+
+fn mooncake_bench() -> Result<PathBuf, String> {
+    let venv = std::env::var_os("TE_MOONCAKE_VENV")
+        .map_or_else(|| PathBuf::from("target/mooncake-venv"), PathBuf::from);
+    let bin = venv.join("bin/transfer_engine_bench");
+    match bin.exists() {
+        true => Ok(bin),
+        false => Err(format!(
+            "{} is missing: .ci/setup installs Mooncake's wheel there",
+            bin.display()
+        )),
+    }
+}
+
+/// Mooncake's bench with the flags every leg shares (TCP only, P2PHANDSHAKE, loopback).
+fn mooncake(bin: &PathBuf, mode: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args([mode, "--protocol=tcp", "--metadata_server=P2PHANDSHAKE"])
+        .args(["--local_server_name=127.0.0.1", BUFFER])
+        .env("MC_FORCE_TCP", "1");
+    cmd
+}
+
+/// A Mooncake target and the segment name it logs (`listening on 127.0.0.1:PORT`).
+fn mooncake_target(bin: &PathBuf) -> Result<(KillOnDrop, String), String> {
+    let mut target = KillOnDrop(
+        mooncake(bin, "--mode=target")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("Mooncake target: {e}"))?,
+    );
+    let stderr = target.0.stderr.take().ok_or("no Mooncake target stderr")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+        if let Some(line) = lines.find(|l| l.contains("listening on ")) {
+            let name = line.rsplit(' ').next().unwrap_or_default().to_string();
+            let _ = tx.send(name);
+        }
+        lines.for_each(drop);
+    });
+    let name = rx
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| "the Mooncake target logged no address".to_string())?;
+    Ok((target, name))
+}
+
+/// A Mooncake initiator run against `segment`; its GB/s (from its `Test completed` line).
+fn mooncake_initiator(
+    bin: &PathBuf,
+    segment: &str,
+    (op, block): (&str, u64),
+    seconds: u64,
+) -> Result<f64, String> {
+    let out = mooncake(bin, "--mode=initiator")
+        .arg(format!("--segment_id={segment}"))
+        .arg(format!("--operation={op}"))
+        .arg(format!("--block_size={block}"))
+        .args(["--batch_size=128", "--threads=1"])
+        .arg(format!("--duration={seconds}"))
+        .output()
+        .map_err(|e| format!("Mooncake initiator: {e}"))?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    let line = log
+        .lines()
+        .find(|l| l.contains("Test completed"))
+        .ok_or_else(|| format!("Mooncake initiator {op} {block} B printed no result: {log}"))?;
+    eprintln!("  Mooncake {op:5} {block:>8} B: {}", line.trim());
+    let gb = line
+        .split("throughput ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no throughput in: {line}"))?;
+    Ok(gb)
+}
+
+/// A te-bench initiator run against `segment`, verified; its GB/s.
+fn te_initiator(
+    bin: &str,
+    segment: &str,
+    (op, block): (&str, u64),
+    seconds: u64,
+) -> Result<f64, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--mode=initiator",
+        "--protocol=tcp",
+        "--local_server_name=127.0.0.1",
+    ])
+    .arg(format!("--segment_id={segment}"))
+    .arg(format!("--operation={op}"))
+    .arg(format!("--block_size={block}"))
+    .args(["--batch_size=128", "--threads=1", "--verify"])
+    .arg(format!("--duration={seconds}"));
+    let text = run_json(cmd, &format!("te-bench {op:5} {block:>8} B"))?;
+    json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no JSON figures in: {text}"))
+}
+
+pub(crate) fn interop(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(
+        args,
+        "usage: cargo xtask bench interop [--duration SECONDS]",
+    )?;
+    let mc = mooncake_bench()?;
+    let te = build_te_bench()?;
+    let (_mc_target, mc_name) = mooncake_target(&mc)?;
+    let mut te_target = Command::new(&te);
+    te_target
+        .args(["--mode=target", "--local_server_name=127.0.0.1:0", BUFFER])
+        .env("MC_TE_MOONCAKE_COMPAT", "1")
+        .env("MC_TE_MOONCAKE_ALLOW", "127.0.0.1");
+    let (_te_target, te_name) = start_target(te_target)?;
+    let mut rows = Vec::new();
+    for case in CASES {
+        let base = mooncake_initiator(&mc, &mc_name, case, seconds)?;
+        let te_to_mc = te_initiator(&te, &mc_name, case, seconds)?;
+        let mc_to_te = mooncake_initiator(&mc, &te_name, case, seconds)?;
+        rows.push((case, base, te_to_mc, mc_to_te));
+    }
+    println!(
+        "te and Mooncake (wheel 0.3.13.post1) over TCP loopback, P2PHANDSHAKE, batch 128, 1 thread"
+    );
+    println!(
+        "{:<6} {:>8} {:>14} {:>14} {:>7} {:>14} {:>7}",
+        "op", "block", "MC→MC GB/s", "te→MC GB/s", "ratio", "MC→te GB/s", "ratio"
+    );
+    let mut missed = Vec::new();
+    for ((op, block), base, te_to_mc, mc_to_te) in rows {
+        let size = match block >= 1 << 20 {
+            true => format!("{} MiB", block >> 20),
+            false => format!("{} KiB", block >> 10),
+        };
+        for (leg, figure) in [("te → Mooncake", te_to_mc), ("Mooncake → te", mc_to_te)] {
+            let met = figure >= base;
+            crate::report::record(crate::report::Record {
+                bench: "interop",
+                case: format!("{op} {size}: {leg}"),
+                series: None,
+                te: figure,
+                unit: "GB/s",
+                reference: Some(("Mooncake → Mooncake".into(), base)),
+                goal: Some(">= 100%".into()),
+                met: Some(met),
+            });
+            if !met {
+                missed.push(format!("{op} {size} {leg}: {figure:.2} < {base:.2} GB/s"));
+            }
+        }
+        println!(
+            "{op:<6} {size:>8} {base:>14.2} {te_to_mc:>14.2} {:>6.0}% {mc_to_te:>14.2} {:>6.0}%",
+            te_to_mc / base * 100.0,
+            mc_to_te / base * 100.0
+        );
+    }
+    println!("goal: each te leg at least the Mooncake → Mooncake figure of the same case");
+    match missed.is_empty() {
+        true => Ok(()),
+        false => Err(format!("missed: {}", missed.join("; "))),
+    }
+}
