@@ -3,8 +3,11 @@
 //! each other over TCP loopback with P2PHANDSHAKE, in one run: te → Mooncake (te-bench against
 //! Mooncake's `transfer_engine_bench` target), Mooncake → te (Mooncake's initiator against a
 //! te-bench target with `MC_TE_MOONCAKE_COMPAT=1`) and Mooncake → Mooncake, WRITE and READ at
-//! 64 KiB and 1 MiB, batch 128, one thread. Goal: neither te leg slower than Mooncake →
-//! Mooncake in the same case.
+//! 64 KiB and 1 MiB, batch 128, one thread. Each case runs the three legs in turn, three times,
+//! and compares medians (this machine drifts more between runs than the legs differ). WRITE
+//! cases run first, so both targets' pages are touched before they are read (an untouched
+//! Mooncake buffer reads as the kernel's zero page, which flatters it). Goal: neither te leg
+//! slower than Mooncake → Mooncake in the same case.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -22,6 +25,13 @@ const CASES: [(&str, u64); 4] = [
 ];
 /// Every buffer of the run: 128 blocks of 1 MiB, twice over.
 const BUFFER: &str = "--buffer_size=268435456";
+/// Runs of each leg per case; the median is compared.
+const RUNS: usize = 3;
+
+fn median(mut runs: Vec<f64>) -> f64 {
+    runs.sort_by(|a, b| a.total_cmp(b));
+    runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
+}
 
 fn mooncake_bench() -> Result<PathBuf, String> {
     let venv = std::env::var_os("TE_MOONCAKE_VENV")
@@ -138,13 +148,16 @@ pub(crate) fn interop(args: &[&str]) -> Result<(), String> {
     let (_te_target, te_name) = start_target(te_target)?;
     let mut rows = Vec::new();
     for case in CASES {
-        let base = mooncake_initiator(&mc, &mc_name, case, seconds)?;
-        let te_to_mc = te_initiator(&te, &mc_name, case, seconds)?;
-        let mc_to_te = mooncake_initiator(&mc, &te_name, case, seconds)?;
-        rows.push((case, base, te_to_mc, mc_to_te));
+        let (mut base, mut te_to_mc, mut mc_to_te) = (vec![], vec![], vec![]);
+        for _ in 0..RUNS {
+            base.push(mooncake_initiator(&mc, &mc_name, case, seconds)?);
+            te_to_mc.push(te_initiator(&te, &mc_name, case, seconds)?);
+            mc_to_te.push(mooncake_initiator(&mc, &te_name, case, seconds)?);
+        }
+        rows.push((case, median(base), median(te_to_mc), median(mc_to_te)));
     }
     println!(
-        "te and Mooncake (wheel 0.3.13.post1) over TCP loopback, P2PHANDSHAKE, batch 128, 1 thread"
+        "te and Mooncake (wheel 0.3.13.post1) over TCP loopback, P2PHANDSHAKE, batch 128, 1 thread, median of {RUNS} alternating runs"
     );
     println!(
         "{:<6} {:>8} {:>14} {:>14} {:>7} {:>14} {:>7}",

@@ -18,6 +18,10 @@ use crate::sys;
 
 /// Bytes one connection may move per turn before the others get theirs.
 const TURN: usize = 8 << 20;
+/// Bytes one receive call takes at most. The socket is locked while the kernel copies, and
+/// segments arriving meanwhile wait in its backlog, which overflows (drops, retransmits) under
+/// megabyte copies; Mooncake's own target reads in 64 KiB pieces too.
+const RECV_PIECE: usize = 64 << 10;
 
 /// What the loop does next with a connection.
 pub(super) enum Step {
@@ -139,7 +143,7 @@ impl Conn {
                     // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
                     // (hence allocated, by the registration contract); the range was checked to
                     // lie inside one region that permits remote writes.
-                    match unsafe { sys::recv_some(&self.stream, *addr, *left) } {
+                    match unsafe { sys::recv_some(&self.stream, *addr, (*left).min(RECV_PIECE)) } {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
                             *addr += n as u64;
