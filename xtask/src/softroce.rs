@@ -562,16 +562,15 @@ pub(crate) fn softroce(args: &[&str]) -> Result<i32, String> {
 /// CI's RDMA lane: builds te-rdma's device tests on the host, then runs them (`--ignored`) in
 /// one Soft-RoCE guest.
 pub(crate) fn rdma_lane() -> Result<(), String> {
-    let out = crate::cargo()
-        .args([
-            "test",
-            "-p",
-            "te-rdma",
-            "--test",
-            "rdma",
-            "--no-run",
-            "--message-format=json",
-        ])
+    // te-rdma's device tests, and its interoperability tests against Mooncake's wheel (RDMA
+    // both ways), in one guest.
+    let tests = ["rdma", "mooncake"];
+    let mut cmd = crate::cargo();
+    cmd.args(["test", "-p", "te-rdma", "--no-run", "--message-format=json"]);
+    for t in tests {
+        cmd.args(["--test", t]);
+    }
+    let out = cmd
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cargo test --no-run: {e}"))?;
@@ -579,22 +578,26 @@ pub(crate) fn rdma_lane() -> Result<(), String> {
         return Err("building te-rdma's tests failed".into());
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let bin = text
-        .lines()
-        .filter(|l| l.contains("\"executable\":\"") && l.contains("\"name\":\"rdma\""))
-        .find_map(|l| {
-            let at = l.find("\"executable\":\"")? + 14;
-            l[at..].split('"').next().map(str::to_string)
+    let bins = tests
+        .iter()
+        .map(|name| {
+            text.lines()
+                .filter(|l| {
+                    l.contains("\"executable\":\"") && l.contains(&format!("\"name\":\"{name}\""))
+                })
+                .find_map(|l| {
+                    let at = l.find("\"executable\":\"")? + 14;
+                    l[at..].split('"').next().map(str::to_string)
+                })
+                .ok_or(format!("cargo did not name te-rdma's {name} test binary"))
         })
-        .ok_or("cargo did not name te-rdma's test binary")?;
-    let rc = softroce(&[
-        "--timeout",
-        "1200",
-        "--",
-        &bin,
-        "--ignored",
-        "--test-threads=1",
-    ])?;
+        .collect::<Result<Vec<_>, _>>()?;
+    let script = bins
+        .iter()
+        .map(|b| format!("{b} --ignored --test-threads=1"))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let rc = softroce(&["--timeout", "1500", "--", "sh", "-c", &script])?;
     match rc {
         0 => Ok(()),
         rc => Err(format!(

@@ -1,11 +1,17 @@
 //! The endpoint handshake on the wire: Mooncake's `HandShakeDesc` fields plus te's queue-pair
 //! data, secret and lane; decoding and checking a request before any secret comparison or
 //! verbs call. Pure: the transport answers with it in `State::accept`.
+//!
+//! Two dialects share the JSON. te's carries `te_qps` (QP number, PSN, GID, LID each) and the
+//! segment secret. Mooncake's carries `qp_num`, one `local_gid` and `local_lid` for all its
+//! QPs, no PSN (its QPs start at 0) and no credential; te answers it in kind (and speaks it to
+//! Mooncake targets), with the NIC paths swapped and no `ready_ack`, which Mooncake reads as
+//! "connected at once".
 
 use crate::verbs::QpInfo;
 
 /// The handshake request and reply (Mooncake's `HandShakeDesc` fields plus te's).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Handshake {
     pub(crate) local_nic_path: String,
     pub(crate) peer_nic_path: String,
@@ -13,9 +19,18 @@ pub(crate) struct Handshake {
     pub(crate) qp_num: Vec<u32>,
     #[serde(default)]
     pub(crate) reply_msg: String,
-    #[serde(default)]
+    /// Mooncake: the sender's GID (16 × `xx`), for every QP of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) local_gid: Option<String>,
+    /// Mooncake: the sender's port LID (0 on RoCE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) local_lid: Option<u16>,
+    /// Mooncake: opaque, empty for RDMA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) payload: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) te_qps: Vec<QpInfo>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) te_secret: Option<String>,
     /// te: which of the initiator's endpoints to the same remote device this is (its lane), so
     /// the target keeps one queue-pair group per initiator lane and a reconnect replaces only
@@ -26,20 +41,59 @@ pub(crate) struct Handshake {
 
 /// Queue pairs one handshake may ask for.
 pub(crate) const MAX_QPS_PER_EP: usize = 64;
+/// Longest NIC path or GID text accepted.
+const MAX_FIELD: usize = 1024;
+
+/// A decoded request: te's, with its secret, or Mooncake's, with its peer's QPs (PSN 0).
+#[derive(Debug)]
+pub(crate) enum Request {
+    Te(Handshake, [u8; 16]),
+    Mooncake(Handshake, Vec<QpInfo>),
+}
 
 /// Decodes a handshake request from the wire (before any secret comparison or verbs call):
-/// JSON of the expected shape and a well-formed secret.
-pub(crate) fn parse_request(payload: &[u8]) -> Result<(Handshake, [u8; 16]), &'static str> {
+/// JSON of the expected shape and, for te's dialect, a well-formed secret; for Mooncake's
+/// (no `te_secret`, no `te_qps`), 1..=`MAX_QPS_PER_EP` QP numbers and a GID.
+pub(crate) fn parse_request(payload: &[u8]) -> Result<Request, &'static str> {
     let req = serde_json::from_slice::<Handshake>(payload).map_err(|_| "malformed handshake")?;
+    if req.local_nic_path.len() > MAX_FIELD || req.peer_nic_path.len() > MAX_FIELD {
+        return Err("NIC path too long");
+    }
+    if req.te_secret.is_none() && req.te_qps.is_empty() {
+        let qps = mooncake_qps(&req)?;
+        return Ok(Request::Mooncake(req, qps));
+    }
     let secret = req
         .te_secret
         .as_deref()
         .and_then(unhex16)
         .ok_or("bad segment secret")?;
-    Ok((req, secret))
+    Ok(Request::Te(req, secret))
 }
 
-/// What a handshake whose secret matched must hold: a device in the peer path and
+/// The queue pairs a Mooncake handshake (request or reply) names: its `qp_num`s, each with the
+/// one `local_gid` and `local_lid`, PSN 0.
+pub(crate) fn mooncake_qps(h: &Handshake) -> Result<Vec<QpInfo>, &'static str> {
+    if h.qp_num.is_empty() || h.qp_num.len() > MAX_QPS_PER_EP {
+        return Err("handshake asks for no queue pair, or too many");
+    }
+    let gid = h
+        .local_gid
+        .as_deref()
+        .filter(|g| g.len() <= MAX_FIELD && crate::verbs::parse_gid(g).is_some())
+        .ok_or("handshake without a valid local_gid")?;
+    Ok(h.qp_num
+        .iter()
+        .map(|&qp_num| QpInfo {
+            qp_num,
+            psn: 0,
+            gid: gid.to_string(),
+            lid: h.local_lid.unwrap_or(0),
+        })
+        .collect())
+}
+
+/// What a te handshake whose secret matched must hold: a device in the peer path and
 /// 1..=`MAX_QPS_PER_EP` queue pairs.
 pub(crate) fn check_shape(req: &Handshake) -> Result<(), &'static str> {
     if !req.peer_nic_path.contains('@') {
@@ -49,6 +103,20 @@ pub(crate) fn check_shape(req: &Handshake) -> Result<(), &'static str> {
         return Err("handshake asks for no queue pair, or too many");
     }
     Ok(())
+}
+
+/// A handshake in Mooncake's dialect from `local` to `peer` for `qps` (this side's queue
+/// pairs, which share one GID and LID): a request, or (paths swapped by the caller) a reply.
+pub(crate) fn mooncake(local: String, peer: String, qps: &[QpInfo]) -> Handshake {
+    Handshake {
+        local_nic_path: local,
+        peer_nic_path: peer,
+        qp_num: qps.iter().map(|q| q.qp_num).collect(),
+        local_gid: qps.first().map(|q| q.gid.clone()),
+        local_lid: Some(qps.first().map_or(0, |q| q.lid)),
+        payload: Some(String::new()),
+        ..Handshake::default()
+    }
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -70,24 +138,74 @@ pub(crate) fn unhex16(s: &str) -> Option<[u8; 16]> {
 mod tests {
     use super::*;
 
+    /// As Mooncake 0.3.13 sends it (field for field; GID of 198.18.0.1 on RoCE v2).
+    const MOONCAKE: &[u8] = br#"{"local_gid":"00:00:00:00:00:00:00:00:00:00:ff:ff:c6:12:00:01","local_lid":0,"local_nic_path":"198.18.0.1:15001@rxe0","payload":"","peer_nic_path":"198.18.1.1:16002@rxe1","qp_num":[17,18],"ready_ack":false,"reply_msg":""}
+"#;
+
+    #[test]
+    fn mooncake_requests_are_read_and_answered_in_kind() {
+        let Ok(Request::Mooncake(req, qps)) = parse_request(MOONCAKE) else {
+            panic!("a Mooncake request")
+        };
+        assert_eq!(req.peer_nic_path, "198.18.1.1:16002@rxe1");
+        assert_eq!(qps.len(), 2);
+        assert!(qps.iter().all(|q| q.psn == 0 && q.lid == 0));
+        assert_eq!(qps[1].qp_num, 18);
+        let mine = [QpInfo {
+            qp_num: 99,
+            psn: 0,
+            gid: "fe:80:00:00:00:00:00:00:00:00:00:00:00:00:00:01".into(),
+            lid: 3,
+        }];
+        let reply = mooncake(req.peer_nic_path, req.local_nic_path, &mine);
+        let json: serde_json::Value = serde_json::to_value(&reply).unwrap();
+        assert_eq!(json["local_nic_path"], "198.18.1.1:16002@rxe1");
+        assert_eq!(json["peer_nic_path"], "198.18.0.1:15001@rxe0");
+        assert_eq!(json["qp_num"], serde_json::json!([99]));
+        assert_eq!(json["local_lid"], 3);
+        assert_eq!(json["reply_msg"], "");
+        for absent in ["te_qps", "te_secret", "ready_ack"] {
+            assert!(json.get(absent).is_none(), "{absent}");
+        }
+        // Refused: no GID, a bad one, no QPs, too many.
+        for bad in [
+            r#"{"local_nic_path":"a@x","peer_nic_path":"b@y","qp_num":[1]}"#.to_string(),
+            r#"{"local_nic_path":"a@x","peer_nic_path":"b@y","qp_num":[1],"local_gid":"zz"}"#
+                .to_string(),
+            r#"{"local_nic_path":"a@x","peer_nic_path":"b@y","qp_num":[],"local_gid":"::"}"#
+                .to_string(),
+            format!(
+                r#"{{"local_nic_path":"a@x","peer_nic_path":"b@y","qp_num":[{}1],"local_gid":"00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:01"}}"#,
+                "1,".repeat(64)
+            ),
+        ] {
+            assert!(parse_request(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
     /// Fuzz target (`cargo xtask fuzz rdma-handshake --secs N`): the handshake decoder refuses
-    /// garbage, never panics.
+    /// garbage, never panics, and what it accepts is bounded.
     #[test]
     fn rdma_handshake() {
         let seed = br#"{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","qp_num":[5],"te_qps":[{"qp_num":5,"psn":1,"gid":"0000:0000:0000:0000:0000:ffff:c612:0001","lid":0}],"te_secret":"000102030405060708090a0b0c0d0e0f","te_lane":1}"#;
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
-        assert!(parse_request(seed).is_ok_and(|(r, _)| check_shape(&r).is_ok()));
+        assert!(matches!(parse_request(seed), Ok(Request::Te(r, _)) if check_shape(&r).is_ok()));
         te_core::fuzz::run(
             "rdma-handshake",
             &dir,
-            &[seed],
+            &[seed, MOONCAKE],
             te_core::fuzz::budget(1.0),
-            |b: &[u8]| {
-                if let Ok((req, _)) = parse_request(b) {
+            |b: &[u8]| match parse_request(b) {
+                Ok(Request::Te(req, _)) => {
                     if check_shape(&req).is_ok() {
                         assert!(!req.te_qps.is_empty() && req.te_qps.len() <= MAX_QPS_PER_EP);
                     }
                 }
+                Ok(Request::Mooncake(req, qps)) => {
+                    assert_eq!(qps.len(), req.qp_num.len());
+                    assert!(!qps.is_empty() && qps.len() <= MAX_QPS_PER_EP);
+                }
+                Err(_) => {}
             },
         );
     }

@@ -19,11 +19,18 @@
 //!   carry only its own requests, so simultaneous connects from both ends make two pairs.
 //! - Workers (the `worker` module) post slices as signalled READ/WRITE work requests, poll in batches,
 //!   and sleep on the completion channel when nothing moves.
+//! - Mooncake engines (`mooncake.rs`): their handshakes are answered in their dialect
+//!   under the Mooncake opt-in (`MC_TE_MOONCAKE_COMPAT`, its allow-list), te handshakes with
+//!   Mooncake targets in their dialect, QPs start at PSN 0, and one QP set per (device, peer
+//!   NIC path) serves both directions, as in Mooncake. Published GIDs are in Mooncake's text
+//!   form; with the opt-in, the priority matrix names every device at every location, in
+//!   `devices[]` order, which is how Mooncake indexes devices and keys.
 
 #![deny(unsafe_code)]
 
 pub mod failover;
 mod handshake;
+mod mooncake;
 pub mod route;
 pub mod verbs;
 mod worker;
@@ -33,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use handshake::{Handshake, MAX_QPS_PER_EP, check_shape, hex, parse_request};
+use handshake::{Handshake, MAX_QPS_PER_EP, Request, check_shape, hex, parse_request};
 use serde_json::json;
 use te_core::Config;
 use te_core::control::frame::FrameType;
@@ -255,11 +262,18 @@ impl State {
         })
     }
 
-    /// Answers a peer's handshake: checks the secret, makes and connects a QP.
-    fn accept(&self, payload: &[u8]) -> Vec<u8> {
+    /// Answers a peer's handshake: checks the secret (te) or the Mooncake opt-in and its
+    /// allow-list (Mooncake), makes and connects the QPs.
+    fn accept(&self, payload: &[u8], peer: Option<std::net::SocketAddr>) -> Vec<u8> {
         let refuse = |why: &str| json!({"reply_msg": why}).to_string().into_bytes();
         let (req, secret) = match parse_request(payload) {
-            Ok(r) => r,
+            Ok(Request::Te(req, secret)) => (req, secret),
+            Ok(Request::Mooncake(req, qps)) => {
+                return match self.accept_mooncake(req, &qps, peer) {
+                    Ok(reply) => reply,
+                    Err(why) => refuse(&why),
+                };
+            }
             Err(why) => return refuse(why),
         };
         if !self.secret.matches(&secret) {
@@ -305,6 +319,7 @@ impl State {
             te_qps: infos,
             te_secret: None,
             te_lane: req.te_lane,
+            ..Handshake::default()
         })
         .unwrap_or_default()
     }
@@ -318,6 +333,9 @@ impl State {
         lane: usize,
         target: &RemoteSegment,
     ) -> Result<Group, SliceError> {
+        if target.desc().is_mooncake() {
+            return self.mooncake_endpoint(nic, rdev, target);
+        }
         let key = (target.id(), nic, rdev, lane);
         if let Some(group) = self
             .endpoints
@@ -342,6 +360,7 @@ impl State {
             te_qps: infos,
             te_secret: Some(hex(&target.secret().to_bytes())),
             te_lane: lane as u32,
+            ..Handshake::default()
         };
         let payload = serde_json::to_vec(&req).map_err(|e| SliceError::Path(e.to_string()))?;
         let reply = control::request(
@@ -403,13 +422,23 @@ impl State {
             .pause_local(nic, std::time::Instant::now());
     }
 
-    /// Drops the endpoint `key` (its QPs are in error, or were refused): the next slice
-    /// reconnects.
-    fn forget(&self, key: EndpointKey) {
+    /// Drops the endpoint from device `nic`'s lane `lane` to `target`'s device `rdev` (its QPs
+    /// are in error, or were refused): the next slice reconnects.
+    fn forget(&self, target: &RemoteSegment, nic: usize, rdev: usize, lane: usize) {
+        if target.desc().is_mooncake() {
+            if let Some(dev) = target.desc().devices.get(rdev) {
+                let key = mooncake::key(&format!("{}@{}", target.name(), dev.name), nic);
+                self.passive
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&key);
+            }
+            return;
+        }
         self.endpoints
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+            .remove(&(target.id(), nic, rdev, lane));
     }
 }
 
@@ -530,13 +559,12 @@ impl Transport for RdmaTransport {
             stop: AtomicBool::new(false),
         });
         let handler_state = Arc::downgrade(&state);
-        ctx.control
-            .set_connection_handler(Arc::new(move |payload: &[u8]| {
-                match handler_state.upgrade() {
-                    Some(s) => s.accept(payload),
-                    None => br#"{"reply_msg":"rdma transport is shut down"}"#.to_vec(),
-                }
-            }));
+        ctx.control.set_connection_handler(Arc::new(
+            move |payload: &[u8], peer| match handler_state.upgrade() {
+                Some(s) => s.accept(payload, peer),
+                None => br#"{"reply_msg":"rdma transport is shut down"}"#.to_vec(),
+            },
+        ));
         for (i, nic) in state.nics.iter().enumerate() {
             for lane in 0..nic.lanes() {
                 let s = state.clone();
@@ -586,6 +614,11 @@ impl Transport for RdmaTransport {
                 b.te_mr_chunk = (pieces > 1).then_some(r.chunk);
             }
         }
+        drop(regions);
+        if state.config.mooncake.enabled {
+            let names: Vec<String> = state.nics.iter().map(|n| n.name.clone()).collect();
+            desc.priority_matrix = Some(mooncake::matrix(desc, &names));
+        }
     }
 
     fn register(&self, region: &Arc<Region>) -> te_core::Result<()> {
@@ -594,6 +627,14 @@ impl Transport for RdmaTransport {
         };
         // Large regions register on every device at once (pinning is the slow part).
         let chunk = state.max_mr_size;
+        if state.config.mooncake.enabled && region.len() > chunk {
+            warn!(
+                addr = region.addr(),
+                len = region.len(),
+                "a region larger than MC_MAX_MR_SIZE registers in pieces, whose keys Mooncake \
+                 peers cannot read: they will refuse this segment's descriptor"
+            );
+        }
         let results: Vec<Result<Vec<Mr>, String>> = std::thread::scope(|s| {
             let handles: Vec<_> = state
                 .nics
@@ -666,7 +707,12 @@ impl Transport for RdmaTransport {
                     pauses.local_paused(i, now) || !state.nics[i].is_active()
                 });
                 let lanes = per[nic].len();
-                let lane = state.next_lane[nic].fetch_add(1, Ordering::Relaxed) % lanes;
+                // A Mooncake peer shares one QP set per device both ways: its slices take lane
+                // 0, whose completion queues that set reports to.
+                let lane = match op.target.desc().is_mooncake() {
+                    true => 0,
+                    false => state.next_lane[nic].fetch_add(1, Ordering::Relaxed) % lanes,
+                };
                 per[nic][lane].push(op);
             }
         }

@@ -246,9 +246,10 @@ impl Nic {
         }))
     }
 
-    /// The GID as Mooncake writes it (`fe80:0000:…`).
+    /// The GID as Mooncake writes and strictly parses it: 16 two-digit hex bytes joined by
+    /// colons (`fe:80:00:…`). te reads this and the 8-group form alike.
     pub fn gid_string(&self) -> String {
-        self.gid.to_string()
+        mooncake_gid(&self.gid.raw)
     }
 
     /// Registers `[addr, addr+len)` with access flags from `permission`: no remote access for
@@ -354,6 +355,20 @@ impl Nic {
     /// # Errors
     /// A verbs call failed.
     pub fn endpoint_on(self: &Arc<Self>, lane: usize) -> Result<Endpoint, String> {
+        self.endpoint_with(lane, None)
+    }
+
+    /// As [`endpoint_on`](Self::endpoint_on), starting its send queue at `psn`: Mooncake's
+    /// queue pairs start at 0 on both sides and exchange no PSN, so te's towards Mooncake peers
+    /// do too. `None` derives one from the QP number (exchanged with te peers).
+    ///
+    /// # Errors
+    /// A verbs call failed.
+    pub fn endpoint_with(
+        self: &Arc<Self>,
+        lane: usize,
+        psn: Option<u32>,
+    ) -> Result<Endpoint, String> {
         let lane_ref = &self.lanes[lane % self.lanes.len()];
         let cq = lane_ref.cqs
             [lane_ref.next_cq.fetch_add(1, Ordering::Relaxed) % lane_ref.cqs.len()]
@@ -379,7 +394,7 @@ impl Nic {
             );
         qp.modify(&attr)
             .map_err(|e| format!("{}: QP to INIT: {e}", self.name))?;
-        let psn = (qp.qp_number().wrapping_mul(2_654_435_761)) & 0xff_ffff;
+        let psn = psn.unwrap_or_else(|| qp.qp_number().wrapping_mul(2_654_435_761)) & 0xff_ffff;
         Ok(Endpoint {
             nic: self.clone(),
             qp: Mutex::new(qp),
@@ -473,7 +488,17 @@ pub struct QpInfo {
     pub lid: u16,
 }
 
-fn parse_gid(s: &str) -> Option<Gid> {
+/// A GID in Mooncake's text form: 16 two-digit hex bytes joined by colons.
+pub fn mooncake_gid(raw: &[u8; 16]) -> String {
+    raw.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Parses a GID in Mooncake's form (16 × `xx`) or the 8-group IPv6 form (`fe80:0000:…`), each
+/// group written out in full.
+pub fn parse_gid(s: &str) -> Option<Gid> {
     let hex: String = s.chars().filter(|c| *c != ':').collect();
     if hex.len() != 32 {
         return None;
@@ -654,6 +679,9 @@ mod tests {
         assert_eq!(g.raw[10..], [0xff, 0xff, 0xc6, 0x12, 0, 1]);
         assert_eq!(g.to_string(), "0000:0000:0000:0000:0000:ffff:c612:0001");
         assert!(parse_gid("zz").is_none() && parse_gid("0000:0000").is_none());
+        let mooncake = mooncake_gid(&g.raw);
+        assert_eq!(mooncake, "00:00:00:00:00:00:00:00:00:00:ff:ff:c6:12:00:01");
+        assert_eq!(parse_gid(&mooncake).unwrap().raw, g.raw);
         assert_eq!(clamp_mtu(Some(4096), Mtu::Mtu1024), Mtu::Mtu1024);
         assert_eq!(clamp_mtu(Some(512), Mtu::Mtu1024), Mtu::Mtu512);
         assert_eq!(clamp_mtu(None, Mtu::Mtu2048), Mtu::Mtu2048);

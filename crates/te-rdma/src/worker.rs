@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use te_core::segment::RemoteSegment;
 use te_core::transport::{Rejection, SliceError, SliceOp};
 use tracing::warn;
 
@@ -122,7 +123,7 @@ fn start(
     let mut error = None;
     for (p, (lkey, rkey)) in pieces.iter().zip(keys) {
         if let Err(e) = ep.post_piece(&op, p.offset, p.len, wr_id, lkey, rkey) {
-            state.forget((op.target.id(), nic, rdev, lane));
+            state.forget(&op.target, nic, rdev, lane);
             error = Some(SliceError::Path(e));
             break;
         }
@@ -144,7 +145,7 @@ fn start(
 /// The slice error for a failed work completion, pausing what it blames.
 fn blame(state: &State, nic: usize, lane: usize, f: &Flight, e: WcError) -> SliceError {
     // A QP with an error completion flushes everything after it: reconnect.
-    state.forget((f.op.target.id(), nic, f.rdev, lane));
+    state.forget(&f.op.target, nic, f.rdev, lane);
     match e {
         WcError::RemoteAccess => SliceError::Rejected(Rejection::PermissionDenied),
         WcError::RemoteInvalid => SliceError::Rejected(Rejection::Malformed),
@@ -258,18 +259,18 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
 /// holds): past the QP's own retry budget, fail the QP so its requests flush and retry.
 fn watch_stalls(state: &State, nic: usize, lane: usize, inflight: &mut HashMap<u64, Flight>) {
     let now = Instant::now();
-    let mut stalled: Vec<(Arc<Endpoint>, u64, usize)> = Vec::new();
+    let mut stalled: Vec<(Arc<Endpoint>, Arc<RemoteSegment>, usize)> = Vec::new();
     for f in inflight.values() {
         let seen = stalled.iter().any(|(e, _, _)| Arc::ptr_eq(e, &f.ep));
         if !seen && now.duration_since(f.since) > f.ep.stall_limit() {
-            stalled.push((f.ep.clone(), f.op.target.id(), f.rdev));
+            stalled.push((f.ep.clone(), f.op.target.clone(), f.rdev));
         }
     }
     for (ep, segment, rdev) in stalled {
         warn!(device = %state.nics[nic].name, "RDMA requests stalled; failing the queue pair");
         state.pause_local(nic);
-        state.pause_remote(segment, rdev);
-        state.forget((segment, nic, rdev, lane));
+        state.pause_remote(segment.id(), rdev);
+        state.forget(&segment, nic, rdev, lane);
         ep.fail();
         for f in inflight.values_mut().filter(|f| Arc::ptr_eq(&f.ep, &ep)) {
             f.since = now;

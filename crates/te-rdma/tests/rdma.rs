@@ -3,8 +3,12 @@
 //! (no RDMA device there); the lane runs them with `--ignored` inside the guest:
 //! `cargo xtask softroce -- cargo test -p te-rdma --test rdma -- --ignored --test-threads=1`.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
+
+use common::sent_packets;
 
 use te_core::testing::pattern;
 use te_core::transport::SliceError;
@@ -232,15 +236,6 @@ fn the_engine_refuses_before_the_wire_and_a_bad_secret_gets_no_queue_pair() {
     )
     .unwrap();
     assert!(String::from_utf8_lossy(&reply).contains("bad segment secret"));
-}
-
-fn sent_packets(device: &str) -> u64 {
-    std::fs::read_to_string(format!(
-        "/sys/class/infiniband/{device}/ports/1/hw_counters/sent_pkts"
-    ))
-    .ok()
-    .and_then(|s| s.trim().parse().ok())
-    .unwrap_or(0)
 }
 
 #[test]

@@ -58,8 +58,10 @@ impl std::fmt::Debug for ControlState {
     }
 }
 
-/// A transport's answer to an endpoint handshake: request payload in, reply payload out.
-pub type ConnectionHandlerFn = Arc<dyn Fn(&[u8]) -> Vec<u8> + Send + Sync>;
+/// A transport's answer to an endpoint handshake: request payload and the peer's address in
+/// (the handler decides whether a handshake without te's credential is admitted), reply
+/// payload out.
+pub type ConnectionHandlerFn = Arc<dyn Fn(&[u8], Option<SocketAddr>) -> Vec<u8> + Send + Sync>;
 
 impl ControlState {
     /// Routes `Connection` frames to `handler` (te-rdma's queue-pair handshake).
@@ -74,7 +76,13 @@ impl ControlState {
 impl ControlState {
     /// The reply to one request; `authenticated` is false for a peer served under the
     /// Mooncake opt-in without the cluster secret.
-    fn answer(&self, kind: FrameType, payload: &[u8], authenticated: bool) -> Vec<u8> {
+    fn answer(
+        &self,
+        kind: FrameType,
+        payload: &[u8],
+        authenticated: bool,
+        peer: Option<SocketAddr>,
+    ) -> Vec<u8> {
         match kind {
             FrameType::Metadata if !authenticated => self
                 .public_desc
@@ -114,7 +122,7 @@ impl ControlState {
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
                 match handler {
-                    Some(h) => h(payload),
+                    Some(h) => h(payload, peer),
                     None => json!({"reply_msg": "te: no transport accepts endpoint handshakes"})
                         .to_string()
                         .into_bytes(),
@@ -164,7 +172,7 @@ fn serve(state: &ControlState, stream: TcpStream) {
                 return;
             }
             Ok(frame) => {
-                let answer = state.answer(frame.kind, &frame.payload, authenticated);
+                let answer = state.answer(frame.kind, &frame.payload, authenticated, peer);
                 if reply(&mut writer, &frame, &answer).is_err() {
                     return;
                 }

@@ -79,6 +79,22 @@ impl MooncakePeer {
     /// # Panics
     /// When the wheel is missing or Mooncake's `initialize` fails.
     pub fn start(host: &str, metadata: &str, env: &[(&str, &str)]) -> Self {
+        let mut all = vec![("MC_FORCE_TCP", "1")];
+        all.extend_from_slice(env);
+        Self::start_with(host, metadata, ("tcp", ""), &all)
+    }
+
+    /// Starts Mooncake's engine with `initialize(host, metadata, protocol, device)` and `env`
+    /// added to its environment (RDMA: `("rdma", "rxe0")`, on a machine with verbs devices).
+    ///
+    /// # Panics
+    /// When the wheel is missing or Mooncake's `initialize` fails.
+    pub fn start_with(
+        host: &str,
+        metadata: &str,
+        (protocol, device): (&str, &str),
+        env: &[(&str, &str)],
+    ) -> Self {
         let python = program("python3");
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/testing/mooncake_peer.py");
         let log = std::env::temp_dir().join(format!(
@@ -90,7 +106,6 @@ impl MooncakePeer {
         ));
         let mut cmd = Command::new(python);
         cmd.arg(script)
-            .env("MC_FORCE_TCP", "1")
             // Mooncake's smallest transfer timeout, so a refused transfer fails in seconds.
             .env("MC_TRANSFER_TIMEOUT", "5")
             .stdin(Stdio::piped())
@@ -110,8 +125,8 @@ impl MooncakePeer {
             rpc_port: 0,
             name: String::new(),
         };
-        let r =
-            peer.call(json!({"op": "init", "host": host, "metadata": metadata, "protocol": "tcp"}));
+        let r = peer.call(json!({"op": "init", "host": host, "metadata": metadata,
+                                  "protocol": protocol, "device": device}));
         assert_eq!(r["rc"], 0, "Mooncake's initialize failed:\n{}", peer.log());
         peer.rpc_port = r["rpc_port"].as_u64().unwrap_or(0) as u16;
         peer.name = if metadata == "P2PHANDSHAKE" {
@@ -144,12 +159,18 @@ impl MooncakePeer {
         }
     }
 
-    /// A registered buffer of `len` bytes (Mooncake's `allocate_managed_buffer`).
+    /// `len` bytes of the peer's own memory registered with Mooncake's `register_memory` (as
+    /// vLLM and SGLang register theirs).
     pub fn alloc(&mut self, len: usize) -> u64 {
-        let addr = self.call(json!({"op": "alloc", "len": len}))["addr"]
-            .as_u64()
-            .unwrap_or(0);
-        assert_ne!(addr, 0, "Mooncake could not allocate {len} bytes");
+        let r = self.call(json!({"op": "alloc", "len": len}));
+        let addr = r["addr"].as_u64().unwrap_or(0);
+        assert_ne!(
+            addr,
+            0,
+            "Mooncake could not register {len} bytes (rc {}):\n{}",
+            r["rc"],
+            self.log()
+        );
         addr
     }
 

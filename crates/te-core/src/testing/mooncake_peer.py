@@ -7,7 +7,9 @@ carries Mooncake's own return code, so the tests assert what a Mooncake user wou
 
 Requests (`op` and its fields) and replies:
   init      host, metadata, protocol, device          -> rc, rpc_port
-  alloc     len                                       -> addr (a managed, registered buffer)
+  alloc     len                                       -> addr (anonymous memory of this process,
+                                                        registered with register_memory, as
+                                                        consumers register their own buffers)
   put       addr, hex                                  -> rc
   get       addr, len                                  -> hex
   write     target, local, remote, len                 -> rc (transfer_sync_write)
@@ -19,7 +21,9 @@ Requests (`op` and its fields) and replies:
   quit                                                 -> (exits)
 """
 
+import ctypes
 import json
+import mmap
 import sys
 
 from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode
@@ -28,6 +32,7 @@ from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode
 def main():
     engine = TransferEngine()
     out = sys.stdout
+    buffers = []  # keeps registered memory alive
     for line in sys.stdin:
         req = json.loads(line)
         op = req["op"]
@@ -38,7 +43,12 @@ def main():
                 req.get("protocol", "tcp"), req.get("device", ""))
             reply["rpc_port"] = engine.get_rpc_port() if reply["rc"] == 0 else 0
         elif op == "alloc":
-            reply["addr"] = engine.allocate_managed_buffer(req["len"])
+            buf = mmap.mmap(-1, req["len"])
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+            rc = engine.register_memory(addr, req["len"], "cpu:0")
+            buffers.append(buf)
+            reply["addr"] = addr if rc == 0 else 0
+            reply["rc"] = rc
         elif op == "put":
             data = bytes.fromhex(req["hex"])
             reply["rc"] = engine.write_bytes_to_buffer(req["addr"], data, len(data))

@@ -1,0 +1,211 @@
+//! te-rdma and the real Mooncake engine (its PyPI wheel, driven through its Python module) over
+//! Soft-RoCE in the qemu guest of `cargo xtask softroce`: te on rxe0 (198.18.0.1), Mooncake on
+//! rxe1 (198.18.1.1). Ignored on the host (no RDMA device); the Soft-RoCE lane runs them with
+//! `--ignored`. Every byte is compared on both sides.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::sent_packets;
+
+use te_core::testing::mooncake::MooncakePeer;
+use te_core::testing::pattern;
+use te_core::{
+    Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
+};
+use te_rdma::verbs::VerbsOptions;
+use te_rdma::{RdmaOptions, RdmaTransport};
+
+const WAIT: Duration = Duration::from_secs(300);
+
+fn te_engine(compat: bool) -> (TransferEngine, Arc<RdmaTransport>) {
+    let mut c = Config::default();
+    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+    if compat {
+        c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
+            "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
+            "MC_TE_MOONCAKE_ALLOW" => Some("198.18.0.0/15".into()),
+            _ => None,
+        })
+        .unwrap();
+    }
+    let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
+    let t = Arc::new(RdmaTransport::new(RdmaOptions {
+        devices: Some(vec!["rxe0".into()]),
+        // Soft-RoCE under emulation acknowledges slowly: a long local ACK timeout.
+        verbs: VerbsOptions {
+            timeout: 18,
+            ..VerbsOptions::default()
+        },
+        ..RdmaOptions::default()
+    }));
+    e.install_transport(t.clone()).unwrap();
+    (e, t)
+}
+
+/// Mooncake's engine on rxe1, using the IPv4 RoCE v2 GID as te does.
+fn mooncake_peer() -> MooncakePeer {
+    MooncakePeer::start_with(
+        "198.18.1.1",
+        "P2PHANDSHAKE",
+        ("rdma", "rxe1"),
+        &[("MC_GID_INDEX", "1"), ("MC_IB_TIMEOUT", "18")],
+    )
+}
+
+fn run(e: &TransferEngine, requests: &[TransferRequest]) -> TransferState {
+    let b = e.allocate_batch(requests.len()).unwrap();
+    e.submit(b, requests).unwrap();
+    let s = e.wait(b, WAIT).unwrap();
+    e.free_batch(b).unwrap();
+    s.state
+}
+
+fn same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!("{what}: first difference at byte {at} of {}", want.len());
+    }
+}
+
+/// te → Mooncake: te reads Mooncake's RDMA descriptor (GIDs in its text form, one key per
+/// device), handshakes in Mooncake's dialect (PSN 0), WRITEs and READs byte-exact.
+#[test]
+#[ignore = "needs an RDMA device and Mooncake's wheel: runs in the Soft-RoCE guest"]
+fn te_writes_and_reads_a_mooncake_engine_over_rdma() {
+    let mut mooncake = mooncake_peer();
+    let len = 8 << 20;
+    let remote = mooncake.alloc(len);
+    let (te, _) = te_engine(false);
+    let local = Arc::new(HostBuffer::new(len).unwrap());
+    te.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = te.open_segment(&mooncake.name).unwrap();
+    assert!(te.segment(seg).unwrap().desc().is_mooncake());
+    let data = pattern(1, len);
+    local.write_at(0, &data).unwrap();
+    let pieces = [
+        (0u64, 1u64),
+        (1, (5 << 20) + 3),
+        ((5 << 20) + 4, (3 << 20) - 4),
+    ];
+    let req = |op, (off, n): (u64, u64)| TransferRequest {
+        opcode: op,
+        source: local.addr() + off,
+        target_id: seg,
+        target_offset: remote + off,
+        length: n,
+    };
+    let writes: Vec<_> = pieces.iter().map(|&p| req(Opcode::Write, p)).collect();
+    let before = sent_packets("rxe0");
+    assert_eq!(run(&te, &writes), TransferState::Completed);
+    // 8 MiB in packets of at most 4 KiB left through rxe0.
+    assert!(
+        sent_packets("rxe0") - before >= (len / 4096) as u64,
+        "over RDMA"
+    );
+    same(
+        &mooncake.get(remote, len),
+        &data,
+        "Mooncake holds what te wrote",
+    );
+    let back = pattern(2, len);
+    mooncake.put(remote, &back);
+    let reads: Vec<_> = pieces.iter().map(|&p| req(Opcode::Read, p)).collect();
+    assert_eq!(run(&te, &reads), TransferState::Completed);
+    same(
+        &local.to_vec(0, len).unwrap(),
+        &back,
+        "te read Mooncake's bytes",
+    );
+}
+
+/// Mooncake → te, with the opt-in: Mooncake reads te's descriptor (device names in its
+/// matrix), te answers Mooncake's handshake in kind, and Mooncake's WRITEs and READs land
+/// byte-exact. Then te sends to that Mooncake engine over the same QP set (Mooncake's model:
+/// one set per device and peer path, both ways) and Mooncake keeps using it afterwards.
+#[test]
+#[ignore = "needs an RDMA device and Mooncake's wheel: runs in the Soft-RoCE guest"]
+fn a_mooncake_engine_writes_and_reads_te_memory_over_rdma_with_the_opt_in() {
+    let (te, transport) = te_engine(true);
+    let len = 8 << 20;
+    let mem = Arc::new(HostBuffer::new(len).unwrap());
+    te.register_buffer(&mem, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let mut mooncake = mooncake_peer();
+    let local = mooncake.alloc(len);
+    let data = pattern(3, len);
+    mooncake.put(local, &data);
+    let name = te.segment_name().to_string();
+    let before = sent_packets("rxe1");
+    assert_eq!(
+        mooncake.write(&name, local, mem.addr(), len),
+        0,
+        "Mooncake's WRITE:\n{}",
+        mooncake.log()
+    );
+    assert!(
+        sent_packets("rxe1") - before >= (len / 4096) as u64,
+        "over RDMA"
+    );
+    same(
+        &mem.to_vec(0, len).unwrap(),
+        &data,
+        "te holds what Mooncake wrote",
+    );
+    let back = pattern(4, len);
+    mem.write_at(0, &back).unwrap();
+    assert_eq!(mooncake.read(&name, local, mem.addr(), len), 0);
+    same(&mooncake.get(local, len), &back, "Mooncake read te's bytes");
+
+    // te to the same Mooncake engine: the QP set Mooncake's handshake made, no new one.
+    let seg = te.open_segment(&mooncake.name).unwrap();
+    let w = TransferRequest {
+        opcode: Opcode::Write,
+        source: mem.addr(),
+        target_id: seg,
+        target_offset: local,
+        length: 1 << 20,
+    };
+    assert_eq!(run(&te, &[w]), TransferState::Completed);
+    same(
+        &mooncake.get(local, 1 << 20),
+        &back[..1 << 20],
+        "te wrote over the shared set",
+    );
+    assert_eq!(
+        transport.queue_pairs(),
+        0,
+        "no endpoint of te's own dialect was made"
+    );
+    // And Mooncake still uses its endpoint (te's use did not make it rebuild anything).
+    let again = pattern(5, 1 << 20);
+    mooncake.put(local, &again);
+    assert_eq!(mooncake.write(&name, local, mem.addr(), 1 << 20), 0);
+    same(&mem.to_vec(0, 1 << 20).unwrap(), &again, "Mooncake again");
+}
+
+/// Without the opt-in a Mooncake engine gets no queue pair: its transfer fails, te's memory
+/// is untouched.
+#[test]
+#[ignore = "needs an RDMA device and Mooncake's wheel: runs in the Soft-RoCE guest"]
+fn without_the_opt_in_a_mooncake_engine_gets_no_queue_pair() {
+    let (te, _) = te_engine(false);
+    let mem = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    te.register_buffer(&mem, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let mut mooncake = mooncake_peer();
+    let local = mooncake.alloc(1 << 20);
+    mooncake.put(local, &pattern(6, 1 << 20));
+    assert_ne!(
+        mooncake.write(te.segment_name(), local, mem.addr(), 1 << 20),
+        0
+    );
+    same(
+        &mem.to_vec(0, 1 << 20).unwrap(),
+        &vec![0u8; 1 << 20],
+        "untouched",
+    );
+}
