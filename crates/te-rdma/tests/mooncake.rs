@@ -209,3 +209,89 @@ fn without_the_opt_in_a_mooncake_engine_gets_no_queue_pair() {
         "untouched",
     );
 }
+
+/// Mooncake's `transfer_engine_bench` over RDMA both ways: te writes a pattern into its
+/// target's buffer and reads it back byte-exact; its initiator WRITEs into a te target (with
+/// the opt-in) for a timed run, completes, and changes te's bytes.
+#[test]
+#[ignore = "needs an RDMA device and Mooncake's wheel: runs in the Soft-RoCE guest"]
+fn mooncakes_bench_over_rdma_both_ways() {
+    let env = [("MC_GID_INDEX", "1"), ("MC_IB_TIMEOUT", "18")];
+    let rdma = [
+        "--protocol=rdma",
+        "--device_name=rxe1",
+        "--buffer_size=134217728",
+    ];
+    let target =
+        te_core::testing::mooncake::MooncakeBenchTarget::start_at("198.18.1.1", &rdma, &env);
+    let (te, _) = te_engine(true);
+    let len = 8 << 20;
+    let local = Arc::new(HostBuffer::new(2 * len).unwrap());
+    te.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    // The bench target listens before it has registered its buffer (slow under emulation),
+    // answering "no descriptor", then one without buffers, until then.
+    let deadline = std::time::Instant::now() + WAIT;
+    let seg = loop {
+        match te.refresh_segment(&target.name) {
+            Ok(seg) if !te.segment(seg).unwrap().desc().buffers.is_empty() => break seg,
+            Ok(_) | Err(te_core::Error::SegmentNotFound { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => panic!("opening Mooncake's bench target: {other:?}"),
+        }
+    };
+    let remote = te.segment(seg).unwrap().desc().buffers[0].addr;
+    let data = pattern(7, len);
+    local.write_at(0, &data).unwrap();
+    let req = |opcode, at: u64| TransferRequest {
+        opcode,
+        source: local.addr() + at,
+        target_id: seg,
+        target_offset: remote,
+        length: len as u64,
+    };
+    assert_eq!(run(&te, &[req(Opcode::Write, 0)]), TransferState::Completed);
+    assert_eq!(
+        run(&te, &[req(Opcode::Read, len as u64)]),
+        TransferState::Completed
+    );
+    same(
+        &local.to_vec(len, len).unwrap(),
+        &data,
+        "read back from Mooncake's bench target",
+    );
+    drop(target);
+
+    let mem = Arc::new(HostBuffer::new(128 << 20).unwrap());
+    let before = pattern(8, 128 << 20);
+    mem.write_at(0, &before).unwrap();
+    te.register_buffer(&mem, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let out =
+        std::process::Command::new(te_core::testing::mooncake::program("transfer_engine_bench"))
+            .args(["--mode=initiator", "--metadata_server=P2PHANDSHAKE"])
+            .args([
+                "--local_server_name=198.18.1.1",
+                "--operation=write",
+                "--duration=2",
+            ])
+            .args(["--threads=1", "--batch_size=16", "--block_size=65536"])
+            .args(rdma)
+            .arg(format!("--segment_id={}", te.segment_name()))
+            .envs(env)
+            .output()
+            .expect("transfer_engine_bench runs");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && log.contains("Test completed"),
+        "{log}"
+    );
+    assert_ne!(
+        mem.to_vec(0, 1 << 20).unwrap(),
+        before[..1 << 20],
+        "Mooncake's WRITEs landed in te's memory"
+    );
+}

@@ -201,6 +201,13 @@ impl Metadata for P2pMetadata {
             refused @ Error::PeerRefused { .. } => refused,
             e => Error::Metadata(format!("fetching segment {name}: {e}")),
         })?;
+        // A Mooncake engine answers `null` while it has no descriptor (nothing registered yet).
+        if reply.trim_ascii() == b"null" {
+            return Err(Error::SegmentNotFound {
+                segment: name.to_string(),
+                service: format!("its owner at {host}:{rpc_port} (no memory registered yet?)"),
+            });
+        }
         let mut desc = SegmentDesc::from_json(&reply)?;
         // The segment is known by the name it was opened with.
         desc.name = name.to_string();

@@ -305,14 +305,22 @@ pub struct MooncakeBenchTarget {
 }
 
 impl MooncakeBenchTarget {
-    /// Starts it and waits until it says where it listens.
+    /// Starts it on 127.0.0.1 and waits until it says where it listens.
     ///
     /// # Panics
     /// When the wheel is missing or the target does not start within 30 s.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_at("127.0.0.1", args, env)
+    }
+
+    /// As [`start`](Self::start), named by `host` (`--local_server_name`).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_at(host: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(program("transfer_engine_bench"));
         cmd.args(["--mode=target", "--metadata_server=P2PHANDSHAKE"])
-            .arg("--local_server_name=127.0.0.1")
+            .arg(format!("--local_server_name={host}"))
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
