@@ -362,19 +362,7 @@ impl State {
             te_lane: lane as u32,
             ..Handshake::default()
         };
-        let payload = serde_json::to_vec(&req).map_err(|e| SliceError::Path(e.to_string()))?;
-        let reply = control::request(
-            target.host(),
-            target.rpc_port(),
-            FrameType::Connection,
-            &payload,
-            self.config.handshake_connect_timeout,
-            self.config.handshake_max_length,
-            self.control.cluster_key.as_deref(),
-        )
-        .map_err(|e| SliceError::Path(format!("RDMA handshake with {}: {e}", target.name())))?;
-        let reply: Handshake = serde_json::from_slice(&reply)
-            .map_err(|e| SliceError::Path(format!("RDMA handshake reply: {e}")))?;
+        let reply = self.handshake(target, &req, self.control.cluster_key.as_deref())?;
         let remote = match (reply.reply_msg.is_empty(), reply.te_qps) {
             (true, qps) if qps.len() == group.len() => qps,
             _ if reply.reply_msg.contains("secret") => {
@@ -404,6 +392,29 @@ impl State {
         }
         info!(target = target.name(), local = %self.nics[nic].name, remote = %remote_dev, qps = group.len(), "RDMA endpoint connected");
         Ok(group)
+    }
+
+    /// Sends handshake `req` to `target`'s control listener (authenticated with `key` when
+    /// given) and decodes the reply; connection and decoding failures are path errors.
+    fn handshake(
+        &self,
+        target: &RemoteSegment,
+        req: &Handshake,
+        key: Option<&control::auth::ClusterKey>,
+    ) -> Result<Handshake, SliceError> {
+        let payload = serde_json::to_vec(req).map_err(|e| SliceError::Path(e.to_string()))?;
+        let reply = control::request(
+            target.host(),
+            target.rpc_port(),
+            FrameType::Connection,
+            &payload,
+            self.config.handshake_connect_timeout,
+            self.config.handshake_max_length,
+            key,
+        )
+        .map_err(|e| SliceError::Path(format!("RDMA handshake with {}: {e}", target.name())))?;
+        serde_json::from_slice(&reply)
+            .map_err(|e| SliceError::Path(format!("RDMA handshake reply: {e}")))
     }
 
     fn pause_remote(&self, segment: u64, dev: usize) {

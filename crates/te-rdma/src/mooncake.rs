@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use te_core::control::{self, frame::FrameType};
 use te_core::segment::{RemoteSegment, SegmentDesc};
 use te_core::transport::SliceError;
 use tracing::{info, warn};
@@ -122,19 +121,8 @@ impl State {
         let infos: Vec<QpInfo> = mine.iter().map(Endpoint::info).collect();
         let local_path = format!("{}@{}", self.local_name, self.nics[nic].name);
         let req = handshake::mooncake(local_path.clone(), peer_path.clone(), &infos);
-        let payload = serde_json::to_vec(&req).map_err(|e| SliceError::Path(e.to_string()))?;
-        let reply = control::request(
-            target.host(),
-            target.rpc_port(),
-            FrameType::Connection,
-            &payload,
-            self.config.handshake_connect_timeout,
-            self.config.handshake_max_length,
-            None,
-        )
-        .map_err(|e| SliceError::Path(format!("RDMA handshake with {}: {e}", target.name())))?;
-        let reply: Handshake = serde_json::from_slice(&reply)
-            .map_err(|e| SliceError::Path(format!("RDMA handshake reply: {e}")))?;
+        // Mooncake knows no cluster secret: its listener takes the handshake as it comes.
+        let reply = self.handshake(target, &req, None)?;
         if !reply.reply_msg.is_empty() {
             return Err(SliceError::Path(format!(
                 "RDMA handshake refused by {}: {}",

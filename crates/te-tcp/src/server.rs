@@ -49,7 +49,7 @@ enum Header {
 
 /// Whether the first `got` bytes of a request header can no longer be te's: enough has arrived
 /// to answer a Mooncake header, and it lacks te's magic.
-fn foreign(buf: &[u8; REQUEST_LEN], got: usize) -> bool {
+fn foreign(buf: &[u8], got: usize) -> bool {
     got >= mooncake_wire::HEADER_LEN && buf[0..4] != REQUEST_MAGIC.to_le_bytes()
 }
 
@@ -83,10 +83,34 @@ fn read_header(
             replies.clear();
         }
     }
+    let done = |b: &[u8], got: usize| got >= REQUEST_LEN || foreign(b, got);
+    let Some(got) = read_head(stream, &mut buf, got, stall, IDLE_MAX, done)? else {
+        return Ok(Header::Closed);
+    };
+    if foreign(&buf, got) {
+        let mut head = [0u8; mooncake_wire::HEADER_LEN];
+        head.copy_from_slice(&buf[..mooncake_wire::HEADER_LEN]);
+        return Ok(Header::Foreign(head));
+    }
+    Ok(Header::Ready(buf))
+}
+
+/// Reads into `buf` (which holds `got` bytes already) until `done(buf, got)`: blocking reads,
+/// each bounded by the socket's timeout (`stall`). Waiting for the first byte may last up to
+/// `idle`, a started head must not stall. `None` when the peer closed, or idled out, before
+/// the first byte; otherwise the bytes read.
+pub(crate) fn read_head(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    mut got: usize,
+    stall: Duration,
+    idle_max: Duration,
+    done: impl Fn(&[u8], usize) -> bool,
+) -> io::Result<Option<usize>> {
     let mut idle = Duration::ZERO;
-    while got < REQUEST_LEN && !foreign(&buf, got) {
+    while !done(buf, got) {
         match stream.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(Header::Closed),
+            Ok(0) if got == 0 => return Ok(None),
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -98,19 +122,14 @@ fn read_header(
                     ) =>
             {
                 idle += stall;
-                if idle >= IDLE_MAX {
-                    return Ok(Header::Closed);
+                if idle >= idle_max {
+                    return Ok(None);
                 }
             }
             Err(e) => return Err(e),
         }
     }
-    if foreign(&buf, got) {
-        let mut head = [0u8; mooncake_wire::HEADER_LEN];
-        head.copy_from_slice(&buf[..mooncake_wire::HEADER_LEN]);
-        return Ok(Header::Foreign(head));
-    }
-    Ok(Header::Ready(buf))
+    Ok(Some(got))
 }
 
 fn queue_reply(replies: &mut Vec<u8>, request_id: u64, status: Status) {

@@ -9,7 +9,11 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 fn last_error() -> io::Error {
-    let e = io::Error::last_os_error();
+    last_error_of(io::Error::last_os_error())
+}
+
+/// A blocking socket's `WouldBlock` is its timeout expiring.
+fn last_error_of(e: io::Error) -> io::Error {
     if e.kind() == io::ErrorKind::WouldBlock {
         io::Error::new(io::ErrorKind::TimedOut, "socket timed out")
     } else {
@@ -22,35 +26,20 @@ fn last_error() -> io::Error {
 /// # Safety
 /// Each `(addr, len)` must be readable memory that stays valid for the whole call.
 pub unsafe fn send_parts(sock: &impl AsRawFd, parts: &mut [(u64, usize)]) -> io::Result<()> {
-    let fd = sock.as_raw_fd();
     let mut first = 0;
     while first < parts.len() {
         if parts[first].1 == 0 {
             first += 1;
             continue;
         }
-        let mut iov: Vec<libc::iovec> = parts[first..]
-            .iter()
-            .map(|&(addr, len)| libc::iovec {
-                iov_base: addr as *mut libc::c_void,
-                iov_len: len,
-            })
-            .collect();
-        // SAFETY: zeroed msghdr is a valid "no name, no control" header.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = iov.len() as _;
-        // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov` outlive
-        // the call; the kernel only reads from them.
-        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let e = last_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let mut sent = n as usize;
+        // SAFETY: the caller guarantees every part readable for the call.
+        let sent = unsafe { sendmsg(sock, &parts[first..], libc::MSG_NOSIGNAL) };
+        let mut sent = match sent {
+            Ok(n) => n,
+            // The socket's send timeout.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(last_error_of(e)),
+            Err(e) => return Err(e),
+        };
         while sent > 0 && first < parts.len() {
             let (addr, len) = &mut parts[first];
             let step = sent.min(*len);
@@ -63,6 +52,37 @@ pub unsafe fn send_parts(sock: &impl AsRawFd, parts: &mut [(u64, usize)]) -> io:
         }
     }
     Ok(())
+}
+
+/// One `sendmsg` of `parts` with `flags` (retried on EINTR): the bytes sent.
+///
+/// # Safety
+/// Each `(addr, len)` must be readable memory that stays valid for the call.
+unsafe fn sendmsg(sock: &impl AsRawFd, parts: &[(u64, usize)], flags: i32) -> io::Result<usize> {
+    let mut iov: Vec<libc::iovec> = parts
+        .iter()
+        .filter(|p| p.1 > 0)
+        .map(|&(addr, len)| libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov`
+        // outlive the call; the kernel only reads from them.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, flags) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// Receives exactly `len` bytes from `sock` into `[addr, addr+len)`.
@@ -124,36 +144,8 @@ pub unsafe fn recv_some(sock: &impl AsRawFd, addr: u64, len: usize) -> io::Resul
 /// # Safety
 /// Each `(addr, len)` must be readable memory that stays valid for the call.
 pub unsafe fn send_some(sock: &impl AsRawFd, parts: &[(u64, usize)]) -> io::Result<usize> {
-    let mut iov: Vec<libc::iovec> = parts
-        .iter()
-        .filter(|p| p.1 > 0)
-        .map(|&(addr, len)| libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: len,
-        })
-        .collect();
-    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = iov.len() as _;
-    loop {
-        // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov`
-        // outlive the call; the kernel only reads from them.
-        let n = unsafe {
-            libc::sendmsg(
-                sock.as_raw_fd(),
-                &msg,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: the caller guarantees every part readable for the call.
+    unsafe { sendmsg(sock, parts, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) }
 }
 
 /// Receives exactly `buf.len()` bytes into an ordinary buffer.
@@ -164,24 +156,8 @@ pub fn recv_buf(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<()> {
 
 /// Reads what is available into `buf` without waiting: `WouldBlock` when nothing is.
 pub fn recv_now(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.
-        let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.
+    unsafe { recv_some(sock, buf.as_mut_ptr() as u64, buf.len()) }
 }
 
 /// Sends an ordinary buffer.

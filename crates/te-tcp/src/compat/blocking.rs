@@ -5,7 +5,7 @@
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
-use std::io::{self, Read};
+use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -22,30 +22,9 @@ const STAGING_CHUNK: usize = 4 << 20;
 /// Reads the next header: `None` when the peer closed (or idled out) between requests.
 fn read_header(stream: &mut TcpStream, stall: Duration) -> io::Result<Option<[u8; HEADER_LEN]>> {
     let mut buf = [0u8; HEADER_LEN];
-    let mut got = 0;
-    let mut idle = Duration::ZERO;
-    while got < HEADER_LEN {
-        match stream.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if got == 0
-                    && matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-            {
-                idle += stall;
-                if idle >= IDLE_MAX {
-                    return Ok(None);
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(Some(buf))
+    let done = |_: &[u8], got: usize| got >= HEADER_LEN;
+    let read = crate::server::read_head(stream, &mut buf, 0, stall, IDLE_MAX, done)?;
+    Ok(read.map(|_| buf))
 }
 
 /// Serves `stream` from the request `first` (already read and admitted by the loop) until the
