@@ -12,8 +12,9 @@
 //! `tcp_data_port`, so a Mooncake initiator never takes a refused WRITE for a done one.
 //! Not done here: several interfaces as rails, failover across rails (te-core's router).
 //!
-//! Unsafe code is confined to `sys` (the raw socket calls) and the two places that hand it
-//! registered addresses (`lane`, `server`), each call with a `SAFETY:` comment.
+//! Unsafe code is confined to `sys` (the raw socket calls) and the places that hand it
+//! registered addresses (`lane`, `server`, and the Mooncake listener's `compat::conn` and
+//! `compat::blocking`), each call with a `SAFETY:` comment.
 #![deny(unsafe_code)]
 
 mod compat;
