@@ -40,6 +40,12 @@ fn ensure_iperf3() -> Result<(), String> {
     ensure_tool("iperf3", "--version", "iperf3")
 }
 
+/// The median of some runs' figures (the upper middle for an even count); NaN for none.
+pub(crate) fn median(mut runs: Vec<f64>) -> f64 {
+    runs.sort_by(|a, b| a.total_cmp(b));
+    runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 pub(crate) fn json_number(json: &str, key: &str) -> Option<f64> {
     let at = json.find(&format!("\"{key}\""))? + key.len() + 2;
     let rest = json[at..].trim_start().strip_prefix(':')?.trim_start();

@@ -15,7 +15,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::bench::{KillOnDrop, build_te_bench, duration_arg, json_number, run_json, start_target};
+use crate::bench::{
+    KillOnDrop, build_te_bench, duration_arg, json_number, median, run_json, start_target,
+};
 
 const CASES: [(&str, u64); 4] = [
     ("write", 64 << 10),
@@ -27,11 +29,6 @@ const CASES: [(&str, u64); 4] = [
 const BUFFER: &str = "--buffer_size=268435456";
 /// Runs of each leg per case; the median is compared.
 const RUNS: usize = 3;
-
-fn median(mut runs: Vec<f64>) -> f64 {
-    runs.sort_by(|a, b| a.total_cmp(b));
-    runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
-}
 
 fn mooncake_bench() -> Result<PathBuf, String> {
     let venv = std::env::var_os("TE_MOONCAKE_VENV")

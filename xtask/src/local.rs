@@ -20,17 +20,14 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::bench::{
-    KillOnDrop, build_te_bench, duration_arg, ensure_tool, json_number, run_json, start_target,
+    KillOnDrop, build_te_bench, duration_arg, ensure_tool, json_number, median, run_json,
+    start_target,
 };
 
 const UCX_PORT: &str = "13399";
 /// Runs per case where the figure wanders (latency tails, the disk); the median is kept.
 const RUNS: usize = 3;
 
-fn median(mut runs: Vec<f64>) -> f64 {
-    runs.sort_by(|a, b| a.total_cmp(b));
-    runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
-}
 const FILE: &str = "te-bench-local.dat";
 
 /// One te-shm WRITE case (target in its own process); te-bench's JSON output.

@@ -7,14 +7,9 @@
 
 use std::process::Command;
 
-use crate::bench::{build_te_bench, duration_arg, json_number, run_json};
+use crate::bench::{build_te_bench, duration_arg, json_number, median, run_json};
 
 const RUNS: usize = 5;
-
-fn median(mut runs: Vec<f64>) -> f64 {
-    runs.sort_by(|a, b| a.total_cmp(b));
-    runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
-}
 
 /// One te-bench run of `backend` at `block` × `batch`; (GB/s, p99 µs).
 fn one(

@@ -173,6 +173,18 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Asserts that `got` equals `want`, naming the first byte that differs (instead of printing
+/// megabytes of both).
+///
+/// # Panics
+/// When they differ.
+pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!("{what}: first difference at byte {at} of {}", want.len());
+    }
+}
+
 /// Arguments that make a test binary run only its ignored test `test`: how multi-process tests
 /// start themselves again as a helper process.
 pub fn self_test_args(test: &str) -> [&str; 5] {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::sent_packets;
 
+use te_core::testing::assert_same_bytes;
 use te_core::testing::mooncake::MooncakePeer;
 use te_core::testing::pattern;
 use te_core::{
@@ -63,13 +64,6 @@ fn run(e: &TransferEngine, requests: &[TransferRequest]) -> TransferState {
     s.state
 }
 
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {at} of {}", want.len());
-    }
-}
-
 /// te → Mooncake: te reads Mooncake's RDMA descriptor (GIDs in its text form, one key per
 /// device), handshakes in Mooncake's dialect (PSN 0), WRITEs and READs byte-exact.
 #[test]
@@ -106,7 +100,7 @@ fn te_writes_and_reads_a_mooncake_engine_over_rdma() {
         sent_packets("rxe0") - before >= (len / 4096) as u64,
         "over RDMA"
     );
-    same(
+    assert_same_bytes(
         &mooncake.get(remote, len),
         &data,
         "Mooncake holds what te wrote",
@@ -115,7 +109,7 @@ fn te_writes_and_reads_a_mooncake_engine_over_rdma() {
     mooncake.put(remote, &back);
     let reads: Vec<_> = pieces.iter().map(|&p| req(Opcode::Read, p)).collect();
     assert_eq!(run(&te, &reads), TransferState::Completed);
-    same(
+    assert_same_bytes(
         &local.to_vec(0, len).unwrap(),
         &back,
         "te read Mooncake's bytes",
@@ -150,7 +144,7 @@ fn a_mooncake_engine_writes_and_reads_te_memory_over_rdma_with_the_opt_in() {
         sent_packets("rxe1") - before >= (len / 4096) as u64,
         "over RDMA"
     );
-    same(
+    assert_same_bytes(
         &mem.to_vec(0, len).unwrap(),
         &data,
         "te holds what Mooncake wrote",
@@ -158,7 +152,7 @@ fn a_mooncake_engine_writes_and_reads_te_memory_over_rdma_with_the_opt_in() {
     let back = pattern(4, len);
     mem.write_at(0, &back).unwrap();
     assert_eq!(mooncake.read(&name, local, mem.addr(), len), 0);
-    same(&mooncake.get(local, len), &back, "Mooncake read te's bytes");
+    assert_same_bytes(&mooncake.get(local, len), &back, "Mooncake read te's bytes");
 
     // te to the same Mooncake engine: the QP set Mooncake's handshake made, no new one.
     let seg = te.open_segment(&mooncake.name).unwrap();
@@ -170,7 +164,7 @@ fn a_mooncake_engine_writes_and_reads_te_memory_over_rdma_with_the_opt_in() {
         length: 1 << 20,
     };
     assert_eq!(run(&te, &[w]), TransferState::Completed);
-    same(
+    assert_same_bytes(
         &mooncake.get(local, 1 << 20),
         &back[..1 << 20],
         "te wrote over the shared set",
@@ -184,7 +178,7 @@ fn a_mooncake_engine_writes_and_reads_te_memory_over_rdma_with_the_opt_in() {
     let again = pattern(5, 1 << 20);
     mooncake.put(local, &again);
     assert_eq!(mooncake.write(&name, local, mem.addr(), 1 << 20), 0);
-    same(&mem.to_vec(0, 1 << 20).unwrap(), &again, "Mooncake again");
+    assert_same_bytes(&mem.to_vec(0, 1 << 20).unwrap(), &again, "Mooncake again");
 }
 
 /// Without the opt-in a Mooncake engine gets no queue pair: its transfer fails, te's memory
@@ -203,7 +197,7 @@ fn without_the_opt_in_a_mooncake_engine_gets_no_queue_pair() {
         mooncake.write(te.segment_name(), local, mem.addr(), 1 << 20),
         0
     );
-    same(
+    assert_same_bytes(
         &mem.to_vec(0, 1 << 20).unwrap(),
         &vec![0u8; 1 << 20],
         "untouched",
@@ -258,7 +252,7 @@ fn mooncakes_bench_over_rdma_both_ways() {
         run(&te, &[req(Opcode::Read, len as u64)]),
         TransferState::Completed
     );
-    same(
+    assert_same_bytes(
         &local.to_vec(len, len).unwrap(),
         &data,
         "read back from Mooncake's bench target",

@@ -376,18 +376,19 @@ impl ReceiverWorker {
 
     /// The status of the request in flight: te's reply header, or Mooncake's status frame.
     fn status(&self, flight: &InFlight) -> Result<Status, Error> {
-        if self.framing == (Framing::Mooncake { acked: false }) {
+        match self.framing {
+            Framing::Te => {}
             // A v1 READ: the data follows at once; a refusal shows as the connection closing.
-            return Ok(Status::Ok);
-        }
-        if self.framing == (Framing::Mooncake { acked: true }) {
-            let mut frame = [0u8; mooncake_wire::STATUS_LEN];
-            sys::recv_buf(&self.stream, &mut frame)?;
-            return Ok(match mooncake_wire::decode_status(&frame)? {
-                mooncake_wire::STATUS_OK => Status::Ok,
-                // Mooncake's target refuses only what lies outside its registered buffers.
-                _ => Status::Rejected(te_core::transport::Rejection::OutOfBounds),
-            });
+            Framing::Mooncake { acked: false } => return Ok(Status::Ok),
+            Framing::Mooncake { acked: true } => {
+                let mut frame = [0u8; mooncake_wire::STATUS_LEN];
+                sys::recv_buf(&self.stream, &mut frame)?;
+                return Ok(match mooncake_wire::decode_status(&frame)? {
+                    mooncake_wire::STATUS_OK => Status::Ok,
+                    // Mooncake's target refuses only what lies outside its registered buffers.
+                    _ => Status::Rejected(te_core::transport::Rejection::OutOfBounds),
+                });
+            }
         }
         let mut head = [0u8; REPLY_LEN];
         sys::recv_buf(&self.stream, &mut head)?;

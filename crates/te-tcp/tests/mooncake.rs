@@ -6,15 +6,8 @@ mod common;
 
 use common::*;
 use te_core::Permission;
+use te_core::testing::assert_same_bytes;
 use te_core::testing::mooncake::MooncakePeer;
-
-/// Compares bytes, naming the first difference instead of printing megabytes.
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {at} of {}", want.len());
-    }
-}
 
 /// Without the opt-in, a Mooncake initiator's WRITE to a te target fails loudly (Mooncake
 /// returns an error) and te's memory is untouched: never a WRITE reported done that was not
@@ -47,7 +40,7 @@ fn a_mooncake_initiator_is_refused_loudly_by_default() {
         ],
     );
     assert_ne!(rc, 0, "a refused batch WRITE must not be reported done");
-    same(
+    assert_same_bytes(
         &remote.to_vec(0, 1 << 20).unwrap(),
         &before,
         "te's memory untouched",
@@ -55,7 +48,7 @@ fn a_mooncake_initiator_is_refused_loudly_by_default() {
 
     let rc = mooncake.read(&te_name, local, remote.addr(), 64 << 10);
     assert_ne!(rc, 0, "a READ that moved nothing must not be reported done");
-    same(
+    assert_same_bytes(
         &mooncake.get(local, 64 << 10),
         &data,
         "Mooncake's buffer untouched",
@@ -99,7 +92,7 @@ fn te_writes_and_reads_a_mooncake_target() {
         })
         .collect();
     assert_eq!(run(&te, &writes), te_core::TransferState::Completed);
-    same(
+    assert_same_bytes(
         &mooncake.get(remote, len),
         &data,
         "Mooncake's memory holds what te wrote",
@@ -120,7 +113,7 @@ fn te_writes_and_reads_a_mooncake_target() {
         })
         .collect();
     assert_eq!(run(&te, &reads), te_core::TransferState::Completed);
-    same(
+    assert_same_bytes(
         &local.to_vec(0, len).unwrap(),
         &back,
         "te read Mooncake's bytes",
@@ -192,7 +185,7 @@ fn a_mooncake_targets_refusal_fails_the_task() {
         assert_eq!(state, want, "task {task}");
     }
     te.free_batch(b).unwrap();
-    same(&mooncake.get(remote, 1 << 20), &data, "bytes");
+    assert_same_bytes(&mooncake.get(remote, 1 << 20), &data, "bytes");
 }
 
 /// A te target with the opt-in (`MC_TE_MOONCAKE_COMPAT=1`), `allow` as its allow-list.
@@ -247,7 +240,7 @@ fn with_the_opt_in_a_mooncake_initiator_writes_and_reads_te_memory() {
         })
         .collect();
     assert_eq!(mooncake.batch(true, &te_name, &items), 0);
-    same(
+    assert_same_bytes(
         &remote.to_vec(0, len).unwrap(),
         &data,
         "te holds what Mooncake wrote",
@@ -256,7 +249,7 @@ fn with_the_opt_in_a_mooncake_initiator_writes_and_reads_te_memory() {
     let back = pattern(42, len);
     remote.write_at(0, &back).unwrap();
     assert_eq!(mooncake.read(&te_name, local, remote.addr(), len), 0);
-    same(&mooncake.get(local, len), &back, "Mooncake read te's bytes");
+    assert_same_bytes(&mooncake.get(local, len), &back, "Mooncake read te's bytes");
 }
 
 /// With the opt-in, te's checks still hold and reach the Mooncake caller as errors: an
@@ -289,15 +282,15 @@ fn with_the_opt_in_refusals_reach_the_mooncake_caller() {
     ];
     for (what, addr, len) in cases {
         assert_ne!(mooncake.write(&te_name, local, addr, len), 0, "{what}");
-        same(&writable.to_vec(0, 1 << 20).unwrap(), &before, what);
-        same(&read_only.to_vec(0, 1 << 20).unwrap(), &before, what);
+        assert_same_bytes(&writable.to_vec(0, 1 << 20).unwrap(), &before, what);
+        assert_same_bytes(&read_only.to_vec(0, 1 << 20).unwrap(), &before, what);
         // The target still serves an allowed request.
         assert_eq!(
             mooncake.write(&te_name, local, writable.addr(), 64),
             0,
             "{what}"
         );
-        same(
+        assert_same_bytes(
             &writable.to_vec(0, 64).unwrap(),
             &mooncake.get(local, 64),
             "bytes",
@@ -306,7 +299,7 @@ fn with_the_opt_in_refusals_reach_the_mooncake_caller() {
     }
     // Reading the read-only region is allowed; reading an unregistered address is not.
     assert_eq!(mooncake.read(&te_name, local, read_only.addr(), 4096), 0);
-    same(&mooncake.get(local, 4096), &before[..4096], "bytes");
+    assert_same_bytes(&mooncake.get(local, 4096), &before[..4096], "bytes");
     assert_ne!(mooncake.read(&te_name, local, unregistered, 4096), 0);
 
     // An allow-list without loopback: the Mooncake peer on 127.0.0.1 is refused.
@@ -316,7 +309,7 @@ fn with_the_opt_in_refusals_reach_the_mooncake_caller() {
     register(&closed, &elsewhere, Permission::RemoteReadWrite);
     let name = closed.segment_name().to_string();
     assert_ne!(mooncake.write(&name, local, elsewhere.addr(), 4096), 0);
-    same(&elsewhere.to_vec(0, 1 << 20).unwrap(), &before, "bytes");
+    assert_same_bytes(&elsewhere.to_vec(0, 1 << 20).unwrap(), &before, "bytes");
 }
 
 /// Mooncake's unacknowledged framing (a Mooncake engine with `MC_TCP_PROTO=1`). Without the
@@ -337,20 +330,20 @@ fn the_unacknowledged_framing_is_refused_unless_allowed() {
     register(&default, &remote, Permission::RemoteReadWrite);
     let name = default.segment_name().to_string();
     assert_ne!(mooncake.write(&name, local, remote.addr(), 1 << 20), 0);
-    same(&remote.to_vec(0, 1 << 20).unwrap(), &zeros, "bytes");
+    assert_same_bytes(&remote.to_vec(0, 1 << 20).unwrap(), &zeros, "bytes");
 
     let refusing = compat_target("127.0.0.1", false);
     let remote = buffer(1 << 20);
     register(&refusing, &remote, Permission::RemoteReadWrite);
     let name = refusing.segment_name().to_string();
     let _ = mooncake.write(&name, local, remote.addr(), 1 << 20);
-    same(
+    assert_same_bytes(
         &remote.to_vec(0, 1 << 20).unwrap(),
         &zeros,
         "refused: nothing written",
     );
     assert_ne!(mooncake.read(&name, local, remote.addr(), 4096), 0);
-    same(
+    assert_same_bytes(
         &mooncake.get(local, 1 << 20),
         &data,
         "a refused READ moved nothing",
@@ -366,7 +359,7 @@ fn the_unacknowledged_framing_is_refused_unless_allowed() {
     while remote.to_vec(0, 1 << 20).unwrap() != data && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    same(
+    assert_same_bytes(
         &remote.to_vec(0, 1 << 20).unwrap(),
         &data,
         "v1 WRITE applied",
@@ -374,7 +367,7 @@ fn the_unacknowledged_framing_is_refused_unless_allowed() {
     let back = pattern(62, 4096);
     remote.write_at(0, &back).unwrap();
     assert_eq!(mooncake.read(&name, local, remote.addr(), 4096), 0);
-    same(&mooncake.get(local, 4096), &back, "bytes");
+    assert_same_bytes(&mooncake.get(local, 4096), &back, "bytes");
 }
 
 /// Notifications cross both ways: Mooncake's `transfer_sync` with a `TransferNotify` reaches
@@ -402,7 +395,7 @@ fn notifications_cross_both_ways() {
         (got.name.as_str(), got.notify_msg.as_str()),
         ("kv-block-7", "ready")
     );
-    same(
+    assert_same_bytes(
         &remote.to_vec(0, 1 << 20).unwrap(),
         &data,
         "its data came first",
@@ -457,7 +450,7 @@ fn descriptors_through_mooncakes_metadata_server_both_ways() {
         "Mooncake wrote to te by name:\n{}",
         mooncake.log()
     );
-    same(&te_mem.to_vec(0, len).unwrap(), &data, "bytes");
+    assert_same_bytes(&te_mem.to_vec(0, len).unwrap(), &data, "bytes");
 
     let seg = te.open_segment("mc-node").unwrap();
     let back = pattern(82, len);
@@ -470,7 +463,7 @@ fn descriptors_through_mooncakes_metadata_server_both_ways() {
         len as u64,
     );
     assert_eq!(run(&te, &[w]), te_core::TransferState::Completed);
-    same(
+    assert_same_bytes(
         &mooncake.get(mc_mem, len),
         &back,
         "te wrote to Mooncake by name",
@@ -484,7 +477,7 @@ fn descriptors_through_mooncakes_metadata_server_both_ways() {
         len as u64,
     );
     assert_eq!(run(&te, &[r]), te_core::TransferState::Completed);
-    same(
+    assert_same_bytes(
         &te_mem.to_vec(0, len).unwrap(),
         &data,
         "te read Mooncake by name",
@@ -540,7 +533,7 @@ fn with_a_cluster_secret_mooncake_peers_never_see_segment_secrets() {
     let data = pattern(91, 1 << 20);
     mooncake.put(local, &data);
     assert_eq!(mooncake.write(&name, local, remote.addr(), 1 << 20), 0);
-    same(&remote.to_vec(0, 1 << 20).unwrap(), &data, "bytes");
+    assert_same_bytes(&remote.to_vec(0, 1 << 20).unwrap(), &data, "bytes");
 
     // A te peer with the cluster secret still moves bytes over te's own framing.
     let mut c = config();
@@ -567,5 +560,5 @@ fn with_a_cluster_secret_mooncake_peers_never_see_segment_secrets() {
         1 << 20,
     );
     assert_eq!(run(&te_peer, &[w]), te_core::TransferState::Completed);
-    same(&remote.to_vec(0, 1 << 20).unwrap(), &back, "bytes");
+    assert_same_bytes(&remote.to_vec(0, 1 << 20).unwrap(), &back, "bytes");
 }

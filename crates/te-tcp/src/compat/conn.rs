@@ -75,11 +75,16 @@ fn fresh() -> Phase {
     }
 }
 
-fn status(frame: Option<[u8; STATUS_LEN]>, close: bool) -> Phase {
+/// A reply: a status frame (none for Mooncake's unacknowledged framing), then `data` if any.
+fn reply(
+    frame: Option<[u8; STATUS_LEN]>,
+    data: Option<(RegionPin, u64, usize)>,
+    close: bool,
+) -> Phase {
     Phase::Reply {
         status: frame.unwrap_or([0; STATUS_LEN]),
         status_left: if frame.is_some() { STATUS_LEN } else { 0 },
-        data: None,
+        data,
         close,
     }
 }
@@ -151,7 +156,7 @@ impl Conn {
                             if *left == 0 {
                                 // The bytes are in memory: now the acknowledgement (v2).
                                 let ok = acked.then(|| mooncake_wire::encode_status(STATUS_OK));
-                                self.phase = status(ok, false);
+                                self.phase = reply(ok, None, false);
                             }
                             n
                         }
@@ -226,20 +231,7 @@ impl Conn {
                 let ok = header
                     .acked
                     .then(|| mooncake_wire::encode_status(STATUS_OK));
-                let Phase::Reply {
-                    status,
-                    status_left,
-                    ..
-                } = status(ok, false)
-                else {
-                    return Some(Step::Close);
-                };
-                Phase::Reply {
-                    status,
-                    status_left,
-                    data: Some((pin, header.addr, len)),
-                    close: false,
-                }
+                reply(ok, Some((pin, header.addr, len)), false)
             }
         };
         None
@@ -250,7 +242,7 @@ impl Conn {
     fn refuse(&mut self, frame: Option<[u8; STATUS_LEN]>) -> Option<Step> {
         match frame {
             Some(_) => {
-                self.phase = status(frame, true);
+                self.phase = reply(frame, None, true);
                 None
             }
             None => {
