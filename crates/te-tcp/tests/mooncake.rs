@@ -79,18 +79,13 @@ fn te_writes_and_reads_a_mooncake_target() {
         (1, (3 << 20) + 7),
         ((3 << 20) + 8, (1 << 20) - 8),
     ];
-    let writes: Vec<_> = pieces
-        .iter()
-        .map(|&(off, n)| {
-            request(
-                te_core::Opcode::Write,
-                local.addr() + off,
-                seg,
-                remote + off,
-                n,
-            )
-        })
-        .collect();
+    let batch = |op| -> Vec<_> {
+        pieces
+            .iter()
+            .map(|&(off, n)| request(op, local.addr() + off, seg, remote + off, n))
+            .collect()
+    };
+    let writes = batch(te_core::Opcode::Write);
     assert_eq!(run(&te, &writes), te_core::TransferState::Completed);
     assert_same_bytes(
         &mooncake.get(remote, len),
@@ -100,18 +95,7 @@ fn te_writes_and_reads_a_mooncake_target() {
 
     let back = pattern(22, len);
     mooncake.put(remote, &back);
-    let reads: Vec<_> = pieces
-        .iter()
-        .map(|&(off, n)| {
-            request(
-                te_core::Opcode::Read,
-                local.addr() + off,
-                seg,
-                remote + off,
-                n,
-            )
-        })
-        .collect();
+    let reads = batch(te_core::Opcode::Read);
     assert_eq!(run(&te, &reads), te_core::TransferState::Completed);
     assert_same_bytes(
         &local.to_vec(0, len).unwrap(),
