@@ -30,17 +30,28 @@ const BUFFER: &str = "--buffer_size=268435456";
 /// Runs of each leg per case; the median is compared.
 const RUNS: usize = 3;
 
+/// Mooncake's native `transfer_engine_bench` inside the wheel's package, not the `bin/`
+/// wrapper: the wrapper runs the binary as a child, and killing the wrapper at the end of the
+/// run would leave the target running.
 fn mooncake_bench() -> Result<PathBuf, String> {
     let venv = std::env::var_os("TE_MOONCAKE_VENV")
         .map_or_else(|| PathBuf::from("target/mooncake-venv"), PathBuf::from);
-    let bin = venv.join("bin/transfer_engine_bench");
-    match bin.exists() {
-        true => Ok(bin),
-        false => Err(format!(
-            "{} is missing: .ci/setup installs Mooncake's wheel there",
-            bin.display()
-        )),
-    }
+    std::fs::read_dir(venv.join("lib"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|python| {
+            python
+                .path()
+                .join("site-packages/mooncake/transfer_engine_bench")
+        })
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "no transfer_engine_bench under {}/lib: .ci/setup installs Mooncake's wheel there",
+                venv.display()
+            )
+        })
 }
 
 /// Mooncake's bench with the flags every leg shares (TCP only, P2PHANDSHAKE, loopback).

@@ -22,19 +22,34 @@ pub fn venv() -> PathBuf {
 }
 
 /// The path of one of the wheel's programs (`transfer_engine_bench`,
-/// `mooncake_http_metadata_server`) in the environment.
+/// `mooncake_http_metadata_server`) in the environment. Where the wheel ships a native binary
+/// inside its package (`transfer_engine_bench`), that binary, not the `bin/` wrapper: the
+/// wrapper runs it as a child, and killing the wrapper would leave the engine running.
 ///
 /// # Panics
 /// When the environment is missing (`.ci/setup` makes it).
 pub fn program(name: &str) -> PathBuf {
-    let path = venv().join("bin").join(name);
+    let venv = venv();
+    if let Some(native) = packaged(&venv, name) {
+        return native;
+    }
+    let path = venv.join("bin").join(name);
     assert!(
         path.exists(),
         "{} is missing: .ci/setup installs Mooncake's wheel into {} (or set TE_MOONCAKE_VENV)",
         path.display(),
-        venv().display()
+        venv.display()
     );
     path
+}
+
+/// `<venv>/lib/python3.*/site-packages/mooncake/<name>`, when that is a file.
+fn packaged(venv: &std::path::Path, name: &str) -> Option<PathBuf> {
+    std::fs::read_dir(venv.join("lib"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|python| python.path().join("site-packages/mooncake").join(name))
+        .find(|p| p.is_file())
 }
 
 fn hex(bytes: &[u8]) -> String {
