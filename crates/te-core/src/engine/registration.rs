@@ -168,6 +168,16 @@ impl TransferEngine {
         self.register_regions(regions)
     }
 
+    /// Pins the local region holding `[addr, addr+len)`: while the pin lives the region stays
+    /// registered (unregistering it answers [`Error::RegionBusy`]), so the range stays
+    /// allocated. For bindings that copy into or out of registered memory on a caller's behalf.
+    ///
+    /// # Errors
+    /// [`Error::AddressNotRegistered`] when no single region holds the range.
+    pub fn pin_local(&self, addr: u64, len: u64) -> Result<crate::memory::RegionPin> {
+        self.regions.pin_local(addr, len)
+    }
+
     /// Unregisters the region starting at `addr`.
     ///
     /// # Errors

@@ -1,0 +1,592 @@
+//! [`MooncakeEngine`]: one engine with Mooncake's calling conventions. It may exist before it
+//! is initialized (Mooncake's Python object does), every call checks that it is, transfers
+//! resolve peers by segment name through a cache, synchronous calls block without spinning,
+//! and asynchronous batches are known by checked ids.
+//!
+//! Not here: conversions of arguments from Python or C, and the return-code conventions of
+//! each binding (Python collapses transfer failures to -1, C returns `Status` codes); the
+//! bindings map [`FacadeError`] to those.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use te_core::{
+    BatchId, Config, Notification, Opcode, Permission, SegmentId, SubmitOptions, TransferEngine,
+    TransferRequest, TransferState,
+};
+use tracing::{debug, warn};
+
+use crate::error::{FacadeError, Result};
+use crate::managed::ManagedBuffers;
+use crate::session::{self, Sessions};
+
+/// Where an asynchronous batch stands ([`MooncakeEngine::check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchProgress {
+    /// Still moving.
+    Running,
+    /// Every task completed; the id is freed.
+    Done,
+    /// A task failed or was cancelled; the id is freed.
+    Failed,
+    /// A task ran past its deadline; the id is freed (Mooncake keeps it, and leaks it).
+    TimedOut,
+}
+
+/// One engine, initialized or not, shared by every thread of a binding.
+#[derive(Default)]
+pub struct MooncakeEngine {
+    live: RwLock<Option<Arc<Live>>>,
+}
+
+/// An initialized engine and what the facade keeps beside it.
+pub struct Live {
+    engine: TransferEngine,
+    sessions: Sessions,
+    /// Asynchronous batches handed out, by id, with their target's name.
+    batches: Mutex<HashMap<u64, String>>,
+    managed: ManagedBuffers,
+    /// `MC_TRANSFER_TIMEOUT`: a synchronous transfer's budget, plus a nanosecond per byte.
+    timeout: Duration,
+}
+
+impl Live {
+    /// The te engine underneath (for a binding's own richer API).
+    pub fn engine(&self) -> &TransferEngine {
+        &self.engine
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.engine.shutdown();
+    }
+}
+
+/// How long unregistering waits for peers' requests that still hold a region.
+pub const UNREGISTER_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs `unregister` again while it answers [`te_core::Error::RegionBusy`], for up to
+/// [`UNREGISTER_GRACE`], sleeping between tries.
+pub(crate) fn until_unpinned(mut unregister: impl FnMut() -> te_core::Result<()>) -> Result<()> {
+    let deadline = std::time::Instant::now() + UNREGISTER_GRACE;
+    loop {
+        match unregister() {
+            Err(te_core::Error::RegionBusy { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
+/// `MC_TRANSFER_TIMEOUT` in seconds: 30 unless set, at least 5 (Mooncake's rule).
+fn transfer_timeout() -> Duration {
+    let secs = std::env::var("MC_TRANSFER_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(30)
+        .max(5);
+    Duration::from_secs(secs)
+}
+
+/// Builds the requests of one call; lists of different lengths are refused.
+fn requests(
+    target_id: SegmentId,
+    opcode: Opcode,
+    sources: &[u64],
+    targets: &[u64],
+    lengths: &[u64],
+) -> Result<Vec<TransferRequest>> {
+    if sources.len() != targets.len() || sources.len() != lengths.len() {
+        return Err(te_core::Error::InvalidArgument(format!(
+            "{} buffers, {} peer addresses and {} lengths: the lists must be equally long",
+            sources.len(),
+            targets.len(),
+            lengths.len()
+        ))
+        .into());
+    }
+    if sources.is_empty() {
+        return Err(te_core::Error::InvalidArgument("no transfers given".into()).into());
+    }
+    Ok(sources
+        .iter()
+        .zip(targets)
+        .zip(lengths)
+        .map(|((&source, &target_offset), &length)| TransferRequest {
+            opcode,
+            source,
+            target_id,
+            target_offset,
+            length,
+        })
+        .collect())
+}
+
+impl MooncakeEngine {
+    /// An engine not initialized yet: every call but `initialize` answers
+    /// [`FacadeError::NotInitialized`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Mooncake's `initialize(local_hostname, metadata_server, protocol, device_name)`.
+    ///
+    /// With `P2PHANDSHAKE` the port in `local_hostname` is ignored and one is picked (the
+    /// session name is `host:port`, [`session_name`](Self::session_name)); with a metadata
+    /// server the name is `local_hostname` as given. `protocol` `rdma` installs te's RDMA
+    /// transport on `device_name`'s devices (comma-separated; empty: all) when there are any
+    /// and `MC_FORCE_TCP` is not set, and TCP otherwise, as Mooncake falls back. Calling it
+    /// again replaces the engine (Mooncake does the same).
+    ///
+    /// # Errors
+    /// A bad metadata string or name, a service that cannot be reached, no port to bind.
+    pub fn initialize(
+        &self,
+        local_hostname: &str,
+        metadata_server: &str,
+        protocol: &str,
+        device_name: &str,
+    ) -> Result<()> {
+        let config = Config::from_env()?;
+        let local = match te_core::metadata::MetadataKind::parse(metadata_server)? {
+            te_core::metadata::MetadataKind::P2p => session::p2p_host(local_hostname)?,
+            _ => local_hostname.trim().to_string(),
+        };
+        let engine = TransferEngine::init(config, metadata_server, &local)?;
+        install_transports(&engine, protocol, device_name)?;
+        let live = Arc::new(Live {
+            engine,
+            sessions: Sessions::default(),
+            batches: Mutex::new(HashMap::new()),
+            managed: ManagedBuffers::default(),
+            timeout: transfer_timeout(),
+        });
+        debug!(segment = live.engine.segment_name(), "engine initialized");
+        *self.live.write().unwrap_or_else(|e| e.into_inner()) = Some(live);
+        Ok(())
+    }
+
+    /// Mooncake's `initialize_ext(..., metadata_type)`: `metadata_type://server` unless the
+    /// server already names a scheme or is `P2PHANDSHAKE`.
+    ///
+    /// # Errors
+    /// As [`initialize`](Self::initialize).
+    pub fn initialize_ext(
+        &self,
+        local_hostname: &str,
+        metadata_server: &str,
+        protocol: &str,
+        device_name: &str,
+        metadata_type: &str,
+    ) -> Result<()> {
+        let server = match metadata_server.contains("://")
+            || metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE")
+            || metadata_type.is_empty()
+        {
+            true => metadata_server.to_string(),
+            false => format!("{metadata_type}://{metadata_server}"),
+        };
+        self.initialize(local_hostname, &server, protocol, device_name)
+    }
+
+    /// The initialized engine.
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn live(&self) -> Result<Arc<Live>> {
+        self.live
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(FacadeError::NotInitialized)
+    }
+
+    /// Shuts the engine down (listeners closed, ports released, memory unregistered); later
+    /// calls answer [`FacadeError::NotInitialized`]. Idempotent.
+    pub fn close(&self) {
+        let live = self.live.write().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(live) = live {
+            live.engine.shutdown();
+        }
+    }
+
+    /// This engine's segment name (`host:port` peer to peer): what peers pass as a target.
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn session_name(&self) -> Result<String> {
+        Ok(self.live()?.engine.segment_name().to_string())
+    }
+
+    /// The port of this engine's handshake listener (Mooncake's `get_rpc_port`).
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn rpc_port(&self) -> Result<u16> {
+        let name = self.session_name()?;
+        Ok(te_core::control::parse_segment_name(&name, 0)?.1)
+    }
+
+    /// Registers `[addr, addr+len)` for local use and remote reads and writes.
+    ///
+    /// # Safety
+    /// The range must be memory of this process that stays allocated until it is unregistered
+    /// (Mooncake's contract for raw addresses): peers write into it from other threads.
+    ///
+    /// # Errors
+    /// Mooncake's: -1 for a null address or zero length, -7 for an overlap.
+    #[allow(unsafe_code)]
+    pub unsafe fn register(&self, addr: u64, len: u64, location: &str) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.register_batch(&[addr], &[len], location) }
+    }
+
+    /// Registers several ranges, all or none.
+    ///
+    /// # Safety
+    /// As [`register`](Self::register), for every range.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register); lists of different lengths are -1.
+    #[allow(unsafe_code)]
+    pub unsafe fn register_batch(&self, addrs: &[u64], lens: &[u64], location: &str) -> Result<()> {
+        if addrs.len() != lens.len() {
+            return Err(te_core::Error::InvalidArgument(format!(
+                "{} addresses and {} capacities",
+                addrs.len(),
+                lens.len()
+            ))
+            .into());
+        }
+        let live = self.live()?;
+        let ranges = addrs
+            .iter()
+            .zip(lens)
+            .map(|(&a, &l)| {
+                let len = usize::try_from(l).map_err(|_| {
+                    te_core::Error::InvalidArgument(format!("capacity {l} does not fit memory"))
+                })?;
+                Ok((a as usize as *mut u8, len))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            live.engine
+                .register_memory_batch(&ranges, location, Permission::RemoteReadWrite)?;
+        }
+        Ok(())
+    }
+
+    /// Unregisters the regions starting at `addrs`, all or none. A region a peer's request
+    /// still holds (its reply just sent) is waited for, briefly: Mooncake's callers unregister
+    /// right after their transfers complete.
+    ///
+    /// # Errors
+    /// -3 for an address that starts no region, -4 while transfers still use one after
+    /// [`UNREGISTER_GRACE`].
+    pub fn unregister_batch(&self, addrs: &[u64]) -> Result<()> {
+        let live = self.live()?;
+        until_unpinned(|| live.engine.unregister_memory_batch(addrs))
+    }
+
+    /// Moves bytes to or from `target` and returns when every byte has landed (or not): no
+    /// spinning while it waits. With `notify`, the target receives it after the data.
+    ///
+    /// # Errors
+    /// Bad lists, an unknown or unreachable peer, unregistered ranges on either side, or a
+    /// transfer that ends in another state than COMPLETED.
+    pub fn transfer_sync(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        (sources, targets, lengths): (&[u64], &[u64], &[u64]),
+        notify: Option<Notification>,
+    ) -> Result<()> {
+        let live = self.live()?;
+        let seg = live.sessions.open(&live.engine, target)?;
+        let reqs = requests(seg, opcode, sources, targets, lengths)?;
+        let total: u64 = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
+        let budget = live.timeout + Duration::from_nanos(total);
+        let batch = live.engine.allocate_batch(reqs.len())?;
+        let outcome = live.run(batch, target, seg, &reqs, notify, budget);
+        if let Err(e) = live.engine.free_batch(batch) {
+            warn!(error = %e, "freeing a finished batch");
+        }
+        outcome
+    }
+
+    /// Submits a batch and returns its id at once (never 0); [`check`](Self::check) or
+    /// [`wait_all`](Self::wait_all) frees it.
+    ///
+    /// # Errors
+    /// As [`transfer_sync`](Self::transfer_sync), for what can be known at submission.
+    pub fn submit(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        (sources, targets, lengths): (&[u64], &[u64], &[u64]),
+    ) -> Result<u64> {
+        let live = self.live()?;
+        let seg = live.sessions.open(&live.engine, target)?;
+        let reqs = requests(seg, opcode, sources, targets, lengths)?;
+        let total: u64 = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
+        let options = SubmitOptions::default().within(live.timeout + Duration::from_nanos(total));
+        let batch = live.engine.allocate_batch(reqs.len())?;
+        if let Err(e) = live.engine.submit_with(batch, &reqs, &options) {
+            let _ = live.engine.free_batch(batch);
+            live.sessions.forget(&live.engine, target);
+            return Err(e.into());
+        }
+        live.lock_batches().insert(batch.raw(), target.to_string());
+        Ok(batch.raw())
+    }
+
+    /// Where asynchronous batch `id` stands, without waiting; a finished batch is freed.
+    ///
+    /// # Errors
+    /// -1 for an id this engine did not hand out, or has freed already.
+    pub fn check(&self, id: u64) -> Result<BatchProgress> {
+        let live = self.live()?;
+        let batch = live.known_batch(id)?;
+        let progress = match live.engine.batch_status(batch)?.state {
+            TransferState::Waiting | TransferState::Pending => return Ok(BatchProgress::Running),
+            TransferState::Completed => BatchProgress::Done,
+            TransferState::Timeout => BatchProgress::TimedOut,
+            _ => BatchProgress::Failed,
+        };
+        live.release(id, batch);
+        Ok(progress)
+    }
+
+    /// Waits for every batch in `ids` to finish (without spinning) and frees them.
+    ///
+    /// # Errors
+    /// An unknown id, or any batch that did not complete.
+    pub fn wait_all(&self, ids: &[u64]) -> Result<()> {
+        let live = self.live()?;
+        let mut first_error = None;
+        for &id in ids {
+            let outcome = live.known_batch(id).and_then(|batch| {
+                let state = live.finish(batch, live.timeout * 2)?;
+                let target = live.release(id, batch).unwrap_or_default();
+                match state {
+                    TransferState::Completed => Ok(()),
+                    state => Err(FacadeError::Transfer {
+                        target,
+                        state,
+                        detail: None,
+                    }),
+                }
+            });
+            if let Err(e) = outcome {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The notifications received so far, oldest first (drained).
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn notifies(&self) -> Result<Vec<Notification>> {
+        Ok(self.live()?.engine.take_notifications())
+    }
+
+    /// Sends a notification to `target` without a transfer.
+    ///
+    /// # Errors
+    /// An unknown or unreachable peer.
+    pub fn send_notify(&self, target: &str, notification: &Notification) -> Result<()> {
+        Ok(self.live()?.engine.send_notify(target, notification)?)
+    }
+
+    /// Whether `target`'s handshake listener answers.
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn probe(&self, target: &str) -> Result<bool> {
+        let live = self.live()?;
+        Ok(live.engine.probe(target) == te_core::PeerLiveness::Alive)
+    }
+
+    /// The address of `target`'s first registered buffer (opening it if needed).
+    ///
+    /// # Errors
+    /// An unknown or unreachable peer, or one with no buffer registered.
+    pub fn first_buffer_address(&self, target: &str) -> Result<u64> {
+        let live = self.live()?;
+        let seg = live.sessions.open(&live.engine, target)?;
+        let desc = live.engine.segment(seg)?;
+        desc.desc().buffers.first().map(|b| b.addr).ok_or_else(|| {
+            te_core::Error::RemoteAddressNotRegistered {
+                segment: target.to_string(),
+                addr: 0,
+                len: 0,
+            }
+            .into()
+        })
+    }
+
+    /// Allocates `len` bytes of host memory and registers them; the address, never 0.
+    ///
+    /// # Errors
+    /// A zero or impossible length, or registration refused.
+    pub fn allocate_managed(&self, len: u64) -> Result<u64> {
+        let live = self.live()?;
+        live.managed.allocate(&live.engine, len)
+    }
+
+    /// Unregisters and frees a buffer from [`allocate_managed`](Self::allocate_managed).
+    ///
+    /// # Errors
+    /// -3 for an address that is not such a buffer or a length that is not its length.
+    pub fn free_managed(&self, addr: u64, len: u64) -> Result<()> {
+        let live = self.live()?;
+        live.managed.free(&live.engine, addr, len)
+    }
+
+    /// Copies `data` to `dest`, which must lie inside one registered region (Mooncake copies
+    /// to any address; te refuses what it cannot vouch for).
+    ///
+    /// # Errors
+    /// -3 when `[dest, dest+len)` is not inside one registered region.
+    pub fn write_bytes(&self, dest: u64, data: &[u8]) -> Result<()> {
+        let live = self.live()?;
+        crate::managed::write_bytes(&live.engine, dest, data)
+    }
+
+    /// A copy of `len` bytes at `src`, which must lie inside one registered region.
+    ///
+    /// # Errors
+    /// -3 when `[src, src+len)` is not inside one registered region.
+    pub fn read_bytes(&self, src: u64, len: u64) -> Result<Vec<u8>> {
+        let live = self.live()?;
+        crate::managed::read_bytes(&live.engine, src, len)
+    }
+}
+
+/// This host's topology as JSON (Mooncake's `get_local_topology`); empty when it cannot be
+/// read.
+pub fn local_topology() -> String {
+    te_topology::Topology::discover()
+        .unwrap_or_default()
+        .to_json()
+}
+
+impl Live {
+    fn lock_batches(&self) -> std::sync::MutexGuard<'_, HashMap<u64, String>> {
+        self.batches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Batch `id` if this facade handed it out and has not freed it.
+    fn known_batch(&self, id: u64) -> Result<BatchId> {
+        match self.lock_batches().contains_key(&id) {
+            true => Ok(BatchId::from_raw(id)),
+            false => Err(te_core::Error::InvalidBatch {
+                id,
+                reason: "not an outstanding asynchronous batch of this engine",
+            }
+            .into()),
+        }
+    }
+
+    /// Forgets and frees a finished batch; its target's name.
+    fn release(&self, id: u64, batch: BatchId) -> Option<String> {
+        let target = self.lock_batches().remove(&id);
+        if let Err(e) = self.engine.free_batch(batch) {
+            warn!(error = %e, "freeing a finished batch");
+        }
+        target
+    }
+
+    /// Waits until `batch` is terminal; one that outlives `budget` is cancelled and waited
+    /// for again, so it can be freed.
+    fn finish(&self, batch: BatchId, budget: Duration) -> Result<TransferState> {
+        match self.engine.wait(batch, budget) {
+            Ok(status) => Ok(status.state),
+            Err(te_core::Error::WaitTimeout(_)) => {
+                self.engine.cancel(batch)?;
+                let status = self.engine.wait(batch, budget)?;
+                Ok(match status.state {
+                    TransferState::Completed => TransferState::Completed,
+                    _ => TransferState::Timeout,
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Submits and waits for one synchronous call's batch.
+    fn run(
+        &self,
+        batch: BatchId,
+        target: &str,
+        seg: SegmentId,
+        reqs: &[TransferRequest],
+        notify: Option<Notification>,
+        budget: Duration,
+    ) -> Result<()> {
+        let submitted = match notify {
+            Some(n) => self.engine.submit_with_notify(batch, reqs, n),
+            None => {
+                let options = SubmitOptions::default().within(budget);
+                self.engine.submit_with(batch, reqs, &options)
+            }
+        };
+        if let Err(e) = submitted {
+            self.sessions.forget(&self.engine, target);
+            return Err(e.into());
+        }
+        let state = self.finish(batch, budget)?;
+        if state == TransferState::Completed {
+            return Ok(());
+        }
+        let detail = (0..reqs.len()).find_map(|t| {
+            self.engine
+                .task_error(batch, t)
+                .ok()
+                .flatten()
+                .map(|e| e.to_string())
+        });
+        // The peer may have restarted or gone: the next call fetches its descriptor afresh.
+        if self.engine.segment(seg).is_ok() {
+            self.sessions.forget(&self.engine, target);
+        }
+        Err(FacadeError::Transfer {
+            target: target.to_string(),
+            state,
+            detail,
+        })
+    }
+}
+
+/// Installs te's RDMA transport for `protocol` `rdma` when verbs devices are there (and
+/// `MC_FORCE_TCP` is not set), TCP otherwise.
+fn install_transports(engine: &TransferEngine, protocol: &str, device_name: &str) -> Result<()> {
+    let force_tcp = std::env::var("MC_FORCE_TCP")
+        .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "on"))
+        .unwrap_or(false);
+    if protocol.eq_ignore_ascii_case("rdma") && !force_tcp {
+        let mut options = te_rdma::RdmaOptions::from_env()?;
+        let devices: Vec<String> = device_name
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(String::from)
+            .collect();
+        if !devices.is_empty() {
+            options.devices = Some(devices);
+        }
+        match engine.install_transport(Arc::new(te_rdma::RdmaTransport::new(options))) {
+            Ok(()) => return Ok(()),
+            Err(e) => warn!(error = %e, "no RDMA here; using TCP, as Mooncake does"),
+        }
+    }
+    engine.install_transport(Arc::new(te_tcp::TcpTransport::new()))?;
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! The facade's one error type, and Mooncake's numbers for it.
+
+use te_core::TransferState;
+
+/// Result alias of the facade.
+pub type Result<T, E = FacadeError> = std::result::Result<T, E>;
+
+/// Everything a Mooncake-shaped call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FacadeError {
+    /// A call that needs an engine came before `initialize` (or after `close`). Mooncake
+    /// dereferences a null pointer here; te answers this.
+    #[error("the engine is not initialized: call initialize() first (or it was closed)")]
+    NotInitialized,
+    /// te refused or failed the call.
+    #[error(transparent)]
+    Engine(#[from] te_core::Error),
+    /// A transfer was submitted and ended in another state than COMPLETED.
+    #[error("transfer to {target} ended {state:?}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Transfer {
+        /// The peer's segment name.
+        target: String,
+        /// The state it ended in.
+        state: TransferState,
+        /// The first slice error, when one was recorded.
+        detail: Option<String>,
+    },
+}
+
+impl FacadeError {
+    /// Mooncake's `ERR_*` code (`mooncake/error.h`), negative: what registration calls,
+    /// `send_probe` and the C API's registration functions return.
+    pub fn code(&self) -> i32 {
+        match self {
+            FacadeError::NotInitialized => ERR_INVALID_ARGUMENT,
+            FacadeError::Engine(e) => e.mooncake_code(),
+            FacadeError::Transfer { .. } => ERR_INVALID_ARGUMENT,
+        }
+    }
+}
+
+/// `ERR_INVALID_ARGUMENT`: also what Mooncake's transfer calls return for every failure.
+pub const ERR_INVALID_ARGUMENT: i32 = -1;

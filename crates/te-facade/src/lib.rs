@@ -1,0 +1,23 @@
+//! Mooncake's Transfer Engine semantics over te, written once for every binding: te's Python
+//! package (`te.mooncake`) and its C library both call [`MooncakeEngine`], so neither
+//! re-implements session names, the per-name segment cache, synchronous and asynchronous
+//! helpers or the numbers Mooncake returns.
+//!
+//! What it keeps from Mooncake: an engine object that exists before `initialize`; peers named
+//! `host:rpc_port`; a P2P engine ignoring the port it was given; registration codes (-7 for an
+//! overlap, -3 for an unknown address); all-or-nothing synchronous transfers; async batch ids
+//! with 0 meaning failure. What it does better: calls before `initialize` answer an error
+//! instead of dereferencing null; batch ids are checked (a made-up, stale or foreign id is an
+//! error, never a use-after-free); synchronous calls park instead of spinning; the byte helpers
+//! only touch registered memory.
+//!
+//! Not here: argument conversion and each binding's return-code convention.
+
+mod engine;
+mod error;
+mod managed;
+mod session;
+
+pub use engine::{BatchProgress, Live, MooncakeEngine, UNREGISTER_GRACE, local_topology};
+pub use error::{ERR_INVALID_ARGUMENT, FacadeError, Result};
+pub use te_core::{Notification, Opcode};

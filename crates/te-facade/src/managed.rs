@@ -1,0 +1,75 @@
+//! Memory the facade owns or copies for its caller: Mooncake's managed buffers
+//! (`allocate_managed_buffer`, one registered host buffer per call) and its byte helpers
+//! (`write_bytes_to_buffer`, `read_bytes_from_buffer`), which here only touch registered
+//! memory, pinned for the copy.
+
+#![allow(unsafe_code)] // copies between a caller's bytes and registered memory
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use te_core::{Error, HostBuffer, Permission, TransferEngine};
+
+use crate::error::Result;
+
+/// Buffers allocated for the caller, by address, with their lengths.
+#[derive(Default)]
+pub(crate) struct ManagedBuffers {
+    lengths: Mutex<HashMap<u64, u64>>,
+}
+
+impl ManagedBuffers {
+    pub(crate) fn allocate(&self, engine: &TransferEngine, len: u64) -> Result<u64> {
+        let size = usize::try_from(len)
+            .ok()
+            .filter(|l| *l > 0)
+            .ok_or_else(|| Error::InvalidArgument(format!("managed buffer of {len} bytes")))?;
+        let buffer = Arc::new(HostBuffer::new(size)?);
+        engine.register_buffer(&buffer, "*", Permission::RemoteReadWrite)?;
+        let addr = buffer.addr();
+        self.lock().insert(addr, len);
+        Ok(addr)
+    }
+
+    pub(crate) fn free(&self, engine: &TransferEngine, addr: u64, len: u64) -> Result<()> {
+        let mut lengths = self.lock();
+        if lengths.get(&addr) != Some(&len) {
+            return Err(Error::AddressNotRegistered { addr, len }.into());
+        }
+        // The engine holds the buffer; unregistering drops it.
+        crate::engine::until_unpinned(|| engine.unregister_memory(addr))?;
+        lengths.remove(&addr);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u64>> {
+        self.lengths.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Copies `data` into registered memory at `dest`.
+pub(crate) fn write_bytes(engine: &TransferEngine, dest: u64, data: &[u8]) -> Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let _pin = engine.pin_local(dest, data.len() as u64)?;
+    // SAFETY: the pin keeps `[dest, dest+len)` inside one registered region, which by the
+    // registration contract is allocated, writable memory of this process; `data` is a
+    // borrowed slice that cannot overlap memory handed to te by address.
+    unsafe { std::ptr::copy(data.as_ptr(), dest as usize as *mut u8, data.len()) };
+    Ok(())
+}
+
+/// Copies `len` bytes of registered memory at `src`.
+pub(crate) fn read_bytes(engine: &TransferEngine, src: u64, len: u64) -> Result<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let _pin = engine.pin_local(src, len)?;
+    let len = usize::try_from(len).map_err(|_| Error::AddressNotRegistered { addr: src, len })?;
+    let mut out = vec![0u8; len];
+    // SAFETY: the pin keeps `[src, src+len)` inside one registered region, allocated and
+    // readable by the registration contract; `out` is a fresh vector of `len` bytes.
+    unsafe { std::ptr::copy(src as usize as *const u8, out.as_mut_ptr(), len) };
+    Ok(out)
+}
