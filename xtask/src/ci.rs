@@ -220,6 +220,35 @@ pub(crate) fn ci() -> Result<(), String> {
             Command::new("cargo-audit").args(["audit", "--no-fetch"]),
         )
     });
+    let py_venv = std::path::Path::new("target/te-py-venv/bin/python3");
+    let python = (!py_venv.exists()).then(|| {
+        "target/te-py-venv missing (.ci/setup makes it, with maturin, pytest and numpy)".into()
+    });
+    lane(
+        &mut r,
+        "python (te package: pip install crates/te-py, pytest)",
+        python,
+        || {
+            run(
+                "pip install crates/te-py (maturin, abi3 wheel)",
+                Command::new(py_venv).args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    "--no-build-isolation",
+                    "--force-reinstall",
+                    "--no-deps",
+                    "./crates/te-py",
+                ]),
+            )?;
+            run(
+                "pytest crates/te-py/tests",
+                Command::new(py_venv).args(["-m", "pytest", "-q", "crates/te-py/tests"]),
+            )
+        },
+    );
     let qemu = skip_without(
         "qemu-system-x86_64",
         "--version",

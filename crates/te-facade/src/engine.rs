@@ -50,12 +50,20 @@ pub struct Live {
     managed: ManagedBuffers,
     /// `MC_TRANSFER_TIMEOUT`: a synchronous transfer's budget, plus a nanosecond per byte.
     timeout: Duration,
+    /// The process that initialized it; a forked child may not use it.
+    pid: u32,
 }
 
 impl Live {
     /// The te engine underneath (for a binding's own richer API).
     pub fn engine(&self) -> &TransferEngine {
         &self.engine
+    }
+}
+
+impl Drop for MooncakeEngine {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -164,6 +172,7 @@ impl MooncakeEngine {
             batches: Mutex::new(HashMap::new()),
             managed: ManagedBuffers::default(),
             timeout: transfer_timeout(),
+            pid: std::process::id(),
         });
         debug!(segment = live.engine.segment_name(), "engine initialized");
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = Some(live);
@@ -196,21 +205,35 @@ impl MooncakeEngine {
     /// The initialized engine.
     ///
     /// # Errors
-    /// [`FacadeError::NotInitialized`].
+    /// [`FacadeError::NotInitialized`]; [`FacadeError::Forked`] in a child forked after
+    /// `initialize` (the engine's threads did not come along).
     pub fn live(&self) -> Result<Arc<Live>> {
-        self.live
+        let live = self
+            .live
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-            .ok_or(FacadeError::NotInitialized)
+            .ok_or(FacadeError::NotInitialized)?;
+        let this = std::process::id();
+        match live.pid == this {
+            true => Ok(live),
+            false => Err(FacadeError::Forked {
+                owner: live.pid,
+                this,
+            }),
+        }
     }
 
     /// Shuts the engine down (listeners closed, ports released, memory unregistered); later
     /// calls answer [`FacadeError::NotInitialized`]. Idempotent.
     pub fn close(&self) {
         let live = self.live.write().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(live) = live {
-            live.engine.shutdown();
+        match live {
+            // A forked child must not touch the parent's listeners (their threads are not
+            // here): it forgets the engine without shutting it down, leaking it on purpose.
+            Some(live) if live.pid != std::process::id() => std::mem::forget(live),
+            Some(live) => live.engine.shutdown(),
+            None => {}
         }
     }
 

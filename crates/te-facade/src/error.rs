@@ -13,6 +13,17 @@ pub enum FacadeError {
     /// dereferences a null pointer here; te answers this.
     #[error("the engine is not initialized: call initialize() first (or it was closed)")]
     NotInitialized,
+    /// The engine was initialized in another process: this one is a child forked since, and
+    /// has none of the engine's threads or listeners. Initialize a new engine here.
+    #[error(
+        "the engine belongs to process {owner}; this process ({this}) was forked from it: initialize a new engine here"
+    )]
+    Forked {
+        /// The process that initialized the engine.
+        owner: u32,
+        /// This process.
+        this: u32,
+    },
     /// te refused or failed the call.
     #[error(transparent)]
     Engine(#[from] te_core::Error),
@@ -33,7 +44,7 @@ impl FacadeError {
     /// `send_probe` and the C API's registration functions return.
     pub fn code(&self) -> i32 {
         match self {
-            FacadeError::NotInitialized => ERR_INVALID_ARGUMENT,
+            FacadeError::NotInitialized | FacadeError::Forked { .. } => ERR_INVALID_ARGUMENT,
             FacadeError::Engine(e) => e.mooncake_code(),
             FacadeError::Transfer { .. } => ERR_INVALID_ARGUMENT,
         }

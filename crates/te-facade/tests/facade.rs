@@ -320,3 +320,43 @@ fn ten_threads_write_at_once() {
         "ten threads' writes",
     );
 }
+
+#[test]
+fn a_forked_child_gets_an_error_not_the_parents_engine() {
+    let (e, _buf) = engine(15);
+    // SAFETY: the child only calls the facade (no allocation-heavy work beyond it) and exits
+    // with `_exit`, running no destructors of the parent's state.
+    let pid = unsafe { libc_fork() };
+    if pid == 0 {
+        let code = match e.rpc_port() {
+            Err(FacadeError::Forked { .. }) => 0,
+            _ => 1,
+        };
+        drop(e); // must neither hang nor touch the parent's listeners
+        // SAFETY: ends the child at once.
+        unsafe { libc_exit(code) };
+    }
+    let status = wait(pid);
+    assert_eq!(
+        status, 0,
+        "the child saw its engine as forked and dropped it cleanly"
+    );
+    assert!(e.rpc_port().is_ok(), "the parent's engine still works");
+}
+
+unsafe extern "C" {
+    #[link_name = "fork"]
+    fn libc_fork() -> i32;
+    #[link_name = "_exit"]
+    fn libc_exit(code: i32) -> !;
+    fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+}
+
+fn wait(pid: i32) -> i32 {
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-pointer for the call.
+    let r = unsafe { waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid);
+    // WEXITSTATUS for a normal exit.
+    (status >> 8) & 0xff
+}
