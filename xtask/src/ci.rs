@@ -229,9 +229,17 @@ pub(crate) fn ci() -> Result<(), String> {
         "python (te package: pip install crates/te-py, pytest)",
         python,
         || {
+            // maturin's build hook runs the `maturin` program: the environment's bin first.
+            let bin = std::fs::canonicalize("target/te-py-venv/bin")
+                .map_err(|e| format!("target/te-py-venv/bin: {e}"))?;
+            let path = format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
             run(
                 "pip install crates/te-py (maturin, abi3 wheel)",
-                Command::new(py_venv).args([
+                Command::new(py_venv).env("PATH", path).args([
                     "-m",
                     "pip",
                     "install",
