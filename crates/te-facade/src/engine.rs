@@ -330,12 +330,9 @@ impl MooncakeEngine {
         notify: Option<Notification>,
     ) -> Result<()> {
         let live = self.live()?;
-        let seg = live.sessions.open(&live.engine, target)?;
-        let reqs = requests(seg, opcode, sources, targets, lengths)?;
-        let total: u64 = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
-        let budget = live.timeout + Duration::from_nanos(total);
+        let (reqs, budget) = live.prepare(target, opcode, (sources, targets, lengths))?;
         let batch = live.engine.allocate_batch(reqs.len())?;
-        let outcome = live.run(batch, target, seg, &reqs, notify, budget);
+        let outcome = live.run(batch, target, &reqs, notify, budget);
         if let Err(e) = live.engine.free_batch(batch) {
             warn!(error = %e, "freeing a finished batch");
         }
@@ -354,10 +351,8 @@ impl MooncakeEngine {
         (sources, targets, lengths): (&[u64], &[u64], &[u64]),
     ) -> Result<u64> {
         let live = self.live()?;
-        let seg = live.sessions.open(&live.engine, target)?;
-        let reqs = requests(seg, opcode, sources, targets, lengths)?;
-        let total: u64 = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
-        let options = SubmitOptions::default().within(live.timeout + Duration::from_nanos(total));
+        let (reqs, budget) = live.prepare(target, opcode, (sources, targets, lengths))?;
+        let options = SubmitOptions::default().within(budget);
         let batch = live.engine.allocate_batch(reqs.len())?;
         if let Err(e) = live.engine.submit_with(batch, &reqs, &options) {
             let _ = live.engine.free_batch(batch);
@@ -502,6 +497,20 @@ pub fn local_topology() -> String {
 }
 
 impl Live {
+    /// One call's requests to `target` (opened now if it was not) and the time they may take:
+    /// `MC_TRANSFER_TIMEOUT` plus a nanosecond per byte.
+    fn prepare(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        (sources, targets, lengths): (&[u64], &[u64], &[u64]),
+    ) -> Result<(Vec<TransferRequest>, Duration)> {
+        let seg = self.sessions.open(&self.engine, target)?;
+        let reqs = requests(seg, opcode, sources, targets, lengths)?;
+        let total = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
+        Ok((reqs, self.timeout + Duration::from_nanos(total)))
+    }
+
     fn lock_batches(&self) -> std::sync::MutexGuard<'_, HashMap<u64, String>> {
         self.batches.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -549,7 +558,6 @@ impl Live {
         &self,
         batch: BatchId,
         target: &str,
-        seg: SegmentId,
         reqs: &[TransferRequest],
         notify: Option<Notification>,
         budget: Duration,
@@ -577,9 +585,7 @@ impl Live {
                 .map(|e| e.to_string())
         });
         // The peer may have restarted or gone: the next call fetches its descriptor afresh.
-        if self.engine.segment(seg).is_ok() {
-            self.sessions.forget(&self.engine, target);
-        }
+        self.sessions.forget(&self.engine, target);
         Err(FacadeError::Transfer {
             target: target.to_string(),
             state,
