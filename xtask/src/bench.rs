@@ -107,6 +107,14 @@ pub(crate) fn start_target(mut cmd: Command) -> Result<(KillOnDrop, String), Str
     Ok((target, segment))
 }
 
+/// A block size as the benches print it: `64 KiB`, `1 MiB`.
+pub(crate) fn block_label(block: u64) -> String {
+    match block >= 1 << 20 {
+        true => format!("{} MiB", block >> 20),
+        false => format!("{} KiB", block >> 10),
+    }
+}
+
 /// Runs a te-bench initiator (`cmd` holds its flags; `--json` is added) and returns its GB/s.
 fn run_initiator(cmd: Command, label: &str) -> Result<f64, String> {
     let text = run_json(cmd, label)?;
@@ -254,11 +262,7 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
             met: goal.map(|_| met),
         });
         let goal = goal.unwrap_or(0.0);
-        let block = if block >= 1 << 20 {
-            format!("{} MiB", block >> 20)
-        } else {
-            format!("{} KiB", block >> 10)
-        };
+        let block = block_label(block);
         println!(
             "{op:<6} {block:>9} {gbps:>10.2} {:>6.0}% {:>5.0}%  {:<10} {:>8.0}%",
             ratio * 100.0,

@@ -173,10 +173,7 @@ pub(crate) fn interop(args: &[&str]) -> Result<(), String> {
     );
     let mut missed = Vec::new();
     for ((op, block), base, te_to_mc, mc_to_te) in rows {
-        let size = match block >= 1 << 20 {
-            true => format!("{} MiB", block >> 20),
-            false => format!("{} KiB", block >> 10),
-        };
+        let size = crate::bench::block_label(block);
         for (leg, figure) in [("te → Mooncake", te_to_mc), ("Mooncake → te", mc_to_te)] {
             let met = figure >= base;
             crate::report::record(crate::report::Record {

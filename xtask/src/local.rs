@@ -255,10 +255,7 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
     // working set) are shown for information.
     for (block, iterations) in [(64u64 << 10, 400_000u64), (1 << 20, 40_000)] {
         let reference = ucx_put_bw(block, iterations)?;
-        let size = match block >= 1 << 20 {
-            true => format!("{} MiB", block >> 20),
-            false => format!("{} KiB", block >> 10),
-        };
+        let size = crate::bench::block_label(block);
         let same = gbps(&shm(&bin, block, 1, seconds)?)?;
         let name = format!("shm write {size} x1");
         rows.push(ratio_row(&name, same, reference, "ucx put_bw", Some(0.80)));
