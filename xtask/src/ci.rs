@@ -229,28 +229,7 @@ pub(crate) fn ci() -> Result<(), String> {
         "python (te package: pip install crates/te-py, pytest)",
         python,
         || {
-            // maturin's build hook runs the `maturin` program: the environment's bin first.
-            let bin = std::fs::canonicalize("target/te-py-venv/bin")
-                .map_err(|e| format!("target/te-py-venv/bin: {e}"))?;
-            let path = format!(
-                "{}:{}",
-                bin.display(),
-                std::env::var("PATH").unwrap_or_default()
-            );
-            run(
-                "pip install crates/te-py (maturin, abi3 wheel)",
-                Command::new(py_venv).env("PATH", path).args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--disable-pip-version-check",
-                    "--no-build-isolation",
-                    "--force-reinstall",
-                    "--no-deps",
-                    "./crates/te-py",
-                ]),
-            )?;
+            install_te_py()?;
             run(
                 "pytest crates/te-py/tests",
                 Command::new(py_venv).args(["-m", "pytest", "-q", "crates/te-py/tests"]),
@@ -301,6 +280,33 @@ pub(crate) fn ci() -> Result<(), String> {
         }
         false => Err(format!("ci failed: {}", failed.join(", "))),
     }
+}
+
+/// Builds and installs crates/te-py (maturin, an abi3 wheel) into `target/te-py-venv`.
+pub(crate) fn install_te_py() -> Result<(), String> {
+    let python = std::path::Path::new("target/te-py-venv/bin/python3");
+    // maturin's build hook runs the `maturin` program: the environment's bin first.
+    let bin = std::fs::canonicalize("target/te-py-venv/bin")
+        .map_err(|e| format!("target/te-py-venv/bin (.ci/setup makes it): {e}"))?;
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run(
+        "pip install crates/te-py (maturin, abi3 wheel)",
+        Command::new(python).env("PATH", path).args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-build-isolation",
+            "--force-reinstall",
+            "--no-deps",
+            "./crates/te-py",
+        ]),
+    )
 }
 
 #[cfg(test)]
