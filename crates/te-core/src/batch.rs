@@ -19,6 +19,9 @@ use crate::transport::{Opcode, SliceError};
 
 /// How long `wait` polls before it sleeps (bounded: never a busy wait for the whole transfer).
 pub const WAIT_SPIN: Duration = Duration::from_micros(50);
+/// `wait` polls only for a batch with at most this many bytes left to move: a larger one takes
+/// longer than [`WAIT_SPIN`] on any transport, and its poll would be CPU spent for nothing.
+pub const WAIT_SPIN_BYTES: u64 = 256 << 10;
 
 /// A checked batch handle (Mooncake's `BatchID`, but validated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -107,6 +110,8 @@ pub(crate) struct TaskShared {
     pin: Mutex<Option<RegionPin>>,
     route: Option<crate::router::TaskRoute>,
     transport: Option<Arc<dyn crate::transport::Transport>>,
+    /// The submitting thread waits for this task right after submitting it.
+    caller_waits: bool,
 }
 
 impl TaskShared {
@@ -131,7 +136,14 @@ impl TaskShared {
             pin: Mutex::new(Some(pin)),
             route: None,
             transport: None,
+            caller_waits: false,
         }
+    }
+
+    /// Marks the task as one its submitter waits for at once ([`SliceToken::caller_waits`]).
+    pub(crate) fn waited(mut self, caller_waits: bool) -> Self {
+        self.caller_waits = caller_waits;
+        self
     }
 
     /// Attaches the transport the task's slices go to (retries go there too).
@@ -223,6 +235,15 @@ impl BatchShared {
         let added: Vec<_> = tasks.into_iter().map(Arc::new).collect();
         list.extend(added.iter().cloned());
         Ok(added)
+    }
+
+    /// Bytes of the batch's tasks not yet moved.
+    fn bytes_left(&self) -> u64 {
+        lock(&self.tasks)
+            .iter()
+            .filter(|t| !t.state().is_terminal())
+            .map(|t| t.len.saturating_sub(t.transferred.load(Ordering::Acquire)))
+            .fold(0u64, u64::saturating_add)
     }
 
     fn task(&self, index: usize) -> Result<Arc<TaskShared>> {
@@ -334,6 +355,14 @@ impl SliceToken {
     /// Whether the task was canceled or ran past its deadline.
     pub fn is_canceled(&self) -> bool {
         self.task.stop.load(Ordering::Acquire) != RUN
+    }
+
+    /// Whether the thread posting this slice submitted it for a synchronous call and will wait
+    /// for it at once (and this is the first try, posted from that thread): a transport may
+    /// then carry a small slice out on the posting thread itself, sparing the hand-offs to its
+    /// own threads and back.
+    pub fn caller_waits(&self) -> bool {
+        self.task.caller_waits && self.attempt == 0
     }
 
     /// How many times this slice was posted before (0 on the first try).
@@ -593,8 +622,9 @@ impl BatchTable {
 
     /// Sleeps on the batch's condition variable (woken whenever one of its tasks finishes, and
     /// at task deadlines) until `done()` holds or `timeout` passes. A short poll comes first
-    /// ([`WAIT_SPIN`]): a small transfer on a memory transport finishes within it, and a sleep
-    /// and wake-up would cost more than the transfer.
+    /// ([`WAIT_SPIN`]) when little is left to move ([`WAIT_SPIN_BYTES`]): a small transfer on a
+    /// memory transport finishes within it, and a sleep and wake-up would cost more than the
+    /// transfer.
     fn wait_until(
         &self,
         batch: &BatchShared,
@@ -603,7 +633,11 @@ impl BatchTable {
     ) -> Result<()> {
         let start = Instant::now();
         let end = start + timeout;
-        let spin_end = start + WAIT_SPIN.min(timeout);
+        let spin = match batch.bytes_left() <= WAIT_SPIN_BYTES {
+            true => WAIT_SPIN.min(timeout),
+            false => Duration::ZERO,
+        };
+        let spin_end = start + spin;
         // The clock is read every 32 polls: in a VM a clock read costs more than a poll.
         for polls in 0u32.. {
             if done() {

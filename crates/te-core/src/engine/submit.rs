@@ -20,12 +20,22 @@ pub struct SubmitOptions {
     pub transport: Option<String>,
     /// Tasks not done this long after submit end TIMEOUT (instead of `MC_SLICE_TIMEOUT`).
     pub timeout: Option<std::time::Duration>,
+    /// The submitting thread waits for the batch right after submitting it (a synchronous
+    /// call): a transport may carry out a small lone slice on that thread, so that `submit`
+    /// returns with it done. Never set it for a submit that must return at once.
+    pub caller_waits: bool,
 }
 
 impl SubmitOptions {
     /// Post through transport `name`.
     pub fn via(mut self, name: &str) -> Self {
         self.transport = Some(name.to_string());
+        self
+    }
+
+    /// Say that the submitting thread waits for the batch at once ([`caller_waits`](Self::caller_waits)).
+    pub fn waited(mut self) -> Self {
+        self.caller_waits = true;
         self
     }
 
@@ -209,7 +219,8 @@ impl TransferEngine {
             tasks.push(
                 TaskShared::new(r.opcode, r.length, slices, deadline, pin)
                     .with_route(route)
-                    .with_transport(transport.clone()),
+                    .with_transport(transport.clone())
+                    .waited(options.caller_waits),
             );
             routes.push((seg, transport));
         }
