@@ -565,7 +565,7 @@ impl Live {
         let submitted = match notify {
             Some(n) => self.engine.submit_with_notify(batch, reqs, n),
             None => {
-                let options = SubmitOptions::default().within(budget);
+                let options = SubmitOptions::default().within(budget).waited();
                 self.engine.submit_with(batch, reqs, &options)
             }
         };

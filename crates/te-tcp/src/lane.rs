@@ -3,9 +3,13 @@
 //! registered memory) onto the socket, and a receiver thread that reads replies in order and
 //! completes slices (READ data lands straight in registered memory).
 //!
-//! The submitting thread only enqueues: connects and I/O happen on lane threads. A lane whose
-//! connection breaks fails its in-flight slices as path errors (the engine retries them) and
-//! reconnects on its next slice.
+//! The submitting thread only enqueues: connects and I/O happen on lane threads, with one
+//! exception. A lone small slice of a synchronous call (its token says the caller waits) on a
+//! connected lane with nothing queued or in flight is carried out on the submitting thread: it
+//! sends the request and reads the reply itself, so the slice is done when `post` returns and
+//! no thread hand-off (sender, receiver, waking the caller) adds to a small transfer's latency.
+//! A lane whose connection breaks fails its in-flight slices as path errors (the engine retries
+//! them) and reconnects on its next slice.
 //!
 //! A lane speaks te's framing ([`crate::wire`]) to te targets and Mooncake's acknowledged
 //! framing ([`crate::mooncake_wire`]) to Mooncake targets, pipelined the same way: Mooncake's
@@ -17,7 +21,7 @@
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -61,10 +65,21 @@ pub(crate) struct LaneSettings {
     pub(crate) staging: Arc<crate::staging::GpuStaging>,
 }
 
-/// One lane: a queue feeding a sender thread.
+/// The largest slice a submitting thread carries out itself (see the module doc).
+const INLINE_MAX: u64 = 64 << 10;
+/// How long that thread polls for the reply before it sleeps in a blocking read: a small
+/// request's reply comes within tens of microseconds, and on a virtual machine a sleep and
+/// wake-up costs as much again. Bounded, so a slow peer costs a waiting thread little CPU.
+const INLINE_SPIN: Duration = Duration::from_micros(50);
+
+/// One lane: a queue feeding a sender thread, and the connection they share.
 pub(crate) struct Lane {
-    queue: Mutex<Option<Sender<SliceOp>>>,
+    queue: Mutex<Option<Sender<Vec<SliceOp>>>>,
     queued_bytes: Arc<AtomicU64>,
+    conn: Arc<Mutex<Option<Connection>>>,
+    framing: Framing,
+    settings: Arc<LaneSettings>,
+    sink: Arc<dyn CompletionSink>,
 }
 
 impl Lane {
@@ -76,13 +91,14 @@ impl Lane {
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let queued_bytes = Arc::new(AtomicU64::new(0));
+        let conn = Arc::new(Mutex::new(None));
+        let framing = peer.framing;
         let worker = SenderWorker {
             peer,
-            settings,
-            sink,
+            settings: settings.clone(),
+            sink: sink.clone(),
             queued_bytes: queued_bytes.clone(),
-            conn: None,
-            next_id: 0,
+            conn: conn.clone(),
         };
         std::thread::Builder::new()
             .name(format!("te-tcp-lane{index}"))
@@ -90,31 +106,178 @@ impl Lane {
         Ok(Lane {
             queue: Mutex::new(Some(tx)),
             queued_bytes,
+            conn,
+            framing,
+            settings,
+            sink,
         })
+    }
+
+    /// Carries `op` out on this thread when it may (a lone small slice whose caller waits, on a
+    /// connected, idle lane, host memory on both ends); otherwise hands it back.
+    pub(crate) fn try_inline(&self, op: SliceOp) -> Result<(), SliceOp> {
+        if !op.token.caller_waits() || op.len > INLINE_MAX || self.queued_bytes() > 0 {
+            return Err(op);
+        }
+        if self
+            .settings
+            .staging
+            .device_of(op.local_addr, op.len)
+            .is_some()
+        {
+            return Err(op);
+        }
+        let Ok(mut guard) = self.conn.try_lock() else {
+            return Err(op);
+        };
+        let Some(conn) = guard.as_mut() else {
+            return Err(op);
+        };
+        if conn.broken.load(Ordering::Acquire) || conn.in_flight_count.load(Ordering::Acquire) > 0 {
+            return Err(op);
+        }
+        if op.is_canceled() {
+            self.sink.complete(op, Err(SliceError::Canceled));
+            return Ok(());
+        }
+        // The receiver thread reads the socket only for slices queued to it, and none is: the
+        // reply is this thread's to read while it holds the connection.
+        let request_id = conn.next_request_id();
+        let exchanged = RequestHead::of(&op)
+            .send(
+                conn,
+                self.framing,
+                request_id,
+                (op.local_addr, op.len as usize),
+            )
+            .map_err(Error::Io)
+            .and_then(|()| {
+                sys::spin_until_readable(&conn.stream, INLINE_SPIN);
+                read_outcome(
+                    &conn.stream,
+                    self.framing,
+                    &self.settings.staging,
+                    &op,
+                    request_id,
+                )
+            });
+        match exchanged {
+            Ok(outcome) => {
+                if matches!(self.framing, Framing::Mooncake { .. })
+                    && matches!(outcome, Err(SliceError::Rejected(_)))
+                {
+                    // Mooncake's target closes the connection after a refusal.
+                    conn.break_off();
+                    *guard = None;
+                }
+                drop(guard);
+                self.sink.complete(op, outcome);
+            }
+            Err(e) => {
+                debug!(error = %e, "inline exchange failed; the lane reconnects");
+                conn.break_off();
+                *guard = None;
+                drop(guard);
+                self.sink
+                    .complete(op, Err(SliceError::Path(format!("lane failed: {e}"))));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn queued_bytes(&self) -> u64 {
         self.queued_bytes.load(Ordering::Relaxed)
     }
 
-    /// Queues a slice; if the lane is closed, the slice comes back.
-    pub(crate) fn push(&self, op: SliceOp) -> Result<(), SliceOp> {
+    /// Queues slices in one hand-off (one wake-up of the sender thread); if the lane is
+    /// closed, they come back.
+    pub(crate) fn push(&self, ops: Vec<SliceOp>) -> Result<(), Vec<SliceOp>> {
         let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = ops.iter().map(|op| op.len).sum::<u64>();
         match queue.as_ref() {
             Some(tx) => {
-                self.queued_bytes.fetch_add(op.len, Ordering::Relaxed);
-                tx.send(op).map_err(|e| {
-                    self.queued_bytes.fetch_sub(e.0.len, Ordering::Relaxed);
+                self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+                tx.send(ops).map_err(|e| {
+                    self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
                     e.0
                 })
             }
-            None => Err(op),
+            None => Err(ops),
         }
     }
 
     /// Stops taking slices; queued ones are still sent, then the threads exit.
     pub(crate) fn close(&self) {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// The bytes of one post a lane takes before the next lane is woken for it.
+const MIN_SHARE: u64 = 512 << 10;
+
+/// One `post`'s slices for one peer's lanes: each goes to the least-loaded lane, counting what
+/// this post adds, and each lane gets its share in one hand-off (one wake-up of its thread per
+/// post, not one per slice).
+pub(crate) struct Shares {
+    lanes: Arc<Vec<Lane>>,
+    /// Each lane's queued bytes, this post's included.
+    loads: Vec<u64>,
+    /// Each lane's bytes of this post.
+    added: Vec<u64>,
+    shares: Vec<Vec<SliceOp>>,
+}
+
+impl Shares {
+    pub(crate) fn new(lanes: Arc<Vec<Lane>>) -> Self {
+        Shares {
+            loads: lanes.iter().map(Lane::queued_bytes).collect(),
+            added: vec![0; lanes.len()],
+            shares: lanes.iter().map(|_| Vec::new()).collect(),
+            lanes,
+        }
+    }
+
+    pub(crate) fn is_for(&self, lanes: &Arc<Vec<Lane>>) -> bool {
+        Arc::ptr_eq(&self.lanes, lanes)
+    }
+
+    /// Adds `op` to the least-loaded lane's share; a `lone` slice (the only one of its post)
+    /// may be carried out on this thread at once instead ([`Lane::try_inline`]).
+    pub(crate) fn add(&mut self, op: SliceOp, lone: bool) {
+        // A lane already given a share of this post takes more until it holds MIN_SHARE:
+        // waking a lane's thread costs the posting thread more than a few slices' worth of
+        // sending on a lane that is awake anyway.
+        let filling =
+            (0..self.added.len()).find(|&i| self.added[i] > 0 && self.added[i] < MIN_SHARE);
+        let i = filling.unwrap_or_else(|| {
+            (0..self.loads.len())
+                .min_by_key(|&i| self.loads[i])
+                .unwrap_or(0)
+        });
+        let op = match lone {
+            true => match self.lanes[i].try_inline(op) {
+                Ok(()) => return,
+                Err(op) => op,
+            },
+            false => op,
+        };
+        self.loads[i] += op.len;
+        self.added[i] += op.len;
+        self.shares[i].push(op);
+    }
+
+    /// Hands each lane its share; the slices of lanes that were closed meanwhile come back.
+    pub(crate) fn hand_off(self) -> Vec<SliceOp> {
+        let mut refused = Vec::new();
+        for (lane, share) in self.lanes.iter().zip(self.shares) {
+            if share.is_empty() {
+                continue;
+            }
+            if let Err(ops) = lane.push(share) {
+                refused.extend(ops);
+            }
+        }
+        refused
     }
 }
 
@@ -157,6 +320,85 @@ struct Connection {
     /// socket; a receiver failing slices takes it first, so a slice's memory is never released
     /// to the application while its body is still being sent.
     sending: Arc<Mutex<()>>,
+    /// Slices queued to the receiver and not yet completed by it.
+    in_flight_count: Arc<AtomicUsize>,
+    next_id: u64,
+}
+
+impl Connection {
+    fn next_request_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Marks the connection broken and shuts its socket (the receiver fails what it holds).
+    fn break_off(&self) {
+        self.broken.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// What a request's header says, taken from its slice before the slice is queued away.
+struct RequestHead {
+    opcode: Opcode,
+    remote_addr: u64,
+    len: u64,
+    secret: [u8; 16],
+}
+
+impl RequestHead {
+    fn of(op: &SliceOp) -> Self {
+        RequestHead {
+            opcode: op.opcode,
+            remote_addr: op.remote_addr,
+            len: op.len,
+            secret: op.target.secret().to_bytes(),
+        }
+    }
+
+    /// Puts the request (header, and a WRITE's `body`) on the connection's socket.
+    fn send(
+        &self,
+        conn: &Connection,
+        framing: Framing,
+        request_id: u64,
+        body: (u64, usize),
+    ) -> std::io::Result<()> {
+        let te_header;
+        let mooncake_header;
+        let header: &[u8] = match framing {
+            Framing::Te => {
+                te_header = Request {
+                    opcode: self.opcode,
+                    request_id,
+                    addr: self.remote_addr,
+                    len: self.len,
+                    secret: self.secret,
+                }
+                .encode();
+                &te_header
+            }
+            Framing::Mooncake { acked } => {
+                mooncake_header = mooncake_wire::Header {
+                    opcode: self.opcode,
+                    addr: self.remote_addr,
+                    size: self.len,
+                    acked,
+                }
+                .encode();
+                &mooncake_header
+            }
+        };
+        let body = match self.opcode {
+            Opcode::Write => body,
+            _ => (0, 0),
+        };
+        let mut parts = [(header.as_ptr() as u64, header.len()), body];
+        // SAFETY: the header is a local array; the body range lies in a local region (or a
+        // staging buffer) the engine pinned for this slice's task, which stays pinned until
+        // the slice is completed, after this call.
+        unsafe { sys::send_parts(&conn.stream, &mut parts) }
+    }
 }
 
 struct SenderWorker {
@@ -164,34 +406,38 @@ struct SenderWorker {
     settings: Arc<LaneSettings>,
     sink: Arc<dyn CompletionSink>,
     queued_bytes: Arc<AtomicU64>,
-    conn: Option<Connection>,
-    next_id: u64,
+    conn: Arc<Mutex<Option<Connection>>>,
 }
 
 impl SenderWorker {
-    fn run(mut self, rx: Receiver<SliceOp>) {
-        for op in rx {
+    fn run(self, rx: Receiver<Vec<SliceOp>>) {
+        for op in rx.into_iter().flatten() {
             self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
             if op.is_canceled() {
                 self.sink.complete(op, Err(SliceError::Canceled));
                 continue;
             }
-            if self
-                .conn
+            let reconnecting = self
+                .lock_conn()
+                .as_ref()
+                .is_none_or(|c| c.broken.load(Ordering::Acquire));
+            if reconnecting && op.token.attempt() > 0 {
+                // A retried slice after a failure: back off a little before reconnecting.
+                let backoff = 5u64 << op.token.attempt().min(7);
+                std::thread::sleep(Duration::from_millis(backoff));
+            }
+            let mut conn = self.lock_conn();
+            if conn
                 .as_ref()
                 .is_some_and(|c| c.broken.load(Ordering::Acquire))
             {
-                self.conn = None;
+                *conn = None;
             }
-            if self.conn.is_none() {
-                if op.token.attempt() > 0 {
-                    // A retried slice after a failure: back off a little before reconnecting.
-                    let backoff = 5u64 << op.token.attempt().min(7);
-                    std::thread::sleep(Duration::from_millis(backoff));
-                }
+            if conn.is_none() {
                 match self.connect() {
-                    Ok(c) => self.conn = Some(c),
+                    Ok(c) => *conn = Some(c),
                     Err(e) => {
+                        drop(conn);
                         let msg = format!(
                             "connecting from {} to {}:{}: {e}",
                             self.peer.local_ip, self.peer.host, self.peer.port
@@ -201,12 +447,16 @@ impl SenderWorker {
                     }
                 }
             }
-            self.send(op);
+            self.send(&mut conn, op);
         }
-        if let Some(c) = self.conn.take() {
+        if let Some(c) = self.lock_conn().take() {
             // Let the receiver finish what is in flight, then the socket closes with it.
             drop(c.in_flight);
         }
+    }
+
+    fn lock_conn(&self) -> std::sync::MutexGuard<'_, Option<Connection>> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn connect(&self) -> std::io::Result<Connection> {
@@ -222,6 +472,7 @@ impl SenderWorker {
                     let (tx, rx) = mpsc::channel();
                     let broken = Arc::new(AtomicBool::new(false));
                     let sending = Arc::new(Mutex::new(()));
+                    let in_flight_count = Arc::new(AtomicUsize::new(0));
                     let receiver = ReceiverWorker {
                         framing: self.peer.framing,
                         stream: stream.try_clone()?,
@@ -229,6 +480,7 @@ impl SenderWorker {
                         broken: broken.clone(),
                         sending: sending.clone(),
                         staging: self.settings.staging.clone(),
+                        in_flight_count: in_flight_count.clone(),
                     };
                     std::thread::Builder::new()
                         .name("te-tcp-recv".into())
@@ -239,6 +491,8 @@ impl SenderWorker {
                         in_flight: tx,
                         broken,
                         sending,
+                        in_flight_count,
+                        next_id: 0,
                     });
                 }
                 Err(e) => last = e,
@@ -247,39 +501,15 @@ impl SenderWorker {
         Err(last)
     }
 
-    fn send(&mut self, op: SliceOp) {
-        let Some(conn) = self.conn.as_ref() else {
+    /// Sends `op` on the connection in `slot` and queues it for the receiver; a send that
+    /// fails breaks the connection (the receiver fails the slice and what is behind it).
+    fn send(&self, slot: &mut Option<Connection>, op: SliceOp) {
+        let Some(conn) = slot.as_mut() else {
             let reason = "lane has no connection".to_string();
             self.sink.complete(op, Err(SliceError::Path(reason)));
             return;
         };
-        self.next_id += 1;
-        let request_id = self.next_id;
-        let te_header;
-        let mooncake_header;
-        let header: &[u8] = match self.peer.framing {
-            Framing::Te => {
-                te_header = Request {
-                    opcode: op.opcode,
-                    request_id,
-                    addr: op.remote_addr,
-                    len: op.len,
-                    secret: op.target.secret().to_bytes(),
-                }
-                .encode();
-                &te_header
-            }
-            Framing::Mooncake { acked } => {
-                mooncake_header = mooncake_wire::Header {
-                    opcode: op.opcode,
-                    addr: op.remote_addr,
-                    size: op.len,
-                    acked,
-                }
-                .encode();
-                &mooncake_header
-            }
-        };
+        let request_id = conn.next_request_id();
         let staging = &self.settings.staging;
         // A WRITE from GPU memory leaves from a staging buffer, filled first.
         let mut bounce = None;
@@ -306,27 +536,28 @@ impl SenderWorker {
             },
             _ => (0, 0),
         };
-        let sending = conn.sending.lock().unwrap_or_else(|e| e.into_inner());
+        let sending = conn.sending.clone();
+        let sending = sending.lock().unwrap_or_else(|e| e.into_inner());
+        // The receiver may read the reply once the request is out: queue the slice first.
+        let head = RequestHead::of(&op);
+        conn.in_flight_count.fetch_add(1, Ordering::AcqRel);
         if let Err(e) = conn.in_flight.send(InFlight { op, request_id }) {
+            conn.in_flight_count.fetch_sub(1, Ordering::AcqRel);
             drop(sending);
             // The receiver is gone (connection broken): fail the slice here.
             let InFlight { op, .. } = e.0;
             self.sink
                 .complete(op, Err(SliceError::Path("lane connection closed".into())));
-            self.conn = None;
+            *slot = None;
             return;
         }
-        let mut parts = [(header.as_ptr() as u64, header.len()), body];
-        // SAFETY: the header is a local array; the body range lies in a local region the engine
-        // pinned for this slice's task, which stays pinned until the receiver completes it.
-        let sent = unsafe { sys::send_parts(&conn.stream, &mut parts) };
+        let sent = head.send(conn, self.peer.framing, request_id, body);
         drop(sending);
         drop(bounce);
         if let Err(e) = sent {
             debug!(error = %e, "lane send failed; reconnecting on next slice");
-            conn.broken.store(true, Ordering::Release);
-            let _ = conn.stream.shutdown(Shutdown::Both);
-            self.conn = None;
+            conn.break_off();
+            *slot = None;
         }
     }
 }
@@ -338,17 +569,30 @@ struct ReceiverWorker {
     broken: Arc<AtomicBool>,
     sending: Arc<Mutex<()>>,
     staging: Arc<crate::staging::GpuStaging>,
+    in_flight_count: Arc<AtomicUsize>,
 }
 
 impl ReceiverWorker {
     fn run(self, rx: Receiver<InFlight>) {
         while let Ok(flight) = rx.recv() {
-            match self.receive(&flight) {
+            let received = read_outcome(
+                &self.stream,
+                self.framing,
+                &self.staging,
+                &flight.op,
+                flight.request_id,
+            );
+            // Mooncake's target closes the connection after a refusal: what was pipelined
+            // behind the refused slice fails as path errors, and retries.
+            let closed = matches!(self.framing, Framing::Mooncake { .. })
+                && matches!(received, Ok(Err(SliceError::Rejected(_))));
+            if closed || received.is_err() {
+                // Before the count drops: no submitting thread may take the idle lane.
+                self.broken.store(true, Ordering::Release);
+            }
+            self.in_flight_count.fetch_sub(1, Ordering::AcqRel);
+            match received {
                 Ok(outcome) => {
-                    // Mooncake's target closes the connection after a refusal: what was
-                    // pipelined behind the refused slice fails as path errors, and retries.
-                    let closed = matches!(self.framing, Framing::Mooncake { .. })
-                        && matches!(outcome, Err(SliceError::Rejected(_)));
                     self.sink.complete(flight.op, outcome);
                     if closed {
                         let msg = "the Mooncake target refused a request and closed the lane";
@@ -371,68 +615,77 @@ impl ReceiverWorker {
             self.sink.complete(op, Err(SliceError::Path(msg.clone())));
         };
         first.into_iter().for_each(fail);
-        rx.iter().for_each(|rest| fail(rest.op));
+        rx.iter().for_each(|rest| {
+            self.in_flight_count.fetch_sub(1, Ordering::AcqRel);
+            fail(rest.op);
+        });
     }
+}
 
-    /// The status of the request in flight: te's reply header, or Mooncake's status frame.
-    fn status(&self, flight: &InFlight) -> Result<Status, Error> {
-        match self.framing {
-            Framing::Te => {}
-            // A v1 READ: the data follows at once; a refusal shows as the connection closing.
-            Framing::Mooncake { acked: false } => return Ok(Status::Ok),
-            Framing::Mooncake { acked: true } => {
-                let mut frame = [0u8; mooncake_wire::STATUS_LEN];
-                sys::recv_buf(&self.stream, &mut frame)?;
-                return Ok(match mooncake_wire::decode_status(&frame)? {
-                    mooncake_wire::STATUS_OK => Status::Ok,
-                    // Mooncake's target refuses only what lies outside its registered buffers.
-                    _ => Status::Rejected(te_core::transport::Rejection::OutOfBounds),
-                });
-            }
-        }
-        let mut head = [0u8; REPLY_LEN];
-        sys::recv_buf(&self.stream, &mut head)?;
-        let reply = Reply::decode(&head)?;
-        if reply.request_id != flight.request_id {
-            if let Status::Rejected(r) = reply.status {
-                // The target refused a header it could not parse: it closes, we fail the lane.
-                return Err(Error::Io(std::io::Error::other(format!(
-                    "target closed the lane: {r:?}"
-                ))));
-            }
-            return Err(Error::OutOfOrder {
-                expected: flight.request_id,
-                got: reply.request_id,
+/// The status of the request in flight: te's reply header, or Mooncake's status frame.
+fn read_status(stream: &TcpStream, framing: Framing, request_id: u64) -> Result<Status, Error> {
+    match framing {
+        Framing::Te => {}
+        // A v1 READ: the data follows at once; a refusal shows as the connection closing.
+        Framing::Mooncake { acked: false } => return Ok(Status::Ok),
+        Framing::Mooncake { acked: true } => {
+            let mut frame = [0u8; mooncake_wire::STATUS_LEN];
+            sys::recv_buf(stream, &mut frame)?;
+            return Ok(match mooncake_wire::decode_status(&frame)? {
+                mooncake_wire::STATUS_OK => Status::Ok,
+                // Mooncake's target refuses only what lies outside its registered buffers.
+                _ => Status::Rejected(te_core::transport::Rejection::OutOfBounds),
             });
         }
-        Ok(reply.status)
     }
-
-    fn receive(&self, flight: &InFlight) -> Result<Result<(), SliceError>, Error> {
-        let op = &flight.op;
-        match self.status(flight)? {
-            Status::Rejected(r) => Ok(Err(SliceError::Rejected(r))),
-            Status::Ok if op.opcode == Opcode::Read => {
-                let len = op.len as usize;
-                let Some(device) = self.staging.device_of(op.local_addr, op.len) else {
-                    // SAFETY: the destination lies in a local region the engine pinned for this
-                    // slice's task; it stays pinned until this slice is completed below.
-                    unsafe { sys::recv_exact(&self.stream, op.local_addr, len)? };
-                    return Ok(Ok(()));
-                };
-                // GPU memory: into a staging buffer, then onto the GPU.
-                let bounce = self
-                    .staging
-                    .bounce(len)
-                    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-                // SAFETY: the staging buffer is on loan to this receiver and holds `len` bytes.
-                unsafe { sys::recv_exact(&self.stream, bounce.addr(), len)? };
-                Ok(
-                    crate::staging::copy(device, op.local_addr, bounce.addr(), len)
-                        .map_err(SliceError::LocalPath),
-                )
-            }
-            Status::Ok => Ok(Ok(())),
+    let mut head = [0u8; REPLY_LEN];
+    sys::recv_buf(stream, &mut head)?;
+    let reply = Reply::decode(&head)?;
+    if reply.request_id != request_id {
+        if let Status::Rejected(r) = reply.status {
+            // The target refused a header it could not parse: it closes, we fail the lane.
+            return Err(Error::Io(std::io::Error::other(format!(
+                "target closed the lane: {r:?}"
+            ))));
         }
+        return Err(Error::OutOfOrder {
+            expected: request_id,
+            got: reply.request_id,
+        });
+    }
+    Ok(reply.status)
+}
+
+/// Reads the reply to `op` (sent as `request_id`): its status and a READ's data, which lands
+/// in `op`'s local memory. The outer error breaks the connection; the inner one fails the slice.
+fn read_outcome(
+    stream: &TcpStream,
+    framing: Framing,
+    staging: &crate::staging::GpuStaging,
+    op: &SliceOp,
+    request_id: u64,
+) -> Result<Result<(), SliceError>, Error> {
+    match read_status(stream, framing, request_id)? {
+        Status::Rejected(r) => Ok(Err(SliceError::Rejected(r))),
+        Status::Ok if op.opcode == Opcode::Read => {
+            let len = op.len as usize;
+            let Some(device) = staging.device_of(op.local_addr, op.len) else {
+                // SAFETY: the destination lies in a local region the engine pinned for this
+                // slice's task; it stays pinned until the slice is completed, after this call.
+                unsafe { sys::recv_exact(stream, op.local_addr, len)? };
+                return Ok(Ok(()));
+            };
+            // GPU memory: into a staging buffer, then onto the GPU.
+            let bounce = staging
+                .bounce(len)
+                .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+            // SAFETY: the staging buffer is on loan to this call and holds `len` bytes.
+            unsafe { sys::recv_exact(stream, bounce.addr(), len)? };
+            Ok(
+                crate::staging::copy(device, op.local_addr, bounce.addr(), len)
+                    .map_err(SliceError::LocalPath),
+            )
+        }
+        Status::Ok => Ok(Ok(())),
     }
 }

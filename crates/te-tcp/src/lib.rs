@@ -38,7 +38,7 @@ use te_core::transport::{
 use tracing::{info, warn};
 
 pub use error::Error;
-use lane::{Framing, Lane, LaneSettings, PeerKey};
+use lane::{Framing, Lane, LaneSettings, PeerKey, Shares};
 use rails::{CountingSink, RailCounters};
 use server::TargetState;
 
@@ -356,6 +356,8 @@ impl Transport for TcpTransport {
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
+        // A lone slice may be carried out on this thread (its caller waits for it at once).
+        let lone = slices.len() == 1;
         let keys: Vec<Result<PeerKey, SliceError>> = {
             let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
             let Some(inst) = installed.as_ref() else {
@@ -375,7 +377,8 @@ impl Transport for TcpTransport {
                 .map(|op| peer_key(op, &inst.listeners))
                 .collect()
         };
-        let mut current: Option<(PeerKey, Arc<Vec<Lane>>)> = None;
+        let mut groups: Vec<Shares> = Vec::new();
+        let mut current: Option<(PeerKey, usize)> = None;
         for (op, key) in slices.into_iter().zip(keys) {
             let key = match key {
                 Ok(k) => k,
@@ -386,21 +389,28 @@ impl Transport for TcpTransport {
             };
             if current.as_ref().is_none_or(|(k, _)| *k != key) {
                 match self.lanes_for(&key) {
-                    Ok(lanes) => current = Some((key, lanes)),
+                    Ok(lanes) => {
+                        let at = match groups.iter().position(|g| g.is_for(&lanes)) {
+                            Some(at) => at,
+                            None => {
+                                groups.push(Shares::new(lanes));
+                                groups.len() - 1
+                            }
+                        };
+                        current = Some((key, at));
+                    }
                     Err(reason) => {
                         self.fail(op, reason);
                         continue;
                     }
                 }
             }
-            let Some((_, lanes)) = current.as_ref() else {
-                continue;
-            };
-            let lane = lanes
-                .iter()
-                .min_by_key(|l| l.queued_bytes())
-                .unwrap_or(&lanes[0]);
-            if let Err(op) = lane.push(op) {
+            if let Some((_, at)) = current.as_ref() {
+                groups[*at].add(op, lone);
+            }
+        }
+        for group in groups {
+            for op in group.hand_off() {
                 self.fail(op, "lane closed".into());
             }
         }

@@ -190,3 +190,38 @@ pub fn gpu_copy(
     // (target) for the slice, both valid for the copy.
     unsafe { cuda.copy(device, dst, src, len) }
 }
+
+/// Polls `sock` without sleeping (a peek that does not wait) until it has bytes to read, has
+/// reached its end or failed, for up to `spin`; whether it did. A thread about to block for a
+/// reply that comes within microseconds spares itself the sleep and the wake-up.
+pub fn spin_until_readable(sock: &impl AsRawFd, spin: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + spin;
+    let mut byte = 0u8;
+    // The clock is read every 8 polls: each poll is a system call already.
+    for polls in 0u32.. {
+        // SAFETY: a one-byte local buffer, written at most once by the peek.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                (&raw mut byte).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return true;
+        }
+        if !matches!(
+            io::Error::last_os_error().kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ) {
+            // The blocking read that follows reports it.
+            return true;
+        }
+        if polls % 8 == 7 && std::time::Instant::now() >= end {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
