@@ -59,6 +59,13 @@ impl RailHealth {
         s.errors
             .retain(|t| now.saturating_duration_since(*t) <= self.window);
         s.errors.push(now);
+        // Only the newest `threshold` errors decide; older ones are dropped, so a rail that
+        // keeps failing while paused (every slice of a dead peer's queue) costs O(threshold)
+        // per error, not O(errors so far).
+        if s.errors.len() > self.threshold {
+            let excess = s.errors.len() - self.threshold;
+            s.errors.drain(..excess);
+        }
         if s.errors.len() >= self.threshold && s.paused_until.is_none_or(|u| u <= now) {
             s.strikes += 1;
             let strikes = s.strikes;
@@ -88,6 +95,12 @@ impl RailHealth {
     /// Whether any rail has a recorded error or pause (cheap check before a success update).
     pub fn is_clean(&self) -> bool {
         self.rails.is_empty()
+    }
+
+    /// Errors remembered for `rail` (for tests of the bound).
+    #[cfg(test)]
+    fn remembered(&self, rail: RailKey) -> usize {
+        self.rails.get(&rail).map_or(0, |s| s.errors.len())
     }
 
     /// Whether a local rail is paused towards any peer at `now`.
@@ -175,5 +188,29 @@ mod tests {
         assert!(!h.record_error(r, t0));
         assert!(!h.record_error(r, t0 + Duration::from_secs(5)));
         assert!(h.usable(r, t0 + Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn errors_while_paused_are_remembered_up_to_the_threshold_only() {
+        let mut h = RailHealth::new(
+            3,
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        );
+        let t0 = Instant::now();
+        let rail = (0, 7, 0);
+        for i in 0..3 {
+            h.record_error(rail, t0 + Duration::from_millis(i));
+        }
+        assert!(!h.usable(rail, t0 + Duration::from_secs(1)), "paused");
+        for i in 0..100_000u64 {
+            assert!(!h.record_error(rail, t0 + Duration::from_micros(3000 + i)));
+        }
+        assert_eq!(h.remembered(rail), 3);
+        // After the pause, the old errors are out of the window: one new error is not enough.
+        assert!(h.usable(rail, t0 + Duration::from_secs(61)));
+        assert!(!h.record_error(rail, t0 + Duration::from_secs(61)));
+        assert_eq!(h.remembered(rail), 1);
     }
 }

@@ -411,47 +411,72 @@ struct SenderWorker {
 
 impl SenderWorker {
     fn run(self, rx: Receiver<Vec<SliceOp>>) {
-        for op in rx.into_iter().flatten() {
-            self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
-            if op.is_canceled() {
-                self.sink.complete(op, Err(SliceError::Canceled));
-                continue;
-            }
-            let reconnecting = self
-                .lock_conn()
-                .as_ref()
-                .is_none_or(|c| c.broken.load(Ordering::Acquire));
-            if reconnecting && op.token.attempt() > 0 {
-                // A retried slice after a failure: back off a little before reconnecting.
-                let backoff = 5u64 << op.token.attempt().min(7);
-                std::thread::sleep(Duration::from_millis(backoff));
-            }
-            let mut conn = self.lock_conn();
-            if conn
-                .as_ref()
-                .is_some_and(|c| c.broken.load(Ordering::Acquire))
-            {
-                *conn = None;
-            }
-            if conn.is_none() {
-                match self.connect() {
-                    Ok(c) => *conn = Some(c),
-                    Err(e) => {
-                        drop(conn);
-                        let msg = format!(
-                            "connecting from {} to {}:{}: {e}",
-                            self.peer.local_ip, self.peer.host, self.peer.port
-                        );
-                        self.sink.complete(op, Err(connect_fault(&e, msg)));
-                        continue;
+        // When the last connect failed: retried slices back off from it, once per failure
+        // (not once per slice, which made a dead peer's queue drain one backoff at a time).
+        let mut last_failure: Option<std::time::Instant> = None;
+        while let Ok(ops) = rx.recv() {
+            let mut ops = ops.into_iter();
+            while let Some(op) = ops.next() {
+                self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
+                if op.is_canceled() {
+                    self.sink.complete(op, Err(SliceError::Canceled));
+                    continue;
+                }
+                let reconnecting = self
+                    .lock_conn()
+                    .as_ref()
+                    .is_none_or(|c| c.broken.load(Ordering::Acquire));
+                if let Some(at) = last_failure.filter(|_| reconnecting && op.token.attempt() > 0) {
+                    // A retried slice after a failed connect: give the peer a moment.
+                    let backoff = Duration::from_millis(5u64 << op.token.attempt().min(7));
+                    std::thread::sleep(backoff.saturating_sub(at.elapsed()));
+                }
+                let mut conn = self.lock_conn();
+                if conn
+                    .as_ref()
+                    .is_some_and(|c| c.broken.load(Ordering::Acquire))
+                {
+                    *conn = None;
+                }
+                if conn.is_none() {
+                    match self.connect() {
+                        Ok(c) => {
+                            *conn = Some(c);
+                            last_failure = None;
+                        }
+                        Err(e) => {
+                            drop(conn);
+                            last_failure = Some(std::time::Instant::now());
+                            // The peer cannot be reached now: what is queued here fails with
+                            // this slice (and is retried after the backoff) instead of each
+                            // waiting for a connect of its own. A snapshot: slices re-posted
+                            // meanwhile wait for the next round.
+                            let queued: Vec<SliceOp> =
+                                ops.by_ref().chain(rx.try_iter().flatten()).collect();
+                            self.fail_unreachable(op, queued, &e);
+                            break;
+                        }
                     }
                 }
+                self.send(&mut conn, op);
             }
-            self.send(&mut conn, op);
         }
         if let Some(c) = self.lock_conn().take() {
             // Let the receiver finish what is in flight, then the socket closes with it.
             drop(c.in_flight);
+        }
+    }
+
+    /// Fails `op` and the `queued` slices behind it after a failed connect.
+    fn fail_unreachable(&self, op: SliceOp, queued: Vec<SliceOp>, e: &std::io::Error) {
+        let msg = format!(
+            "connecting from {} to {}:{}: {e}",
+            self.peer.local_ip, self.peer.host, self.peer.port
+        );
+        self.sink.complete(op, Err(connect_fault(e, msg.clone())));
+        for op in queued {
+            self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
+            self.sink.complete(op, Err(connect_fault(e, msg.clone())));
         }
     }
 
