@@ -494,6 +494,11 @@ pub struct RemoteSegment {
     stale: std::sync::atomic::AtomicBool,
     /// The last owner check: when, and whether it was alive.
     owner_seen: Mutex<Option<(std::time::Instant, bool)>>,
+    /// When this descriptor was built from what the peer published.
+    fetched: std::time::Instant,
+    /// Whether it was fetched because a request named a range the previous one did not list,
+    /// and listed nothing new.
+    for_unknown_range: std::sync::atomic::AtomicBool,
 }
 
 impl RemoteSegment {
@@ -532,7 +537,32 @@ impl RemoteSegment {
             rail_names,
             stale: std::sync::atomic::AtomicBool::new(false),
             owner_seen: Mutex::new(None),
+            fetched: std::time::Instant::now(),
+            for_unknown_range: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether a request for a range this descriptor does not list should fetch it again:
+    /// yes, unless this descriptor was itself fetched for such a range and found nothing new
+    /// less than `min_age` ago (so bad requests cannot make every submit a round trip, while a
+    /// peer registering buffer after buffer is followed at once).
+    pub fn refetch_for_unknown_range(&self, min_age: std::time::Duration) -> bool {
+        !self
+            .for_unknown_range
+            .load(std::sync::atomic::Ordering::Acquire)
+            || self.fetched.elapsed() >= min_age
+    }
+
+    /// Whether this descriptor lists the same memory (ranges and permissions) as `other`.
+    pub fn lists_same_memory(&self, other: &RemoteSegment) -> bool {
+        self.spans == other.spans
+    }
+
+    /// Marks this descriptor as fetched for a range its predecessor did not list, finding
+    /// nothing new.
+    pub fn fetched_for_unknown_range(&self) {
+        self.for_unknown_range
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Marks the descriptor as no longer trusted (the peer refused our secret, or stopped

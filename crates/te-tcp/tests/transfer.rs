@@ -248,3 +248,37 @@ fn a_segment_named_without_a_port_is_found_at_the_handshake_port() {
     assert_eq!(run(&initiator, &[w]), TransferState::Completed);
     assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), data);
 }
+
+#[test]
+fn memory_the_peer_registers_after_it_was_opened_is_reachable() {
+    let p = pair(1 << 20);
+    let data = pattern(77, 8192);
+    p.local.write_at(0, &data).unwrap();
+    // The initiator's descriptor of the target predates this buffer.
+    let later = buffer(8192);
+    register(&p.target, &later, Permission::RemoteReadWrite);
+    let req = request(Opcode::Write, p.local.addr(), p.segment, later.addr(), 8192);
+    assert_eq!(run(&p.initiator, &[req]), TransferState::Completed);
+    assert!(later.to_vec(0, 8192).unwrap() == data);
+    // And the next one, at once (a peer registering buffer after buffer is followed).
+    let next = buffer(8192);
+    register(&p.target, &next, Permission::RemoteReadWrite);
+    let req = request(Opcode::Write, p.local.addr(), p.segment, next.addr(), 8192);
+    assert_eq!(run(&p.initiator, &[req]), TransferState::Completed);
+    assert!(next.to_vec(0, 8192).unwrap() == data);
+    // A range the peer has not registered is still refused, after the fetch.
+    let outside = request(
+        Opcode::Write,
+        p.local.addr(),
+        p.segment,
+        later.addr() + 8192,
+        1,
+    );
+    let b = p.initiator.allocate_batch(1).unwrap();
+    let err = p.initiator.submit(b, &[outside]).unwrap_err();
+    assert!(
+        matches!(err, te_core::Error::RemoteAddressNotRegistered { .. }),
+        "{err}"
+    );
+    p.initiator.free_batch(b).unwrap();
+}

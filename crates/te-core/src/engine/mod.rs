@@ -36,6 +36,10 @@ use crate::retry::RetryPolicy;
 use crate::segment::{RemoteSegment, SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
 use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, Transport};
 
+/// A descriptor fetched for an unknown range that listed nothing new is not fetched again for
+/// one until this old ([`TransferEngine::segment_for_range`]).
+pub const DESCRIPTOR_MIN_AGE: Duration = Duration::from_millis(20);
+
 /// One READ or WRITE (Mooncake's `TransferRequest`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransferRequest {
@@ -492,6 +496,46 @@ impl TransferEngine {
     /// [`Error::UnknownSegment`].
     pub fn segment(&self, id: SegmentId) -> Result<Arc<RemoteSegment>> {
         self.segments.by_id(id).ok_or(Error::UnknownSegment(id))
+    }
+
+    /// Segment `id`'s descriptor as it should be used for `[offset, offset+len)`: fetched
+    /// again when it lists no buffer holding the range (the peer may have registered it since
+    /// the descriptor was fetched). After a fetch that found nothing new, the next one waits
+    /// until that descriptor is [`DESCRIPTOR_MIN_AGE`] old, so bad requests cannot make every
+    /// submit a round trip. Range checks themselves stay with the caller.
+    ///
+    /// # Errors
+    /// [`Error::UnknownSegment`]; the fetch's error.
+    pub fn segment_for_range(
+        &self,
+        id: SegmentId,
+        offset: u64,
+        len: u64,
+        opcode: Opcode,
+    ) -> Result<Arc<RemoteSegment>> {
+        self.covering(self.segment(id)?, offset, len, opcode)
+    }
+
+    /// As [`segment_for_range`](Self::segment_for_range), from the descriptor in hand.
+    pub(crate) fn covering(
+        &self,
+        seg: Arc<RemoteSegment>,
+        offset: u64,
+        len: u64,
+        opcode: Opcode,
+    ) -> Result<Arc<RemoteSegment>> {
+        let unknown_range = matches!(
+            seg.check_access(offset, len, opcode),
+            Err(Error::RemoteAddressNotRegistered { .. })
+        );
+        if !unknown_range || !seg.refetch_for_unknown_range(DESCRIPTOR_MIN_AGE) {
+            return Ok(seg);
+        }
+        let fresh = self.refetch(Arc::clone(&seg))?;
+        if fresh.lists_same_memory(&seg) {
+            fresh.fetched_for_unknown_range();
+        }
+        Ok(fresh)
     }
 
     /// Allocates a batch that will hold up to `capacity` tasks.

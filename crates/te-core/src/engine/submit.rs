@@ -207,6 +207,7 @@ impl TransferEngine {
                 true => self.refetch(seg)?,
                 false => seg,
             };
+            let seg = self.covering(seg, r.target_offset, r.length, r.opcode)?;
             let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
             let transport = match &options.transport {
                 Some(name) => self.forced_transport(name, &seg, buffer)?,
