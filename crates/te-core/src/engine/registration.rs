@@ -36,9 +36,7 @@ impl TransferEngine {
                     .any(|t| gpu.iter().any(|&c| t.capabilities().contains(c)));
                 match served {
                     true => Ok(Location::Cuda(n)),
-                    false => Err(Error::InvalidArgument(format!(
-                        "location {location}: no installed transport handles GPU memory"
-                    ))),
+                    false => Err(no_gpu_path(location)),
                 }
             }
             cpu => Ok(cpu),
@@ -199,4 +197,20 @@ impl TransferEngine {
         }
         self.publish()
     }
+}
+
+/// Why GPU memory at `location` cannot be registered when no transport handles it: no CUDA
+/// driver or device here (the usual case on a machine without a GPU), else no transport for it.
+fn no_gpu_path(location: &str) -> Error {
+    #[cfg(feature = "cuda")]
+    if let Err(e) = crate::cuda::driver() {
+        let why = match e {
+            Error::Gpu(why) => why,
+            other => other.to_string(),
+        };
+        return Error::Gpu(format!("location {location}: {why}"));
+    }
+    Error::InvalidArgument(format!(
+        "location {location}: no installed transport handles GPU memory"
+    ))
 }
