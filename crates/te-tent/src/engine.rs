@@ -285,6 +285,30 @@ impl TentEngine {
         self.refresh_own()
     }
 
+    /// Records memory the caller registered through [`core`](Self::core) itself (a binding
+    /// registering raw addresses, which needs `unsafe` this crate does not use), so that
+    /// policies know its kind and the own descriptor lists it. Unregister it with
+    /// [`unregister_memory`](Self::unregister_memory).
+    ///
+    /// # Errors
+    /// [`TentError::InvalidArgument`] when `[addr, addr+len)` is not a region of the classic
+    /// engine.
+    pub fn track_memory(&self, addr: u64, len: u64, location: &str) -> Result<()> {
+        let pin = self.inner.core.pin_local(addr, len)?;
+        let region = pin.region();
+        if region.addr() != addr || region.len() != len {
+            return Err(TentError::InvalidArgument(format!(
+                "{addr:#x}+{len} is not a registered region of its own"
+            )));
+        }
+        self.inner
+            .lock()
+            .memory
+            .insert(addr, (len, MemoryKind::of_location(location)));
+        drop(pin);
+        self.refresh_own()
+    }
+
     /// Reads the own segment's descriptor again (it lists the memory just (un)registered).
     fn refresh_own(&self) -> Result<()> {
         let core = &self.inner.core;
@@ -469,7 +493,7 @@ impl TentEngine {
                 addr: r.source,
                 len: r.length,
             }))?;
-        let seg = core.segment(r.target_id)?;
+        let seg = core.segment_for_range(r.target_id, r.target_offset, r.length, r.opcode)?;
         let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
         let (to, scope) = match seg.desc().is_file() {
             true => (MemoryKind::File, Scope::SameProcess),
