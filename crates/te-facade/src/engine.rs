@@ -8,7 +8,7 @@
 //! bindings map [`FacadeError`] to those.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use te_core::{
@@ -19,6 +19,7 @@ use tracing::{debug, warn};
 
 use crate::error::{FacadeError, Result};
 use crate::managed::ManagedBuffers;
+use crate::owned::Owned;
 use crate::session::{self, Sessions};
 
 /// Where an asynchronous batch stands ([`MooncakeEngine::check`]).
@@ -38,7 +39,7 @@ pub enum BatchProgress {
 /// One engine, initialized or not, shared by every thread of a binding.
 #[derive(Default)]
 pub struct MooncakeEngine {
-    live: RwLock<Option<Arc<Live>>>,
+    live: Owned<Live>,
 }
 
 /// An initialized engine and what the facade keeps beside it.
@@ -47,11 +48,11 @@ pub struct Live {
     sessions: Sessions,
     /// Asynchronous batches handed out, by id, with their target's name.
     batches: Mutex<HashMap<u64, String>>,
+    /// Batches whose handles were let go before they finished: freed once they have.
+    abandoned: Mutex<Vec<u64>>,
     managed: ManagedBuffers,
     /// `MC_TRANSFER_TIMEOUT`: a synchronous transfer's budget, plus a nanosecond per byte.
     timeout: Duration,
-    /// The process that initialized it; a forked child may not use it.
-    pid: u32,
 }
 
 impl Live {
@@ -91,7 +92,7 @@ pub(crate) fn until_unpinned(mut unregister: impl FnMut() -> te_core::Result<()>
 }
 
 /// `MC_TRANSFER_TIMEOUT` in seconds: 30 unless set, at least 5 (Mooncake's rule).
-fn transfer_timeout() -> Duration {
+pub(crate) fn transfer_timeout() -> Duration {
     let secs = std::env::var("MC_TRANSFER_TIMEOUT")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -101,7 +102,7 @@ fn transfer_timeout() -> Duration {
 }
 
 /// Builds the requests of one call; lists of different lengths are refused.
-fn requests(
+pub(crate) fn requests(
     target_id: SegmentId,
     opcode: Opcode,
     sources: &[u64],
@@ -170,12 +171,12 @@ impl MooncakeEngine {
             engine,
             sessions: Sessions::default(),
             batches: Mutex::new(HashMap::new()),
+            abandoned: Mutex::new(Vec::new()),
             managed: ManagedBuffers::default(),
             timeout: transfer_timeout(),
-            pid: std::process::id(),
         });
         debug!(segment = live.engine.segment_name(), "engine initialized");
-        *self.live.write().unwrap_or_else(|e| e.into_inner()) = Some(live);
+        self.live.set(live);
         Ok(())
     }
 
@@ -208,32 +209,14 @@ impl MooncakeEngine {
     /// [`FacadeError::NotInitialized`]; [`FacadeError::Forked`] in a child forked after
     /// `initialize` (the engine's threads did not come along).
     pub fn live(&self) -> Result<Arc<Live>> {
-        let live = self
-            .live
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or(FacadeError::NotInitialized)?;
-        let this = std::process::id();
-        match live.pid == this {
-            true => Ok(live),
-            false => Err(FacadeError::Forked {
-                owner: live.pid,
-                this,
-            }),
-        }
+        self.live.get()
     }
 
     /// Shuts the engine down (listeners closed, ports released, memory unregistered); later
     /// calls answer [`FacadeError::NotInitialized`]. Idempotent.
     pub fn close(&self) {
-        let live = self.live.write().unwrap_or_else(|e| e.into_inner()).take();
-        match live {
-            // A forked child must not touch the parent's listeners (their threads are not
-            // here): it forgets the engine without shutting it down, leaking it on purpose.
-            Some(live) if live.pid != std::process::id() => std::mem::forget(live),
-            Some(live) => live.engine.shutdown(),
-            None => {}
+        if let Some(live) = self.live.take() {
+            live.engine.shutdown();
         }
     }
 
@@ -277,6 +260,26 @@ impl MooncakeEngine {
     /// As [`register`](Self::register); lists of different lengths are -1.
     #[allow(unsafe_code)]
     pub unsafe fn register_batch(&self, addrs: &[u64], lens: &[u64], location: &str) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.register_batch_with(addrs, lens, location, Permission::RemoteReadWrite) }
+    }
+
+    /// As [`register_batch`](Self::register_batch), with the permission peers get
+    /// (te's addition: read-only memory is registered [`Permission::RemoteRead`]).
+    ///
+    /// # Safety
+    /// As [`register`](Self::register), for every range.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    #[allow(unsafe_code)]
+    pub unsafe fn register_batch_with(
+        &self,
+        addrs: &[u64],
+        lens: &[u64],
+        location: &str,
+        permission: Permission,
+    ) -> Result<()> {
         if addrs.len() != lens.len() {
             return Err(te_core::Error::InvalidArgument(format!(
                 "{} addresses and {} capacities",
@@ -299,7 +302,7 @@ impl MooncakeEngine {
         // SAFETY: forwarded from this function's contract.
         unsafe {
             live.engine
-                .register_memory_batch(&ranges, location, Permission::RemoteReadWrite)?;
+                .register_memory_batch(&ranges, location, permission)?;
         }
         Ok(())
     }
@@ -350,11 +353,33 @@ impl MooncakeEngine {
         opcode: Opcode,
         (sources, targets, lengths): (&[u64], &[u64], &[u64]),
     ) -> Result<u64> {
+        self.submit_notify(target, opcode, (sources, targets, lengths), None)
+    }
+
+    /// As [`submit`](Self::submit); with `notify`, the target receives it once every byte
+    /// of the batch has landed.
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit).
+    pub fn submit_notify(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        (sources, targets, lengths): (&[u64], &[u64], &[u64]),
+        notify: Option<Notification>,
+    ) -> Result<u64> {
         let live = self.live()?;
+        live.sweep_abandoned();
         let (reqs, budget) = live.prepare(target, opcode, (sources, targets, lengths))?;
-        let options = SubmitOptions::default().within(budget);
         let batch = live.engine.allocate_batch(reqs.len())?;
-        if let Err(e) = live.engine.submit_with(batch, &reqs, &options) {
+        let submitted = match notify {
+            Some(n) => live.engine.submit_with_notify(batch, &reqs, n),
+            None => {
+                let options = SubmitOptions::default().within(budget);
+                live.engine.submit_with(batch, &reqs, &options)
+            }
+        };
+        if let Err(e) = submitted {
             let _ = live.engine.free_batch(batch);
             live.sessions.forget(&live.engine, target);
             return Err(e.into());
@@ -511,12 +536,12 @@ impl Live {
         Ok((reqs, self.timeout + Duration::from_nanos(total)))
     }
 
-    fn lock_batches(&self) -> std::sync::MutexGuard<'_, HashMap<u64, String>> {
+    pub(crate) fn lock_batches(&self) -> std::sync::MutexGuard<'_, HashMap<u64, String>> {
         self.batches.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Batch `id` if this facade handed it out and has not freed it.
-    fn known_batch(&self, id: u64) -> Result<BatchId> {
+    pub(crate) fn known_batch(&self, id: u64) -> Result<BatchId> {
         match self.lock_batches().contains_key(&id) {
             true => Ok(BatchId::from_raw(id)),
             false => Err(te_core::Error::InvalidBatch {
@@ -528,7 +553,7 @@ impl Live {
     }
 
     /// Forgets and frees a finished batch; its target's name.
-    fn release(&self, id: u64, batch: BatchId) -> Option<String> {
+    pub(crate) fn release(&self, id: u64, batch: BatchId) -> Option<String> {
         let target = self.lock_batches().remove(&id);
         if let Err(e) = self.engine.free_batch(batch) {
             warn!(error = %e, "freeing a finished batch");
@@ -538,7 +563,7 @@ impl Live {
 
     /// Waits until `batch` is terminal; one that outlives `budget` is cancelled and waited
     /// for again, so it can be freed.
-    fn finish(&self, batch: BatchId, budget: Duration) -> Result<TransferState> {
+    pub(crate) fn finish(&self, batch: BatchId, budget: Duration) -> Result<TransferState> {
         match self.engine.wait(batch, budget) {
             Ok(status) => Ok(status.state),
             Err(te_core::Error::WaitTimeout(_)) => {
@@ -551,6 +576,43 @@ impl Live {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The first slice error recorded among `batch`'s tasks.
+    pub(crate) fn first_error(&self, batch: BatchId) -> Option<String> {
+        (0..)
+            .map_while(|t| self.engine.task_error(batch, t).ok())
+            .flatten()
+            .map(|e| e.to_string())
+            .next()
+    }
+
+    /// Keeps batch `id` until it has finished, then frees it (see `sweep_abandoned`).
+    pub(crate) fn abandon(&self, id: u64) {
+        self.abandoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(id);
+    }
+
+    /// The segment named `target`, opened (the handshake) if it was not.
+    pub(crate) fn open_session(&self, target: &str) -> Result<SegmentId> {
+        self.sessions.open(&self.engine, target)
+    }
+
+    /// Frees the abandoned batches that have finished.
+    fn sweep_abandoned(&self) {
+        let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        abandoned.retain(|&id| {
+            let batch = BatchId::from_raw(id);
+            match self.engine.batch_status(batch) {
+                Ok(s) if !s.state.is_terminal() => true,
+                _ => {
+                    self.release(id, batch);
+                    false
+                }
+            }
+        });
     }
 
     /// Submits and waits for one synchronous call's batch.
@@ -577,13 +639,7 @@ impl Live {
         if state == TransferState::Completed {
             return Ok(());
         }
-        let detail = (0..reqs.len()).find_map(|t| {
-            self.engine
-                .task_error(batch, t)
-                .ok()
-                .flatten()
-                .map(|e| e.to_string())
-        });
+        let detail = self.first_error(batch);
         // The peer may have restarted or gone: the next call fetches its descriptor afresh.
         self.sessions.forget(&self.engine, target);
         Err(FacadeError::Transfer {

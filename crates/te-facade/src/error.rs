@@ -27,6 +27,9 @@ pub enum FacadeError {
     /// te refused or failed the call.
     #[error(transparent)]
     Engine(#[from] te_core::Error),
+    /// TENT refused or failed the call (a `te.Engine(backend="tent")`).
+    #[error(transparent)]
+    Tent(te_tent::TentError),
     /// A transfer was submitted and ended in another state than COMPLETED.
     #[error("transfer to {target} ended {state:?}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     Transfer {
@@ -39,6 +42,16 @@ pub enum FacadeError {
     },
 }
 
+impl From<te_tent::TentError> for FacadeError {
+    /// The classic engine's errors inside TENT's stay classic: one mapping for both backends.
+    fn from(e: te_tent::TentError) -> Self {
+        match e {
+            te_tent::TentError::Engine(e) => FacadeError::Engine(e),
+            other => FacadeError::Tent(other),
+        }
+    }
+}
+
 impl FacadeError {
     /// Mooncake's `ERR_*` code (`mooncake/error.h`), negative: what registration calls,
     /// `send_probe` and the C API's registration functions return.
@@ -46,6 +59,11 @@ impl FacadeError {
         match self {
             FacadeError::NotInitialized | FacadeError::Forked { .. } => ERR_INVALID_ARGUMENT,
             FacadeError::Engine(e) => e.mooncake_code(),
+            FacadeError::Tent(te_tent::TentError::Engine(e)) => e.mooncake_code(),
+            FacadeError::Tent(te_tent::TentError::TooManyRequests { .. }) => -2,
+            FacadeError::Tent(te_tent::TentError::BatchBusy(_)) => -4,
+            FacadeError::Tent(te_tent::TentError::NoTransport(_)) => -8,
+            FacadeError::Tent(_) => ERR_INVALID_ARGUMENT,
             FacadeError::Transfer { .. } => ERR_INVALID_ARGUMENT,
         }
     }

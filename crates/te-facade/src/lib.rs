@@ -13,11 +13,17 @@
 //!
 //! Not here: argument conversion and each binding's return-code convention.
 
+mod backend;
 mod engine;
 mod error;
+mod handles;
 mod managed;
+mod owned;
 mod session;
+mod tent;
 
+pub use backend::{Backend, Lists};
 pub use engine::{BatchProgress, Live, MooncakeEngine, UNREGISTER_GRACE, local_topology};
 pub use error::{ERR_INVALID_ARGUMENT, FacadeError, Result};
-pub use te_core::{Notification, Opcode};
+pub use te_core::{Notification, Opcode, Permission};
+pub use tent::TentSession;

@@ -1,0 +1,199 @@
+//! [`Backend`]: the calls te's own bindings (`te.Engine` in Python) make, answered by the
+//! classic engine ([`MooncakeEngine`]) or by TENT ([`TentSession`](crate::TentSession)), so a
+//! binding picks one at construction and is otherwise the same code.
+//!
+//! Not here: Mooncake's integer conventions, which only the classic engine speaks
+//! (`te.mooncake`, the C API).
+
+use std::time::Duration;
+
+use te_core::{Notification, Opcode, Permission};
+
+use crate::engine::MooncakeEngine;
+use crate::error::Result;
+
+/// One call's descriptor lists: local addresses, remote addresses, lengths.
+pub type Lists<'a> = (&'a [u64], &'a [u64], &'a [u64]);
+
+/// An engine as te's bindings drive it.
+pub trait Backend: Send + Sync {
+    /// The name peers reach it by (`host:port` peer to peer).
+    ///
+    /// # Errors
+    /// A closed engine.
+    fn name(&self) -> Result<String>;
+
+    /// Registers `[addr, addr+len)` at `location` with `permission` for peers.
+    ///
+    /// # Safety
+    /// The range must be memory of this process that stays allocated until it is
+    /// unregistered: peers write into it from other threads.
+    ///
+    /// # Errors
+    /// A null or empty range, an overlap, a location no transport serves.
+    #[allow(unsafe_code)]
+    unsafe fn register(
+        &self,
+        addr: u64,
+        len: u64,
+        location: &str,
+        permission: Permission,
+    ) -> Result<()>;
+
+    /// Unregisters the region at `addr`, waiting briefly for requests that hold it.
+    ///
+    /// # Errors
+    /// An address that starts no region; one still busy after the grace.
+    fn unregister(&self, addr: u64) -> Result<()>;
+
+    /// Opens `target` now (the handshake).
+    ///
+    /// # Errors
+    /// An unknown or unreachable peer.
+    fn connect(&self, target: &str) -> Result<()>;
+
+    /// Moves bytes and returns when all have landed.
+    ///
+    /// # Errors
+    /// Bad lists, an unknown peer, unregistered ranges, or a transfer that did not complete.
+    fn transfer(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        lists: Lists<'_>,
+        notify: Option<Notification>,
+    ) -> Result<()>;
+
+    /// Submits and returns an id at once.
+    ///
+    /// # Errors
+    /// As [`transfer`](Self::transfer), for what can be known at submission.
+    fn submit(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        lists: Lists<'_>,
+        notify: Option<Notification>,
+    ) -> Result<u64>;
+
+    /// Waits up to `timeout` for transfer `id`: true when it completed (freed), false while
+    /// it runs.
+    ///
+    /// # Errors
+    /// An unknown id; the transfer's failure (freed).
+    fn wait(&self, id: u64, timeout: Duration) -> Result<bool>;
+
+    /// Cancels transfer `id`.
+    ///
+    /// # Errors
+    /// An unknown id.
+    fn cancel(&self, id: u64) -> Result<()>;
+
+    /// Lets go of transfer `id` without waiting; it is freed once it has ended.
+    fn abandon(&self, id: u64);
+
+    /// Sends a notification to `target` without data.
+    ///
+    /// # Errors
+    /// An unknown or unreachable peer.
+    fn send_notify(&self, target: &str, notification: &Notification) -> Result<()>;
+
+    /// The notifications received so far (drained).
+    ///
+    /// # Errors
+    /// A closed engine.
+    fn take_notifies(&self) -> Result<Vec<Notification>>;
+
+    /// The oldest notification, waiting up to `timeout` for one.
+    ///
+    /// # Errors
+    /// A closed engine.
+    fn next_notify(&self, timeout: Duration) -> Result<Option<Notification>>;
+
+    /// Whether `target`'s handshake listener answers.
+    ///
+    /// # Errors
+    /// A closed engine.
+    fn probe(&self, target: &str) -> Result<bool>;
+
+    /// Shuts the engine down; idempotent.
+    fn close(&self);
+}
+
+impl Backend for MooncakeEngine {
+    fn name(&self) -> Result<String> {
+        self.session_name()
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn register(
+        &self,
+        addr: u64,
+        len: u64,
+        location: &str,
+        permission: Permission,
+    ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.register_batch_with(&[addr], &[len], location, permission) }
+    }
+
+    fn unregister(&self, addr: u64) -> Result<()> {
+        self.unregister_batch(&[addr])
+    }
+
+    fn connect(&self, target: &str) -> Result<()> {
+        MooncakeEngine::connect(self, target)
+    }
+
+    fn transfer(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        lists: Lists<'_>,
+        notify: Option<Notification>,
+    ) -> Result<()> {
+        self.transfer_sync(target, opcode, lists, notify)
+    }
+
+    fn submit(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        lists: Lists<'_>,
+        notify: Option<Notification>,
+    ) -> Result<u64> {
+        self.submit_notify(target, opcode, lists, notify)
+    }
+
+    fn wait(&self, id: u64, timeout: Duration) -> Result<bool> {
+        self.wait_batch(id, timeout)
+    }
+
+    fn cancel(&self, id: u64) -> Result<()> {
+        self.cancel_batch(id)
+    }
+
+    fn abandon(&self, id: u64) {
+        MooncakeEngine::abandon(self, id);
+    }
+
+    fn send_notify(&self, target: &str, notification: &Notification) -> Result<()> {
+        MooncakeEngine::send_notify(self, target, notification)
+    }
+
+    fn take_notifies(&self) -> Result<Vec<Notification>> {
+        self.notifies()
+    }
+
+    fn next_notify(&self, timeout: Duration) -> Result<Option<Notification>> {
+        MooncakeEngine::next_notify(self, timeout)
+    }
+
+    fn probe(&self, target: &str) -> Result<bool> {
+        MooncakeEngine::probe(self, target)
+    }
+
+    fn close(&self) {
+        MooncakeEngine::close(self);
+    }
+}
