@@ -12,6 +12,11 @@
 
 #![allow(unsafe_code)] // forwards raw addresses to registration, under the caller's contract
 
+mod dlpack;
+mod engine;
+mod errors;
+mod logging;
+
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -585,7 +590,10 @@ fn local_topology(py: Python<'_>) -> String {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TransferEngine>()?;
     m.add_class::<TransferNotify>()?;
+    m.add_class::<engine::Engine>()?;
     m.add_function(wrap_pyfunction!(local_topology, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::dlpack_range, m)?)?;
+    m.add_function(wrap_pyfunction!(logging::enable_logging, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

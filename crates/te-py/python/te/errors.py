@@ -1,0 +1,76 @@
+"""te's exceptions. Every one is a :class:`TeError` and carries Mooncake's ``ERR_*`` number as
+``.code`` (-1 invalid argument, -3 address not registered, -4 busy, -7 overlap, ...); each also
+derives from the built-in exception a Python caller would catch for it (``ValueError``,
+``TimeoutError``, ``ConnectionError``, ...)."""
+
+__all__ = [
+    "TeError",
+    "InvalidArgumentError",
+    "NotRegisteredError",
+    "AccessDeniedError",
+    "OverlapError",
+    "BusyError",
+    "PeerError",
+    "TransferError",
+    "TransferTimeoutError",
+    "CanceledError",
+    "ClosedError",
+    "ForkedError",
+    "GpuError",
+]
+
+
+class TeError(Exception):
+    """A te call failed. ``code`` is Mooncake's ``ERR_*`` number for the failure."""
+
+    def __init__(self, message="", code=-1):
+        super().__init__(message)
+        self.code = code
+
+
+class InvalidArgumentError(TeError, ValueError):
+    """A bad argument: zero length, lists of different lengths, an unknown transfer id, ..."""
+
+
+class NotRegisteredError(TeError, ValueError):
+    """An address range that is not inside one registered region (here or at the peer)."""
+
+
+class AccessDeniedError(TeError, PermissionError):
+    """The region does not allow this access (a WRITE into memory registered read-only)."""
+
+
+class OverlapError(TeError, ValueError):
+    """The range overlaps a region registered already."""
+
+
+class BusyError(TeError):
+    """The region or transfer is still in use (unregistering memory a transfer holds)."""
+
+
+class PeerError(TeError, ConnectionError):
+    """The peer is unknown, unreachable or refused the handshake."""
+
+
+class TransferError(TeError):
+    """A transfer ended otherwise than completed; the message says why."""
+
+
+class TransferTimeoutError(TransferError, TimeoutError):
+    """A transfer ran past its time limit (``MC_TRANSFER_TIMEOUT``)."""
+
+
+class CanceledError(TransferError):
+    """A transfer was cancelled before all of it moved."""
+
+
+class ClosedError(TeError, RuntimeError):
+    """The engine was closed."""
+
+
+class ForkedError(TeError, RuntimeError):
+    """The engine belongs to the parent process; this one was forked from it."""
+
+
+class GpuError(TeError, RuntimeError):
+    """GPU memory cannot be used: no CUDA driver or device here, or the device refused."""
