@@ -160,13 +160,30 @@ impl MooncakeEngine {
         protocol: &str,
         device_name: &str,
     ) -> Result<()> {
+        self.start(
+            local_hostname,
+            metadata_server,
+            Some((protocol, device_name)),
+        )
+    }
+
+    /// Starts the engine; `transports` (protocol, devices) installs them as `initialize`
+    /// does, `None` installs none (the C API's `auto_discover = 0`).
+    pub(crate) fn start(
+        &self,
+        local_hostname: &str,
+        metadata_server: &str,
+        transports: Option<(&str, &str)>,
+    ) -> Result<()> {
         let config = Config::from_env()?;
         let local = match te_core::metadata::MetadataKind::parse(metadata_server)? {
             te_core::metadata::MetadataKind::P2p => session::p2p_host(local_hostname)?,
             _ => local_hostname.trim().to_string(),
         };
         let engine = TransferEngine::init(config, metadata_server, &local)?;
-        install_transports(&engine, protocol, device_name)?;
+        if let Some((protocol, devices)) = transports {
+            install_transports(&engine, protocol, devices)?;
+        }
         let live = Arc::new(Live {
             engine,
             sessions: Sessions::default(),

@@ -14,6 +14,7 @@
 //! Not here: argument conversion and each binding's return-code convention.
 
 mod backend;
+mod batches;
 mod engine;
 mod error;
 mod handles;
@@ -23,6 +24,7 @@ mod session;
 mod tent;
 
 pub use backend::{Backend, Lists};
+pub use batches::{LOCAL_SEGMENT, NicLoad, SegmentRequest};
 pub use engine::{BatchProgress, Live, MooncakeEngine, UNREGISTER_GRACE, local_topology};
 pub use error::{ERR_INVALID_ARGUMENT, FacadeError, Result};
 pub use te_core::{Notification, Opcode, Permission};

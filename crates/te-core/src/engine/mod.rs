@@ -490,6 +490,15 @@ impl TransferEngine {
         Ok(())
     }
 
+    /// The names of the segments open now.
+    pub fn open_segment_names(&self) -> Vec<String> {
+        self.segments
+            .all()
+            .iter()
+            .map(|s| s.name().to_string())
+            .collect()
+    }
+
     /// The descriptor of an opened segment.
     ///
     /// # Errors

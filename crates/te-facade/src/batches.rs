@@ -1,0 +1,340 @@
+//! Mooncake's lower-level engine API, the one its C header exposes (`createTransferEngine`,
+//! `openSegment`, `allocateBatchID`, `submitTransfer`, `getTransferStatus`, ...): engines made
+//! with or without automatic transports, peers known by small segment ids (0 is the engine's
+//! own segment, `LOCAL_SEGMENT`), batches filled by repeated submissions and read task by
+//! task, and Mooncake's positive `Status` codes for those calls.
+//!
+//! Not here: C types, pointers and strings (te-capi converts them and catches panics).
+
+use std::time::Duration;
+
+use te_core::{BatchId, Notification, Opcode, TransferRequest, TransferStatus};
+
+use crate::engine::MooncakeEngine;
+use crate::error::{FacadeError, Result};
+
+/// Mooncake's `LOCAL_SEGMENT`: the engine's own segment.
+pub const LOCAL_SEGMENT: i32 = 0;
+
+/// One request of a C-API batch: Mooncake's `transfer_request_t`, converted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentRequest {
+    /// READ or WRITE.
+    pub opcode: Opcode,
+    /// Local address.
+    pub source: u64,
+    /// Segment id from [`MooncakeEngine::open_segment_id`], or [`LOCAL_SEGMENT`].
+    pub target_id: i32,
+    /// Address in the target segment.
+    pub target_offset: u64,
+    /// Bytes.
+    pub length: u64,
+}
+
+/// A NIC's load: Mooncake's `nic_load_stat_t`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NicLoad {
+    /// Device (rail) name.
+    pub device_name: String,
+    /// Bytes posted and not yet completed.
+    pub inflight_bytes: u64,
+    /// Completed bandwidth, bytes per second, smoothed.
+    pub ewma_bandwidth_bps: f64,
+}
+
+impl FacadeError {
+    /// Mooncake's positive `Status::Code` (0 is OK): what `submitTransfer`,
+    /// `getTransferStatus` and `freeBatchID` return.
+    pub fn status_code(&self) -> i32 {
+        self.code().saturating_neg()
+    }
+}
+
+impl MooncakeEngine {
+    /// Mooncake's `createTransferEngine`: an engine named `local_server_name` (peer to peer,
+    /// its host, the port picked; with a metadata service, the name as given, with
+    /// `:rpc_port` added when it has no port and `rpc_port` is not 0). `ip_or_host_name`, when
+    /// not empty, is the host peers reach peer to peer. `auto_discover` installs transports as
+    /// Mooncake's discovery does (RDMA where there are devices and `MC_FORCE_TCP` is unset,
+    /// TCP otherwise); without it the caller installs them
+    /// ([`install_transport`](Self::install_transport)).
+    ///
+    /// # Errors
+    /// A bad metadata string or name, a service that cannot be reached, no port to bind.
+    pub fn create(
+        metadata: &str,
+        local_server_name: &str,
+        ip_or_host_name: &str,
+        rpc_port: u64,
+        auto_discover: bool,
+    ) -> Result<Self> {
+        let p2p = matches!(
+            te_core::metadata::MetadataKind::parse(metadata)?,
+            te_core::metadata::MetadataKind::P2p
+        );
+        let name = match (p2p, ip_or_host_name.trim()) {
+            (true, host) if !host.is_empty() => host.to_string(),
+            (true, _) => local_server_name.to_string(),
+            (false, _) if rpc_port != 0 && !local_server_name.contains(':') => {
+                let port = u16::try_from(rpc_port).map_err(|_| {
+                    te_core::Error::InvalidArgument(format!("rpc_port {rpc_port} is not a port"))
+                })?;
+                format!("{local_server_name}:{port}")
+            }
+            (false, _) => local_server_name.to_string(),
+        };
+        let engine = MooncakeEngine::new();
+        let transports = auto_discover.then_some(("rdma", ""));
+        engine.start(&name, metadata, transports)?;
+        Ok(engine)
+    }
+
+    /// Mooncake's `installTransport`: `tcp`, or `rdma` on `devices` (comma-separated; empty:
+    /// all). One that is installed already stays as it is (a warning), as in Mooncake.
+    ///
+    /// # Errors
+    /// An unknown protocol, RDMA without devices.
+    pub fn install_transport(&self, protocol: &str, devices: &str) -> Result<()> {
+        let live = self.live()?;
+        let engine = live.engine();
+        if engine
+            .transport_capabilities()
+            .iter()
+            .any(|(name, _)| *name == protocol)
+        {
+            // Mooncake's answer too: a warning, and the transport that is there.
+            tracing::warn!(protocol, "transport already installed");
+            return Ok(());
+        }
+        match protocol {
+            "tcp" => engine.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))?,
+            "rdma" => {
+                let mut options = te_rdma::RdmaOptions::from_env()?;
+                let named: Vec<String> = devices
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .map(String::from)
+                    .collect();
+                if !named.is_empty() {
+                    options.devices = Some(named);
+                }
+                engine
+                    .install_transport(std::sync::Arc::new(te_rdma::RdmaTransport::new(options)))?;
+            }
+            other => {
+                return Err(te_core::Error::NotSupportedTransport(format!(
+                    "{other:?}: te installs tcp or rdma"
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens segment `name` and returns its id (Mooncake's `openSegment`); the engine's own
+    /// name gives [`LOCAL_SEGMENT`]. With `fresh`, the descriptor is fetched again even if
+    /// cached (`openSegmentNoCache`).
+    ///
+    /// # Errors
+    /// An unknown or unreachable peer; more segments than an `int32` counts.
+    pub fn open_segment_id(&self, name: &str, fresh: bool) -> Result<i32> {
+        let live = self.live()?;
+        let engine = live.engine();
+        if name.trim_start_matches('/') == engine.segment_name() {
+            return Ok(LOCAL_SEGMENT);
+        }
+        let id = match fresh {
+            true => engine.refresh_segment(name)?,
+            false => engine.open_segment(name)?,
+        };
+        i32::try_from(id).map_err(|_| {
+            te_core::Error::InvalidArgument(format!("segment id {id} does not fit an int32")).into()
+        })
+    }
+
+    /// Closes segment `id` (Mooncake's `closeSegment`); the own segment stays open.
+    ///
+    /// # Errors
+    /// An id that is not an open segment.
+    pub fn close_segment_id(&self, id: i32) -> Result<()> {
+        let live = self.live()?;
+        match id {
+            LOCAL_SEGMENT => Ok(()),
+            _ => Ok(live.engine().close_segment(segment_of(id)?)?),
+        }
+    }
+
+    /// Fetches every open segment's descriptor again (Mooncake's `syncSegmentCache`).
+    ///
+    /// # Errors
+    /// The first peer that could not be fetched (the others are fetched still).
+    pub fn sync_segments(&self) -> Result<()> {
+        let live = self.live()?;
+        let engine = live.engine();
+        let mut first = None;
+        for name in engine.open_segment_names() {
+            if let Err(e) = engine.refresh_segment(&name) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), |e| Err(e.into()))
+    }
+
+    /// Allocates a batch of `capacity` tasks (Mooncake's `allocateBatchID`).
+    ///
+    /// # Errors
+    /// A capacity of 0 or over `MC_MAX_BATCH_SIZE`.
+    pub fn allocate_batch_id(&self, capacity: usize) -> Result<u64> {
+        Ok(self.live()?.engine().allocate_batch(capacity)?.raw())
+    }
+
+    /// Adds `requests` to batch `id` (Mooncake's `submitTransfer`; repeatable until the batch
+    /// is full); with `notify`, the target of the first request receives it once every task
+    /// of the batch has completed.
+    ///
+    /// # Errors
+    /// An unknown batch or segment, a full batch, a range not registered on either side.
+    pub fn submit_to_batch(
+        &self,
+        id: u64,
+        requests: &[SegmentRequest],
+        notify: Option<Notification>,
+    ) -> Result<()> {
+        let live = self.live()?;
+        let engine = live.engine();
+        let own = match requests.iter().any(|r| r.target_id == LOCAL_SEGMENT) {
+            true => Some(engine.open_segment(engine.segment_name())?),
+            false => None,
+        };
+        let reqs = requests
+            .iter()
+            .map(|r| {
+                Ok(TransferRequest {
+                    opcode: r.opcode,
+                    source: r.source,
+                    target_id: match (r.target_id, own) {
+                        (LOCAL_SEGMENT, Some(own)) => own,
+                        (id, _) => segment_of(id)?,
+                    },
+                    target_offset: r.target_offset,
+                    length: r.length,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let batch = BatchId::from_raw(id);
+        match notify {
+            Some(n) => engine.submit_with_notify(batch, &reqs, n)?,
+            None => engine.submit(batch, &reqs)?,
+        }
+        Ok(())
+    }
+
+    /// Task `task` of batch `id` (Mooncake's `getTransferStatus`).
+    ///
+    /// # Errors
+    /// An unknown batch or task.
+    pub fn batch_task_status(&self, id: u64, task: usize) -> Result<TransferStatus> {
+        Ok(self
+            .live()?
+            .engine()
+            .task_status(BatchId::from_raw(id), task)?)
+    }
+
+    /// Waits up to `timeout` for batch `id` to end; its overall status.
+    ///
+    /// # Errors
+    /// An unknown batch.
+    pub fn wait_batch_id(&self, id: u64, timeout: Duration) -> Result<TransferStatus> {
+        match self.live()?.engine().wait(BatchId::from_raw(id), timeout) {
+            Err(te_core::Error::WaitTimeout(_)) => {
+                Ok(self.live()?.engine().batch_status(BatchId::from_raw(id))?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Frees batch `id` (Mooncake's `freeBatchID`).
+    ///
+    /// # Errors
+    /// An unknown batch; one with tasks still moving (`BatchBusy`).
+    pub fn free_batch_id(&self, id: u64) -> Result<()> {
+        Ok(self.live()?.engine().free_batch(BatchId::from_raw(id))?)
+    }
+
+    /// Sends `notification` to the owner of segment `id` without a transfer (Mooncake's
+    /// `genNotifyInEngine`).
+    ///
+    /// # Errors
+    /// An unknown segment; an unreachable peer.
+    pub fn notify_segment(&self, id: u64, notification: &Notification) -> Result<()> {
+        let live = self.live()?;
+        let engine = live.engine();
+        let name = match i32::try_from(id) {
+            Ok(LOCAL_SEGMENT) => engine.segment_name().to_string(),
+            _ => engine.segment(id)?.name().to_string(),
+        };
+        Ok(engine.send_notify(&name, notification)?)
+    }
+
+    /// Each rail's load (Mooncake's `getNicLoadStats`).
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn nic_loads(&self) -> Result<Vec<NicLoad>> {
+        Ok(self
+            .live()?
+            .engine()
+            .nic_load_stats()
+            .into_iter()
+            .map(|s| NicLoad {
+                device_name: s.name,
+                inflight_bytes: s.inflight_bytes,
+                ewma_bandwidth_bps: s.ewma_bandwidth_bps,
+            })
+            .collect())
+    }
+
+    /// The link table (Mooncake's `showLinks`): one line per rail, or a JSON array.
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn links(&self, json: bool) -> Result<String> {
+        let live = self.live()?;
+        let stats = live.engine().nic_load_stats();
+        Ok(match json {
+            true => {
+                let rows: Vec<String> = stats
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{{\"device\":{:?},\"inflight_bytes\":{},\"bytes_done\":{},\"errors\":{},\"ewma_bandwidth_bps\":{},\"paused\":{}}}",
+                            s.name, s.inflight_bytes, s.bytes_done, s.errors, s.ewma_bandwidth_bps, s.paused
+                        )
+                    })
+                    .collect();
+                format!("[{}]", rows.join(","))
+            }
+            false => stats
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} inflight={} done={} errors={} bandwidth={:.0}B/s{}\n",
+                        s.name,
+                        s.inflight_bytes,
+                        s.bytes_done,
+                        s.errors,
+                        s.ewma_bandwidth_bps,
+                        if s.paused { " paused" } else { "" }
+                    )
+                })
+                .collect(),
+        })
+    }
+}
+
+/// A C segment id as te's.
+fn segment_of(id: i32) -> Result<te_core::SegmentId> {
+    u64::try_from(id)
+        .map_err(|_| FacadeError::from(te_core::Error::UnknownSegment(id as i64 as u64)))
+}
