@@ -1,0 +1,124 @@
+//! Engine handles: what `createTransferEngine` hands out is a number from a counter that never
+//! repeats, looked up in a table on every call, so a destroyed, stale or made-up handle is
+//! found missing instead of dereferenced. Also the boundary helpers every entry point uses:
+//! panics caught, C strings read with their errors.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use te_facade::{FacadeError, MooncakeEngine};
+
+/// Handles are multiples of this, starting at it: never NULL, never a small integer.
+const HANDLE_STEP: usize = 0x10;
+
+static NEXT: AtomicUsize = AtomicUsize::new(1);
+
+fn table() -> &'static Mutex<HashMap<usize, Arc<MooncakeEngine>>> {
+    static TABLE: OnceLock<Mutex<HashMap<usize, Arc<MooncakeEngine>>>> = OnceLock::new();
+    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn lock() -> std::sync::MutexGuard<'static, HashMap<usize, Arc<MooncakeEngine>>> {
+    table().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keeps `engine` and returns its new handle.
+pub(crate) fn insert(engine: MooncakeEngine) -> *mut c_void {
+    let key = NEXT.fetch_add(1, Ordering::Relaxed) * HANDLE_STEP;
+    lock().insert(key, Arc::new(engine));
+    key as *mut c_void
+}
+
+/// The engine behind `handle`.
+///
+/// # Errors
+/// [`FacadeError::NotInitialized`] for a handle that is not (or no longer) an engine's.
+pub(crate) fn get(handle: *mut c_void) -> Result<Arc<MooncakeEngine>, FacadeError> {
+    lock()
+        .get(&(handle as usize))
+        .cloned()
+        .ok_or(FacadeError::NotInitialized)
+}
+
+/// Forgets `handle`; its engine, if it had one.
+pub(crate) fn remove(handle: *mut c_void) -> Option<Arc<MooncakeEngine>> {
+    lock().remove(&(handle as usize))
+}
+
+/// Runs an entry point's body; a panic becomes `fallback` (and an error log), never an unwind
+/// into C.
+pub(crate) fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(_) => {
+            tracing::error!(function = what, "a panic was caught at the C boundary");
+            fallback
+        }
+    }
+}
+
+/// A C string argument as UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string readable for the call.
+///
+/// # Errors
+/// A NULL pointer or bytes that are not UTF-8.
+pub(crate) unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, FacadeError> {
+    if p.is_null() {
+        return Err(te_core::Error::InvalidArgument(format!("{what} is NULL")).into());
+    }
+    // SAFETY: the caller's contract: a NUL-terminated string, readable during the call.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| te_core::Error::InvalidArgument(format!("{what} is not UTF-8")).into())
+}
+
+/// Copies `s` and a NUL into `buf` of `len` bytes.
+///
+/// # Safety
+/// `buf` is NULL or writable for `len` bytes.
+///
+/// # Errors
+/// A NULL buffer, or one too small for `s` and its NUL.
+pub(crate) unsafe fn write_text(buf: *mut c_char, len: usize, s: &str) -> Result<(), FacadeError> {
+    if buf.is_null() || s.len() >= len {
+        return Err(te_core::Error::InvalidArgument(format!(
+            "a buffer of {len} bytes cannot hold {} bytes and a NUL",
+            s.len()
+        ))
+        .into());
+    }
+    // SAFETY: `buf` is writable for `len` > `s.len()` bytes (the caller's contract, checked
+    // against `len` above); the source is a Rust string that does not overlap it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        *buf.add(s.len()) = 0;
+    }
+    Ok(())
+}
+
+/// A negative `ERR_*` code (0 for success): registration's convention.
+pub(crate) fn err_code(r: Result<(), FacadeError>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::debug!(error = %e, "C API call failed");
+            e.code()
+        }
+    }
+}
+
+/// A positive `Status` code (0 for success): submit, status and free's convention.
+pub(crate) fn status_code(r: Result<(), FacadeError>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::debug!(error = %e, "C API call failed");
+            e.status_code()
+        }
+    }
+}

@@ -1,0 +1,350 @@
+/*
+ * te's libtransfer_engine.so driven through Mooncake's C API, as NIXL's Mooncake backend and
+ * Mooncake's Go store drive Mooncake's: byte-verified transfers both ways between two engines
+ * in one process ("local") and between two processes ("processes"), notifications with and
+ * without a transfer, NIC load stats and the link table, and the bad inputs the header
+ * promises to refuse ("bad"). Prints one line per check; exits non-zero at the first failure.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transfer_engine_c.h"
+
+#define LEN (4u << 20)
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "FAILED at %s:%d: ", __FILE__, __LINE__);      \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+            exit(1);                                                       \
+        }                                                                  \
+    } while (0)
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 31u + seed * 7u + (i >> 12)) & 0xff);
+}
+
+static int same(const unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)((i * 31u + seed * 7u + (i >> 12)) & 0xff)) return 0;
+    return 1;
+}
+
+static transfer_engine_t engine(void) {
+    transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "", 0, 1);
+    CHECK(e != NULL, "createTransferEngine");
+    return e;
+}
+
+/* Submits one request and polls its status until it ends; the final status. */
+static int run(transfer_engine_t e, int opcode, void *src, segment_id_t seg, uint64_t remote,
+               uint64_t len, notify_msg_t *notify) {
+    batch_id_t b = allocateBatchID(e, 8);
+    CHECK(b != INVALID_BATCH, "allocateBatchID");
+    struct transfer_request r = {opcode, src, seg, remote, len};
+    int rc = notify ? submitTransferWithNotify(e, b, &r, 1, *notify) : submitTransfer(e, b, &r, 1);
+    CHECK(rc == 0, "submitTransfer returned %d", rc);
+    struct transfer_status st;
+    for (int i = 0; i < 60000; i++) {
+        CHECK(getTransferStatus(e, b, 0, &st) == 0, "getTransferStatus");
+        if (st.status != STATUS_WAITING && st.status != STATUS_PENDING) break;
+        usleep(500);
+    }
+    CHECK(freeBatchID(e, b) == 0, "freeBatchID");
+    return st.status;
+}
+
+/* Waits for a notification on `e` and checks it. */
+static void expect_notify(transfer_engine_t e, const char *name, const char *msg) {
+    for (int i = 0; i < 10000; i++) {
+        int n = 0;
+        notify_msg_t *got = getNotifsFromEngine(e, &n);
+        if (n > 0) {
+            CHECK(got != NULL, "getNotifsFromEngine: %d entries and NULL", n);
+            CHECK(strcmp(got[0].name, name) == 0 && strcmp(got[0].msg, msg) == 0,
+                  "notification %s/%s, expected %s/%s", got[0].name, got[0].msg, name, msg);
+            CHECK(freeNotifsMsgBuf(got, n) == 0, "freeNotifsMsgBuf");
+            return;
+        }
+        usleep(1000);
+    }
+    CHECK(0, "no notification %s/%s", name, msg);
+}
+
+static int local(void) {
+    transfer_engine_t a = engine(), b = engine();
+    char name_b[256], name_a[256];
+    CHECK(getLocalIpAndPort(b, name_b, sizeof name_b) == 0, "getLocalIpAndPort");
+    CHECK(getLocalIpAndPort(a, name_a, sizeof name_a) == 0, "getLocalIpAndPort");
+    unsigned char *src = malloc(LEN), *dst = malloc(LEN);
+    fill(src, LEN, 1);
+    memset(dst, 0, LEN);
+    CHECK(registerLocalMemory(a, src, LEN, "*", 1) == 0, "register src");
+    CHECK(registerLocalMemory(b, dst, LEN, "*", 1) == 0, "register dst");
+    segment_id_t seg = openSegment(a, name_b);
+    CHECK(seg > 0, "openSegment gave %d", seg);
+    CHECK(openSegment(a, name_a) == LOCAL_SEGMENT, "own name is LOCAL_SEGMENT");
+
+    CHECK(run(a, OPCODE_WRITE, src, seg, (uint64_t)(uintptr_t)dst, LEN, NULL) == STATUS_COMPLETED,
+          "write");
+    CHECK(same(dst, LEN, 1), "written bytes differ");
+    printf("local: WRITE 4 MiB a -> b verified\n");
+
+    fill(dst, LEN, 2);
+    CHECK(run(a, OPCODE_READ, src, seg, (uint64_t)(uintptr_t)dst, LEN, NULL) == STATUS_COMPLETED,
+          "read");
+    CHECK(same(src, LEN, 2), "read bytes differ");
+    printf("local: READ 4 MiB b -> a verified\n");
+
+    /* Several requests in one batch, submitted twice until full. */
+    batch_id_t batch = allocateBatchID(a, 4);
+    fill(src, LEN, 3);
+    struct transfer_request rs[2];
+    for (int i = 0; i < 2; i++) {
+        struct transfer_request r = {OPCODE_WRITE, src + i * 65536, seg,
+                                     (uint64_t)(uintptr_t)(dst + i * 65536), 65536};
+        rs[i] = r;
+    }
+    CHECK(submitTransfer(a, batch, rs, 2) == 0, "first submit");
+    for (int i = 0; i < 2; i++) {
+        rs[i].source = src + (i + 2) * 65536;
+        rs[i].target_offset = (uint64_t)(uintptr_t)(dst + (i + 2) * 65536);
+    }
+    CHECK(submitTransfer(a, batch, rs, 2) == 0, "second submit");
+    CHECK(submitTransfer(a, batch, rs, 1) != 0, "a fifth request in a batch of four");
+    struct transfer_status st;
+    for (int t = 0; t < 4; t++) {
+        do {
+            CHECK(getTransferStatus(a, batch, t, &st) == 0, "status of task %d", t);
+        } while (st.status == STATUS_WAITING || st.status == STATUS_PENDING);
+        CHECK(st.status == STATUS_COMPLETED && st.transferred_bytes == 65536, "task %d", t);
+    }
+    CHECK(same(dst, 4 * 65536, 3), "batched bytes differ");
+    CHECK(freeBatchID(a, batch) == 0, "free");
+    CHECK(freeBatchID(a, batch) != 0, "a freed batch freed again");
+    CHECK(getTransferStatus(a, batch, 0, &st) != 0 && st.status == STATUS_INVALID,
+          "status of a freed batch");
+    printf("local: one batch filled by two submits, four tasks verified\n");
+
+    notify_msg_t note = {"prefill-0", "kv-ready"};
+    CHECK(run(a, OPCODE_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 4096, &note) == STATUS_COMPLETED,
+          "write with notify");
+    expect_notify(b, "prefill-0", "kv-ready");
+    notify_msg_t bare = {"agent-a", "no data"};
+    CHECK(genNotifyInEngine(a, (uint64_t)seg, bare) == 0, "genNotifyInEngine");
+    expect_notify(b, "agent-a", "no data");
+    printf("local: notifications with and without a transfer\n");
+
+    size_t count = 0;
+    CHECK(getNicLoadStats(a, NULL, &count) == 0, "count stats");
+    CHECK(count >= 1, "at least one rail, got %zu", count);
+    nic_load_stat_t stats[8];
+    size_t room = 8;
+    CHECK(getNicLoadStats(a, stats, &room) == 0 && room == count, "stats");
+    CHECK(stats[0].device_name[0] != 0, "a device name");
+    char links[4096];
+    CHECK(showLinks(a, links, sizeof links, 1) == 0 && links[0] == '[', "showLinks json");
+    CHECK(showLinks(a, links, sizeof links, 0) == 0, "showLinks text");
+    printf("local: %zu NIC load stat(s), device %s\n", count, stats[0].device_name);
+
+    CHECK(closeSegment(a, seg) == 0, "closeSegment");
+    CHECK(openSegmentNoCache(a, name_b) > 0, "openSegmentNoCache");
+    CHECK(syncSegmentCache(a) == 0, "syncSegmentCache");
+    CHECK(unregisterLocalMemory(a, src) == 0, "unregister src");
+    CHECK(unregisterLocalMemory(b, dst) == 0, "unregister dst");
+    destroyTransferEngine(a);
+    destroyTransferEngine(b);
+    free(src);
+    free(dst);
+    printf("local: ok\n");
+    return 0;
+}
+
+static int bad(void) {
+    char buf[256];
+    /* Handles that are not engines'. */
+    transfer_engine_t gone = engine();
+    destroyTransferEngine(gone);
+    transfer_engine_t handles[] = {NULL, gone, (transfer_engine_t)(uintptr_t)0xdeadbeef};
+    for (int i = 0; i < 3; i++) {
+        transfer_engine_t h = handles[i];
+        CHECK(getLocalIpAndPort(h, buf, sizeof buf) == -1, "getLocalIpAndPort on handle %d", i);
+        CHECK(openSegment(h, "127.0.0.1:1") < 0, "openSegment on handle %d", i);
+        CHECK(registerLocalMemory(h, buf, sizeof buf, "*", 1) < 0, "register on handle %d", i);
+        CHECK(allocateBatchID(h, 4) == INVALID_BATCH, "allocate on handle %d", i);
+        CHECK(freeBatchID(h, 1) > 0, "free on handle %d", i);
+        struct transfer_status st;
+        CHECK(getTransferStatus(h, 1, 0, &st) > 0, "status on handle %d", i);
+        int n = 5;
+        CHECK(getNotifsFromEngine(h, &n) == NULL && n == 0, "notifs on handle %d", i);
+        destroyTransferEngine(h); /* ignored */
+    }
+    printf("bad: NULL, destroyed and made-up handles refused\n");
+
+    transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", NULL, 0, 0);
+    CHECK(e != NULL, "create without transports");
+    CHECK(createTransferEngine(NULL, "127.0.0.1", "", 0, 1) == NULL, "NULL metadata");
+    CHECK(createTransferEngine("nosuch://x", "127.0.0.1", "", 0, 1) == NULL, "bad metadata");
+    CHECK(installTransport(e, "bogus", NULL) == NULL, "unknown transport");
+    transport_t tcp = installTransport(e, "tcp", NULL);
+    CHECK(tcp != NULL, "tcp");
+    CHECK(installTransport(e, "tcp", NULL) == tcp, "tcp twice gives the installed one");
+    CHECK(uninstallTransport(e, "tcp") == -303, "uninstall is not implemented");
+    CHECK(removeLocalSegment(e, "x") == -303, "removeLocalSegment is not implemented");
+    CHECK(warmupEfaSegment(e, "127.0.0.1:1") == 0, "warmupEfaSegment");
+    CHECK(discoverTopology(e) == 0, "discoverTopology");
+    enableGracefulShutdown(e);
+    char small[4];
+    CHECK(getLocalIpAndPort(e, small, sizeof small) == -1, "a buffer too small");
+    CHECK(getLocalIpAndPort(e, NULL, 64) == -1, "a NULL buffer");
+    CHECK(openSegment(e, NULL) == -1, "NULL name");
+    char not_utf8[] = {'1', '2', (char)0xff, (char)0xfe, 0};
+    CHECK(openSegment(e, not_utf8) == -1, "a name that is not UTF-8");
+    CHECK(openSegment(e, "127.0.0.1:1") < 0, "an unreachable peer");
+
+    unsigned char *mem = malloc(1 << 20);
+    CHECK(registerLocalMemory(e, mem, 1 << 20, NULL, 1) == -1, "NULL location");
+    CHECK(registerLocalMemory(e, NULL, 4096, "*", 1) == -1, "NULL address");
+    CHECK(registerLocalMemory(e, mem, 0, "*", 1) == -1, "zero length");
+    CHECK(registerLocalMemory(e, mem, 1 << 20, "*", 1) == 0, "register");
+    CHECK(registerLocalMemory(e, mem + 4096, 4096, "*", 1) == -7, "overlap is -7");
+    CHECK(registerLocalMemoryBatch(e, NULL, 3, "*") == -1, "NULL list");
+    CHECK(registerLocalMemoryBatch(e, (buffer_entry_t *)mem, SIZE_MAX / 8, "*") == -1,
+          "a count whose bytes overflow");
+    CHECK(unregisterLocalMemoryBatch(e, NULL, 2) == -1, "NULL address list");
+    CHECK(unregisterLocalMemory(e, mem + 1) == -3, "not a region's start is -3");
+
+    char name[256];
+    CHECK(getLocalIpAndPort(e, name, sizeof name) == 0, "name");
+    segment_id_t self = openSegment(e, name);
+    CHECK(self == LOCAL_SEGMENT, "own segment");
+    CHECK(allocateBatchID(e, 0) == INVALID_BATCH, "a batch of 0");
+    batch_id_t b = allocateBatchID(e, 2);
+    CHECK(b != INVALID_BATCH, "allocate");
+    CHECK(submitTransfer(e, b, NULL, 1) == 1, "NULL requests");
+    unsigned char *outside = malloc(4096);
+    struct transfer_request r = {OPCODE_WRITE, outside, LOCAL_SEGMENT, (uint64_t)(uintptr_t)mem, 4096};
+    CHECK(submitTransfer(e, b, &r, 1) == 3, "an unregistered source is 3");
+    r.source = mem;
+    r.target_offset = (uint64_t)(uintptr_t)outside;
+    CHECK(submitTransfer(e, b, &r, 1) == 3, "an unregistered target is 3");
+    r.target_offset = (uint64_t)(uintptr_t)(mem + 65536);
+    r.opcode = 7;
+    CHECK(submitTransfer(e, b, &r, 1) == 1, "a bad opcode is 1");
+    r.opcode = OPCODE_WRITE;
+    r.target_id = 12345;
+    CHECK(submitTransfer(e, b, &r, 1) == 1, "an unknown segment is 1");
+    r.target_id = -5;
+    CHECK(submitTransfer(e, b, &r, 1) == 1, "a negative segment is 1");
+    r.target_id = LOCAL_SEGMENT;
+    r.length = UINT64_MAX;
+    CHECK(submitTransfer(e, b, &r, 1) != 0, "a length that overflows");
+    CHECK(getTransferStatus(e, b, 0, NULL) == 1, "NULL status");
+    struct transfer_status st;
+    CHECK(getTransferStatus(e, b, 99, &st) > 0 && st.status == STATUS_INVALID, "no task 99");
+    CHECK(getTransferStatus(e, b ^ 0x5a5a0000u, 0, &st) > 0, "a made-up batch");
+    notify_msg_t nullnote = {NULL, "x"};
+    CHECK(genNotifyInEngine(e, 0, nullnote) == -1, "a NULL notification name");
+    CHECK(getNotifsFromEngine(e, NULL) == NULL, "NULL size");
+    CHECK(freeNotifsMsgBuf(NULL, 3) == 0, "free NULL");
+    size_t count = 4;
+    CHECK(getNicLoadStats(e, NULL, &count) == -1, "NULL stats with room");
+    CHECK(getNicLoadStats(e, NULL, NULL) == -1, "NULL count");
+    CHECK(showLinks(e, small, sizeof small, 1) == -1, "links into a small buffer");
+    CHECK(freeBatchID(e, b) == 0, "free the empty batch");
+
+    /* The engine still serves after all of it. */
+    fill(mem, 4096, 9);
+    r.length = 4096;
+    r.source = mem;
+    r.target_offset = (uint64_t)(uintptr_t)(mem + 65536);
+    CHECK(run(e, OPCODE_WRITE, mem, LOCAL_SEGMENT, (uint64_t)(uintptr_t)(mem + 65536), 4096, NULL)
+              == STATUS_COMPLETED, "a write to itself after the bad calls");
+    CHECK(same(mem + 65536, 4096, 9), "bytes after the bad calls");
+    destroyTransferEngine(e);
+    CHECK(allocateBatchID(e, 2) == INVALID_BATCH, "a call after destroy");
+    free(mem);
+    free(outside);
+    printf("bad: every bad input refused with its code; the engine kept serving\n");
+    return 0;
+}
+
+/* Two processes: the child's engine owns `dst`; the parent writes to it and reads it back. */
+static int processes(void) {
+    int to_parent[2], to_child[2];
+    CHECK(pipe(to_parent) == 0 && pipe(to_child) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        transfer_engine_t b = engine();
+        unsigned char *dst = malloc(LEN);
+        fill(dst, LEN, 5);
+        CHECK(registerLocalMemory(b, dst, LEN, "*", 1) == 0, "child register");
+        char line[512];
+        char name[256];
+        CHECK(getLocalIpAndPort(b, name, sizeof name) == 0, "child name");
+        int n = snprintf(line, sizeof line, "%s %llu\n", name, (unsigned long long)(uintptr_t)dst);
+        CHECK(write(to_parent[1], line, (size_t)n) == n, "child write");
+        char go;
+        CHECK(read(to_child[0], &go, 1) == 1, "child wait");
+        /* The parent wrote the first half. */
+        CHECK(same(dst, LEN / 2, 6), "the parent's WRITE did not land in the child");
+        expect_notify(b, "parent", "done");
+        destroyTransferEngine(b);
+        free(dst);
+        _exit(0);
+    }
+    transfer_engine_t a = engine();
+    unsigned char *src = malloc(LEN);
+    fill(src, LEN, 6);
+    CHECK(registerLocalMemory(a, src, LEN, "*", 1) == 0, "parent register");
+    char line[512] = {0};
+    size_t got = 0;
+    while (got < sizeof line - 1) {
+        ssize_t r = read(to_parent[0], line + got, 1);
+        CHECK(r == 1, "parent read");
+        if (line[got++] == '\n') break;
+    }
+    char name[256];
+    unsigned long long addr = 0;
+    CHECK(sscanf(line, "%255s %llu", name, &addr) == 2, "parse %s", line);
+    segment_id_t seg = openSegment(a, name);
+    CHECK(seg > 0, "open the child's segment: %d", seg);
+    CHECK(run(a, OPCODE_WRITE, src, seg, addr, LEN / 2, NULL) == STATUS_COMPLETED, "write");
+    CHECK(run(a, OPCODE_READ, src + LEN / 2, seg, addr + LEN / 2, LEN / 2, NULL) == STATUS_COMPLETED,
+          "read");
+    /* The second half came from the child's pattern (seed 5), at its offset. */
+    unsigned char *expect = malloc(LEN);
+    fill(expect, LEN, 5);
+    CHECK(memcmp(src + LEN / 2, expect + LEN / 2, LEN / 2) == 0, "the READ from the child differs");
+    notify_msg_t note = {"parent", "done"};
+    CHECK(genNotifyInEngine(a, (uint64_t)seg, note) == 0, "notify the child");
+    CHECK(write(to_child[1], "g", 1) == 1, "release the child");
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed: %d", status);
+    destroyTransferEngine(a);
+    free(src);
+    free(expect);
+    printf("processes: WRITE to and READ from another process verified, notification crossed\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s local|bad|processes\n", argv[0]);
+        return 2;
+    }
+    if (strcmp(argv[1], "local") == 0) return local();
+    if (strcmp(argv[1], "bad") == 0) return bad();
+    if (strcmp(argv[1], "processes") == 0) return processes();
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+}
