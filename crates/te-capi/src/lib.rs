@@ -12,11 +12,13 @@
 //! panic crosses into C (every entry point catches it and returns an error).
 //!
 //! The semantics are te-facade's ([`te_facade::MooncakeEngine`]); this crate converts C
-//! arguments and results only. Not here: TENT's C API (`tent_*`).
+//! arguments and results only. TENT's C API (`tent_*`, header `include/tent/transfer_engine.h`)
+//! is in the same library, over te-tent (`tent`).
 
 #![allow(unsafe_code)] // the C ABI: raw pointers from the caller, each use with a SAFETY note
 
 mod batch_api;
 mod engine_api;
 mod registry;
+mod tent;
 pub mod types;

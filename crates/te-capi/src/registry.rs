@@ -1,7 +1,7 @@
-//! Engine handles: what `createTransferEngine` hands out is a number from a counter that never
-//! repeats, looked up in a table on every call, so a destroyed, stale or made-up handle is
-//! found missing instead of dereferenced. Also the boundary helpers every entry point uses:
-//! panics caught, C strings read with their errors.
+//! Engine handles: what `createTransferEngine` (and `tent_create_engine`) hands out is a
+//! number from a counter that never repeats, looked up in a table on every call, so a
+//! destroyed, stale or made-up handle is found missing instead of dereferenced. Also the
+//! boundary helpers every entry point uses: panics caught, C strings read with their errors.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
@@ -14,22 +14,58 @@ use te_facade::{FacadeError, MooncakeEngine};
 /// Handles are multiples of this, starting at it: never NULL, never a small integer.
 const HANDLE_STEP: usize = 0x10;
 
+/// One counter for every kind of handle: a Mooncake engine's handle is never a TENT engine's.
 static NEXT: AtomicUsize = AtomicUsize::new(1);
 
-fn table() -> &'static Mutex<HashMap<usize, Arc<MooncakeEngine>>> {
-    static TABLE: OnceLock<Mutex<HashMap<usize, Arc<MooncakeEngine>>>> = OnceLock::new();
-    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+/// Live objects of one kind by handle.
+pub(crate) struct Handles<T> {
+    table: OnceLock<Mutex<HashMap<usize, Arc<T>>>>,
 }
 
-fn lock() -> std::sync::MutexGuard<'static, HashMap<usize, Arc<MooncakeEngine>>> {
-    table().lock().unwrap_or_else(|e| e.into_inner())
+impl<T> Handles<T> {
+    pub(crate) const fn new() -> Self {
+        Handles {
+            table: OnceLock::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Arc<T>>> {
+        self.table
+            .get_or_init(|| Mutex::new(HashMap::new()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `value` and returns its new handle.
+    pub(crate) fn insert(&self, value: T) -> *mut c_void {
+        let key = NEXT.fetch_add(1, Ordering::Relaxed) * HANDLE_STEP;
+        self.lock().insert(key, Arc::new(value));
+        key as *mut c_void
+    }
+
+    /// The object behind `handle`.
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`] for a handle that is not (or no longer) one of these.
+    pub(crate) fn get(&self, handle: *mut c_void) -> Result<Arc<T>, FacadeError> {
+        self.lock()
+            .get(&(handle as usize))
+            .cloned()
+            .ok_or(FacadeError::NotInitialized)
+    }
+
+    /// Forgets `handle`; its object, if it had one.
+    pub(crate) fn remove(&self, handle: *mut c_void) -> Option<Arc<T>> {
+        self.lock().remove(&(handle as usize))
+    }
 }
+
+/// Mooncake engines (`createTransferEngine`).
+static ENGINES: Handles<MooncakeEngine> = Handles::new();
 
 /// Keeps `engine` and returns its new handle.
 pub(crate) fn insert(engine: MooncakeEngine) -> *mut c_void {
-    let key = NEXT.fetch_add(1, Ordering::Relaxed) * HANDLE_STEP;
-    lock().insert(key, Arc::new(engine));
-    key as *mut c_void
+    ENGINES.insert(engine)
 }
 
 /// The engine behind `handle`.
@@ -37,15 +73,12 @@ pub(crate) fn insert(engine: MooncakeEngine) -> *mut c_void {
 /// # Errors
 /// [`FacadeError::NotInitialized`] for a handle that is not (or no longer) an engine's.
 pub(crate) fn get(handle: *mut c_void) -> Result<Arc<MooncakeEngine>, FacadeError> {
-    lock()
-        .get(&(handle as usize))
-        .cloned()
-        .ok_or(FacadeError::NotInitialized)
+    ENGINES.get(handle)
 }
 
 /// Forgets `handle`; its engine, if it had one.
 pub(crate) fn remove(handle: *mut c_void) -> Option<Arc<MooncakeEngine>> {
-    lock().remove(&(handle as usize))
+    ENGINES.remove(handle)
 }
 
 /// Runs an entry point's body; a panic becomes `fallback` (and an error log), never an unwind

@@ -1,7 +1,8 @@
-//! The C API as C programs see it: `tests/c/capi_test.c` compiled with the system C compiler
-//! against `include/transfer_engine_c.h` and run against the `libtransfer_engine.so` cargo
-//! built; and a check that the library exports every function the header declares (and the
-//! header declares every function the library exports).
+//! The C APIs as C programs see them: `tests/c/capi_test.c` (Mooncake's `transfer_engine_c.h`)
+//! and `tests/c/tent_test.c` (TENT's `tent/transfer_engine.h`) compiled with the system C
+//! compiler against te's headers and run against the `libtransfer_engine.so` cargo built; and
+//! a check that the library exports every function the headers declare (and the headers
+//! declare every C function the library exports).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,45 +26,79 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The test program, compiled once.
+/// Compiles `tests/c/{name}.c` against the headers and the library.
+fn compile(name: &str) -> PathBuf {
+    let lib = library_dir();
+    let out = std::env::temp_dir().join(format!("te-capi-{name}-{}", std::process::id()));
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg(crate_dir().join(format!("tests/c/{name}.c")))
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-ltransfer_engine")
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run the C compiler (cc)");
+    assert!(status.success(), "{name}.c did not compile");
+    out
+}
+
+/// The Mooncake C API test program, compiled once.
 fn program() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let lib = library_dir();
-        let out = std::env::temp_dir().join(format!("te-capi-test-{}", std::process::id()));
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-            .arg("-I")
-            .arg(crate_dir().join("include"))
-            .arg(crate_dir().join("tests/c/capi_test.c"))
-            .arg("-L")
-            .arg(&lib)
-            .arg(format!("-Wl,-rpath,{}", lib.display()))
-            .arg("-ltransfer_engine")
-            .arg("-o")
-            .arg(&out)
-            .status()
-            .expect("run the C compiler (cc)");
-        assert!(status.success(), "capi_test.c did not compile");
-        out
-    })
+    BUILT.get_or_init(|| compile("capi_test"))
+}
+
+/// The TENT C API test program, compiled once.
+fn tent_program() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| compile("tent_test"))
 }
 
 fn run(mode: &str) -> String {
-    let out = Command::new(program())
+    run_program(program(), mode)
+}
+
+fn run_program(program: &Path, mode: &str) -> String {
+    let out = Command::new(program)
         .arg(mode)
         .env("MC_FORCE_TCP", "1")
         .env("MC_TRANSFER_TIMEOUT", "30")
+        .env_remove("MC_TENT_CONF")
         .output()
-        .expect("run capi_test");
+        .expect("run the test program");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "capi_test {mode} failed ({}):\n{stdout}\n{}",
+        "{} {mode} failed ({}):\n{stdout}\n{}",
+        program.display(),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+#[test]
+fn tent_engines_move_bytes_and_notifications() {
+    let out = run_program(tent_program(), "local");
+    for line in [
+        "tent local: WRITE and READ of 4 MiB verified",
+        "tent local: a batch of three with priorities and a transport hint, listed",
+        "tent local: notifications with and without a transfer",
+        "tent local: ok",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn tent_bad_inputs_fail_and_the_engine_keeps_serving() {
+    let out = run_program(tent_program(), "bad");
+    assert!(out.contains("tent bad: every bad input refused"), "{out}");
 }
 
 #[test]
@@ -136,38 +171,54 @@ fn declared(header: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_library_exports_exactly_what_the_header_declares() {
-    let header = std::fs::read_to_string(crate_dir().join("include/transfer_engine_c.h")).unwrap();
-    let names = declared(&header);
-    assert_eq!(names.len(), 27, "functions in the header: {names:?}");
+fn the_library_exports_exactly_what_the_headers_declare() {
+    let read = |p: &str| std::fs::read_to_string(crate_dir().join(p)).unwrap();
+    let mooncake = declared(&read("include/transfer_engine_c.h"));
+    let tent = declared(&read("include/tent/transfer_engine.h"));
+    assert_eq!(
+        mooncake.len(),
+        27,
+        "functions in transfer_engine_c.h: {mooncake:?}"
+    );
+    assert_eq!(
+        tent.len(),
+        33,
+        "functions in tent/transfer_engine.h: {tent:?}"
+    );
     let nm = Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(library_dir().join("libtransfer_engine.so"))
         .output()
         .expect("run nm");
     let symbols = String::from_utf8_lossy(&nm.stdout);
-    let exported: Vec<String> = symbols
+    let exported: Vec<&str> = symbols
         .lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
             let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
-            (kind == "T" && names.iter().any(|n| n.eq_ignore_ascii_case(name)))
-                .then(|| name.to_string())
+            (kind == "T").then_some(name)
         })
         .collect();
-    for n in &names {
-        assert!(exported.contains(n), "{n} is declared but not exported");
+    for n in mooncake.iter().chain(&tent) {
+        assert!(
+            exported.contains(&n.as_str()),
+            "{n} is declared but not exported"
+        );
     }
-    // Every exported C-named function (camelCase, no Rust mangling) is declared.
-    for line in symbols.lines() {
-        let mut f = line.split_whitespace();
-        if let (Some(_), Some("T"), Some(name)) = (f.next(), f.next(), f.next())
-            && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+    // Every exported C-named function (Mooncake's camelCase, or tent_*) is declared.
+    for name in exported {
+        let camel = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
             && name.chars().any(|c| c.is_ascii_uppercase())
-            && !name.contains('_')
-        {
+            && !name.contains('_');
+        if camel {
             assert!(
-                names.iter().any(|n| n == name),
+                mooncake.iter().any(|n| n == name),
+                "{name} is exported but not declared"
+            );
+        }
+        if name.starts_with("tent_") {
+            assert!(
+                tent.iter().any(|n| n == name),
                 "{name} is exported but not declared"
             );
         }
