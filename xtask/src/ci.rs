@@ -236,6 +236,18 @@ pub(crate) fn ci() -> Result<(), String> {
             )
         },
     );
+    let others = other_pythons();
+    let abi3 = match (py_venv.exists(), others.is_empty()) {
+        (false, _) => Some("target/te-py-venv missing (.ci/setup makes it)".into()),
+        (true, true) => Some("no other CPython (3.10, 3.12, 3.13) on this machine".into()),
+        (true, false) => None,
+    };
+    lane(
+        &mut r,
+        "python abi3 (one wheel on every CPython 3.10-3.13 here)",
+        abi3,
+        || abi3_wheel(&others),
+    );
     let qemu = skip_without(
         "qemu-system-x86_64",
         "--version",
@@ -280,6 +292,109 @@ pub(crate) fn ci() -> Result<(), String> {
         }
         false => Err(format!("ci failed: {}", failed.join(", "))),
     }
+}
+
+/// `cargo xtask abi3`: the CI lane that installs te's one abi3 wheel into every other CPython
+/// here and runs the smoke script with each.
+pub(crate) fn abi3() -> Result<(), String> {
+    let others = other_pythons();
+    if others.is_empty() {
+        return Err("no CPython 3.10, 3.12 or 3.13 found (PATH or pyenv)".into());
+    }
+    abi3_wheel(&others)
+}
+
+/// CPython 3.10, 3.12 and 3.13 interpreters here (3.11 is te-py-venv's): on `PATH`, or
+/// installed by pyenv (whose shims answer only for the selected version).
+fn other_pythons() -> Vec<String> {
+    let pyenv = std::env::var("PYENV_ROOT")
+        .ok()
+        .or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/.pyenv")));
+    ["3.10", "3.12", "3.13"]
+        .into_iter()
+        .filter_map(|minor| {
+            let on_path = format!("python{minor}");
+            if tool_present(&on_path, "--version") {
+                return Some(on_path);
+            }
+            let versions = std::path::PathBuf::from(pyenv.as_ref()?).join("versions");
+            std::fs::read_dir(versions)
+                .ok()?
+                .filter_map(Result::ok)
+                .filter(|v| {
+                    v.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("{minor}."))
+                })
+                .map(|v| v.path().join(format!("bin/python{minor}")))
+                .find(|p| p.is_file())
+                .map(|p| p.display().to_string())
+        })
+        .collect()
+}
+
+/// Builds te's one abi3 wheel and, for each interpreter in `pythons`, installs it into a fresh
+/// virtual environment and runs `crates/te-py/tests/abi3_smoke.py` there.
+fn abi3_wheel(pythons: &[String]) -> Result<(), String> {
+    let bin = std::fs::canonicalize("target/te-py-venv/bin")
+        .map_err(|e| format!("target/te-py-venv/bin: {e}"))?;
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let wheels = std::path::Path::new("target/te-py-wheels");
+    let _ = std::fs::remove_dir_all(wheels);
+    run(
+        "maturin build --release (the abi3 wheel)",
+        Command::new(bin.join("maturin"))
+            .env("PATH", &path)
+            .current_dir("crates/te-py")
+            .args([
+                "build",
+                "--release",
+                "-q",
+                "--out",
+                "../../target/te-py-wheels",
+            ]),
+    )?;
+    let wheel = std::fs::read_dir(wheels)
+        .map_err(|e| format!("{}: {e}", wheels.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or("maturin made no wheel")?;
+    for python in pythons {
+        let minor = python.rsplit("python").next().unwrap_or("3");
+        let venv = std::path::PathBuf::from(format!("target/abi3-venv-{minor}"));
+        let _ = std::fs::remove_dir_all(&venv);
+        run(
+            &format!("{python} -m venv"),
+            Command::new(python).args(["-m", "venv"]).arg(&venv),
+        )?;
+        // Absolute, not resolved: the venv's own `python` (a link to the base interpreter
+        // that knows it runs in the venv).
+        let venv_python = std::env::current_dir()
+            .map_err(|e| e.to_string())?
+            .join(&venv)
+            .join("bin/python");
+        run(
+            &format!("install the wheel with {python}"),
+            Command::new(&venv_python)
+                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+                .arg(&wheel),
+        )?;
+        // Run from outside the source tree, so the installed package is the one imported.
+        let script = std::fs::canonicalize("crates/te-py/tests/abi3_smoke.py")
+            .map_err(|e| format!("abi3_smoke.py: {e}"))?;
+        run(
+            &format!("abi3_smoke.py with {python}"),
+            Command::new(&venv_python)
+                .arg(script)
+                .current_dir(std::env::temp_dir()),
+        )?;
+    }
+    Ok(())
 }
 
 /// Builds and installs crates/te-py (maturin, an abi3 wheel) into `target/te-py-venv`.

@@ -163,7 +163,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask licences | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -175,6 +175,7 @@ fn main() -> ExitCode {
     {
         ["ci"] => ci::ci(),
         ["licences"] => ci::licences(),
+        ["abi3"] => ci::abi3(),
         ["bench", "tcp", rest @ ..] => bench::tcp(rest),
         ["bench", "topo", rest @ ..] => bench::topo(rest),
         ["bench", "engine", rest @ ..] => bench::engine(rest),
