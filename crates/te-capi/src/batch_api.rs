@@ -4,15 +4,14 @@
 
 use std::ffi::{c_char, c_int};
 
-use te_core::{Notification, Opcode, TransferState};
+use te_core::Notification;
 use te_facade::{FacadeError, SegmentRequest};
 
 use crate::engine_api::slice;
 use crate::registry::{self, err_code, guard, status_code, text};
 use crate::types::{
-    BatchIdT, ERR_INVALID_ARGUMENT, INVALID_BATCH, NicLoadStatC, NotifyMsgC, OPCODE_READ,
-    OPCODE_WRITE, STATUS_CANCELED, STATUS_COMPLETED, STATUS_FAILED, STATUS_INVALID, STATUS_PENDING,
-    STATUS_TIMEOUT, STATUS_WAITING, TransferEngineT, TransferRequestC, TransferStatusC,
+    BatchIdT, ERR_INVALID_ARGUMENT, INVALID_BATCH, NicLoadStatC, NotifyMsgC, STATUS_INVALID,
+    TransferEngineT, TransferRequestC, TransferStatusC,
 };
 
 /// Mooncake's `Status::InvalidArgument`, positive: submit, status and free's answer for a bad
@@ -46,16 +45,7 @@ unsafe fn requests(
     entries
         .iter()
         .map(|r| {
-            let opcode = match r.opcode {
-                OPCODE_READ => Opcode::Read,
-                OPCODE_WRITE => Opcode::Write,
-                other => {
-                    return Err(te_core::Error::InvalidArgument(format!(
-                        "opcode {other}: OPCODE_READ (0) or OPCODE_WRITE (1)"
-                    ))
-                    .into());
-                }
-            };
+            let opcode = crate::types::opcode(r.opcode)?;
             Ok(SegmentRequest {
                 opcode,
                 source: r.source as u64,
@@ -126,19 +116,6 @@ pub unsafe extern "C" fn submitTransferWithNotify(
     })
 }
 
-/// Mooncake's number for a task state.
-fn status_number(state: TransferState) -> c_int {
-    match state {
-        TransferState::Waiting => STATUS_WAITING,
-        TransferState::Pending => STATUS_PENDING,
-        TransferState::Completed => STATUS_COMPLETED,
-        TransferState::Canceled => STATUS_CANCELED,
-        TransferState::Timeout => STATUS_TIMEOUT,
-        TransferState::Failed => STATUS_FAILED,
-        _ => STATUS_INVALID,
-    }
-}
-
 /// Fills `status` with task `task_id` of batch `batch_id`: 0, or a positive `Status` code
 /// (the status then says `STATUS_INVALID`).
 ///
@@ -159,7 +136,7 @@ pub unsafe extern "C" fn getTransferStatus(
         let (out, code) = match got {
             Ok(s) => (
                 TransferStatusC {
-                    status: status_number(s.state),
+                    status: crate::types::status_number(s.state),
                     transferred_bytes: s.transferred_bytes,
                 },
                 0,

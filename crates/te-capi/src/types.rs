@@ -97,3 +97,32 @@ pub struct NicLoadStatC {
 pub const ERR_INVALID_ARGUMENT: c_int = -1;
 /// `ERR_NOT_IMPLEMENTED` (Mooncake's `Status::NotImplemented` is 999; its `ERR_*` is -303).
 pub const ERR_NOT_IMPLEMENTED: c_int = -303;
+
+/// `OPCODE_READ`/`OPCODE_WRITE` as te's opcode.
+///
+/// # Errors
+/// Any other number.
+pub(crate) fn opcode(n: c_int) -> Result<te_core::Opcode, te_facade::FacadeError> {
+    match n {
+        OPCODE_READ => Ok(te_core::Opcode::Read),
+        OPCODE_WRITE => Ok(te_core::Opcode::Write),
+        other => Err(te_core::Error::InvalidArgument(format!(
+            "opcode {other}: OPCODE_READ (0) or OPCODE_WRITE (1)"
+        ))
+        .into()),
+    }
+}
+
+/// A task state as the `STATUS_*` number both headers use.
+pub(crate) fn status_number(state: te_core::TransferState) -> c_int {
+    use te_core::TransferState as S;
+    match state {
+        S::Waiting => STATUS_WAITING,
+        S::Pending => STATUS_PENDING,
+        S::Completed => STATUS_COMPLETED,
+        S::Canceled => STATUS_CANCELED,
+        S::Timeout => STATUS_TIMEOUT,
+        S::Failed => STATUS_FAILED,
+        _ => STATUS_INVALID,
+    }
+}

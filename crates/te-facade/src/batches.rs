@@ -108,20 +108,8 @@ impl MooncakeEngine {
         }
         match protocol {
             "tcp" => engine.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))?,
-            "rdma" => {
-                let mut options = te_rdma::RdmaOptions::from_env()?;
-                let named: Vec<String> = devices
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|d| !d.is_empty())
-                    .map(String::from)
-                    .collect();
-                if !named.is_empty() {
-                    options.devices = Some(named);
-                }
-                engine
-                    .install_transport(std::sync::Arc::new(te_rdma::RdmaTransport::new(options)))?;
-            }
+            "rdma" => engine
+                .install_transport(std::sync::Arc::new(crate::engine::rdma_transport(devices)?))?,
             other => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
                     "{other:?}: te installs tcp or rdma"

@@ -667,6 +667,27 @@ impl Live {
     }
 }
 
+/// The device names in a comma-separated list (empty: none named, which means all).
+pub(crate) fn device_list(devices: &str) -> Option<Vec<String>> {
+    let named: Vec<String> = devices
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(String::from)
+        .collect();
+    (!named.is_empty()).then_some(named)
+}
+
+/// te's RDMA transport on the `devices` named (comma-separated; empty: all), with the
+/// `MC_*` options.
+pub(crate) fn rdma_transport(devices: &str) -> Result<te_rdma::RdmaTransport> {
+    let mut options = te_rdma::RdmaOptions::from_env()?;
+    if let Some(named) = device_list(devices) {
+        options.devices = Some(named);
+    }
+    Ok(te_rdma::RdmaTransport::new(options))
+}
+
 /// Installs te's RDMA transport for `protocol` `rdma` when verbs devices are there (and
 /// `MC_FORCE_TCP` is not set), TCP otherwise.
 fn install_transports(engine: &TransferEngine, protocol: &str, device_name: &str) -> Result<()> {
@@ -674,17 +695,7 @@ fn install_transports(engine: &TransferEngine, protocol: &str, device_name: &str
         .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "on"))
         .unwrap_or(false);
     if protocol.eq_ignore_ascii_case("rdma") && !force_tcp {
-        let mut options = te_rdma::RdmaOptions::from_env()?;
-        let devices: Vec<String> = device_name
-            .split(',')
-            .map(str::trim)
-            .filter(|d| !d.is_empty())
-            .map(String::from)
-            .collect();
-        if !devices.is_empty() {
-            options.devices = Some(devices);
-        }
-        match engine.install_transport(Arc::new(te_rdma::RdmaTransport::new(options))) {
+        match engine.install_transport(Arc::new(rdma_transport(device_name)?)) {
             Ok(()) => return Ok(()),
             Err(e) => warn!(error = %e, "no RDMA here; using TCP, as Mooncake does"),
         }

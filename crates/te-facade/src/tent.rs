@@ -61,13 +61,7 @@ impl TentSession {
         if protocol.eq_ignore_ascii_case("rdma") {
             let rdma = config.transports.entry("rdma".into()).or_default();
             rdma.enable = Some(true);
-            let named: Vec<String> = devices
-                .split(',')
-                .map(str::trim)
-                .filter(|d| !d.is_empty())
-                .map(String::from)
-                .collect();
-            if !named.is_empty() {
+            if let Some(named) = crate::engine::device_list(devices) {
                 rdma.devices = Some(named);
             }
         }

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use te_core::{Notification, Opcode, TransferState, TransferStatus};
+use te_core::{Notification, TransferStatus};
 use te_facade::FacadeError;
 use te_tent::{Priority, Request, TentBatchId, TentEngine};
 
@@ -72,11 +72,7 @@ unsafe fn requests(
     entries
         .iter()
         .map(|r| {
-            let opcode = match r.opcode {
-                0 => Opcode::Read,
-                1 => Opcode::Write,
-                o => return Err(te_core::Error::InvalidArgument(format!("opcode {o}")).into()),
-            };
+            let opcode = crate::types::opcode(r.opcode)?;
             let priority = match r.priority {
                 0 => Priority::High,
                 1 => Priority::Medium,
@@ -245,20 +241,8 @@ pub unsafe extern "C" fn tent_free_notifs(info: *mut TentNotifyInfoC) {
 }
 
 fn status_c(s: TransferStatus) -> TentStatusC {
-    use crate::types::{
-        STATUS_CANCELED, STATUS_COMPLETED, STATUS_FAILED, STATUS_INVALID, STATUS_PENDING,
-        STATUS_TIMEOUT, STATUS_WAITING,
-    };
     TentStatusC {
-        status: match s.state {
-            TransferState::Waiting => STATUS_WAITING,
-            TransferState::Pending => STATUS_PENDING,
-            TransferState::Completed => STATUS_COMPLETED,
-            TransferState::Canceled => STATUS_CANCELED,
-            TransferState::Timeout => STATUS_TIMEOUT,
-            TransferState::Failed => STATUS_FAILED,
-            _ => STATUS_INVALID,
-        },
+        status: crate::types::status_number(s.state),
         transferred_bytes: s.transferred_bytes,
     }
 }

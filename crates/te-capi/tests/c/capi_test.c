@@ -13,29 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "transfer_engine_c.h"
 
 #define LEN (4u << 20)
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAILED at %s:%d: ", __FILE__, __LINE__);      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
-
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 31u + seed * 7u + (i >> 12)) & 0xff);
-}
-
-static int same(const unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)((i * 31u + seed * 7u + (i >> 12)) & 0xff)) return 0;
-    return 1;
-}
 
 static transfer_engine_t engine(void) {
     transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "", 0, 1);

@@ -11,29 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "tent/transfer_engine.h"
 
 #define LEN (4u << 20)
 
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            fprintf(stderr, "FAILED at %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fprintf(stderr, "\n");                                    \
-            exit(1);                                                  \
-        }                                                             \
-    } while (0)
-
-static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 13u + seed * 5u + (i >> 10)) & 0xff);
-}
-
-static int same(const unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)((i * 13u + seed * 5u + (i >> 10)) & 0xff)) return 0;
-    return 1;
-}
 
 static tent_engine_t engine(void) {
     tent_engine_t e = tent_create_engine();
