@@ -127,9 +127,10 @@ impl Lane {
         {
             return Err(op);
         }
-        let Ok(mut guard) = self.conn.try_lock() else {
-            return Err(op);
-        };
+        // Nothing is queued, so the sender thread holds the connection at most while it
+        // finishes the slice it took last (its reply may already have completed the caller's
+        // previous call): wait for it rather than queue behind it.
+        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         let Some(conn) = guard.as_mut() else {
             return Err(op);
         };
