@@ -136,6 +136,17 @@ static int local(void) {
     CHECK(showLinks(a, links, sizeof links, 0) == 0, "showLinks text");
     printf("local: %zu NIC load stat(s), device %s\n", count, stats[0].device_name);
 
+    /* Batch registration, all or none, and batch unregistration. */
+    unsigned char *x = malloc(65536), *y = malloc(65536);
+    buffer_entry_t entries[2] = {{x, 65536}, {y, 65536}};
+    CHECK(registerLocalMemoryBatch(a, entries, 2, "*") == 0, "registerLocalMemoryBatch");
+    CHECK(registerLocalMemory(a, y + 16, 16, "*", 1) == -7, "inside a batch-registered region");
+    void *both[2] = {x, y};
+    CHECK(unregisterLocalMemoryBatch(a, both, 2) == 0, "unregisterLocalMemoryBatch");
+    CHECK(unregisterLocalMemory(a, x) == -3, "unregistered already");
+    free(x);
+    free(y);
+
     CHECK(closeSegment(a, seg) == 0, "closeSegment");
     CHECK(openSegmentNoCache(a, name_b) > 0, "openSegmentNoCache");
     CHECK(syncSegmentCache(a) == 0, "syncSegmentCache");

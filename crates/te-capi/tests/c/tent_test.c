@@ -66,7 +66,14 @@ static void expect_notify(tent_engine_t e, const char *name, const char *msg) {
 }
 
 static int local(void) {
-    tent_set_config("metadata_type", "p2p");
+    /* Settings from a file, then one key on top. */
+    char conf[] = "/tmp/te-tent-conf-XXXXXX";
+    int fd = mkstemp(conf);
+    CHECK(fd >= 0, "mkstemp");
+    const char *json = "{\"metadata_type\": \"p2p\", \"local_segment_name\": \"10.255.255.1\"}";
+    CHECK(write(fd, json, strlen(json)) == (ssize_t)strlen(json), "write the config");
+    close(fd);
+    tent_load_config_from_file(conf);
     tent_set_config("local_segment_name", "127.0.0.1");
     tent_engine_t a = engine(), b = engine();
     char name_b[256], host[128];
@@ -159,6 +166,8 @@ static int local(void) {
     size_t sizes[2] = {8192, 8192};
     CHECK(tent_register_memory_batch(a, addrs, sizes, 2, PERM_GLOBAL_READ_WRITE) == 0, "batch");
     CHECK(tent_unregister_memory_batch(a, addrs, sizes, 2) == 0, "unregister batch");
+    CHECK(tent_register_memory_batch_ex(a, addrs, sizes, 2, &opts) == 0, "batch_ex");
+    CHECK(tent_unregister_memory_batch(a, addrs, NULL, 2) == 0, "unregister batch_ex");
     CHECK(tent_register_memory_ex(a, ro, 8192, &opts) == 0, "tent_register_memory_ex");
     CHECK(tent_register_memory_with_perm(a, rw, 8192, PERM_LOCAL_READ_WRITE) == 0, "with_perm");
     CHECK(tent_unregister_memory(a, ro, 8192) == 0 && tent_unregister_memory(a, rw, 8192) == 0,
@@ -170,6 +179,7 @@ static int local(void) {
     tent_destroy_engine(a);
     tent_destroy_engine(b);
     CHECK(tent_available(a) == 0, "a destroyed engine is not available");
+    unlink(conf);
     free(src);
     free(ro);
     free(rw);
