@@ -7,8 +7,7 @@ use std::ffi::{c_char, c_int};
 use te_core::Notification;
 use te_facade::{FacadeError, SegmentRequest};
 
-use crate::engine_api::slice;
-use crate::registry::{self, err_code, guard, status_code, text};
+use crate::registry::{self, err_code, guard, slice, status_code, text};
 use crate::types::{
     BatchIdT, ERR_INVALID_ARGUMENT, INVALID_BATCH, NicLoadStatC, NotifyMsgC, STATUS_INVALID,
     TransferEngineT, TransferRequestC, TransferStatusC,

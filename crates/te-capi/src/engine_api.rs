@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int, c_void};
 use te_core::Permission;
 use te_facade::{FacadeError, MooncakeEngine};
 
-use crate::registry::{self, err_code, guard, text, write_text};
+use crate::registry::{self, err_code, guard, slice, text, write_text};
 use crate::types::{
     BufferEntryC, ERR_INVALID_ARGUMENT, ERR_NOT_IMPLEMENTED, SegmentIdT, TransferEngineT,
     TransportT,
@@ -371,27 +371,4 @@ pub unsafe extern "C" fn showLinks(
             Err(_) => ERR_INVALID_ARGUMENT,
         }
     })
-}
-
-/// `n` elements at `p` as a slice; NULL is refused unless `n` is 0, and so is a length whose
-/// bytes overflow.
-///
-/// # Safety
-/// `p` is NULL or readable for `n` elements.
-pub(crate) unsafe fn slice<'a, T>(
-    p: *const T,
-    n: usize,
-    what: &str,
-) -> Result<&'a [T], FacadeError> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null()
-        || n.checked_mul(size_of::<T>())
-            .is_none_or(|b| b > isize::MAX as usize)
-    {
-        return Err(te_core::Error::InvalidArgument(format!("{what}: NULL or {n} entries")).into());
-    }
-    // SAFETY: non-NULL, readable for `n` elements (the caller's contract), size checked.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }

@@ -1,7 +1,8 @@
 //! Engine handles: what `createTransferEngine` (and `tent_create_engine`) hands out is a
 //! number from a counter that never repeats, looked up in a table on every call, so a
 //! destroyed, stale or made-up handle is found missing instead of dereferenced. Also the
-//! boundary helpers every entry point uses: panics caught, C strings read with their errors.
+//! boundary helpers every entry point uses: panics caught, C strings and pointer-and-count
+//! arrays read with their errors.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
@@ -154,4 +155,27 @@ pub(crate) fn status_code(r: Result<(), FacadeError>) -> i32 {
             e.status_code()
         }
     }
+}
+
+/// `n` elements at `p` as a slice; NULL is refused unless `n` is 0, and so is a length whose
+/// bytes overflow.
+///
+/// # Safety
+/// `p` is NULL or readable for `n` elements.
+pub(crate) unsafe fn slice<'a, T>(
+    p: *const T,
+    n: usize,
+    what: &str,
+) -> Result<&'a [T], FacadeError> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null()
+        || n.checked_mul(size_of::<T>())
+            .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(te_core::Error::InvalidArgument(format!("{what}: NULL or {n} entries")).into());
+    }
+    // SAFETY: non-NULL, readable for `n` elements (the caller's contract), size checked.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }

@@ -6,8 +6,6 @@
 //!
 //! Not here: C types, pointers and strings (te-capi converts them and catches panics).
 
-use std::time::Duration;
-
 use te_core::{BatchId, Notification, Opcode, TransferRequest, TransferStatus};
 
 use crate::engine::MooncakeEngine;
@@ -227,19 +225,6 @@ impl MooncakeEngine {
             .live()?
             .engine()
             .task_status(BatchId::from_raw(id), task)?)
-    }
-
-    /// Waits up to `timeout` for batch `id` to end; its overall status.
-    ///
-    /// # Errors
-    /// An unknown batch.
-    pub fn wait_batch_id(&self, id: u64, timeout: Duration) -> Result<TransferStatus> {
-        match self.live()?.engine().wait(BatchId::from_raw(id), timeout) {
-            Err(te_core::Error::WaitTimeout(_)) => {
-                Ok(self.live()?.engine().batch_status(BatchId::from_raw(id))?)
-            }
-            other => Ok(other?),
-        }
     }
 
     /// Frees batch `id` (Mooncake's `freeBatchID`).

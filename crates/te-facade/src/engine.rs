@@ -101,6 +101,13 @@ pub(crate) fn transfer_timeout() -> Duration {
     Duration::from_secs(secs)
 }
 
+/// The time one call's transfers may take: `timeout` (`MC_TRANSFER_TIMEOUT`) plus a
+/// nanosecond per byte.
+pub(crate) fn budget(timeout: Duration, lengths: &[u64]) -> Duration {
+    let total = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
+    timeout + Duration::from_nanos(total)
+}
+
 /// Builds the requests of one call; lists of different lengths are refused.
 pub(crate) fn requests(
     target_id: SegmentId,
@@ -549,8 +556,7 @@ impl Live {
     ) -> Result<(Vec<TransferRequest>, Duration)> {
         let seg = self.sessions.open(&self.engine, target)?;
         let reqs = requests(seg, opcode, sources, targets, lengths)?;
-        let total = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
-        Ok((reqs, self.timeout + Duration::from_nanos(total)))
+        Ok((reqs, budget(self.timeout, lengths)))
     }
 
     pub(crate) fn lock_batches(&self) -> std::sync::MutexGuard<'_, HashMap<u64, String>> {

@@ -14,7 +14,7 @@ use te_core::{Notification, Opcode, Permission, SegmentId, TransferState};
 use te_tent::{Request, TentBatchId, TentConfig, TentEngine};
 
 use crate::backend::{Backend, Lists};
-use crate::engine::{transfer_timeout, until_unpinned};
+use crate::engine::{budget, transfer_timeout, until_unpinned};
 use crate::error::{FacadeError, Result};
 use crate::owned::Owned;
 
@@ -110,12 +110,17 @@ impl TentLive {
         }
     }
 
-    fn requests(&self, target: &str, opcode: Opcode, lists: Lists<'_>) -> Result<Vec<Request>> {
+    /// One call's requests, each with the call's deadline.
+    fn requests(
+        &self,
+        target: &str,
+        opcode: Opcode,
+        lists: Lists<'_>,
+        deadline: Duration,
+    ) -> Result<Vec<Request>> {
         let (sources, targets, lengths) = lists;
         let seg = self.peer(target)?;
         let reqs = crate::engine::requests(seg, opcode, sources, targets, lengths)?;
-        let total = lengths.iter().fold(0u64, |a, &l| a.saturating_add(l));
-        let deadline = self.timeout + Duration::from_nanos(total);
         Ok(reqs
             .into_iter()
             .map(|r| {
@@ -131,8 +136,9 @@ impl TentLive {
         opcode: Opcode,
         lists: Lists<'_>,
         notify: Option<Notification>,
-    ) -> Result<(TentBatchId, usize)> {
-        let reqs = self.requests(target, opcode, lists)?;
+    ) -> Result<(TentBatchId, usize, Duration)> {
+        let budget = budget(self.timeout, lists.2);
+        let reqs = self.requests(target, opcode, lists, budget)?;
         let batch = self.tent.allocate_batch(reqs.len())?;
         let submitted = match notify {
             Some(n) => self.tent.submit_with_notification(batch, &reqs, n),
@@ -143,7 +149,7 @@ impl TentLive {
             self.forget(target);
             return Err(e.into());
         }
-        Ok((batch, reqs.len()))
+        Ok((batch, reqs.len(), budget))
     }
 
     /// The first error a task of `batch` met.
@@ -271,9 +277,7 @@ impl Backend for TentSession {
         notify: Option<Notification>,
     ) -> Result<()> {
         let live = self.live()?;
-        let (batch, tasks) = live.submit(target, opcode, lists, notify)?;
-        let total = lists.2.iter().fold(0u64, |a, &l| a.saturating_add(l));
-        let budget = live.timeout + Duration::from_nanos(total);
+        let (batch, tasks, budget) = live.submit(target, opcode, lists, notify)?;
         let mut status = live.tent.wait(batch, budget)?;
         if !status.state.is_terminal() {
             live.cancel(batch, tasks)?;
@@ -295,7 +299,7 @@ impl Backend for TentSession {
     ) -> Result<u64> {
         let live = self.live()?;
         live.sweep_abandoned();
-        let (batch, tasks) = live.submit(target, opcode, lists, notify)?;
+        let (batch, tasks, _) = live.submit(target, opcode, lists, notify)?;
         lock(&live.batches).insert(batch.0, (target.to_string(), tasks));
         Ok(batch.0)
     }

@@ -48,6 +48,14 @@ pub(crate) enum Framing {
     },
 }
 
+impl Framing {
+    /// Whether the target closes the connection after a slice ends with `outcome`: Mooncake's
+    /// target does after a refusal.
+    fn closes_after(self, outcome: &Result<(), SliceError>) -> bool {
+        matches!(self, Framing::Mooncake { .. }) && matches!(outcome, Err(SliceError::Rejected(_)))
+    }
+}
+
 /// Where a peer's data listener is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PeerKey {
@@ -164,10 +172,7 @@ impl Lane {
             });
         match exchanged {
             Ok(outcome) => {
-                if matches!(self.framing, Framing::Mooncake { .. })
-                    && matches!(outcome, Err(SliceError::Rejected(_)))
-                {
-                    // Mooncake's target closes the connection after a refusal.
+                if self.framing.closes_after(&outcome) {
                     conn.break_off();
                     *guard = None;
                 }
@@ -610,8 +615,9 @@ impl ReceiverWorker {
             );
             // Mooncake's target closes the connection after a refusal: what was pipelined
             // behind the refused slice fails as path errors, and retries.
-            let closed = matches!(self.framing, Framing::Mooncake { .. })
-                && matches!(received, Ok(Err(SliceError::Rejected(_))));
+            let closed = received
+                .as_ref()
+                .is_ok_and(|outcome| self.framing.closes_after(outcome));
             if closed || received.is_err() {
                 // Before the count drops: no submitting thread may take the idle lane.
                 self.broken.store(true, Ordering::Release);

@@ -12,8 +12,7 @@ use super::{
     TENTS, TentNicLoadStatC, TentNotifyInfoC, TentNotifyRecordC, TentRequestC, TentStatusC, fail,
     fixed, segment, tent_err, with,
 };
-use crate::engine_api::slice;
-use crate::registry::{guard, text};
+use crate::registry::{guard, slice, text};
 
 /// A batch of `batch_size` tasks: its id, or 0.
 #[unsafe(no_mangle)]
@@ -193,14 +192,12 @@ pub unsafe extern "C" fn tent_recv_notifs(
         if n > 0 && records.is_null() {
             return Err(te_core::Error::InvalidArgument("out of memory".into()).into());
         }
+        let open = t.core().open_segment_names();
         for (i, m) in got.iter().take(n).enumerate() {
-            let handle = t
-                .core()
-                .open_segment_names()
-                .iter()
-                .position(|s| *s == m.name)
-                .and_then(|_| t.open_segment(&m.name).ok())
-                .unwrap_or(0);
+            let handle = match open.contains(&m.name) {
+                true => t.open_segment(&m.name).unwrap_or(0),
+                false => 0,
+            };
             // SAFETY: `records` holds `n` > i entries.
             unsafe {
                 records.add(i).write(TentNotifyRecordC {

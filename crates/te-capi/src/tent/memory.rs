@@ -11,8 +11,7 @@ use te_facade::FacadeError;
 use te_tent::{MemoryOptions, TentEngine};
 
 use super::{TentMemoryOptionsC, tent_err, unfixed, with};
-use crate::engine_api::slice;
-use crate::registry::text;
+use crate::registry::{slice, text};
 
 fn permission(p: c_int) -> Result<Permission, FacadeError> {
     match p {
