@@ -127,6 +127,8 @@ pub struct Config {
     pub handshake_port: u16,
     /// Serving Mooncake initiators (`MC_TE_MOONCAKE_*`); off by default.
     pub mooncake: crate::mooncake::MooncakeCompat,
+    /// Connection caps and server threads (`MC_TE_SERVER_THREADS`, `MC_TE_MAX_*_CONNECTIONS`...).
+    pub limits: crate::limits::ServerLimits,
 }
 
 impl Default for Config {
@@ -169,6 +171,7 @@ impl Default for Config {
             notification_queue_max: 65536,
             handshake_port: 12001,
             mooncake: crate::mooncake::MooncakeCompat::default(),
+            limits: crate::limits::ServerLimits::default(),
         }
     }
 }
@@ -377,6 +380,7 @@ impl Config {
             c.handshake_port = parse_in("MC_HANDSHAKE_PORT", &v, 1, u16::MAX)?;
         }
         c.mooncake = crate::mooncake::MooncakeCompat::from_lookup(|k| get(k))?;
+        c.limits = crate::limits::ServerLimits::from_lookup(|k| get(k))?;
         c.mooncake.check(c.cluster_secret.is_some())?;
         Ok(c)
     }
@@ -422,6 +426,11 @@ impl Config {
         "MC_TE_MOONCAKE_ALLOW_V1",
         "MC_TE_MOONCAKE_WITH_CLUSTER_SECRET",
         "MC_TE_MOONCAKE_THREADS",
+        "MC_TE_SERVER_THREADS",
+        "MC_TE_MAX_DATA_CONNECTIONS",
+        "MC_TE_CONTROL_THREADS",
+        "MC_TE_MAX_CONTROL_CONNECTIONS",
+        "MC_TE_CONN_REPLY_BYTES",
     ];
 }
 

@@ -1,6 +1,7 @@
 //! The operating-system queries te-core needs, each a thin wrapper over one libc call:
 //! the NUMA node of a page (`move_pages` in query mode), the host page size (`sysconf`) and
-//! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`). Nothing here decides anything; callers choose.
+//! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`), the open-file limit
+//! (`getrlimit`/`setrlimit`). Nothing here decides anything; callers choose.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
@@ -96,6 +97,39 @@ pub fn interface_addrs() -> Vec<InterfaceAddr> {
     // SAFETY: `head` came from a successful `getifaddrs` and is freed once.
     unsafe { libc::freeifaddrs(head) };
     out
+}
+
+/// This process's open-file limits: (soft, hard).
+///
+/// # Errors
+/// `getrlimit` failed.
+pub fn nofile_limit() -> std::io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+/// Sets this process's soft open-file limit (at most the hard limit).
+///
+/// # Errors
+/// `setrlimit` refused.
+pub fn set_nofile_soft(soft: u64) -> std::io::Result<()> {
+    let (_, hard) = nofile_limit()?;
+    let lim = libc::rlimit {
+        rlim_cur: soft.min(hard),
+        rlim_max: hard,
+    };
+    // SAFETY: `lim` is a valid rlimit, read by the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

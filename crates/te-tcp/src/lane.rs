@@ -673,6 +673,9 @@ fn read_status(stream: &TcpStream, framing: Framing, request_id: u64) -> Result<
     let mut head = [0u8; REPLY_LEN];
     sys::recv_buf(stream, &mut head)?;
     let reply = Reply::decode(&head)?;
+    if reply.status == Status::Busy {
+        return Err(busy());
+    }
     if reply.request_id != request_id {
         if let Status::Rejected(r) = reply.status {
             // The target refused a header it could not parse: it closes, we fail the lane.
@@ -719,5 +722,14 @@ fn read_outcome(
             )
         }
         Status::Ok => Ok(Ok(())),
+        Status::Busy => Err(busy()),
     }
+}
+
+/// The error of a lane whose target refused the connection at its cap.
+fn busy() -> Error {
+    Error::Io(std::io::Error::other(
+        "the target refused the connection: it holds its cap of data connections \
+         (MC_TE_MAX_DATA_CONNECTIONS)",
+    ))
 }

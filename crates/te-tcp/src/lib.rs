@@ -1,8 +1,10 @@
 //! te-tcp: the TCP transport.
 //!
-//! - Target side (`server`): a data listener on the engine's bind address; every request is
-//!   checked (segment secret, bounds of one registered region, permission) before any byte of
-//!   memory is touched, and a WRITE is acknowledged only once its bytes are in memory.
+//! - Target side (`target`, on te-core's event loops; `server` for connections on GPU memory):
+//!   a data listener per rail, served by a fixed pool of threads however many peers connect;
+//!   every request is checked (segment secret, bounds of one registered region, permission)
+//!   before any byte of memory is touched, and a WRITE is acknowledged only once its bytes are
+//!   in memory.
 //! - Initiator side (`lane`): per peer, `MC_TCP_LANES_PER_PEER` persistent connections; slices
 //!   go to the least-loaded lane and are pipelined; bytes move between the socket and registered
 //!   memory with no copy of te's own.
@@ -13,7 +15,7 @@
 //! Not done here: several interfaces as rails, failover across rails (te-core's router).
 //!
 //! Unsafe code is confined to `sys` (the raw socket calls) and the places that hand it
-//! registered addresses (`lane`, `server`, and the Mooncake listener's `compat::conn` and
+//! registered addresses (`lane`, `target`, `server`, and the Mooncake listener's `compat::conn` and
 //! `compat::blocking`), each call with a `SAFETY:` comment.
 #![deny(unsafe_code)]
 
@@ -25,12 +27,13 @@ mod rails;
 mod server;
 mod staging;
 mod sys;
+mod target;
 pub mod wire;
 
 use std::sync::{Arc, Mutex, RwLock};
 
 use te_core::endpoints::{EndpointStore, EvictionPolicy};
-use te_core::net::ServiceListener;
+use te_core::reactor::Server;
 use te_core::segment::{RailAddr, RemoteSegment, SegmentDesc};
 use te_core::transport::{
     CompletionSink, InstallContext, Rail, RailStats, SliceError, SliceOp, Transport,
@@ -42,8 +45,6 @@ use lane::{Framing, Lane, LaneSettings, PeerKey, Shares};
 use rails::{CountingSink, RailCounters};
 use server::TargetState;
 
-/// Data connections a target serves at once.
-const MAX_DATA_CONNECTIONS: usize = 4096;
 /// Slices towards a Mooncake target: its server handles one request at a time per connection
 /// and pays per request, and Mooncake's own initiator sends a request whole, so te's 64 KiB
 /// slices would cost it 16 headers, round trips and acknowledgements per MiB.
@@ -54,9 +55,9 @@ struct Installed {
     settings: Arc<LaneSettings>,
     lanes_per_peer: usize,
     /// One data listener per local rail, in rail order.
-    listeners: Vec<(Rail, ServiceListener)>,
+    listeners: Vec<(Rail, Server)>,
     /// The listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`).
-    mooncake: Option<compat::CompatServer>,
+    mooncake: Option<Server>,
     counters: Arc<Vec<RailCounters>>,
 }
 
@@ -151,7 +152,7 @@ impl TcpTransport {
 /// framing). A target is Mooncake's when its descriptor has no `te_wire_version`. A WRITE to a
 /// Mooncake target without the acknowledged framing (`tcp_proto_version` below 2) is refused
 /// before anything is sent: its completion could not be known.
-fn peer_key(op: &SliceOp, rails: &[(Rail, ServiceListener)]) -> Result<PeerKey, SliceError> {
+fn peer_key(op: &SliceOp, rails: &[(Rail, Server)]) -> Result<PeerKey, SliceError> {
     let local_ip = rails
         .get(usize::from(op.local_rail))
         .map(|(r, _)| r.ip)
@@ -206,7 +207,7 @@ fn peer_key(op: &SliceOp, rails: &[(Rail, ServiceListener)]) -> Result<PeerKey, 
 fn start_mooncake_listener(
     ctx: &InstallContext,
     staging: &Arc<staging::GpuStaging>,
-) -> Result<compat::CompatServer, String> {
+) -> Result<Server, String> {
     let state = Arc::new(compat::CompatState {
         regions: ctx.regions.clone(),
         compat: ctx.config.mooncake.clone(),
@@ -219,7 +220,7 @@ fn start_mooncake_listener(
             ctx.bind_ip
         )
     })?;
-    let listener = compat::CompatServer::start(listener, state)
+    let listener = compat::start(listener, state, ctx.config.limits.max_data_connections)
         .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
     let allow = ctx.config.mooncake.allow.as_ref().map_or_else(
         || "ANY address that reaches it (no MC_TE_MOONCAKE_ALLOW)".to_string(),
@@ -266,14 +267,15 @@ impl Transport for TcpTransport {
             transport: "tcp",
             reason,
         };
-        let state = Arc::new(TargetState {
-            regions: ctx.regions.clone(),
-            secret: ctx.secret,
-            stall_timeout: ctx.config.tcp_status_timeout,
-            staging: self.staging.clone(),
+        let protocol = Arc::new(target::TargetProtocol {
+            state: TargetState {
+                regions: ctx.regions.clone(),
+                secret: ctx.secret,
+                stall_timeout: ctx.config.tcp_status_timeout,
+                staging: self.staging.clone(),
+            },
+            reply_bytes: ctx.config.limits.conn_reply_bytes,
         });
-        let handler: te_core::net::ConnectionHandler =
-            Arc::new(move |stream| server::serve(&state, stream));
         let mut listeners = Vec::with_capacity(ctx.rails.len());
         for rail in &ctx.rails {
             let listener = std::net::TcpListener::bind((rail.ip, 0)).map_err(|e| {
@@ -282,18 +284,13 @@ impl Transport for TcpTransport {
                     rail.name, rail.ip
                 ))
             })?;
-            let listener = ServiceListener::spawn(
-                listener,
-                "te-tcp-data",
-                MAX_DATA_CONNECTIONS,
-                handler.clone(),
-            )
-            .map_err(|e| {
-                err(format!(
-                    "starting the data listener of rail {}: {e}",
-                    rail.name
-                ))
-            })?;
+            let listener =
+                target::start(listener, protocol.clone(), &ctx.config.limits).map_err(|e| {
+                    err(format!(
+                        "starting the data listener of rail {}: {e}",
+                        rail.name
+                    ))
+                })?;
             info!(rail = %rail.name, addr = %listener.local_addr(), segment = %ctx.local_name, "tcp rail serving");
             listeners.push((rail.clone(), listener));
         }
@@ -349,7 +346,7 @@ impl Transport for TcpTransport {
         // a Mooncake initiator that found one would speak its own framing to it, and in its
         // unacknowledged framing take an unapplied WRITE for done. With no port to reach it
         // fails loudly instead. Mooncake's port is the opt-in listener, when there is one.
-        let mooncake = inst.mooncake.as_ref().map(compat::CompatServer::local_addr);
+        let mooncake = inst.mooncake.as_ref().map(Server::local_addr);
         desc.tcp_data_port = mooncake.map(|a| a.port());
         desc.tcp_data_host = mooncake.map(|a| a.ip().to_string());
         desc.tcp_proto_version = mooncake.map(|_| 2);
@@ -448,13 +445,13 @@ impl Transport for TcpTransport {
     fn shutdown(&self) {
         let all = self.peers.lock().unwrap_or_else(|e| e.into_inner()).drain();
         close_all(all);
-        if let Some(mut inst) = self
+        if let Some(inst) = self
             .installed
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .take()
         {
-            inst.listeners.iter_mut().for_each(|(_, l)| l.shutdown());
+            inst.listeners.iter().for_each(|(_, l)| l.shutdown());
             if let Some(l) = inst.mooncake.as_ref() {
                 l.shutdown();
             }

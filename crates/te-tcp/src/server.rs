@@ -1,11 +1,13 @@
-//! The target side: one thread per data connection, reading request headers, checking the secret,
-//! the bounds of one registered region and its permission, then moving bytes directly between the
-//! socket and that region. A refused request gets an error reply and touches no memory; a refused
+//! The target side's blocking path: a data connection on a thread of its own, where
+//! [`crate::target`]'s event loops send a connection whose request touches GPU memory (staging
+//! buffers and GPU copies may wait; the loops never do). It serves with the same checks as the
+//! loops: the secret, the bounds of one registered region and its permission before any byte
+//! of memory is touched; a refused request gets an error reply and touches no memory; a refused
 //! WRITE's body is read and dropped so the connection stays usable. A malformed header closes
-//! the connection. A Mooncake initiator that reaches this listener (te's descriptor does not
-//! publish it as `tcp_data_port`, so only a stale or hand-made descriptor leads here) is told
-//! its request was refused in its own framing, so it reports an error instead of a WRITE that
-//! never landed.
+//! the connection. A Mooncake initiator that reaches te's data listener (te's descriptor does
+//! not publish it as `tcp_data_port`, so only a stale or hand-made descriptor leads there) is
+//! told its request was refused in its own framing ([`foreign_refusal`]), so it reports an
+//! error instead of a WRITE that never landed.
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
@@ -25,13 +27,15 @@ use crate::sys;
 use crate::wire::{REQUEST_LEN, REQUEST_MAGIC, Reply, Request, Status};
 
 /// A rejected WRITE body up to this size is drained to keep the connection; larger ones close it.
-const MAX_DRAIN: u64 = 64 << 20;
+pub(crate) const MAX_DRAIN: u64 = 64 << 20;
 /// How long a connection's thread polls for the next request before it sleeps in a read, after
 /// a request of at most [`SMALL_REQUEST`] bytes.
 const NEXT_REQUEST_SPIN: Duration = Duration::from_micros(50);
-const SMALL_REQUEST: u64 = 16 << 10;
+/// A request this small is likely followed by the next within microseconds (a synchronous
+/// caller's): the server polls for it briefly instead of sleeping at once.
+pub(crate) const SMALL_REQUEST: u64 = 16 << 10;
 /// An idle connection (no request started) is closed after this long.
-const IDLE_MAX: Duration = Duration::from_secs(600);
+pub(crate) const IDLE_MAX: Duration = Duration::from_secs(600);
 
 /// What every data connection checks requests against.
 pub(crate) struct TargetState {
@@ -148,34 +152,26 @@ fn queue_reply(replies: &mut Vec<u8>, request_id: u64, status: Status) {
     replies.extend_from_slice(&Reply { status, request_id }.encode());
 }
 
-/// Serves one connection until the peer closes it, it stalls, or it sends garbage.
-pub(crate) fn serve(state: &TargetState, mut stream: TcpStream) {
+/// Serves `stream` (handed over by an event loop, non-blocking) from the request `first`,
+/// already read, with `replies` still owed to the peer, until the peer closes it, it stalls,
+/// or it sends garbage.
+pub(crate) fn serve_from(
+    state: &TargetState,
+    mut stream: TcpStream,
+    first: Request,
+    mut replies: Vec<u8>,
+) {
     let peer = stream.peer_addr().ok();
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(state.stall_timeout));
-    let _ = stream.set_write_timeout(Some(state.stall_timeout));
-    let mut replies = Vec::with_capacity(REPLY_FLUSH_BYTES);
-    let mut last_small = false;
+    let setup = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(state.stall_timeout)))
+        .and_then(|()| stream.set_write_timeout(Some(state.stall_timeout)));
+    if let Err(e) = setup {
+        return debug!(?peer, error = %e, "data connection could not go blocking");
+    }
+    let mut request = first;
     loop {
-        let header = match read_header(&mut stream, state.stall_timeout, &mut replies, last_small) {
-            Ok(Header::Ready(h)) => h,
-            Ok(Header::Foreign(h)) => return refuse_foreign(&stream, peer, &h, &replies),
-            Ok(Header::Closed) => return,
-            Err(e) => {
-                debug!(?peer, error = %e, "data connection ended mid-header");
-                return;
-            }
-        };
-        let request = match Request::decode(&header) {
-            Ok(r) => r,
-            Err(e) => {
-                warn!(?peer, error = %e, "malformed data request; closing the connection");
-                queue_reply(&mut replies, 0, Status::Rejected(Rejection::Malformed));
-                let _ = sys::send_buf(&stream, &replies);
-                return;
-            }
-        };
-        last_small = request.len <= SMALL_REQUEST;
+        let last_small = request.len <= SMALL_REQUEST;
         let handled = handle(state, &stream, &request, &mut replies).and_then(|()| {
             if replies.len() >= REPLY_FLUSH_BYTES {
                 sys::send_buf(&stream, &replies)?;
@@ -184,45 +180,68 @@ pub(crate) fn serve(state: &TargetState, mut stream: TcpStream) {
             Ok(())
         });
         if let Err(e) = handled {
-            debug!(?peer, error = %e, "data connection failed");
-            return;
+            return debug!(?peer, error = %e, "data connection failed");
         }
+        let header = match read_header(&mut stream, state.stall_timeout, &mut replies, last_small) {
+            Ok(Header::Ready(h)) => h,
+            Ok(Header::Foreign(h)) => {
+                if let Some(peer) = peer {
+                    replies
+                        .extend_from_slice(&foreign_refusal(peer, &h, h.len()).unwrap_or_default());
+                }
+                let _ = sys::send_buf(&stream, &replies);
+                return;
+            }
+            Ok(Header::Closed) => return,
+            Err(e) => return debug!(?peer, error = %e, "data connection ended mid-header"),
+        };
+        request = match Request::decode(&header) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(?peer, error = %e, "malformed data request; closing the connection");
+                queue_reply(&mut replies, 0, Status::Rejected(Rejection::Malformed));
+                let _ = sys::send_buf(&stream, &replies);
+                return;
+            }
+        };
     }
 }
 
-/// Answers a request that is not in te's framing, then closes the connection. A Mooncake
-/// initiator of the acknowledged framing gets Mooncake's refusal status, so it fails the
-/// request instead of waiting; anything else gets te's Malformed reply. (A Mooncake initiator
-/// of the unacknowledged framing reads no reply at all and sees only the closed connection.)
-fn refuse_foreign(
-    stream: &TcpStream,
-    peer: Option<std::net::SocketAddr>,
-    head: &[u8; mooncake_wire::HEADER_LEN],
-    replies: &[u8],
-) {
-    let mut out = replies.to_vec();
-    if mooncake_wire::Header::is_acked_request(head) {
+/// The answer to a request that is not in te's framing, once its first `got` bytes say so
+/// (`None` while they may still be te's): a Mooncake initiator of the acknowledged framing gets
+/// Mooncake's refusal status, so it fails the request instead of waiting; anything else gets
+/// te's Malformed reply. (A Mooncake initiator of the unacknowledged framing reads no reply at
+/// all and sees only the closed connection.) The connection closes after it.
+pub(crate) fn foreign_refusal(
+    peer: std::net::SocketAddr,
+    buf: &[u8],
+    got: usize,
+) -> Option<Vec<u8>> {
+    if !foreign(buf, got) {
+        return None;
+    }
+    let mut head = [0u8; mooncake_wire::HEADER_LEN];
+    head.copy_from_slice(&buf[..mooncake_wire::HEADER_LEN]);
+    if mooncake_wire::Header::is_acked_request(&head) {
         warn!(
-            ?peer,
+            %peer,
             "a Mooncake-framed request reached te's data listener, which serves te's framing \
              only; refused (MC_TE_MOONCAKE_COMPAT=1 serves Mooncake initiators on a separate \
              listener)"
         );
-        out.extend_from_slice(&mooncake_wire::encode_status(
-            mooncake_wire::STATUS_REJECTED,
-        ));
-    } else {
-        warn!(
-            ?peer,
-            magic = format_args!(
-                "{:#010x}",
-                u32::from_le_bytes([head[0], head[1], head[2], head[3]])
-            ),
-            "malformed data request (not te's framing); closing the connection"
-        );
-        queue_reply(&mut out, 0, Status::Rejected(Rejection::Malformed));
+        return Some(mooncake_wire::encode_status(mooncake_wire::STATUS_REJECTED).to_vec());
     }
-    let _ = sys::send_buf(stream, &out);
+    warn!(
+        %peer,
+        magic = format_args!(
+            "{:#010x}",
+            u32::from_le_bytes([head[0], head[1], head[2], head[3]])
+        ),
+        "malformed data request (not te's framing); closing the connection"
+    );
+    let mut out = Vec::new();
+    queue_reply(&mut out, 0, Status::Rejected(Rejection::Malformed));
+    Some(out)
 }
 
 fn handle(

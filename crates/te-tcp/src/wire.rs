@@ -96,6 +96,9 @@ pub enum Status {
     Ok,
     /// Refused; nothing was read or written.
     Rejected(Rejection),
+    /// Sent once, unasked (request id 0), by a target that holds its cap of data connections
+    /// (`MC_TE_MAX_DATA_CONNECTIONS`) before it closes the new connection.
+    Busy,
 }
 
 impl Status {
@@ -106,6 +109,7 @@ impl Status {
             Status::Rejected(Rejection::OutOfBounds) => 2,
             Status::Rejected(Rejection::PermissionDenied) => 3,
             Status::Rejected(_) => 4,
+            Status::Busy => 5,
         }
     }
 
@@ -116,6 +120,7 @@ impl Status {
             2 => Status::Rejected(Rejection::OutOfBounds),
             3 => Status::Rejected(Rejection::PermissionDenied),
             4 => Status::Rejected(Rejection::Malformed),
+            5 => Status::Busy,
             _ => return None,
         })
     }

@@ -25,7 +25,7 @@ use crate::segment::{SegmentDesc, SegmentSecret};
 type HmacSha256 = Hmac<Sha256>;
 
 /// Payload limit of authentication frames.
-const AUTH_MAX: usize = 512;
+pub const AUTH_MAX: usize = 512;
 
 /// The key derived from a cluster secret.
 #[derive(Clone)]
@@ -145,47 +145,104 @@ pub fn client_handshake(
     read(stream).map(|_| ())
 }
 
-/// The server's side, given the client's first `Auth` payload. Returns whether the client
-/// proved the secret; on failure the client has been told why and the connection should close.
+/// The server's side between its challenge and the client's answer.
+#[derive(Debug)]
+pub struct PendingProof {
+    client_nonce: Vec<u8>,
+    server_nonce: [u8; 16],
+}
+
+fn refusal(why: &str) -> Vec<u8> {
+    json!({"error": why}).to_string().into_bytes()
+}
+
+/// The server's first step, given the client's `Auth` hello: the challenge to send and what
+/// the answer is checked against, or (`Err`) the refusal to send before closing.
+///
+/// # Errors
+/// The refusal payload: a malformed hello, or no randomness for a nonce.
+pub fn server_challenge(
+    key: &ClusterKey,
+    hello: &[u8],
+) -> std::result::Result<(Vec<u8>, PendingProof), Vec<u8>> {
+    let client_nonce = serde_json::from_slice::<Value>(hello)
+        .ok()
+        .and_then(|v| field(&v, "client_nonce"))
+        .filter(|n| n.len() == 16)
+        .ok_or_else(|| refusal("malformed authentication request"))?;
+    let server_nonce = nonce().map_err(|_| refusal("no randomness for a challenge"))?;
+    let proof = key.proof(&[b"te-auth-server", &client_nonce, &server_nonce]);
+    let challenge =
+        json!({"server_nonce": hex(&server_nonce), "server_proof": hex(&proof)}).to_string();
+    Ok((
+        challenge.into_bytes(),
+        PendingProof {
+            client_nonce,
+            server_nonce,
+        },
+    ))
+}
+
+/// The server's second step, given the client's answer (`None` when the client sent another
+/// frame type): the reply to send, and whether the client proved the secret (if not, the
+/// connection closes after the reply).
+pub fn server_conclude(
+    key: &ClusterKey,
+    pending: &PendingProof,
+    answer: Option<&[u8]>,
+) -> (Vec<u8>, bool) {
+    let Some(answer) = answer else {
+        return (refusal("expected the authentication answer"), false);
+    };
+    let ok = serde_json::from_slice::<Value>(answer)
+        .ok()
+        .and_then(|v| field(&v, "client_proof"))
+        .is_some_and(|p| {
+            key.verify(
+                &[
+                    b"te-auth-client",
+                    &pending.server_nonce,
+                    &pending.client_nonce,
+                ],
+                &p,
+            )
+        });
+    match ok {
+        true => (br#"{"status":"ok"}"#.to_vec(), true),
+        false => (
+            refusal("authentication failed: wrong cluster secret"),
+            false,
+        ),
+    }
+}
+
+/// The server's side over a blocking stream, given the client's first `Auth` payload: both
+/// steps with their frames. Returns whether the client proved the secret; on failure the
+/// client has been told why and the connection should close.
 pub fn server_handshake(
     reader: &mut impl Read,
     writer: &mut impl Write,
     key: &ClusterKey,
     hello: &[u8],
 ) -> bool {
-    let refuse = |w: &mut dyn Write, why: &str| {
-        let body = json!({"error": why}).to_string();
-        let _ = write_frame(&mut { w }, FrameType::Auth, body.as_bytes());
-        false
+    let pending = match server_challenge(key, hello) {
+        Ok((challenge, pending)) => {
+            if write_frame(writer, FrameType::Auth, &challenge).is_err() {
+                return false;
+            }
+            pending
+        }
+        Err(refused) => {
+            let _ = write_frame(writer, FrameType::Auth, &refused);
+            return false;
+        }
     };
-    let Some(client_nonce) = serde_json::from_slice::<Value>(hello)
-        .ok()
-        .and_then(|v| field(&v, "client_nonce"))
-        .filter(|n| n.len() == 16)
-    else {
-        return refuse(writer, "malformed authentication request");
-    };
-    let Ok(server_nonce) = nonce() else {
-        return refuse(writer, "no randomness for a challenge");
-    };
-    let proof = key.proof(&[b"te-auth-server", &client_nonce, &server_nonce]);
-    let challenge =
-        json!({"server_nonce": hex(&server_nonce), "server_proof": hex(&proof)}).to_string();
-    if write_frame(writer, FrameType::Auth, challenge.as_bytes()).is_err() {
-        return false;
-    }
     let answer = match read_frame(reader, AUTH_MAX) {
-        Ok((FrameType::Auth, payload)) => payload,
-        _ => return refuse(writer, "expected the authentication answer"),
+        Ok((FrameType::Auth, payload)) => Some(payload),
+        _ => None,
     };
-    let ok = serde_json::from_slice::<Value>(&answer)
-        .ok()
-        .and_then(|v| field(&v, "client_proof"))
-        .is_some_and(|p| key.verify(&[b"te-auth-client", &server_nonce, &client_nonce], &p));
-    match ok {
-        true => write_frame(writer, FrameType::Auth, br#"{"status":"ok"}"#).is_ok(),
-        false => refuse(writer, "authentication failed: wrong cluster secret"),
-    }
+    let (reply, ok) = server_conclude(key, &pending, answer.as_deref());
+    write_frame(writer, FrameType::Auth, &reply).is_ok() && ok
 }
 
 /// Replaces `desc`'s clear segment secret by one sealed with `key` (a fresh nonce each time).

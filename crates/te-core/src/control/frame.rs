@@ -134,15 +134,78 @@ fn read_any(r: &mut impl Read, max_length: usize, untyped_ok: bool) -> Result<Fr
     })
 }
 
+/// Parses one request from the front of `buf` without blocking: `Ok(None)` until the whole
+/// frame is there, then the frame and the bytes it took. Bounds the length field before the
+/// caller reserves room for it: [`needed`] says how many bytes the frame takes in all.
+///
+/// # Errors
+/// As [`read_request_frame`] (never `Closed` or `Io`).
+pub fn parse_request(buf: &[u8], max_length: usize) -> Result<Option<(Frame, usize)>, FrameError> {
+    let Some(total) = needed(buf, max_length)? else {
+        return Ok(None);
+    };
+    if buf.len() < total {
+        return Ok(None);
+    }
+    let (kind, untyped) = match FrameType::from_u8(buf[8]) {
+        Some(kind) => (kind, false),
+        None => (FrameType::Connection, true),
+    };
+    let payload = buf[8 + usize::from(!untyped)..total].to_vec();
+    Ok(Some((
+        Frame {
+            kind,
+            payload,
+            untyped,
+        },
+        total,
+    )))
+}
+
+/// The length in bytes of the request frame at the front of `buf` (length field included),
+/// once its first nine bytes are there; `Ok(None)` before.
+///
+/// # Errors
+/// [`FrameError::Empty`], [`FrameError::TooLarge`] or [`FrameError::UnknownType`].
+pub fn needed(buf: &[u8], max_length: usize) -> Result<Option<usize>, FrameError> {
+    let Some(len) = buf.first_chunk::<8>().map(|b| u64::from_le_bytes(*b)) else {
+        return Ok(None);
+    };
+    if len == 0 {
+        return Err(FrameError::Empty);
+    }
+    if len > max_length as u64 {
+        return Err(FrameError::TooLarge(len));
+    }
+    let Some(&first) = buf.get(8) else {
+        return Ok(None);
+    };
+    if FrameType::from_u8(first).is_none() && !matches!(first, b'{' | b' ' | b'\t' | b'\n' | b'\r')
+    {
+        return Err(FrameError::UnknownType(first));
+    }
+    // Typed and untyped alike: the length counts the bytes after the field.
+    Ok(Some(8 + len as usize))
+}
+
+/// One frame's bytes, typed (`Some(kind)`) or untyped (the reply to an older Mooncake).
+pub fn encode_frame(kind: Option<FrameType>, payload: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(9 + payload.len());
+    let len = payload.len() as u64 + u64::from(kind.is_some());
+    buf.extend_from_slice(&len.to_le_bytes());
+    if let Some(kind) = kind {
+        buf.push(kind as u8);
+    }
+    buf.extend_from_slice(payload);
+    buf
+}
+
 /// Writes a reply to an untyped request: the payload's length, then the payload.
 ///
 /// # Errors
 /// The write failed.
 pub fn write_untyped_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(8 + payload.len());
-    buf.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    buf.extend_from_slice(payload);
-    w.write_all(&buf)?;
+    w.write_all(&encode_frame(None, payload))?;
     w.flush()
 }
 
@@ -151,11 +214,7 @@ pub fn write_untyped_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()>
 /// # Errors
 /// The write failed.
 pub fn write_frame(w: &mut impl Write, kind: FrameType, payload: &[u8]) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(9 + payload.len());
-    buf.extend_from_slice(&(payload.len() as u64 + 1).to_le_bytes());
-    buf.push(kind as u8);
-    buf.extend_from_slice(payload);
-    w.write_all(&buf)?;
+    w.write_all(&encode_frame(Some(kind), payload))?;
     w.flush()
 }
 
@@ -217,6 +276,40 @@ mod tests {
             ),
             "truncated"
         );
+    }
+
+    #[test]
+    fn the_incremental_parser_reads_what_the_blocking_reader_reads() {
+        let mut two = encode_frame(Some(FrameType::Probe), b"{}");
+        two.extend_from_slice(&[2u8, 0, 0, 0, 0, 0, 0, 0, b'{', b'}']);
+        let first_len = 11;
+        // Byte by byte: nothing until the frame is whole.
+        for cut in 0..first_len {
+            assert!(parse_request(&two[..cut], 64).unwrap().is_none(), "{cut}");
+        }
+        let (f, used) = parse_request(&two, 64).unwrap().unwrap();
+        assert_eq!(used, first_len);
+        assert_eq!(f, read_request_frame(&mut two.as_slice(), 64).unwrap());
+        let (g, used2) = parse_request(&two[used..], 64).unwrap().unwrap();
+        assert_eq!(
+            (g.kind, g.untyped, used2),
+            (FrameType::Connection, true, 10)
+        );
+        assert_eq!(g.payload, b"{}");
+        // Bounds before anything is reserved, from the length field alone.
+        assert!(matches!(
+            needed(&u64::MAX.to_le_bytes(), 64),
+            Err(FrameError::TooLarge(_))
+        ));
+        assert!(matches!(
+            parse_request(&raw(0, 1, b""), 64),
+            Err(FrameError::Empty)
+        ));
+        assert!(matches!(
+            parse_request(&raw(3, 7, b"ab"), 64),
+            Err(FrameError::UnknownType(7))
+        ));
+        assert_eq!(needed(&raw(64, 1, b""), 64).unwrap(), Some(72));
     }
 
     #[test]

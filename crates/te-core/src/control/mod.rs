@@ -12,24 +12,22 @@
 
 pub mod auth;
 pub mod frame;
+mod server;
 
-use std::io::{BufReader, BufWriter};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::error::{Error, Result};
-use crate::net::{ConnectionHandler, ServiceListener};
 use crate::notify::{Notification, NotificationQueue};
-use frame::{Frame, FrameError, FrameType, read_frame, read_request_frame, write_frame};
+use crate::reactor::{Server, ServerSettings};
+use frame::{FrameError, FrameType, read_frame, write_frame};
 
 /// How long a control connection may sit idle (or stall mid-frame) before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Control connections served at once.
-pub const MAX_CONNECTIONS: usize = 1024;
 
 /// What the control listener answers with.
 pub struct ControlState {
@@ -135,76 +133,26 @@ impl ControlState {
     }
 }
 
-fn serve(state: &ControlState, stream: TcpStream) {
-    let peer = stream.peer_addr().ok();
-    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(IDLE_TIMEOUT));
-    let _ = stream.set_nodelay(true);
-    let Ok(write_half) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(stream);
-    let mut writer = BufWriter::new(write_half);
-    let mut authenticated = state.cluster_key.is_none();
-    // A Mooncake peer cannot prove the cluster secret; the opt-in's allow-list may admit it.
-    let admitted = peer.is_some_and(|p| state.mooncake.admits(p.ip()));
-    loop {
-        match read_request_frame(&mut reader, state.max_payload) {
-            Ok(Frame {
-                kind: FrameType::Auth,
-                payload: hello,
-                ..
-            }) if !authenticated => {
-                let Some(key) = &state.cluster_key else {
-                    return;
-                };
-                authenticated = auth::server_handshake(&mut reader, &mut writer, key, &hello);
-                let _ = std::io::Write::flush(&mut writer);
-                if !authenticated {
-                    warn!(?peer, "control peer failed cluster authentication");
-                    return;
-                }
-            }
-            Ok(frame) if !authenticated && !admitted => {
-                debug!(?peer, kind = ?frame.kind, "unauthenticated control request refused");
-                let refusal = json!({"error": "te: authentication required: this cluster has a secret (MC_TE_CLUSTER_SECRET)"});
-                let _ = reply(&mut writer, &frame, refusal.to_string().as_bytes());
-                return;
-            }
-            Ok(frame) => {
-                let answer = state.answer(frame.kind, &frame.payload, authenticated, peer);
-                if reply(&mut writer, &frame, &answer).is_err() {
-                    return;
-                }
-            }
-            Err(FrameError::Closed) => return,
-            Err(e) => {
-                warn!(?peer, error = %e, "bad control frame; closing the connection");
-                return;
-            }
-        }
-    }
-}
-
-/// Answers `request` in its own framing (typed, or untyped for an older Mooncake).
-fn reply(w: &mut impl std::io::Write, request: &Frame, payload: &[u8]) -> std::io::Result<()> {
-    match request.untyped {
-        true => frame::write_untyped_frame(w, payload),
-        false => write_frame(w, request.kind, payload),
-    }
-}
-
-/// Starts serving `state` on `listener`.
+/// Starts serving `state` on `listener` with `limits.control_threads` event loops, at most
+/// `limits.max_control_connections` connections at once.
 ///
 /// # Errors
-/// The accept thread cannot start.
+/// A loop cannot start.
 pub fn start_server(
     listener: std::net::TcpListener,
     state: Arc<ControlState>,
-) -> Result<ServiceListener> {
-    let handler: ConnectionHandler = Arc::new(move |stream| serve(&state, stream));
-    ServiceListener::spawn(listener, "te-control", MAX_CONNECTIONS, handler)
-        .map_err(|e| Error::socket("starting the control listener", e))
+    limits: &crate::limits::ServerLimits,
+) -> Result<Server> {
+    let settings = ServerSettings {
+        threads: limits.control_threads,
+        max_connections: limits.max_control_connections,
+    };
+    Server::start(
+        listener,
+        Arc::new(server::ControlProtocol { state }),
+        settings,
+    )
+    .map_err(|e| Error::socket("starting the control listener", e))
 }
 
 /// Resolves `host:port` (IPv6 hosts may be bracketed).
@@ -267,13 +215,9 @@ pub fn request(
         FrameError::Io(io) => Error::socket(ctx("reading from"), io),
         other => Error::MalformedMessage(format!("reply from {host}:{port}: {other}")),
     })?;
-    if reply_kind != kind {
-        return Err(Error::MalformedMessage(format!(
-            "reply from {host}:{port} has type {reply_kind:?}, asked {kind:?}"
-        )));
-    }
     debug!(host, port, ?kind, bytes = reply.len(), "control reply");
-    // A refusal is `{"error": …}` alone (wrong or missing cluster secret, a full queue, …).
+    // A refusal is `{"error": …}` alone (wrong or missing cluster secret, a full queue, a
+    // listener at its connection cap, which answers before it knows the request's type).
     if reply.first() == Some(&b'{') {
         if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(&reply) {
             if let (1, Some(reason)) = (map.len(), map.get("error").and_then(|e| e.as_str())) {
@@ -283,6 +227,11 @@ pub fn request(
                 });
             }
         }
+    }
+    if reply_kind != kind {
+        return Err(Error::MalformedMessage(format!(
+            "reply from {host}:{port} has type {reply_kind:?}, asked {kind:?}"
+        )));
     }
     Ok(reply)
 }

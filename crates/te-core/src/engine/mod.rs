@@ -30,8 +30,9 @@ use crate::error::{Error, Result};
 use crate::health::RailHealth;
 use crate::memory::RegionTable;
 use crate::metadata::Metadata;
-use crate::net::{self, ServiceListener};
+use crate::net;
 use crate::notify::{Notification, NotificationQueue};
+use crate::reactor::Server;
 use crate::retry::RetryPolicy;
 use crate::segment::{RemoteSegment, SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
 use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, Transport};
@@ -83,7 +84,7 @@ pub struct TransferEngine {
     publish_owed: Arc<std::sync::atomic::AtomicBool>,
     keeper: Option<keeper::Keeper>,
     control_state: Arc<ControlState>,
-    control: std::sync::Mutex<Option<ServiceListener>>,
+    control: std::sync::Mutex<Option<Server>>,
     notifications: Arc<NotificationQueue>,
     core: Arc<Core>,
 }
@@ -148,6 +149,7 @@ impl TransferEngine {
         clock: Arc<dyn crate::clock::Clock>,
     ) -> Result<Self> {
         config.mooncake.check(config.cluster_secret.is_some())?;
+        raise_open_files_once(&config.limits);
         let config = Arc::new(config);
         let metadata = crate::metadata::open(metadata_conn, &config)?;
         let (host_ip, port) = name_host(local_server_name);
@@ -198,7 +200,7 @@ impl TransferEngine {
             mooncake: config.mooncake.clone(),
             public_desc: RwLock::new(None),
         });
-        let control = control::start_server(listener, control_state.clone())?;
+        let control = control::start_server(listener, control_state.clone(), &config.limits)?;
         let (tx, rx) = mpsc::channel::<PendingNotify>();
         let notify_config = config.clone();
         let notify_key = cluster_key.clone();
@@ -677,7 +679,7 @@ impl TransferEngine {
         if let Some(k) = &self.keeper {
             k.stop();
         }
-        if let Some(mut c) = self
+        if let Some(c) = self
             .control
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -736,4 +738,14 @@ fn send_notification(
         }),
         None => Ok(()),
     }
+}
+
+/// Raises the open-file limit for the servers' connection caps, once per process.
+fn raise_open_files_once(limits: &crate::limits::ServerLimits) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Err(e) = crate::limits::raise_open_files(limits.open_files_wanted()) {
+            warn!(error = %e, "open-file limit unknown");
+        }
+    });
 }

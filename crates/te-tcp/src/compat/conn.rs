@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use te_core::Opcode;
 use te_core::memory::RegionPin;
 
+use te_core::reactor::Step;
+
 use super::{CompatState, IDLE_MAX, Verdict};
 use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
 use crate::sys;
@@ -22,20 +24,6 @@ const TURN: usize = 8 << 20;
 /// segments arriving meanwhile wait in its backlog, which overflows (drops, retransmits) under
 /// megabyte copies; Mooncake's own target reads in 64 KiB pieces too.
 const RECV_PIECE: usize = 64 << 10;
-
-/// What the loop does next with a connection.
-pub(super) enum Step {
-    /// Waiting for bytes to read: the loop hears when they come.
-    Blocked,
-    /// Waiting for room to send: the loop hears when there is (and only then watches for it).
-    BlockedSending,
-    /// Had its turn with work left: drive it again soon.
-    Yield,
-    /// Done: drop it (closing the socket).
-    Close,
-    /// Its request touches GPU memory: serve it on a thread of its own.
-    Promote(Header),
-}
 
 enum Phase {
     /// Reading a request header.
@@ -58,14 +46,13 @@ enum Phase {
     Done,
 }
 
-pub(super) struct Conn {
-    pub(super) stream: mio::net::TcpStream,
+pub(crate) struct Conn {
     pub(super) peer: SocketAddr,
     phase: Phase,
     /// The last time bytes moved.
     progress: Instant,
-    /// Whether the loop watches this socket for room to send (only while a reply waits).
-    pub(super) watching_writes: bool,
+    /// The request that sends this connection to a thread of its own (GPU memory).
+    pub(super) promoted: Option<Header>,
 }
 
 fn fresh() -> Phase {
@@ -90,13 +77,12 @@ fn reply(
 }
 
 impl Conn {
-    pub(super) fn new(stream: mio::net::TcpStream, peer: SocketAddr) -> Self {
+    pub(super) fn new(peer: SocketAddr) -> Self {
         Conn {
-            stream,
             peer,
             phase: fresh(),
             progress: Instant::now(),
-            watching_writes: false,
+            promoted: None,
         }
     }
 
@@ -110,7 +96,7 @@ impl Conn {
     }
 
     /// Moves the connection on as far as its socket allows.
-    pub(super) fn drive(&mut self, state: &CompatState) -> Step {
+    pub(super) fn drive(&mut self, state: &CompatState, stream: &mio::net::TcpStream) -> Step {
         let mut turn = 0usize;
         loop {
             if turn >= TURN {
@@ -121,11 +107,7 @@ impl Conn {
                 Phase::Header { buf, got } => {
                     // SAFETY: `buf[got..]` is a local array, writable for the call.
                     let n = unsafe {
-                        sys::recv_some(
-                            &self.stream,
-                            buf[*got..].as_mut_ptr() as u64,
-                            HEADER_LEN - *got,
-                        )
+                        sys::recv_some(stream, buf[*got..].as_mut_ptr() as u64, HEADER_LEN - *got)
                     };
                     match n {
                         Ok(0) => return Step::Close,
@@ -133,7 +115,7 @@ impl Conn {
                             *got += n;
                             if *got == HEADER_LEN {
                                 let raw = *buf;
-                                if let Some(step) = self.start(state, &raw) {
+                                if let Some(step) = self.start(state, stream, &raw) {
                                     return step;
                                 }
                             }
@@ -148,7 +130,7 @@ impl Conn {
                     // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
                     // (hence allocated, by the registration contract); the range was checked to
                     // lie inside one region that permits remote writes.
-                    match unsafe { sys::recv_some(&self.stream, *addr, (*left).min(RECV_PIECE)) } {
+                    match unsafe { sys::recv_some(stream, *addr, (*left).min(RECV_PIECE)) } {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
                             *addr += n as u64;
@@ -181,7 +163,7 @@ impl Conn {
                     }
                     // SAFETY: the status is this phase's own array; the data range is held by
                     // its pin and was checked to lie inside one region that permits reads.
-                    match unsafe { sys::send_some(&self.stream, &parts) } {
+                    match unsafe { sys::send_some(stream, &parts) } {
                         Ok(n) => {
                             let from_head = n.min(*status_left);
                             *status_left -= from_head;
@@ -204,18 +186,24 @@ impl Conn {
     }
 
     /// Acts on a complete header: the next phase, or a step that ends this drive.
-    fn start(&mut self, state: &CompatState, raw: &[u8; HEADER_LEN]) -> Option<Step> {
+    fn start(
+        &mut self,
+        state: &CompatState,
+        stream: &mio::net::TcpStream,
+        raw: &[u8; HEADER_LEN],
+    ) -> Option<Step> {
         let peer = Some(self.peer);
         let header = match state.admit(peer, raw) {
             Verdict::Serve(h) => h,
-            Verdict::Refuse(frame) => return self.refuse(frame),
+            Verdict::Refuse(frame) => return self.refuse(stream, frame),
         };
         let pin = match state.check(peer, &header) {
             Ok(pin) => pin,
-            Err(frame) => return self.refuse(frame),
+            Err(frame) => return self.refuse(stream, frame),
         };
         if state.staging.device_of(header.addr, header.size).is_some() {
-            return Some(Step::Promote(header));
+            self.promoted = Some(header);
+            return Some(Step::Promote);
         }
         let Ok(len) = usize::try_from(header.size) else {
             return Some(Step::Close);
@@ -239,14 +227,18 @@ impl Conn {
 
     /// A refusal: the status goes out, then the connection closes; without a status (v1),
     /// a reset now.
-    fn refuse(&mut self, frame: Option<[u8; STATUS_LEN]>) -> Option<Step> {
+    fn refuse(
+        &mut self,
+        stream: &mio::net::TcpStream,
+        frame: Option<[u8; STATUS_LEN]>,
+    ) -> Option<Step> {
         match frame {
             Some(_) => {
                 self.phase = reply(frame, None, true);
                 None
             }
             None => {
-                let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+                let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
                 Some(Step::Close)
             }
         }

@@ -88,7 +88,7 @@ pub fn pair(len: usize) -> Pair {
 
 /// Serves `desc` as a segment descriptor on a real control listener (its `name` is set to the
 /// listener's address); returns the listener and that name.
-pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::net::ServiceListener, String) {
+pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::reactor::Server, String) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let name = listener.local_addr().unwrap().to_string();
     desc["name"] = name.clone().into();
@@ -102,14 +102,14 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::net::ServiceLi
         public_desc: std::sync::RwLock::new(None),
     });
     (
-        te_core::control::start_server(listener, state).unwrap(),
+        te_core::control::start_server(listener, state, &Default::default()).unwrap(),
         name,
     )
 }
 
 /// A segment whose descriptor points at a data port that accepts connections and never answers.
 /// Keep the returned listeners alive for as long as the segment is used.
-pub fn silent_segment(len: u64) -> (te_core::net::ServiceListener, String, std::net::TcpListener) {
+pub fn silent_segment(len: u64) -> (te_core::reactor::Server, String, std::net::TcpListener) {
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let desc = serde_json::json!({
         "protocol": "tcp", "te_wire_version": 1,

@@ -1,0 +1,233 @@
+//! The control listener's connections on the event loops ([`crate::reactor`]): each a small
+//! state machine that gathers request frames without blocking, answers them in order (through
+//! [`ControlState::answer`]), and runs the cluster challenge-response as two steps
+//! ([`auth::server_challenge`], [`auth::server_conclude`]).
+//!
+//! Bounds: a frame's length is checked before room is made for it, and a connection holds at
+//! most one frame being gathered plus its pending replies; buffers shrink back once a large
+//! frame is done. A connection silent (or stalled mid-frame) for [`IDLE_TIMEOUT`] is closed; a
+//! bad frame closes only its own connection.
+//!
+//! Not here: what the answers say (`ControlState::answer`). Answers are computed on the loop
+//! thread; they are table lookups, except an endpoint handshake, which sets up a transport's
+//! queue pairs (microseconds to milliseconds; `MC_TE_CONTROL_THREADS` adds loops).
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+use tracing::{debug, warn};
+
+use super::frame::{self, Frame, FrameType};
+use super::{ControlState, IDLE_TIMEOUT, auth};
+use crate::reactor::{Protocol, Refusal, Step};
+
+/// Frames answered per turn before the other connections get theirs.
+const FRAMES_PER_TURN: usize = 64;
+/// Bytes read per call.
+const READ_CHUNK: usize = 16 << 10;
+/// Buffers larger than this are released once empty.
+const KEEP_CAPACITY: usize = 4 << 10;
+
+enum AuthState {
+    /// No cluster secret, or the peer proved it.
+    Done,
+    /// The peer must prove the secret before anything else.
+    Needed,
+    /// The challenge went out; the next frame is the answer.
+    Proving(auth::PendingProof),
+}
+
+/// One control connection.
+pub(super) struct ControlConn {
+    peer: SocketAddr,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    sent: usize,
+    auth: AuthState,
+    /// Served without the challenge (the Mooncake opt-in's allow-list admits the peer).
+    admitted: bool,
+    /// Close once the output is sent.
+    closing: bool,
+    last: Instant,
+}
+
+/// The control listener's protocol.
+pub(super) struct ControlProtocol {
+    pub(super) state: Arc<ControlState>,
+}
+
+impl ControlConn {
+    fn authenticated(&self) -> bool {
+        matches!(self.auth, AuthState::Done)
+    }
+
+    fn queue(&mut self, request: &Frame, payload: &[u8]) {
+        let kind = (!request.untyped).then_some(request.kind);
+        self.output
+            .extend_from_slice(&frame::encode_frame(kind, payload));
+    }
+
+    /// Answers one frame: replies are queued; a refusal marks the connection for closing.
+    fn handle(&mut self, state: &ControlState, frame: Frame) {
+        let peer = Some(self.peer);
+        match std::mem::replace(&mut self.auth, AuthState::Done) {
+            AuthState::Proving(pending) => {
+                let Some(key) = &state.cluster_key else {
+                    self.closing = true;
+                    return;
+                };
+                let answer = (frame.kind == FrameType::Auth).then_some(frame.payload.as_slice());
+                let (reply, ok) = auth::server_conclude(key, &pending, answer);
+                self.queue(&frame, &reply);
+                if !ok {
+                    warn!(?peer, "control peer failed cluster authentication");
+                    self.auth = AuthState::Needed;
+                    self.closing = true;
+                }
+                return;
+            }
+            other => self.auth = other,
+        }
+        if frame.kind == FrameType::Auth && !self.authenticated() {
+            let Some(key) = &state.cluster_key else {
+                self.closing = true;
+                return;
+            };
+            match auth::server_challenge(key, &frame.payload) {
+                Ok((challenge, pending)) => {
+                    self.queue(&frame, &challenge);
+                    self.auth = AuthState::Proving(pending);
+                }
+                Err(refusal) => {
+                    self.queue(&frame, &refusal);
+                    self.closing = true;
+                }
+            }
+            return;
+        }
+        if !self.authenticated() && !self.admitted {
+            debug!(?peer, kind = ?frame.kind, "unauthenticated control request refused");
+            let refusal = json!({"error": "te: authentication required: this cluster has a secret (MC_TE_CLUSTER_SECRET)"});
+            self.queue(&frame, refusal.to_string().as_bytes());
+            self.closing = true;
+            return;
+        }
+        let answer = state.answer(frame.kind, &frame.payload, self.authenticated(), peer);
+        self.queue(&frame, &answer);
+    }
+
+    /// Sends what is queued: `Some(step)` when the drive ends here.
+    fn flush(&mut self, mut stream: &mio::net::TcpStream) -> Option<Step> {
+        while self.sent < self.output.len() {
+            match stream.write(&self.output[self.sent..]) {
+                Ok(0) => return Some(Step::Close),
+                Ok(n) => {
+                    self.sent += n;
+                    self.last = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Some(Step::BlockedSending);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Some(Step::Close),
+            }
+        }
+        self.output.clear();
+        self.sent = 0;
+        if self.output.capacity() > KEEP_CAPACITY {
+            self.output = Vec::new();
+        }
+        self.closing.then_some(Step::Close)
+    }
+}
+
+impl Protocol for ControlProtocol {
+    type Conn = ControlConn;
+
+    fn name(&self) -> &'static str {
+        "te-control"
+    }
+
+    fn open(&self, peer: SocketAddr) -> ControlConn {
+        ControlConn {
+            peer,
+            input: Vec::new(),
+            output: Vec::new(),
+            sent: 0,
+            auth: match self.state.cluster_key {
+                Some(_) => AuthState::Needed,
+                None => AuthState::Done,
+            },
+            admitted: self.state.mooncake.admits(peer.ip()),
+            closing: false,
+            last: Instant::now(),
+        }
+    }
+
+    fn drive(&self, c: &mut ControlConn, mut stream: &mio::net::TcpStream) -> Step {
+        let mut frames = 0;
+        loop {
+            if let Some(step) = c.flush(stream) {
+                return step;
+            }
+            match frame::parse_request(&c.input, self.state.max_payload) {
+                Ok(Some((request, used))) => {
+                    c.input.drain(..used);
+                    if c.input.is_empty() && c.input.capacity() > KEEP_CAPACITY {
+                        c.input = Vec::new();
+                    }
+                    c.handle(&self.state, request);
+                    frames += 1;
+                    if frames >= FRAMES_PER_TURN {
+                        return match c.flush(stream) {
+                            Some(step) => step,
+                            None => Step::Yield,
+                        };
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(peer = %c.peer, error = %e, "bad control frame; closing the connection");
+                    return Step::Close;
+                }
+            }
+            // Room for the rest of the frame being gathered (its length already bounded), or
+            // for the next frame's head.
+            let want = match frame::needed(&c.input, self.state.max_payload) {
+                Ok(Some(total)) => total.saturating_sub(c.input.len()).clamp(1, READ_CHUNK),
+                _ => READ_CHUNK,
+            };
+            let at = c.input.len();
+            c.input.resize(at + want, 0);
+            let read = stream.read(&mut c.input[at..]);
+            c.input.truncate(at + *read.as_ref().unwrap_or(&0));
+            match read {
+                Ok(0) => return Step::Close,
+                Ok(_) => c.last = Instant::now(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Blocked,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Step::Close,
+            }
+        }
+    }
+
+    fn expired(&self, c: &ControlConn, now: Instant) -> bool {
+        now.duration_since(c.last) > IDLE_TIMEOUT
+    }
+
+    fn refuse(&self, mut stream: &mio::net::TcpStream, _peer: SocketAddr, why: Refusal) {
+        let Refusal::AtCapacity { max } = why;
+        let reason = json!({"error": format!(
+            "te: the control listener holds its cap of {max} connections \
+             (MC_TE_MAX_CONTROL_CONNECTIONS); try again later"
+        )});
+        let _ = stream.write(&frame::encode_frame(
+            Some(FrameType::Probe),
+            reason.to_string().as_bytes(),
+        ));
+    }
+}

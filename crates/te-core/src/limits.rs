@@ -1,0 +1,210 @@
+//! How many connections the engine's servers take and with how many threads: the `MC_TE_*`
+//! limits of the control listener and of the transports' data servers, and the open-file limit
+//! they need.
+//!
+//! Servers are event driven: a fixed pool of threads serves every connection, so the thread
+//! count does not grow with peers; what grows is file descriptors and a little memory per
+//! connection. The defaults serve 10,000 connections per server on a machine whose open-file
+//! limit allows it. [`raise_open_files`] lifts the process's soft limit to the hard limit (once,
+//! at engine start) and says when even that is too low for the configured caps.
+//!
+//! Not here: what a connection speaks (the control channel, the transports).
+
+use crate::error::{Error, Result};
+use tracing::{info, warn};
+
+/// The servers' limits. Build with `ServerLimits::default()` or from the environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerLimits {
+    /// Threads serving every data connection of a transport's server (`MC_TE_SERVER_THREADS`,
+    /// 1–256; default: the machine's cores, at most 8).
+    pub server_threads: usize,
+    /// Data connections a transport's server holds at once; more are refused with a reason
+    /// (`MC_TE_MAX_DATA_CONNECTIONS`, 1–1,048,576, default 16,384).
+    pub max_data_connections: usize,
+    /// Threads serving the control listener's connections (`MC_TE_CONTROL_THREADS`, 1–64,
+    /// default 1).
+    pub control_threads: usize,
+    /// Control connections held at once (`MC_TE_MAX_CONTROL_CONNECTIONS`, 1–1,048,576,
+    /// default 16,384).
+    pub max_control_connections: usize,
+    /// Reply bytes a data connection gathers before it sends them (`MC_TE_CONN_REPLY_BYTES`,
+    /// 64 B–1 MiB, default 4 KiB): the bound of its outgoing buffer between requests.
+    pub conn_reply_bytes: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        ServerLimits {
+            server_threads: cores.clamp(1, 8),
+            max_data_connections: 16_384,
+            control_threads: 1,
+            max_control_connections: 16_384,
+            conn_reply_bytes: 4096,
+        }
+    }
+}
+
+impl ServerLimits {
+    /// Reads the limits through `get` (trimmed, non-empty values).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the variable whose value is out of range.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let d = ServerLimits::default();
+        let read = |name: &str, default: usize, min: usize, max: usize| -> Result<usize> {
+            let Some(v) = get(name) else {
+                return Ok(default);
+            };
+            v.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (min..=max).contains(n))
+                .ok_or_else(|| Error::InvalidConfig {
+                    name: name.into(),
+                    value: v.clone(),
+                    reason: format!("must be a number between {min} and {max}"),
+                })
+        };
+        Ok(ServerLimits {
+            server_threads: read("MC_TE_SERVER_THREADS", d.server_threads, 1, 256)?,
+            max_data_connections: read(
+                "MC_TE_MAX_DATA_CONNECTIONS",
+                d.max_data_connections,
+                1,
+                1 << 20,
+            )?,
+            control_threads: read("MC_TE_CONTROL_THREADS", d.control_threads, 1, 64)?,
+            max_control_connections: read(
+                "MC_TE_MAX_CONTROL_CONNECTIONS",
+                d.max_control_connections,
+                1,
+                1 << 20,
+            )?,
+            conn_reply_bytes: read("MC_TE_CONN_REPLY_BYTES", d.conn_reply_bytes, 64, 1 << 20)?,
+        })
+    }
+
+    /// File descriptors the servers may hold at their caps, plus a margin for everything else.
+    pub fn open_files_wanted(&self) -> u64 {
+        (self.max_data_connections + self.max_control_connections) as u64 + 1024
+    }
+}
+
+/// The open-file limit after [`raise_open_files`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFiles {
+    /// The soft limit before.
+    pub before: u64,
+    /// The soft limit now.
+    pub now: u64,
+    /// The hard limit (the most an unprivileged process may raise its soft limit to).
+    pub hard: u64,
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit, and says so; warns when the
+/// result is below `wanted` (the descriptors the configured caps could use), naming the
+/// variables to lower or the limit to raise.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `RLIMIT_NOFILE` when the limit cannot be read (one that
+/// cannot be raised is only warned about).
+pub fn raise_open_files(wanted: u64) -> Result<OpenFiles> {
+    let (before, hard) = crate::sys::nofile_limit().map_err(|e| Error::InvalidConfig {
+        name: "RLIMIT_NOFILE".into(),
+        value: String::new(),
+        reason: format!("cannot be read: {e}"),
+    })?;
+    let mut now = before;
+    if before < hard {
+        match crate::sys::set_nofile_soft(hard) {
+            Ok(()) => {
+                now = hard;
+                info!(
+                    before,
+                    now, "raised the open-file limit (RLIMIT_NOFILE) to its hard limit"
+                );
+            }
+            Err(e) => warn!(before, hard, error = %e, "cannot raise the open-file limit"),
+        }
+    }
+    if now < wanted {
+        warn!(
+            open_files = now,
+            wanted,
+            "the open-file limit is below what the connection caps allow \
+             (MC_TE_MAX_DATA_CONNECTIONS + MC_TE_MAX_CONTROL_CONNECTIONS): connections past it \
+             will be refused by the kernel; raise the hard limit (ulimit -Hn, LimitNOFILE=) or \
+             lower the caps"
+        );
+    }
+    Ok(OpenFiles { before, now, hard })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<ServerLimits> {
+        let map: HashMap<&str, &str> = pairs.iter().copied().collect();
+        ServerLimits::from_lookup(|k| map.get(k).map(|v| v.to_string()))
+    }
+
+    #[test]
+    fn defaults_serve_ten_thousand_connections() {
+        let d = with(&[]).unwrap();
+        assert_eq!(d, ServerLimits::default());
+        assert!(d.max_data_connections >= 10_000);
+        assert!(d.max_control_connections >= 10_000);
+        assert!((1..=8).contains(&d.server_threads));
+        assert!(d.open_files_wanted() > 20_000);
+    }
+
+    #[test]
+    fn values_are_read_and_bounded() {
+        let l = with(&[
+            ("MC_TE_SERVER_THREADS", "3"),
+            ("MC_TE_MAX_DATA_CONNECTIONS", "100"),
+            ("MC_TE_CONTROL_THREADS", "2"),
+            ("MC_TE_MAX_CONTROL_CONNECTIONS", " 50 "),
+            ("MC_TE_CONN_REPLY_BYTES", "65536"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (
+                l.server_threads,
+                l.max_data_connections,
+                l.control_threads,
+                l.max_control_connections,
+                l.conn_reply_bytes
+            ),
+            (3, 100, 2, 50, 65536)
+        );
+        for (name, bad) in [
+            ("MC_TE_SERVER_THREADS", "0"),
+            ("MC_TE_SERVER_THREADS", "1000"),
+            ("MC_TE_MAX_DATA_CONNECTIONS", "lots"),
+            ("MC_TE_CONTROL_THREADS", "65"),
+            ("MC_TE_MAX_CONTROL_CONNECTIONS", "0"),
+            ("MC_TE_CONN_REPLY_BYTES", "8"),
+        ] {
+            match with(&[(name, bad)]) {
+                Err(Error::InvalidConfig { name: n, value, .. }) => {
+                    assert_eq!((n.as_str(), value.as_str()), (name, bad));
+                }
+                other => panic!("{name}={bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit() {
+        let files = raise_open_files(0).unwrap();
+        assert_eq!(files.now, files.hard);
+        assert!(files.before <= files.now);
+        assert_eq!(crate::sys::nofile_limit().unwrap().0, files.hard);
+    }
+}

@@ -1,0 +1,424 @@
+//! The target side's connections in te's framing, on te-core's event loops
+//! ([`te_core::reactor`]): a fixed pool of threads (`MC_TE_SERVER_THREADS`) serves every data
+//! connection, however many peers there are.
+//!
+//! Each connection is a state machine driven whenever its socket is ready. It reads a request
+//! header; checks the segment secret, the bounds of one registered region and its permission
+//! (pinning the region) before any byte of memory is touched; then moves the body straight
+//! between the socket and that region, no copy of te's own. A WRITE is acknowledged only once
+//! its last byte is in memory; replies go out in request order, gathered while further
+//! requests are ready and sent when none is (or when `MC_TE_CONN_REPLY_BYTES` wait), which also
+//! bounds what a peer that does not read its replies can make the target hold. A refused WRITE's
+//! body is read and dropped so the connection stays usable (up to [`MAX_DRAIN`]; a larger one
+//! closes it). A malformed header is answered and closes the connection; a Mooncake header is
+//! answered in Mooncake's framing and closes it (see [`crate::server`]'s module doc). A
+//! connection never waits: every socket call is non-blocking and one that has had its turn
+//! ([`TURN`] bytes) yields to the others.
+//!
+//! A request on GPU memory sends its connection to a thread of its own ([`crate::server`]),
+//! where staging may wait without holding anybody up.
+
+#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Instant;
+
+use te_core::Opcode;
+use te_core::memory::{AccessDenied, RegionPin};
+use te_core::reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
+use te_core::transport::Rejection;
+use tracing::{debug, warn};
+
+use crate::server::{IDLE_MAX, MAX_DRAIN, SMALL_REQUEST, TargetState, foreign_refusal};
+use crate::sys;
+use crate::wire::{REQUEST_LEN, Reply, Request, Status};
+
+/// Bytes one connection may move per turn before the others get theirs.
+const TURN: usize = 8 << 20;
+/// Bytes one receive call takes at most: the socket is locked while the kernel copies, and
+/// segments arriving meanwhile wait in its backlog, which overflows under megabyte copies.
+const RECV_PIECE: usize = 256 << 10;
+
+enum Phase {
+    /// Reading a request header.
+    Header { buf: [u8; REQUEST_LEN], got: usize },
+    /// Receiving a WRITE's body into pinned memory.
+    Body {
+        _pin: RegionPin,
+        addr: u64,
+        left: usize,
+        request_id: u64,
+    },
+    /// Reading and dropping a refused WRITE's body.
+    Drain {
+        left: u64,
+        request_id: u64,
+        rejection: Rejection,
+    },
+    /// Sending the queued replies, then a READ's data from pinned memory.
+    Send {
+        _pin: RegionPin,
+        addr: u64,
+        left: usize,
+    },
+    /// Sending what is queued, then closing.
+    Closing,
+}
+
+fn fresh() -> Phase {
+    Phase::Header {
+        buf: [0; REQUEST_LEN],
+        got: 0,
+    }
+}
+
+/// One data connection.
+pub(crate) struct TargetConn {
+    peer: SocketAddr,
+    phase: Phase,
+    /// Replies gathered and not yet sent (from `sent` on).
+    out: Vec<u8>,
+    sent: usize,
+    /// The last time bytes moved.
+    progress: Instant,
+    /// The last request was small: its initiator's next one is likely due within microseconds.
+    last_small: bool,
+    /// The request that sends this connection to a thread of its own (GPU memory).
+    promoted: Option<Request>,
+}
+
+/// te's data listener: the state every connection checks against, and its reply bound.
+pub(crate) struct TargetProtocol {
+    pub(crate) state: TargetState,
+    pub(crate) reply_bytes: usize,
+}
+
+enum Flush {
+    Done,
+    Blocked,
+    Failed,
+}
+
+impl TargetConn {
+    fn queue(&mut self, request_id: u64, status: Status) {
+        self.out
+            .extend_from_slice(&Reply { status, request_id }.encode());
+    }
+
+    /// Sends the gathered replies.
+    fn flush(&mut self, stream: &mio::net::TcpStream) -> Flush {
+        while self.sent < self.out.len() {
+            let rest = &self.out[self.sent..];
+            // SAFETY: `rest` is this connection's own buffer, readable for the call.
+            match unsafe { sys::send_some(stream, &[(rest.as_ptr() as u64, rest.len())]) } {
+                Ok(n) => {
+                    self.sent += n;
+                    self.progress = Instant::now();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Flush::Blocked,
+                Err(_) => return Flush::Failed,
+            }
+        }
+        self.out.clear();
+        self.sent = 0;
+        Flush::Done
+    }
+
+    fn waiting(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Acts on a complete header: the next phase, or a step that ends this drive.
+    fn start(&mut self, p: &TargetProtocol, raw: &[u8; REQUEST_LEN]) -> Option<Step> {
+        let r = match Request::decode(raw) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(peer = %self.peer, error = %e, "malformed data request; closing the connection");
+                self.queue(0, Status::Rejected(Rejection::Malformed));
+                self.phase = Phase::Closing;
+                return None;
+            }
+        };
+        self.last_small = r.len <= SMALL_REQUEST;
+        let state = &p.state;
+        let checked = if state.secret.matches(&r.secret) {
+            state
+                .regions
+                .pin_remote(r.addr, r.len, r.opcode)
+                .map_err(|denied| match denied {
+                    AccessDenied::Permission => Rejection::PermissionDenied,
+                    AccessDenied::BadRange => Rejection::Malformed,
+                    _ => Rejection::OutOfBounds,
+                })
+        } else {
+            Err(Rejection::BadSecret)
+        };
+        let Ok(len) = usize::try_from(r.len) else {
+            self.phase = Phase::Closing;
+            return None;
+        };
+        self.phase = match (checked, r.opcode) {
+            (Ok(_), _) if state.staging.device_of(r.addr, r.len).is_some() => {
+                self.promoted = Some(r);
+                return Some(Step::Promote);
+            }
+            (Ok(pin), Opcode::Write) => Phase::Body {
+                _pin: pin,
+                addr: r.addr,
+                left: len,
+                request_id: r.request_id,
+            },
+            (Ok(pin), _) => {
+                self.queue(r.request_id, Status::Ok);
+                Phase::Send {
+                    _pin: pin,
+                    addr: r.addr,
+                    left: len,
+                }
+            }
+            (Err(rejection), opcode) => {
+                debug!(addr = r.addr, len = r.len, ?rejection, "request refused");
+                if opcode != Opcode::Write {
+                    self.queue(r.request_id, Status::Rejected(rejection));
+                    fresh()
+                } else if r.len > MAX_DRAIN {
+                    self.queue(r.request_id, Status::Rejected(rejection));
+                    Phase::Closing
+                } else {
+                    Phase::Drain {
+                        left: r.len,
+                        request_id: r.request_id,
+                        rejection,
+                    }
+                }
+            }
+        };
+        None
+    }
+
+    /// Moves the connection on as far as its socket allows.
+    fn drive(&mut self, p: &TargetProtocol, stream: &mio::net::TcpStream) -> Step {
+        let mut turn = 0usize;
+        loop {
+            if turn >= TURN {
+                return Step::Yield;
+            }
+            let backlog = self.waiting() >= p.reply_bytes;
+            let moved = match &mut self.phase {
+                Phase::Closing => {
+                    return match self.flush(stream) {
+                        Flush::Blocked => Step::BlockedSending,
+                        _ => Step::Close,
+                    };
+                }
+                Phase::Header { .. } if backlog => {
+                    // The peer is not reading its replies: read no further until it does.
+                    match self.flush(stream) {
+                        Flush::Done => 0,
+                        Flush::Blocked => return Step::BlockedSending,
+                        Flush::Failed => return Step::Close,
+                    }
+                }
+                Phase::Header { buf, got } => {
+                    let at = *got;
+                    // SAFETY: `buf[at..]` is this phase's own array, writable for the call.
+                    let n = unsafe {
+                        sys::recv_some(stream, buf[at..].as_mut_ptr() as u64, REQUEST_LEN - at)
+                    };
+                    match n {
+                        Ok(0) => {
+                            // The peer finished sending; it may still read what it is owed.
+                            let _ = self.flush(stream);
+                            return Step::Close;
+                        }
+                        Ok(n) => {
+                            *got += n;
+                            if let Some(refusal) = foreign_refusal(self.peer, buf, *got) {
+                                self.out.extend_from_slice(&refusal);
+                                self.phase = Phase::Closing;
+                            } else if *got == REQUEST_LEN {
+                                let raw = *buf;
+                                if let Some(step) = self.start(p, &raw) {
+                                    return step;
+                                }
+                            }
+                            n
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            // No further request ready: now the gathered replies go out.
+                            let idle = at == 0;
+                            return match self.flush(stream) {
+                                Flush::Blocked => Step::BlockedSending,
+                                Flush::Failed => Step::Close,
+                                Flush::Done if idle && self.last_small => Step::BlockedHot,
+                                Flush::Done => Step::Blocked,
+                            };
+                        }
+                        Err(_) => return Step::Close,
+                    }
+                }
+                Phase::Body {
+                    addr,
+                    left,
+                    request_id,
+                    ..
+                } => {
+                    // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
+                    // (hence allocated, by the registration contract); the range was checked to
+                    // lie inside one region that permits remote writes.
+                    match unsafe { sys::recv_some(stream, *addr, (*left).min(RECV_PIECE)) } {
+                        Ok(0) => return Step::Close,
+                        Ok(n) => {
+                            *addr += n as u64;
+                            *left -= n;
+                            if *left == 0 {
+                                // The bytes are in memory: now the acknowledgement.
+                                let id = *request_id;
+                                self.queue(id, Status::Ok);
+                                self.phase = fresh();
+                            }
+                            n
+                        }
+                        Err(e) => return blocked_or_closed(&e),
+                    }
+                }
+                Phase::Drain {
+                    left,
+                    request_id,
+                    rejection,
+                } => {
+                    let mut scratch = [0u8; 16 << 10];
+                    let want = scratch
+                        .len()
+                        .min(usize::try_from(*left).unwrap_or(usize::MAX));
+                    match (&mut &*stream).read(&mut scratch[..want]) {
+                        Ok(0) => return Step::Close,
+                        Ok(n) => {
+                            *left -= n as u64;
+                            if *left == 0 {
+                                let (id, why) = (*request_id, *rejection);
+                                self.queue(id, Status::Rejected(why));
+                                self.phase = fresh();
+                            }
+                            n
+                        }
+                        Err(e) => return blocked_or_closed(&e),
+                    }
+                }
+                Phase::Send { addr, left, .. } => {
+                    let head = &self.out[self.sent..];
+                    let parts = [(head.as_ptr() as u64, head.len()), (*addr, *left)];
+                    if parts.iter().all(|part| part.1 == 0) {
+                        self.out.clear();
+                        self.sent = 0;
+                        self.phase = fresh();
+                        continue;
+                    }
+                    // SAFETY: the replies are this connection's own buffer; the data range is
+                    // held by this phase's pin and was checked to lie inside one region that
+                    // permits remote reads.
+                    match unsafe { sys::send_some(stream, &parts) } {
+                        Ok(n) => {
+                            let from_head = n.min(head.len());
+                            self.sent += from_head;
+                            *addr += (n - from_head) as u64;
+                            *left -= n - from_head;
+                            n
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            return Step::BlockedSending;
+                        }
+                        Err(_) => return Step::Close,
+                    }
+                }
+            };
+            turn += moved;
+            self.progress = Instant::now();
+        }
+    }
+}
+
+fn blocked_or_closed(e: &std::io::Error) -> Step {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock => Step::Blocked,
+        _ => Step::Close,
+    }
+}
+
+impl Protocol for TargetProtocol {
+    type Conn = TargetConn;
+
+    fn name(&self) -> &'static str {
+        "te-tcp-data"
+    }
+
+    fn open(&self, peer: SocketAddr) -> TargetConn {
+        TargetConn {
+            peer,
+            phase: fresh(),
+            out: Vec::new(),
+            sent: 0,
+            progress: Instant::now(),
+            last_small: false,
+            promoted: None,
+        }
+    }
+
+    fn drive(&self, c: &mut TargetConn, stream: &mio::net::TcpStream) -> Step {
+        c.drive(self, stream)
+    }
+
+    fn expired(&self, c: &TargetConn, now: Instant) -> bool {
+        let limit = match &c.phase {
+            Phase::Header { got: 0, .. } if c.waiting() == 0 => IDLE_MAX,
+            _ => self.state.stall_timeout,
+        };
+        now.duration_since(c.progress) > limit
+    }
+
+    fn refuse(&self, stream: &mio::net::TcpStream, peer: SocketAddr, why: Refusal) {
+        debug!(%peer, ?why, "data connection refused (MC_TE_MAX_DATA_CONNECTIONS)");
+        let busy = Reply {
+            status: Status::Busy,
+            request_id: 0,
+        }
+        .encode();
+        // SAFETY: `busy` is a local array, readable for the call.
+        let _ = unsafe { sys::send_some(stream, &[(busy.as_ptr() as u64, busy.len())]) };
+    }
+
+    fn promote(self: &Arc<Self>, c: TargetConn, stream: TcpStream, peer: SocketAddr, slot: Slot) {
+        let Some(first) = c.promoted else {
+            return;
+        };
+        let replies = c.out[c.sent..].to_vec();
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("te-tcp-data-gpu".into())
+            .spawn(move || {
+                crate::server::serve_from(&me.state, stream, first, replies);
+                drop(slot);
+            });
+        if let Err(e) = spawned {
+            warn!(%peer, error = %e, "no thread for a GPU data connection; closed");
+        }
+    }
+}
+
+/// Starts a data listener's event loops.
+///
+/// # Errors
+/// The listener or a loop could not be set up.
+pub(crate) fn start(
+    listener: std::net::TcpListener,
+    protocol: Arc<TargetProtocol>,
+    limits: &te_core::limits::ServerLimits,
+) -> std::io::Result<Server> {
+    let settings = ServerSettings {
+        threads: limits.server_threads,
+        max_connections: limits.max_data_connections,
+    };
+    Server::start(listener, protocol, settings)
+}
