@@ -33,7 +33,7 @@ const RUNS: usize = 3;
 /// Mooncake's native `transfer_engine_bench` inside the wheel's package, not the `bin/`
 /// wrapper: the wrapper runs the binary as a child, and killing the wrapper at the end of the
 /// run would leave the target running.
-fn mooncake_bench() -> Result<PathBuf, String> {
+pub(crate) fn mooncake_bench() -> Result<PathBuf, String> {
     let venv = std::env::var_os("TE_MOONCAKE_VENV")
         .map_or_else(|| PathBuf::from("target/mooncake-venv"), PathBuf::from);
     std::fs::read_dir(venv.join("lib"))
@@ -64,7 +64,7 @@ fn mooncake(bin: &PathBuf, mode: &str) -> Command {
 }
 
 /// A Mooncake target and the segment name it logs (`listening on 127.0.0.1:PORT`).
-fn mooncake_target(bin: &PathBuf) -> Result<(KillOnDrop, String), String> {
+pub(crate) fn mooncake_target(bin: &PathBuf) -> Result<(KillOnDrop, String), String> {
     let mut target = KillOnDrop(
         mooncake(bin, "--mode=target")
             .stdout(Stdio::null())

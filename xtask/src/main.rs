@@ -37,6 +37,7 @@ mod netns;
 mod python_bench;
 mod rdma_bench;
 mod report;
+mod scale_bench;
 mod softroce;
 mod tent_bench;
 
@@ -77,7 +78,7 @@ type BenchFn = fn(&[&str]) -> Result<(), String>;
 /// charts copied to `docs/bench/` and the table into the README's Performance section.
 fn bench_all(args: &[&str]) -> Result<(), String> {
     let secs = args.to_vec();
-    let benches: [(&str, BenchFn, Option<String>); 9] = [
+    let benches: [(&str, BenchFn, Option<String>); 10] = [
         ("engine", bench::engine, None),
         ("tcp", bench::tcp, None),
         ("local", local::local, None),
@@ -85,6 +86,7 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
         ("interop", interop_bench::interop, None),
         ("python", python_bench::python, None),
         ("capi", capi_bench::capi, None),
+        ("scale", scale_bench::scale, None),
         ("topo", bench::topo, netns::unavailable()),
         (
             "rdma",
@@ -163,7 +165,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -184,6 +186,7 @@ fn main() -> ExitCode {
         ["bench", "interop", rest @ ..] => interop_bench::interop(rest),
         ["bench", "python", rest @ ..] => python_bench::python(rest),
         ["bench", "capi", rest @ ..] => capi_bench::capi(rest),
+        ["bench", "scale", rest @ ..] => scale_bench::scale(rest),
         ["bench"] => bench_all(&[]),
         ["bench", "--duration", n] => bench_all(&["--duration", n]),
         ["bench", "all", rest @ ..] => bench_all(rest),

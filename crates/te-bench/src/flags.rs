@@ -38,6 +38,15 @@ pub struct Flags {
     /// tebench's power-of-two sweeps (`--start_block_size`/`--max_block_size`, `..._batch_size`,
     /// `..._num_threads`); each defaults to the single value of its classic flag.
     pub sweep: Sweep,
+    /// `--mode=swarm`: peers stood for, connections (lanes) per peer (0: `MC_TCP_LANES_PER_PEER`),
+    /// and requests in flight per connection.
+    pub peers: usize,
+    pub lanes: usize,
+    pub depth: usize,
+    /// `--mode=swarm`: seconds to keep the connections open and idle after the run.
+    pub hold: f64,
+    /// `--mode=swarm`: distinct blocks of the target written (0: one per connection).
+    pub slots: usize,
 }
 
 /// Power-of-two ranges of block size, batch size and threads (tebench's flags).
@@ -74,7 +83,7 @@ const BOOLS: [&str; 6] = [
 const IGNORED: [&str; 1] = ["init_mem"];
 
 pub const USAGE: &str =
-    "usage: te-bench [--mode=initiator|target|topology|engine] [--loopback] [--metadata_server=P2PHANDSHAKE]
+    "usage: te-bench [--mode=initiator|target|topology|engine|swarm] [--loopback] [--metadata_server=P2PHANDSHAKE]
   [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp|rdma|shm|cxl|uring|bufio]
   [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
@@ -82,6 +91,9 @@ pub const USAGE: &str =
   [--use_vram --gpu_id=0] (buffers in GPU memory: tcp stages them, rdma registers them by dma-buf, nvlink copies them)
   [--backend=classic|tent] [--start_block_size=N --max_block_size=N] [--start_batch_size=N --max_batch_size=N]
   [--start_num_threads=N --max_num_threads=N] (tent: power-of-two sweeps, one row per case)
+  [--peers=1 --lanes=4 --depth=2 --slots=0 --hold=0] (swarm: that many peers' connections at --segment_id, te's or a Mooncake
+  target's framing, in --threads event loops, writing --block_size blocks; --verify reads every block back;
+  --slots bounds the blocks written (lanes share them); --hold keeps the connections open and idle that many seconds after)
 protocols: tcp (any host), rdma (verbs devices, --device_name=mlx5_0,mlx5_1), nvlink (GPU memory, --use_vram; same host, or the
   NVLink domain with MC_FORCE_MNNVL), shm (same host), cxl (a DAX device, MC_CXL_DEV_PATH; a stand-in file
   is made for --loopback without it), uring and bufio (a file segment at --file_path; no target)";
@@ -154,6 +166,11 @@ impl Flags {
                 batch: (0, 0),
                 threads: (0, 0),
             },
+            peers: number("peers", &take("peers", "1"))?,
+            lanes: number("lanes", &take("lanes", "0"))?,
+            depth: number("depth", &take("depth", "2"))?,
+            hold: number("hold", &take("hold", "0"))?,
+            slots: number("slots", &take("slots", "0"))?,
         };
         let backend = take("backend", "classic");
         if backend != "classic" && backend != "tent" {
@@ -212,10 +229,10 @@ impl Flags {
     fn check(&self) -> Result<(), String> {
         if !matches!(
             self.mode.as_str(),
-            "initiator" | "target" | "topology" | "engine" | "memcpy"
+            "initiator" | "target" | "topology" | "engine" | "memcpy" | "swarm"
         ) {
             return Err(format!(
-                "--mode={}: expected initiator, target, topology, engine or memcpy",
+                "--mode={}: expected initiator, target, topology, engine, memcpy or swarm",
                 self.mode
             ));
         }
@@ -253,6 +270,12 @@ impl Flags {
                 "--protocol={}: a file segment needs no target; run the initiator",
                 self.protocol
             ));
+        }
+        if !(0.0..=3600.0).contains(&self.hold) {
+            return Err("--hold: seconds between 0 and 3600".into());
+        }
+        if self.peers == 0 || self.depth == 0 || self.peers > 1 << 20 || self.depth > 1024 {
+            return Err("--peers (up to 1048576) and --depth (up to 1024) must be positive".into());
         }
         if self.block_size == 0 || self.batch_size == 0 || self.threads == 0 {
             return Err("--block_size, --batch_size and --threads must be positive".into());

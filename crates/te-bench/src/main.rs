@@ -2,7 +2,8 @@
 //!
 //! Modes: `--mode=target` (register a buffer, print the segment name, serve until killed),
 //! `--mode=initiator --segment_id=HOST:PORT` (drive transfers at the target), and `--loopback`
-//! (both in one command, over real TCP sockets on 127.0.0.1). `--verify` fills patterns and
+//! (both in one command, over real TCP sockets on 127.0.0.1), `--mode=swarm --peers=N` (N
+//! peers' connections at one target from this one process, speaking the wire directly). `--verify` fills patterns and
 //! compares every byte of the working set after the timed run; `--json` prints the figures as
 //! one JSON object last.
 #![forbid(unsafe_code)]
@@ -12,6 +13,7 @@ mod flags;
 mod memory;
 mod pattern;
 mod report;
+mod swarm;
 mod tent_bench;
 mod transports;
 
@@ -379,6 +381,9 @@ fn main_inner() -> BenchResult<()> {
     }
     if flags.mode == "engine" {
         return engine_bench::run(config, &flags);
+    }
+    if flags.mode == "swarm" {
+        return swarm::run(&flags, config.tcp_lanes_per_peer);
     }
     if flags.loopback && config.tcp_bind_address.is_none() {
         config.tcp_bind_address = Some(std::net::Ipv4Addr::LOCALHOST.into());

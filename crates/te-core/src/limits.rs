@@ -21,13 +21,13 @@ pub struct ServerLimits {
     /// 1–256; default: the machine's cores, at most 8).
     pub server_threads: usize,
     /// Data connections a transport's server holds at once; more are refused with a reason
-    /// (`MC_TE_MAX_DATA_CONNECTIONS`, 1–1,048,576, default 16,384).
+    /// (`MC_TE_MAX_DATA_CONNECTIONS`, 1–1,048,576, default 10,240).
     pub max_data_connections: usize,
     /// Threads serving the control listener's connections (`MC_TE_CONTROL_THREADS`, 1–64,
     /// default 1).
     pub control_threads: usize,
     /// Control connections held at once (`MC_TE_MAX_CONTROL_CONNECTIONS`, 1–1,048,576,
-    /// default 16,384).
+    /// default 4,096: a control request holds its connection for one exchange).
     pub max_control_connections: usize,
     /// Reply bytes a data connection gathers before it sends them (`MC_TE_CONN_REPLY_BYTES`,
     /// 64 B–1 MiB, default 4 KiB): the bound of its outgoing buffer between requests.
@@ -39,9 +39,9 @@ impl Default for ServerLimits {
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         ServerLimits {
             server_threads: cores.clamp(1, 8),
-            max_data_connections: 16_384,
+            max_data_connections: 10_240,
             control_threads: 1,
-            max_control_connections: 16_384,
+            max_control_connections: 4_096,
             conn_reply_bytes: 4096,
         }
     }
@@ -158,9 +158,9 @@ mod tests {
         let d = with(&[]).unwrap();
         assert_eq!(d, ServerLimits::default());
         assert!(d.max_data_connections >= 10_000);
-        assert!(d.max_control_connections >= 10_000);
+        assert!(d.max_control_connections >= 1_024);
         assert!((1..=8).contains(&d.server_threads));
-        assert!(d.open_files_wanted() > 20_000);
+        assert!(d.open_files_wanted() > d.max_data_connections as u64);
     }
 
     #[test]

@@ -138,6 +138,30 @@ pub unsafe fn recv_some(sock: &impl AsRawFd, addr: u64, len: usize) -> io::Resul
     }
 }
 
+/// Sets how many bytes must be waiting before the socket reads as readable (`SO_RCVLOWAT`):
+/// an event loop receiving a body sleeps until the rest of it is there instead of waking for
+/// every segment.
+///
+/// # Errors
+/// `setsockopt` refused.
+pub fn set_recv_lowat(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `v` is a live c_int, read by the call for its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw const v).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(last_error()),
+    }
+}
+
 /// One send of `parts` (address, length pairs) without waiting and without SIGPIPE: the bytes
 /// sent, or `WouldBlock` when the socket buffer is full.
 ///

@@ -40,6 +40,8 @@ const TURN: usize = 8 << 20;
 /// Bytes one receive call takes at most: the socket is locked while the kernel copies, and
 /// segments arriving meanwhile wait in its backlog, which overflows under megabyte copies.
 const RECV_PIECE: usize = 256 << 10;
+/// The most `SO_RCVLOWAT` is raised to while a body arrives.
+const LOWAT_MAX: usize = 64 << 10;
 
 enum Phase {
     /// Reading a request header.
@@ -87,6 +89,8 @@ pub(crate) struct TargetConn {
     last_small: bool,
     /// The request that sends this connection to a thread of its own (GPU memory).
     promoted: Option<Request>,
+    /// `SO_RCVLOWAT` is raised (while a body arrives in pieces).
+    lowat: bool,
 }
 
 /// te's data listener: the state every connection checks against, and its reply bound.
@@ -278,10 +282,23 @@ impl TargetConn {
                                 let id = *request_id;
                                 self.queue(id, Status::Ok);
                                 self.phase = fresh();
+                                if self.lowat {
+                                    self.lowat = false;
+                                    let _ = sys::set_recv_lowat(stream, 1);
+                                }
                             }
                             n
                         }
-                        Err(e) => return blocked_or_closed(&e),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            // Part of the body is still on its way: wake when the rest (up to
+                            // a piece) is there, not for every segment.
+                            let want = (*left).min(LOWAT_MAX);
+                            if want > 1 && sys::set_recv_lowat(stream, want).is_ok() {
+                                self.lowat = true;
+                            }
+                            return Step::Blocked;
+                        }
+                        Err(_) => return Step::Close,
                     }
                 }
                 Phase::Drain {
@@ -363,6 +380,7 @@ impl Protocol for TargetProtocol {
             progress: Instant::now(),
             last_small: false,
             promoted: None,
+            lowat: false,
         }
     }
 

@@ -1,0 +1,103 @@
+//! The data listener's connection cap (`MC_TE_MAX_DATA_CONNECTIONS`): a peer over it is told
+//! why, its task fails with an error that names the cap, the target keeps serving the peers it
+//! holds, and a place freed is a place taken.
+
+mod common;
+
+use common::*;
+use te_core::transport::SliceError;
+use te_core::{Opcode, Permission, TransferState};
+
+#[test]
+fn a_peer_over_the_connection_cap_fails_naming_it_and_the_others_are_served() {
+    let mut target_config = config();
+    target_config.limits.max_data_connections = 1;
+    let target = engine_with(target_config);
+    let remote = buffer(1 << 20);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let one_lane = || {
+        let mut c = config();
+        c.tcp_lanes_per_peer = 1;
+        c.retry_cnt = 1;
+        engine_with(c)
+    };
+    // The first peer takes the only place, and keeps it (its lane stays connected).
+    let first = one_lane();
+    let src = buffer(64 << 10);
+    src.write_at(0, &pattern(7, 64 << 10)).unwrap();
+    register(&first, &src, Permission::LocalOnly);
+    let seg = first.open_segment(target.segment_name()).unwrap();
+    let write = request(Opcode::Write, src.addr(), seg, remote.addr(), 64 << 10);
+    assert_eq!(run(&first, &[write]), TransferState::Completed);
+    assert_eq!(
+        &remote.to_vec(0, 64 << 10).unwrap()[..],
+        &pattern(7, 64 << 10)[..]
+    );
+
+    // The second is refused, and says why.
+    let second = one_lane();
+    let other = buffer(64 << 10);
+    register(&second, &other, Permission::LocalOnly);
+    let seg2 = second.open_segment(target.segment_name()).unwrap();
+    let b = second.allocate_batch(1).unwrap();
+    second
+        .submit(
+            b,
+            &[request(
+                Opcode::Write,
+                other.addr(),
+                seg2,
+                remote.addr() + (64 << 10),
+                64 << 10,
+            )],
+        )
+        .unwrap();
+    let status = second.wait(b, WAIT).unwrap();
+    assert_eq!(status.state, TransferState::Failed);
+    match second.task_error(b, 0).unwrap() {
+        Some(SliceError::Path(why)) => {
+            assert!(why.contains("MC_TE_MAX_DATA_CONNECTIONS"), "{why}");
+        }
+        other => panic!("expected a path error naming the cap, got {other:?}"),
+    }
+    second.free_batch(b).unwrap();
+    assert!(
+        remote
+            .to_vec(64 << 10, 64 << 10)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0),
+        "nothing of the refused peer's landed"
+    );
+
+    // The first peer is still served.
+    src.write_at(0, &pattern(8, 64 << 10)).unwrap();
+    assert_eq!(run(&first, &[write]), TransferState::Completed);
+    assert_eq!(
+        &remote.to_vec(0, 64 << 10).unwrap()[..],
+        &pattern(8, 64 << 10)[..]
+    );
+
+    // Once it goes, its place is the second peer's.
+    drop(first);
+    let deadline = std::time::Instant::now() + WAIT;
+    let again = request(
+        Opcode::Write,
+        other.addr(),
+        seg2,
+        remote.addr() + (64 << 10),
+        64 << 10,
+    );
+    other.write_at(0, &pattern(9, 64 << 10)).unwrap();
+    while run(&second, &[again]) != TransferState::Completed {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the freed place was never taken"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        &remote.to_vec(64 << 10, 64 << 10).unwrap()[..],
+        &pattern(9, 64 << 10)[..]
+    );
+}

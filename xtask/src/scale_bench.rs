@@ -1,0 +1,348 @@
+//! `cargo xtask bench scale [--duration S]`: one target, many peers. te-bench's swarm
+//! (`--mode=swarm`, one process standing for every peer, real sockets) writes 64 KiB blocks
+//! (a working set of 4 MiB each side at every point) over TCP loopback with 1, 16, 256 and
+//! 1,024 peers of 4 lanes each, median of 3 interleaved rounds, first at a te-bench
+//! target, then at Mooncake's `transfer_engine_bench` target (the wheel, as in
+//! `bench interop`), every run byte-verified by reading each block back. Sampled from the
+//! target's `/proc` while the swarm writes: its threads, its resident memory and its open
+//! sockets. Then 1,024 peers' connections are held idle, to give the target's memory per idle
+//! connection (resident memory beyond the kernel's socket buffers, which are not in it).
+//!
+//! Goals: at 1,024 peers te's aggregate is at least 90 % of its 16-peer figure; te's target
+//! threads do not grow with peers (at most 4 × cores + a fixed 8); under 64 KiB per idle
+//! connection; te's aggregate at least 5 × Mooncake's at every point.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::bench::{KillOnDrop, build_te_bench, duration_arg, json_number, start_target};
+
+const PEERS: [usize; 4] = [1, 16, 256, 1024];
+const LANES: usize = 4;
+const BLOCK: u64 = 64 << 10;
+/// Room for 1,024 peers × 4 lanes × 64 KiB, each connection's block its own (`--hold`).
+const BUFFER: &str = "--buffer_size=268435456";
+/// The sweep's working set: 64 blocks of 64 KiB (4 MiB) on each side at every point, which
+/// lanes share, so the sweep measures connections, not how much of it fits in the caches.
+const SLOTS: &str = "--slots=64";
+
+/// What `/proc` says of the target.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    threads: u64,
+    rss_kib: u64,
+    sockets: u64,
+}
+
+fn sample(pid: u32) -> Sample {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
+        .count() as u64;
+    Sample {
+        threads: field("Threads:"),
+        rss_kib: field("VmRSS:"),
+        sockets,
+    }
+}
+
+/// One swarm run: its JSON line, and the target sampled once the swarm said `marker` and
+/// `after` passed.
+fn swarm(
+    bin: &str,
+    segment: &str,
+    peers: usize,
+    extra: &[&str],
+    marker: &str,
+    after: Duration,
+    pid: u32,
+) -> Result<(String, Sample), String> {
+    let mut child = KillOnDrop(
+        Command::new(bin)
+            .args(["--mode=swarm", "--threads=2", "--verify", "--json"])
+            .arg(format!("--segment_id={segment}"))
+            .arg(format!("--peers={peers}"))
+            .arg(format!("--lanes={LANES}"))
+            .arg(format!("--block_size={BLOCK}"))
+            .args(extra)
+            .env("MC_LOG_LEVEL", "WARNING")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("te-bench swarm: {e}"))?,
+    );
+    let stderr = child.0.stderr.take().ok_or("no swarm stderr")?;
+    let (tx, rx) = mpsc::channel();
+    let marker = marker.to_string();
+    let log = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains(&marker) {
+                let _ = tx.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let seen = rx.recv_timeout(Duration::from_secs(300)).is_ok();
+    let mut s = Sample::default();
+    if seen {
+        std::thread::sleep(after);
+        s = sample(pid);
+    }
+    let stdout = child.0.stdout.take().ok_or("no swarm stdout")?;
+    let mut out = String::new();
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let status = child.0.wait().map_err(|e| e.to_string())?;
+    let err = log.join().unwrap_or_default();
+    if !status.success() {
+        return Err(err
+            .trim()
+            .lines()
+            .last()
+            .unwrap_or("swarm failed")
+            .to_string());
+    }
+    eprintln!("  {}", out.lines().next().unwrap_or_default());
+    Ok((out, s))
+}
+
+/// One target's sweep: per peer count, the median GB/s of [`ROUNDS`] (or why a run failed) and
+/// the target sampled (the most threads and sockets seen, the last resident memory).
+type Row = (usize, Result<f64, String>, Sample);
+
+/// Runs per point; rounds go over every peer count in turn, so drift spreads over all points.
+const ROUNDS: usize = 3;
+
+fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64) -> Vec<Row> {
+    let mut figures: Vec<(Vec<f64>, Option<String>, Sample)> = PEERS
+        .iter()
+        .map(|_| (Vec::new(), None, Sample::default()))
+        .collect();
+    let duration = format!("--duration={seconds}");
+    let half = Duration::from_millis(seconds * 500);
+    for _ in 0..ROUNDS {
+        for (i, peers) in PEERS.iter().enumerate() {
+            let point = &mut figures[i];
+            if point.1.is_some() {
+                continue;
+            }
+            match swarm(
+                bin,
+                segment,
+                *peers,
+                &[&duration, SLOTS],
+                "swarm: running",
+                half,
+                pid,
+            ) {
+                Ok((json, s)) => match json_number(&json, "gbps") {
+                    Some(g) => {
+                        point.0.push(g);
+                        point.2 = Sample {
+                            threads: point.2.threads.max(s.threads),
+                            rss_kib: s.rss_kib,
+                            sockets: point.2.sockets.max(s.sockets),
+                        };
+                    }
+                    None => point.1 = Some(format!("no figure in: {json}")),
+                },
+                Err(e) => point.1 = Some(e),
+            }
+        }
+    }
+    PEERS
+        .iter()
+        .zip(figures)
+        .map(|(peers, (runs, failure, s))| match failure {
+            Some(e) => (*peers, Err(e), s),
+            None => (*peers, Ok(crate::bench::median(runs)), s),
+        })
+        .collect()
+}
+
+/// Resident memory per idle connection: 1,024 peers' connections held open, against the
+/// target before they connected (its buffer already touched by the sweep).
+fn idle_bytes_per_connection(bin: &str, segment: &str, pid: u32) -> Result<f64, String> {
+    let before = sample(pid);
+    let (_, held) = swarm(
+        bin,
+        segment,
+        1024,
+        &["--duration=0.2", "--hold=3"],
+        "swarm: holding",
+        Duration::from_millis(1500),
+        pid,
+    )?;
+    let connections = (1024 * LANES) as f64;
+    Ok((held.rss_kib.saturating_sub(before.rss_kib) as f64 * 1024.0) / connections)
+}
+
+pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(args, "usage: cargo xtask bench scale [--duration SECONDS]")?;
+    let bin = build_te_bench()?;
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) as u64;
+    let mut te_cmd = Command::new(&bin);
+    te_cmd.args(["--mode=target", "--local_server_name=127.0.0.1:0", BUFFER]);
+    let (te_target, te_name) = start_target(te_cmd)?;
+    let te_pid = te_target.0.id();
+    eprintln!("  te target {te_name} (pid {te_pid})");
+    // First, on the fresh target: what idle connections cost it.
+    let idle = idle_bytes_per_connection(&bin, &te_name, te_pid);
+    let te_rows = sweep(&bin, &te_name, te_pid, seconds);
+    drop(te_target);
+    let mc_rows = match crate::interop_bench::mooncake_bench()
+        .and_then(|mc| crate::interop_bench::mooncake_target(&mc))
+    {
+        Ok((mc_target, mc_name)) => {
+            let pid = mc_target.0.id();
+            eprintln!("  Mooncake target {mc_name} (pid {pid})");
+            let rows = sweep(&bin, &mc_name, pid, seconds);
+            drop(mc_target);
+            Some(rows)
+        }
+        Err(e) => {
+            eprintln!("  Mooncake's target cannot run: {e}");
+            None
+        }
+    };
+    println!(
+        "one target, N peers x {LANES} lanes writing {} KiB blocks (4 MiB working set) over TCP loopback (te-bench --mode=swarm, 2 loops, depth 2, verified), median of {ROUNDS} runs of {seconds} s per point",
+        BLOCK >> 10
+    );
+    println!(
+        "{:>6} {:>6} | {:>9} {:>8} {:>9} {:>8} | {:>9} {:>8} {:>9} {:>8} | {:>7}",
+        "peers",
+        "conns",
+        "te GB/s",
+        "threads",
+        "RSS MiB",
+        "sockets",
+        "MC GB/s",
+        "threads",
+        "RSS MiB",
+        "sockets",
+        "te/MC"
+    );
+    let cell = |r: &Result<f64, String>| match r {
+        Ok(g) => format!("{g:9.3}"),
+        Err(_) => format!("{:>9}", "failed"),
+    };
+    let mut missed = Vec::new();
+    let mut notes = Vec::new();
+    let te_at = |peers: usize| {
+        te_rows
+            .iter()
+            .find(|r| r.0 == peers)
+            .and_then(|r| r.1.as_ref().ok().copied())
+    };
+    let thread_cap = 4 * cores + 8;
+    for (i, (peers, te, ts)) in te_rows.iter().enumerate() {
+        let mc = mc_rows.as_ref().and_then(|m| m.get(i));
+        let (mc_fig, ms) = mc.map_or((Err("not run".to_string()), Sample::default()), |m| {
+            (m.1.clone(), m.2)
+        });
+        let ratio = match (te, &mc_fig) {
+            (Ok(t), Ok(m)) if *m > 0.0 => format!("{:>6.1}x", t / m),
+            (Ok(_), Err(_)) if mc.is_some() => format!("{:>7}", "MC fail"),
+            _ => format!("{:>7}", "-"),
+        };
+        println!(
+            "{peers:>6} {:>6} | {} {:>8} {:>9.0} {:>8} | {} {:>8} {:>9.0} {:>8} | {ratio}",
+            peers * LANES,
+            cell(te),
+            ts.threads,
+            ts.rss_kib as f64 / 1024.0,
+            ts.sockets,
+            cell(&mc_fig),
+            ms.threads,
+            ms.rss_kib as f64 / 1024.0,
+            ms.sockets,
+        );
+        match te {
+            Err(e) => missed.push(format!("te at {peers} peers failed: {e}")),
+            Ok(t) => {
+                if ts.threads > thread_cap {
+                    missed.push(format!(
+                        "te target threads at {peers} peers: {} > {thread_cap}",
+                        ts.threads
+                    ));
+                }
+                match &mc_fig {
+                    Ok(m) if *t < 5.0 * m => missed.push(format!(
+                        "te at {peers} peers: {t:.3} GB/s < 5 x Mooncake's {m:.3}"
+                    )),
+                    Err(e) if mc.is_some() => {
+                        notes.push(format!("Mooncake at {peers} peers failed: {e}"));
+                    }
+                    _ => {}
+                }
+                crate::report::record(crate::report::Record {
+                    bench: "scale",
+                    case: format!("{peers} peers x {LANES} lanes, 64 KiB writes"),
+                    series: None,
+                    te: *t,
+                    unit: "GB/s",
+                    reference: mc_fig
+                        .as_ref()
+                        .ok()
+                        .map(|m| ("Mooncake target (wheel)".to_string(), *m)),
+                    goal: Some(">= 5x Mooncake".into()),
+                    met: Some(mc_fig.as_ref().is_ok_and(|m| *t >= 5.0 * m)),
+                });
+            }
+        }
+    }
+    if let (Some(at16), Some(at1024)) = (te_at(16), te_at(1024)) {
+        let share = at1024 / at16;
+        println!(
+            "te at 1,024 peers: {:.0}% of its 16-peer figure (goal >= 90%)",
+            share * 100.0
+        );
+        if share < 0.9 {
+            missed.push(format!(
+                "te at 1,024 peers is {:.0}% of 16 peers",
+                share * 100.0
+            ));
+        }
+    }
+    match idle {
+        Ok(bytes) => {
+            println!(
+                "te target memory per idle connection (1,024 peers x {LANES} held open): {:.1} KiB (goal < 64 KiB)",
+                bytes / 1024.0
+            );
+            if bytes >= 64.0 * 1024.0 {
+                missed.push(format!("{:.1} KiB per idle connection", bytes / 1024.0));
+            }
+        }
+        Err(e) => missed.push(format!("idle connections: {e}")),
+    }
+    println!("te target threads cap: 4 x {cores} cores + 8 = {thread_cap}");
+    for n in &notes {
+        println!("note: {n}");
+    }
+    match missed.is_empty() {
+        true => Ok(()),
+        false => Err(format!("missed: {}", missed.join("; "))),
+    }
+}
