@@ -58,6 +58,14 @@ pub struct SimTransport {
     sink: OnceLock<Arc<dyn CompletionSink>>,
     name: &'static str,
     capabilities: crate::transport::Capabilities,
+    /// Endpoints by peer segment, as a real transport keeps them (`with_endpoints`), and the
+    /// peers whose endpoints were evicted since last asked.
+    endpoints: std::sync::Mutex<Option<SimEndpoints>>,
+}
+
+struct SimEndpoints {
+    store: crate::endpoints::EndpointStore<String, ()>,
+    evicted: Vec<String>,
 }
 
 impl Default for SimTransport {
@@ -80,7 +88,47 @@ impl SimTransport {
             sink: OnceLock::new(),
             name,
             capabilities,
+            endpoints: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Keeps an endpoint per peer segment in an `EndpointStore` of `capacity` (SIEVE), as te-tcp
+    /// and te-rdma do; a post to a peer without one evicts another when the store is full.
+    pub fn with_endpoints(self, capacity: usize) -> Self {
+        *self.endpoints.lock().unwrap_or_else(|e| e.into_inner()) = Some(SimEndpoints {
+            store: crate::endpoints::EndpointStore::new(
+                capacity,
+                crate::endpoints::EvictionPolicy::Sieve,
+            ),
+            evicted: Vec::new(),
+        });
+        self
+    }
+
+    /// The peers whose endpoints were evicted since the last call (each eviction once).
+    pub fn take_evicted(&self) -> Vec<String> {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map_or_else(Vec::new, |e| std::mem::take(&mut e.evicted))
+    }
+
+    /// Endpoints held now.
+    pub fn endpoints(&self) -> usize {
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |e| e.store.len())
+    }
+
+    /// Takes every waiting slice `pred` picks.
+    pub fn take_where(&self, pred: impl Fn(&SliceOp) -> bool) -> Vec<SliceOp> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let (taken, kept) = std::mem::take(&mut *q).into_iter().partition(|op| pred(op));
+        *q = kept;
+        taken
     }
 
     /// Slices waiting.
@@ -130,6 +178,20 @@ impl Transport for SimTransport {
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
+        if let Some(e) = self
+            .endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            for op in &slices {
+                let peer = op.target.name().to_string();
+                if e.store.get(&peer).is_none() {
+                    let gone = e.store.insert(peer, ());
+                    e.evicted.extend(gone.into_iter().map(|(k, ())| k));
+                }
+            }
+        }
         self.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -11,6 +11,10 @@
 //! every completed task's bytes are right. Liveness phase (faults off, withheld slices
 //! released): every task ends. A failure prints `TE_SEED=<seed>`; `TE_SEED=<seed>` replays one
 //! seed, `TE_SIM_SEEDS=<n>` runs n seeds (default 40). `cargo xtask sim --seeds N` runs it.
+//!
+//! At scale: the same driver and invariants with one engine against 1,000 peers whose
+//! descriptors live in a real Redis, through a transport that keeps only 64 endpoints, so
+//! endpoints are evicted with slices queued on them (each then finishes or fails).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -26,6 +30,8 @@ use te_core::{
 
 const SLOT: usize = 64 << 10;
 const SLOTS: usize = 16;
+/// Slots at scale: enough tasks in flight at once to reach many peers.
+const SCALE_SLOTS: usize = 256;
 const RETRIES: u32 = 3;
 
 struct Rng(u64);
@@ -68,7 +74,8 @@ struct Sim {
     clock: Arc<SimClock>,
     local: Arc<HostBuffer>,
     remote: Arc<HostBuffer>,
-    segment: u64,
+    /// The segments tasks go to: the engine's own, or (at scale) a thousand peers'.
+    segments: Vec<u64>,
     tasks: Vec<Task>,
     live: Vec<Batch>,
     free_slots: Vec<usize>,
@@ -85,12 +92,46 @@ struct Stats {
     refused_frees: u64,
     refused_unregisters: u64,
     ended: [u64; 3],
+    evictions: u64,
 }
 
 type Check = Result<(), String>;
 
 impl Sim {
     fn new(seed: u64) -> Self {
+        Self::build(seed, None)
+    }
+
+    /// One engine, its descriptors in a real Redis at `metadata`, against `peers` simulated
+    /// peers (each a segment whose buffer is the simulation's remote buffer), through a
+    /// transport keeping at most `endpoints` endpoints.
+    fn at_scale(seed: u64, metadata: &str, peers: usize, endpoints: usize) -> Self {
+        let mut sim = Self::build(seed, Some((metadata, endpoints)));
+        let mut config = Config::default();
+        config.handshake_connect_timeout = Duration::from_secs(5);
+        let store = te_core::metadata::open(metadata, &config).unwrap();
+        let len = SLOT * SCALE_SLOTS;
+        sim.segments = (0..peers)
+            .map(|i| {
+                let name = format!("sim-peer-{seed}-{i}");
+                let desc = serde_json::json!({
+                    "name": name, "protocol": "sim", "te_wire_version": 1,
+                    "te_rails": [{"name": "lo", "ip": "127.0.0.1", "port": 9}],
+                    "te_secret": format!("{:032x}", seed.wrapping_mul(1000).wrapping_add(i as u64)),
+                    "buffers": [{"name": "cpu:0", "addr": sim.remote.addr(), "length": len,
+                                 "permission": "remote_read_write"}],
+                });
+                let desc =
+                    te_core::segment::SegmentDesc::from_json(desc.to_string().as_bytes()).unwrap();
+                store.publish_segment(&desc).unwrap();
+                store.publish_rpc(&name, "127.0.0.1", 9).unwrap();
+                sim.engine.open_segment(&name).unwrap()
+            })
+            .collect();
+        sim
+    }
+
+    fn build(seed: u64, scale: Option<(&str, usize)>) -> Self {
         let mut config = Config::default();
         config.tcp_bind_address = Some("127.0.0.1".parse().unwrap());
         config.slice_size = 4096;
@@ -99,13 +140,23 @@ impl Sim {
         config.slice_timeout = Some(Duration::from_secs(20));
         config.rail_pause = Duration::from_secs(2);
         let clock = Arc::new(SimClock::new());
+        let (metadata, name) = match scale {
+            Some((url, _)) => (url.to_string(), format!("sim-engine-{seed}")),
+            None => ("P2PHANDSHAKE".to_string(), "127.0.0.1".to_string()),
+        };
         let engine =
-            TransferEngine::init_with_clock(config, "P2PHANDSHAKE", "127.0.0.1", clock.clone())
-                .unwrap();
-        let transport = Arc::new(SimTransport::new());
+            TransferEngine::init_with_clock(config, &metadata, &name, clock.clone()).unwrap();
+        let transport = Arc::new(match scale {
+            Some((_, endpoints)) => SimTransport::new().with_endpoints(endpoints),
+            None => SimTransport::new(),
+        });
         engine.install_transport(transport.clone()).unwrap();
-        let local = Arc::new(HostBuffer::new(SLOT * SLOTS).unwrap());
-        let remote = Arc::new(HostBuffer::new(SLOT * SLOTS).unwrap());
+        let slots = match scale {
+            Some(_) => SCALE_SLOTS,
+            None => SLOTS,
+        };
+        let local = Arc::new(HostBuffer::new(SLOT * slots).unwrap());
+        let remote = Arc::new(HostBuffer::new(SLOT * slots).unwrap());
         engine
             .register_buffer(&local, "*", Permission::LocalOnly)
             .unwrap();
@@ -120,10 +171,10 @@ impl Sim {
             clock,
             local,
             remote,
-            segment,
+            segments: vec![segment],
             tasks: Vec::new(),
             live: Vec::new(),
-            free_slots: (0..SLOTS).collect(),
+            free_slots: (0..slots).collect(),
             withheld: Vec::new(),
             stats: Stats::default(),
         }
@@ -162,10 +213,11 @@ impl Sim {
             };
             src.write_at(slot * SLOT, &pattern(seed, len)).unwrap();
             dst.write_at(slot * SLOT, &vec![0u8; len]).unwrap();
+            let target_id = self.segments[self.rng.below(self.segments.len() as u64) as usize];
             requests.push(TransferRequest {
                 opcode: op,
                 source: (self.local.addr() as usize + slot * SLOT) as u64,
-                target_id: self.segment,
+                target_id,
                 target_offset: (self.remote.addr() as usize + slot * SLOT) as u64,
                 length: len as u64,
             });
@@ -183,6 +235,25 @@ impl Sim {
             .map_err(|e| format!("submit: {e}"))?;
         self.stats.submitted += n as u64;
         self.live.push(Batch { id, tasks });
+        self.evict()
+    }
+
+    /// Endpoints the transport evicted to make room: what was queued on them either finishes
+    /// (a lane finishing what it holds) or fails as the connection closes, slice by slice.
+    fn evict(&mut self) -> Check {
+        for peer in self.transport.take_evicted() {
+            self.stats.evictions += 1;
+            for slice in self.transport.take_where(|op| op.target.name() == peer) {
+                match self.rng.below(2) {
+                    0 => self.succeed(slice)?,
+                    _ => {
+                        self.stats.failed += 1;
+                        let closed = SliceError::Path("endpoint evicted; connection closed".into());
+                        self.transport.complete(slice, Err(closed));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -422,13 +493,59 @@ impl Sim {
 }
 
 fn run_seed(seed: u64) -> Result<Stats, String> {
-    let mut sim = Sim::new(seed);
-    for _ in 0..600 {
+    run(Sim::new(seed), 600)
+}
+
+fn run(mut sim: Sim, steps: usize) -> Result<Stats, String> {
+    for _ in 0..steps {
         sim.safety_step()?;
     }
     sim.check_tasks()?;
     sim.liveness()?;
     Ok(sim.stats)
+}
+
+/// The same invariants with one engine against 1,000 peers, its descriptors in a real Redis
+/// (Debian's redis-server, started here), through a transport that keeps 64 endpoints, so
+/// endpoints are evicted all along with slices queued on them. `TE_SIM_SCALE_SEEDS` seeds
+/// (default 3), 4,000 steps each.
+#[test]
+fn one_engine_against_a_thousand_peers_with_endpoint_eviction() {
+    let dir = std::env::temp_dir().join(format!("te-sim-redis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = te_core::testing::services::free_port();
+    let redis = te_core::testing::services::redis_server(port, None, &dir);
+    let n: u64 = std::env::var("TE_SIM_SCALE_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let mut total = Stats::default();
+    for seed in 1..=n {
+        let sim = Sim::at_scale(seed, &redis.url, 1000, 64);
+        assert_eq!(sim.segments.len(), 1000);
+        match run(sim, 4000) {
+            Ok(s) => {
+                total.submitted += s.submitted;
+                total.failed += s.failed;
+                total.evictions += s.evictions;
+                (0..3).for_each(|i| total.ended[i] += s.ended[i]);
+            }
+            Err(e) => panic!("simulation at scale failed: {e}\nseed {seed}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "simulation at scale: {n} seeds, 1,000 peers, 64 endpoints: tasks {}, endpoints evicted {}, \
+         slice failures {}; at the end completed {}, failed or timed out {}, canceled {}",
+        total.submitted,
+        total.evictions,
+        total.failed,
+        total.ended[0],
+        total.ended[1],
+        total.ended[2]
+    );
+    assert!(total.evictions > 0, "no endpoint was ever evicted");
+    assert!(total.submitted > 1000, "too few tasks to reach many peers");
 }
 
 #[test]
