@@ -181,7 +181,7 @@ pub(crate) fn ci() -> Result<(), String> {
     });
     lane(&mut r, "etcd", etcd, || {
         run(
-            "test (engines sharing a real etcd)",
+            "test (engines sharing a real etcd; 32 engines through a 3-member cluster losing one)",
             cargo().args([
                 "test",
                 "-p",
@@ -190,6 +190,8 @@ pub(crate) fn ci() -> Result<(), String> {
                 "etcd",
                 "--test",
                 "scenarios",
+                "--test",
+                "cluster",
                 "etcd",
             ]),
         )
