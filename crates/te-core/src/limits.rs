@@ -1,6 +1,6 @@
 //! How many connections the engine's servers take and with how many threads: the `MC_TE_*`
-//! limits of the control listener and of the transports' data servers, and the open-file limit
-//! they need.
+//! limits of the control listener, of the transports' data servers and of their initiator
+//! loops, and the open-file limit they need.
 //!
 //! Servers are event driven: a fixed pool of threads serves every connection, so the thread
 //! count does not grow with peers; what grows is file descriptors and a little memory per
@@ -32,6 +32,10 @@ pub struct ServerLimits {
     /// Reply bytes a data connection gathers before it sends them (`MC_TE_CONN_REPLY_BYTES`,
     /// 64 B–1 MiB, default 4 KiB): the bound of its outgoing buffer between requests.
     pub conn_reply_bytes: usize,
+    /// Threads driving every lane of a transport's initiator side (`MC_TE_CLIENT_THREADS`,
+    /// 1–256; default: the machine's cores, at least 4 and at most 8: a lane's sends are
+    /// kernel copies, and four lanes per peer move most when four threads can copy at once).
+    pub client_threads: usize,
 }
 
 impl Default for ServerLimits {
@@ -43,6 +47,7 @@ impl Default for ServerLimits {
             control_threads: 1,
             max_control_connections: 4_096,
             conn_reply_bytes: 4096,
+            client_threads: cores.clamp(4, 8),
         }
     }
 }
@@ -84,6 +89,7 @@ impl ServerLimits {
                 1 << 20,
             )?,
             conn_reply_bytes: read("MC_TE_CONN_REPLY_BYTES", d.conn_reply_bytes, 64, 1 << 20)?,
+            client_threads: read("MC_TE_CLIENT_THREADS", d.client_threads, 1, 256)?,
         })
     }
 
@@ -171,6 +177,7 @@ mod tests {
             ("MC_TE_CONTROL_THREADS", "2"),
             ("MC_TE_MAX_CONTROL_CONNECTIONS", " 50 "),
             ("MC_TE_CONN_REPLY_BYTES", "65536"),
+            ("MC_TE_CLIENT_THREADS", "5"),
         ])
         .unwrap();
         assert_eq!(
@@ -179,9 +186,10 @@ mod tests {
                 l.max_data_connections,
                 l.control_threads,
                 l.max_control_connections,
-                l.conn_reply_bytes
+                l.conn_reply_bytes,
+                l.client_threads
             ),
-            (3, 100, 2, 50, 65536)
+            (3, 100, 2, 50, 65536, 5)
         );
         for (name, bad) in [
             ("MC_TE_SERVER_THREADS", "0"),
@@ -190,6 +198,7 @@ mod tests {
             ("MC_TE_CONTROL_THREADS", "65"),
             ("MC_TE_MAX_CONTROL_CONNECTIONS", "0"),
             ("MC_TE_CONN_REPLY_BYTES", "8"),
+            ("MC_TE_CLIENT_THREADS", "0"),
         ] {
             match with(&[(name, bad)]) {
                 Err(Error::InvalidConfig { name: n, value, .. }) => {

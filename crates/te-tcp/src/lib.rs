@@ -5,9 +5,10 @@
 //!   every request is checked (segment secret, bounds of one registered region, permission)
 //!   before any byte of memory is touched, and a WRITE is acknowledged only once its bytes are
 //!   in memory.
-//! - Initiator side (`lane`): per peer, `MC_TCP_LANES_PER_PEER` persistent connections; slices
-//!   go to the least-loaded lane and are pipelined; bytes move between the socket and registered
-//!   memory with no copy of te's own.
+//! - Initiator side (`lane`, driven by `dialer`'s event loops): per peer,
+//!   `MC_TCP_LANES_PER_PEER` persistent connections and no thread of their own
+//!   (`MC_TE_CLIENT_THREADS` loops drive them all); slices go to the least-loaded lane and are
+//!   pipelined; bytes move between the socket and registered memory with no copy of te's own.
 //!
 //! The wire format is te's own ([`wire`]), not Mooncake's ([`mooncake_wire`]): it carries the
 //! segment secret. te's listeners are published in `te_rails`, never as Mooncake's
@@ -20,6 +21,7 @@
 #![deny(unsafe_code)]
 
 mod compat;
+mod dialer;
 mod error;
 mod lane;
 pub mod mooncake_wire;
@@ -59,6 +61,8 @@ struct Installed {
     /// The listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`).
     mooncake: Option<Server>,
     counters: Arc<Vec<RailCounters>>,
+    /// The event loops driving every lane.
+    dialer: dialer::Dialer,
 }
 
 /// The lanes to one (local rail, remote rail address): te-tcp's endpoint.
@@ -126,9 +130,15 @@ impl TcpTransport {
         let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
         let inst = installed.as_ref().ok_or("tcp transport is not installed")?;
         let lanes = (0..inst.lanes_per_peer)
-            .map(|i| Lane::spawn(key.clone(), i, inst.settings.clone(), inst.sink.clone()))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|e| format!("starting lanes: {e}"))?;
+            .map(|_| {
+                Lane::new(
+                    key.clone(),
+                    inst.settings.clone(),
+                    inst.sink.clone(),
+                    &inst.dialer,
+                )
+            })
+            .collect::<Vec<_>>();
         let lanes = Arc::new(lanes);
         close_all(peers.insert(key.clone(), lanes.clone()));
         Ok(lanes)
@@ -313,6 +323,8 @@ impl Transport for TcpTransport {
             ctx.config.endpoint_store,
         );
         let _ = self.sink.set(sink.clone());
+        let dialer = dialer::Dialer::start(ctx.config.limits.client_threads)
+            .map_err(|e| err(format!("starting the lane loops: {e}")))?;
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
             sink,
             settings: Arc::new(LaneSettings {
@@ -324,6 +336,7 @@ impl Transport for TcpTransport {
             listeners,
             mooncake,
             counters,
+            dialer,
         });
         Ok(())
     }
@@ -451,6 +464,7 @@ impl Transport for TcpTransport {
             .unwrap_or_else(|e| e.into_inner())
             .take()
         {
+            inst.dialer.shutdown();
             inst.listeners.iter().for_each(|(_, l)| l.shutdown());
             if let Some(l) = inst.mooncake.as_ref() {
                 l.shutdown();

@@ -101,3 +101,43 @@ fn a_peer_over_the_connection_cap_fails_naming_it_and_the_others_are_served() {
         &pattern(9, 64 << 10)[..]
     );
 }
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+#[test]
+fn an_initiator_reaching_many_peers_adds_no_threads() {
+    let targets: Vec<_> = (0..8)
+        .map(|_| {
+            let t = engine();
+            let b = buffer(1 << 20);
+            register(&t, &b, Permission::RemoteReadWrite);
+            (t, b)
+        })
+        .collect();
+    let initiator = engine();
+    let src = buffer(1 << 20);
+    src.write_at(0, &pattern(3, 1 << 20)).unwrap();
+    register(&initiator, &src, Permission::LocalOnly);
+    let segments: Vec<u64> = targets
+        .iter()
+        .map(|(t, _)| initiator.open_segment(t.segment_name()).unwrap())
+        .collect();
+    let before = threads();
+    // 1 MiB to each peer: 16 slices over its 4 lanes, so every lane connects.
+    let writes: Vec<_> = targets
+        .iter()
+        .zip(&segments)
+        .map(|((_, b), seg)| request(Opcode::Write, src.addr(), *seg, b.addr(), 1 << 20))
+        .collect();
+    assert_eq!(run(&initiator, &writes), TransferState::Completed);
+    for (_, b) in &targets {
+        assert_eq!(b.to_vec(0, 1 << 20).unwrap(), pattern(3, 1 << 20));
+    }
+    let connected = threads();
+    assert_eq!(
+        connected, before,
+        "32 lanes to 8 peers (and the targets' 32 connections) added threads"
+    );
+}

@@ -1,0 +1,507 @@
+//! One lane's connection as its loop drives it: a non-blocking connect from the local rail's
+//! address, then requests pipelined out (header, and a WRITE's body straight from registered
+//! memory) while replies are read in order (a READ's data straight into registered memory),
+//! every socket call non-blocking. A reply is matched to the oldest request in flight; a slice
+//! is reported only once its request is wholly sent (its memory is the application's again
+//! after that). Whatever breaks the connection (a send or receive error, a reply out of order,
+//! the peer closing, no progress for the status timeout, a Mooncake refusal) fails what is in
+//! flight as path errors; queued slices wait for the next connection.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
+use te_core::Opcode;
+use te_core::transport::{SliceError, SliceOp};
+
+use super::{Driven, LaneCore, LaneState, busy, connect_fault, decode_status, header};
+use crate::dialer::LoopShared;
+use crate::sys;
+use crate::wire::{REPLY_LEN, Status};
+
+/// Bytes one receive call takes at most.
+const RECV_PIECE: usize = 256 << 10;
+/// Connects one drive may start after the connection broke, before it waits a little.
+const RECONNECTS_PER_DRIVE: usize = 2;
+
+type Done = Vec<(SliceOp, Result<(), SliceError>)>;
+
+/// A request being sent.
+struct Outgoing {
+    head: [u8; 48],
+    head_len: usize,
+    head_sent: usize,
+    body: (u64, usize),
+    body_sent: usize,
+    request_id: u64,
+}
+
+struct InFlight {
+    op: SliceOp,
+    request_id: u64,
+}
+
+/// A lane's connection.
+pub(crate) struct Conn {
+    stream: Arc<TcpStream>,
+    fd: RawFd,
+    connected: bool,
+    /// The connect's start, then the last time bytes moved.
+    since: Instant,
+    next_id: u64,
+    out: Option<Outgoing>,
+    in_flight: VecDeque<InFlight>,
+    /// The oldest request's reply status, as far as it came.
+    reply: [u8; REPLY_LEN],
+    got: usize,
+    status: Option<Status>,
+    /// Bytes of the oldest READ's data received.
+    data_at: usize,
+}
+
+/// Sets the socket blocking (for a whole exchange on one thread) or back to non-blocking.
+pub(crate) fn blocking(stream: &TcpStream, on: bool) -> std::io::Result<()> {
+    stream.set_nonblocking(!on)
+}
+
+impl Conn {
+    /// Whether it connects, or has requests out.
+    pub(crate) fn busy(&self) -> bool {
+        !self.connected || self.out.is_some() || !self.in_flight.is_empty()
+    }
+
+    /// Connected with nothing out or in flight.
+    pub(crate) fn idle(&self) -> bool {
+        self.connected && self.out.is_none() && self.in_flight.is_empty()
+    }
+
+    pub(crate) fn stream(&self) -> Arc<TcpStream> {
+        self.stream.clone()
+    }
+
+    pub(crate) fn next_request_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Closes the connection: its loop stops watching it, and what is in flight fails.
+    pub(crate) fn fail_all(self, home: &LoopShared, why: &str, done: &mut Done) {
+        let _ = home.registry().deregister(&mut SourceFd(&self.fd));
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        for f in self.in_flight {
+            done.push((f.op, Err(SliceError::Path(why.to_string()))));
+        }
+    }
+
+    /// Whether the connect finished; an error when it failed.
+    fn check_connected(&self) -> std::io::Result<bool> {
+        if let Some(e) = self.stream.take_error()? {
+            return Err(e);
+        }
+        match self.stream.peer_addr() {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Starts connecting to the peer from the local rail's address, and has the loop watch it.
+fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<Conn> {
+    use socket2::{Domain, Socket, Type};
+    let peer = &core.peer;
+    let to: SocketAddr = te_core::control::resolve(&peer.host, peer.port)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string()))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
+    if peer.local_ip.is_ipv4() == to.is_ipv4() && !peer.local_ip.is_unspecified() {
+        socket.bind(&SocketAddr::new(peer.local_ip, 0).into())?;
+    }
+    socket.set_nonblocking(true)?;
+    match socket.connect(&to.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    socket.set_tcp_nodelay(true)?;
+    // For the exchanges a submitting thread makes with the socket blocking.
+    socket.set_read_timeout(Some(core.settings.status_timeout))?;
+    socket.set_write_timeout(Some(core.settings.status_timeout))?;
+    let stream: TcpStream = socket.into();
+    let fd = stream.as_raw_fd();
+    home.registry().register(
+        &mut SourceFd(&fd),
+        Token(core.token),
+        Interest::READABLE | Interest::WRITABLE,
+    )?;
+    Ok(Conn {
+        stream: Arc::new(stream),
+        fd,
+        connected: false,
+        since: now,
+        next_id: 0,
+        out: None,
+        in_flight: VecDeque::new(),
+        reply: [0; REPLY_LEN],
+        got: 0,
+        status: None,
+        data_at: 0,
+    })
+}
+
+impl LaneCore {
+    /// Moves the lane on as far as its socket allows (called by its loop).
+    pub(crate) fn drive(&self, home: &LoopShared, now: Instant) -> Driven {
+        let mut done = Vec::new();
+        let driven = {
+            let mut st = self.lock();
+            let mut driven = self.step(&mut st, home, now, &mut done);
+            driven.active =
+                st.inline || !st.queue.is_empty() || st.conn.as_ref().is_some_and(Conn::busy);
+            driven
+        };
+        self.report(done);
+        driven
+    }
+
+    fn step(&self, st: &mut LaneState, home: &LoopShared, now: Instant, done: &mut Done) -> Driven {
+        if st.inline {
+            return Driven::default();
+        }
+        let mut reconnects = 0;
+        loop {
+            if st.conn.is_none() {
+                if st.queue.is_empty() {
+                    return Driven {
+                        finished: st.closed,
+                        ..Driven::default()
+                    };
+                }
+                if reconnects >= RECONNECTS_PER_DRIVE {
+                    return Driven {
+                        timer: Some(now + Duration::from_millis(10)),
+                        ..Driven::default()
+                    };
+                }
+                // A retried slice after a failed connect: give the peer a moment.
+                if let (Some(at), Some(front)) = (st.last_failure, st.queue.front()) {
+                    let attempt = front.token.attempt();
+                    if attempt > 0 {
+                        let until = at + Duration::from_millis(5u64 << attempt.min(7));
+                        if now < until {
+                            return Driven {
+                                timer: Some(until),
+                                ..Driven::default()
+                            };
+                        }
+                    }
+                }
+                reconnects += 1;
+                match connect(self, home, now) {
+                    Ok(c) => st.conn = Some(c),
+                    Err(e) => {
+                        self.fail_unreachable(st, &e, done);
+                        st.last_failure = Some(now);
+                        continue;
+                    }
+                }
+            }
+            let Some(conn) = st.conn.as_mut() else {
+                continue;
+            };
+            if !conn.connected {
+                let failed = match conn.check_connected() {
+                    Ok(true) => {
+                        conn.connected = true;
+                        conn.since = now;
+                        st.last_failure = None;
+                        None
+                    }
+                    Ok(false) if now.duration_since(conn.since) > self.settings.connect_timeout => {
+                        Some(std::io::Error::from(std::io::ErrorKind::TimedOut))
+                    }
+                    Ok(false) => return Driven::default(),
+                    Err(e) => Some(e),
+                };
+                if let Some(e) = failed {
+                    if let Some(c) = st.conn.take() {
+                        c.fail_all(home, "connect failed", done);
+                    }
+                    self.fail_unreachable(st, &e, done);
+                    st.last_failure = Some(now);
+                    continue;
+                }
+            }
+            let broken = self.pump(st, now, done).err().or_else(|| {
+                let c = st.conn.as_ref()?;
+                let stalled =
+                    c.busy() && now.duration_since(c.since) > self.settings.status_timeout;
+                stalled.then(|| {
+                    format!(
+                        "lane failed: no progress for {} s (MC_TCP_STATUS_TIMEOUT_SEC)",
+                        self.settings.status_timeout.as_secs()
+                    )
+                })
+            });
+            if let Some(why) = broken {
+                tracing::debug!(peer = %self.peer.host, port = self.peer.port, reason = %why, "lane connection ended");
+                if let Some(c) = st.conn.take() {
+                    c.fail_all(home, &why, done);
+                }
+                continue;
+            }
+            let drained = st.queue.is_empty() && st.conn.as_ref().is_none_or(Conn::idle);
+            if st.closed && drained {
+                if let Some(c) = st.conn.take() {
+                    c.fail_all(home, "lane closed", done);
+                }
+                return Driven {
+                    finished: true,
+                    ..Driven::default()
+                };
+            }
+            return Driven::default();
+        }
+    }
+
+    /// Fails every queued slice after a failed connect (they are retried after a backoff).
+    fn fail_unreachable(&self, st: &mut LaneState, e: &std::io::Error, done: &mut Done) {
+        let msg = format!(
+            "connecting from {} to {}:{}: {e}",
+            self.peer.local_ip, self.peer.host, self.peer.port
+        );
+        for op in st.queue.drain(..) {
+            self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
+            done.push((op, Err(connect_fault(e, msg.clone()))));
+        }
+    }
+
+    /// Sends what is queued and reads what has come, until the socket would block both ways.
+    /// An `Err` says why the connection must close.
+    fn pump(&self, st: &mut LaneState, now: Instant, done: &mut Done) -> Result<(), String> {
+        let LaneState { queue, conn, .. } = st;
+        let Some(c) = conn.as_mut() else {
+            return Ok(());
+        };
+        let framing = self.peer.framing;
+        loop {
+            let mut progress = false;
+            // Out: the request being sent, then the next queued.
+            loop {
+                if c.out.is_none() {
+                    let Some(op) = queue.pop_front() else {
+                        break;
+                    };
+                    self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
+                    if op.is_canceled() {
+                        done.push((op, Err(SliceError::Canceled)));
+                        continue;
+                    }
+                    let id = c.next_request_id();
+                    if op.opcode == Opcode::Write && self.on_gpu(&op) {
+                        self.send_staged(c, &op, id)?;
+                        c.in_flight.push_back(InFlight { op, request_id: id });
+                        progress = true;
+                        continue;
+                    }
+                    let (head, head_len) = header(framing, &op, id);
+                    let body = match op.opcode {
+                        Opcode::Write => (op.local_addr, op.len as usize),
+                        _ => (0, 0),
+                    };
+                    c.out = Some(Outgoing {
+                        head,
+                        head_len,
+                        head_sent: 0,
+                        body,
+                        body_sent: 0,
+                        request_id: id,
+                    });
+                    c.in_flight.push_back(InFlight { op, request_id: id });
+                }
+                let Some(o) = c.out.as_mut() else {
+                    break;
+                };
+                let parts = [
+                    (
+                        o.head.as_ptr() as u64 + o.head_sent as u64,
+                        o.head_len - o.head_sent,
+                    ),
+                    (o.body.0 + o.body_sent as u64, o.body.1 - o.body_sent),
+                ];
+                // SAFETY: the header is this request's own array; the body range lies in a local
+                // region the engine pinned for this slice's task, which stays pinned until the
+                // slice is reported, and it is reported only after this request is wholly sent.
+                match unsafe { sys::send_some(&*c.stream, &parts) } {
+                    Ok(n) => {
+                        let h = n.min(o.head_len - o.head_sent);
+                        o.head_sent += h;
+                        o.body_sent += n - h;
+                        progress |= n > 0;
+                        c.since = now;
+                        if o.head_sent == o.head_len && o.body_sent == o.body.1 {
+                            c.out = None;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(format!("lane failed: sending: {e}")),
+                }
+            }
+            // In: the oldest request's reply (once that request is wholly out).
+            while let Some(front) = c.in_flight.front() {
+                if c.out
+                    .as_ref()
+                    .is_some_and(|o| o.request_id == front.request_id)
+                {
+                    break;
+                }
+                if c.status.is_none() {
+                    let want = framing.status_len();
+                    if c.got < want {
+                        let at = c.got;
+                        // SAFETY: `reply[at..want]` is this connection's own array.
+                        let n = unsafe {
+                            sys::recv_some(&*c.stream, c.reply[at..].as_mut_ptr() as u64, want - at)
+                        };
+                        match n {
+                            Ok(0) => {
+                                return Err("lane failed: the target closed the connection".into());
+                            }
+                            Ok(n) => {
+                                c.got += n;
+                                c.since = now;
+                                progress = true;
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(e) => return Err(format!("lane failed: receiving: {e}")),
+                        }
+                        if c.got < want {
+                            continue;
+                        }
+                    }
+                    let status = decode_status(framing, &c.reply[..want], front.request_id)
+                        .map_err(|e| format!("lane failed: {e}"))?;
+                    c.got = 0;
+                    c.status = Some(status);
+                }
+                let outcome = match c.status {
+                    Some(Status::Rejected(r)) => Err(SliceError::Rejected(r)),
+                    Some(Status::Busy) => return Err(format!("lane failed: {}", busy())),
+                    Some(Status::Ok) if front.op.opcode == Opcode::Read => {
+                        if self.on_gpu(&front.op) {
+                            self.receive_staged(c)?
+                        } else {
+                            let op = &front.op;
+                            let len = op.len as usize;
+                            let left = len - c.data_at;
+                            // SAFETY: the destination lies in a local region the engine pinned
+                            // for this slice's task; it stays pinned until the slice is reported,
+                            // after its data is in.
+                            let n = unsafe {
+                                sys::recv_some(
+                                    &*c.stream,
+                                    op.local_addr + c.data_at as u64,
+                                    left.min(RECV_PIECE),
+                                )
+                            };
+                            match n {
+                                Ok(0) => {
+                                    return Err(
+                                        "lane failed: the target closed the connection".into()
+                                    );
+                                }
+                                Ok(n) => {
+                                    c.data_at += n;
+                                    c.since = now;
+                                    progress = true;
+                                }
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                                Err(e) => return Err(format!("lane failed: receiving: {e}")),
+                            }
+                            if c.data_at < len {
+                                continue;
+                            }
+                            Ok(())
+                        }
+                    }
+                    _ => Ok(()),
+                };
+                let Some(InFlight { op, .. }) = c.in_flight.pop_front() else {
+                    break;
+                };
+                c.status = None;
+                c.data_at = 0;
+                progress = true;
+                let closes = framing.closes_after(&outcome);
+                done.push((op, outcome));
+                if closes {
+                    // Mooncake's target closes after a refusal: what was pipelined behind it
+                    // fails as path errors, and retries.
+                    return Err("the Mooncake target refused a request and closed the lane".into());
+                }
+            }
+            if !progress {
+                return Ok(());
+            }
+        }
+    }
+
+    fn on_gpu(&self, op: &SliceOp) -> bool {
+        self.settings
+            .staging
+            .device_of(op.local_addr, op.len)
+            .is_some()
+    }
+
+    /// A WRITE from GPU memory: copied into a staging buffer and sent whole, the socket
+    /// blocking for it (requests before it are wholly out).
+    fn send_staged(&self, c: &mut Conn, op: &SliceOp, id: u64) -> Result<(), String> {
+        let staging = &self.settings.staging;
+        let len = op.len as usize;
+        let device = staging
+            .device_of(op.local_addr, op.len)
+            .ok_or("GPU region gone")?;
+        let bounce = staging.bounce(len).map_err(|e| format!("staging: {e}"))?;
+        crate::staging::copy(device, bounce.addr(), op.local_addr, len)
+            .map_err(|e| format!("staging: {e}"))?;
+        let (head, head_len) = header(self.peer.framing, op, id);
+        let mut parts = [(head.as_ptr() as u64, head_len), (bounce.addr(), len)];
+        blocking(&c.stream, true).map_err(|e| format!("lane failed: {e}"))?;
+        // SAFETY: the header is a local array; the staging buffer is on loan to this call and
+        // holds `len` bytes.
+        let sent = unsafe { sys::send_parts(&*c.stream, &mut parts) };
+        blocking(&c.stream, false).map_err(|e| format!("lane failed: {e}"))?;
+        sent.map_err(|e| format!("lane failed: sending: {e}"))
+    }
+
+    /// A READ's data for GPU memory: received whole into a staging buffer (the socket blocking
+    /// for it), then copied onto the GPU. The outer error closes the connection.
+    fn receive_staged(&self, c: &mut Conn) -> Result<Result<(), SliceError>, String> {
+        let Some(front) = c.in_flight.front() else {
+            return Ok(Ok(()));
+        };
+        let op = &front.op;
+        let staging = &self.settings.staging;
+        let len = op.len as usize;
+        let Some(device) = staging.device_of(op.local_addr, op.len) else {
+            return Err("GPU region gone".into());
+        };
+        let bounce = staging.bounce(len).map_err(|e| format!("staging: {e}"))?;
+        blocking(&c.stream, true).map_err(|e| format!("lane failed: {e}"))?;
+        // SAFETY: the staging buffer is on loan to this call and holds `len` bytes.
+        let got = unsafe { sys::recv_exact(&*c.stream, bounce.addr(), len) };
+        blocking(&c.stream, false).map_err(|e| format!("lane failed: {e}"))?;
+        got.map_err(|e| format!("lane failed: receiving: {e}"))?;
+        Ok(
+            crate::staging::copy(device, op.local_addr, bounce.addr(), len)
+                .map_err(SliceError::LocalPath),
+        )
+    }
+}
