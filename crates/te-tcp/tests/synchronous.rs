@@ -28,7 +28,7 @@ fn sync_call(
 #[test]
 fn a_small_synchronous_call_on_an_idle_lane_is_done_when_submit_returns() {
     let p = pair(1 << 20);
-    // The first call connects the lane (on its sender thread).
+    // The first call connects the lane (on its event loop).
     let warm = request(Opcode::Write, p.local.addr(), p.segment, p.remote.addr(), 8);
     assert_eq!(sync_call(&p.initiator, warm).1, TransferState::Completed);
     for (i, (op, len, off)) in [
