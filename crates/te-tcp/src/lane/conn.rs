@@ -62,6 +62,9 @@ pub(crate) struct Conn {
     status: Option<Status>,
     /// Bytes of the oldest READ's data received.
     data_at: usize,
+    /// Whether the loop watches the socket: while it connects or has requests out. An idle
+    /// connection is not watched, so a submitting thread's exchange on it wakes no loop.
+    watched: bool,
 }
 
 /// Sets the socket blocking (for a whole exchange on one thread) or back to non-blocking.
@@ -89,9 +92,28 @@ impl Conn {
         self.next_id
     }
 
+    /// Has the loop watch the socket (`on`) or not.
+    fn watch(&mut self, home: &LoopShared, token: usize, on: bool) -> std::io::Result<()> {
+        if self.watched == on {
+            return Ok(());
+        }
+        match on {
+            true => home.registry().register(
+                &mut SourceFd(&self.fd),
+                Token(token),
+                Interest::READABLE | Interest::WRITABLE,
+            )?,
+            false => home.registry().deregister(&mut SourceFd(&self.fd))?,
+        }
+        self.watched = on;
+        Ok(())
+    }
+
     /// Closes the connection: its loop stops watching it, and what is in flight fails.
     pub(crate) fn fail_all(self, home: &LoopShared, why: &str, done: &mut Done) {
-        let _ = home.registry().deregister(&mut SourceFd(&self.fd));
+        if self.watched {
+            let _ = home.registry().deregister(&mut SourceFd(&self.fd));
+        }
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         for f in self.in_flight {
             done.push((f.op, Err(SliceError::Path(why.to_string()))));
@@ -153,6 +175,7 @@ fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<
         got: 0,
         status: None,
         data_at: 0,
+        watched: true,
     })
 }
 
@@ -239,6 +262,17 @@ impl LaneCore {
                     continue;
                 }
             }
+            if !st.queue.is_empty() {
+                if let Some(c) = st.conn.as_mut() {
+                    if let Err(e) = c.watch(home, self.token, true) {
+                        let why = format!("lane failed: watching its socket: {e}");
+                        if let Some(c) = st.conn.take() {
+                            c.fail_all(home, &why, done);
+                        }
+                        continue;
+                    }
+                }
+            }
             let broken = self.pump(st, now, done).err().or_else(|| {
                 let c = st.conn.as_ref()?;
                 let stalled =
@@ -258,6 +292,13 @@ impl LaneCore {
                 continue;
             }
             let drained = st.queue.is_empty() && st.conn.as_ref().is_none_or(Conn::idle);
+            if drained {
+                if let Some(c) = st.conn.as_mut() {
+                    // Idle: unwatched until it has requests out again (a peer closing it
+                    // meanwhile shows on the next send).
+                    let _ = c.watch(home, self.token, false);
+                }
+            }
             if st.closed && drained {
                 if let Some(c) = st.conn.take() {
                     c.fail_all(home, "lane closed", done);
