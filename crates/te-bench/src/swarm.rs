@@ -406,10 +406,12 @@ fn run_loop(
     }
     let mut events = Events::with_capacity(1024);
     let depth = flags.depth;
-    // Writes until told to stop, then until nothing is in flight.
+    // Writes until told to stop, then until nothing is in flight; every connection writes at
+    // least once (its block is then the one it verifies), even one whose turn came late.
     let mut phase = |conns: &mut Vec<Lane>, issue: &dyn Fn() -> bool| -> Result<(), String> {
         for c in conns.iter_mut() {
-            c.pump(issue(), depth)?;
+            let first = c.writes == 0;
+            c.pump(issue() || first, depth)?;
         }
         let mut draining: Option<Instant> = None;
         loop {
@@ -417,7 +419,7 @@ fn run_loop(
             if !issuing
                 && conns
                     .iter()
-                    .all(|c| c.in_flight == 0 && c.sending.is_none())
+                    .all(|c| c.in_flight == 0 && c.sending.is_none() && c.writes > 0)
             {
                 return Ok(());
             }
@@ -431,12 +433,15 @@ fn run_loop(
             poll.poll(&mut events, Some(Duration::from_millis(100)))
                 .map_err(|e| format!("poll: {e}"))?;
             for ev in events.iter() {
-                conns[ev.token().0].pump(issuing, depth)?;
+                let c = &mut conns[ev.token().0];
+                let first = c.writes == 0;
+                c.pump(issuing || first, depth)?;
             }
             if !issuing {
                 // Edge-triggered: drive everything once more so nothing waits on a missed edge.
                 for c in conns.iter_mut() {
-                    c.pump(false, depth)?;
+                    let first = c.writes == 0;
+                    c.pump(first, depth)?;
                 }
             }
         }
