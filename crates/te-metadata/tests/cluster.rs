@@ -10,8 +10,10 @@
 //! Every round each engine registers a new buffer (a new descriptor to publish), waits until
 //! every peer's descriptor shows that peer's new buffer (a fresh fetch from the service each
 //! time: publishing and opening through the failure), writes a block of its own pattern into
-//! it, reads it back and compares. The service fails after every engine finished round 1; the
-//! remaining rounds run through the failure. Needs root (network namespaces); says why and
+//! it, reads it back and compares; a step that fails while the service is down (a descriptor
+//! missing, a segment the empty service no longer lists) is tried again, a wrong byte fails at
+//! once. The service fails after every engine finished round 1; the remaining rounds run
+//! through the failure. Needs root (network namespaces); says why and
 //! passes without it.
 //!
 //! The engines are this test binary again (`cluster_node`), told their part by environment.
@@ -335,13 +337,63 @@ fn pattern(node: usize, peer: usize, round: usize) -> Vec<u8> {
     te_core::testing::pattern(((node * 1000 + peer) * 100 + round) as u64, BLOCK)
 }
 
-/// Runs one one-task batch to its end; the final state.
-fn transfer(e: &TransferEngine, r: TransferRequest) -> TransferState {
-    let b = e.allocate_batch(1).unwrap();
-    e.submit(b, &[r]).unwrap();
-    let s = e.wait(b, Duration::from_secs(60)).unwrap();
-    e.free_batch(b).unwrap();
-    s.state
+/// Runs one one-task batch to its end; the final state, or why it could not be submitted.
+fn transfer(e: &TransferEngine, r: TransferRequest) -> Result<TransferState, String> {
+    let b = e.allocate_batch(1).map_err(|e| e.to_string())?;
+    let submitted = e.submit(b, &[r]);
+    let state = submitted
+        .map_err(|e| format!("submit: {e}"))
+        .and_then(|()| {
+            e.wait(b, Duration::from_secs(60))
+                .map(|s| s.state)
+                .map_err(|e| e.to_string())
+        });
+    e.free_batch(b).map_err(|e| e.to_string())?;
+    state
+}
+
+/// One node's step with one peer: the peer's descriptor fetched afresh until it shows this
+/// round's buffer (`len` bytes), `sent` written into this node's block of it, read back and
+/// compared. A mismatch fails the test at once; anything else is for the caller to retry.
+fn exchange(
+    engine: &TransferEngine,
+    local: &HostBuffer,
+    name: &str,
+    len: usize,
+    me: usize,
+    sent: &[u8],
+) -> Result<(), String> {
+    let id = engine.refresh_segment(name).map_err(|e| e.to_string())?;
+    let seg = engine.segment(id).map_err(|e| e.to_string())?;
+    let base = seg
+        .desc()
+        .buffers
+        .iter()
+        .find(|b| b.length == len as u64)
+        .map(|b| b.addr)
+        .ok_or("this round's buffer is not published yet")?;
+    let at = base + (me * BLOCK) as u64;
+    let request = |opcode, source| TransferRequest {
+        opcode,
+        source,
+        target_id: id,
+        target_offset: at,
+        length: BLOCK as u64,
+    };
+    match transfer(engine, request(Opcode::Write, local.addr()))? {
+        TransferState::Completed => {}
+        other => return Err(format!("WRITE ended {other:?}")),
+    }
+    local.write_at(BLOCK, &vec![0u8; BLOCK]).unwrap();
+    match transfer(engine, request(Opcode::Read, local.addr() + BLOCK as u64))? {
+        TransferState::Completed => {}
+        other => return Err(format!("READ ended {other:?}")),
+    }
+    assert!(
+        local.to_vec(BLOCK, BLOCK).unwrap() == sent,
+        "node {me}: the block read back from {name} differs from the one written"
+    );
+    Ok(())
 }
 
 /// One engine of the cluster (run by the tests above in a namespace of its own; returns at
@@ -388,50 +440,26 @@ fn cluster_node() {
         rounds.push(buffer);
         for peer in (0..NODES).filter(|p| *p != me) {
             let name = format!("node-{peer}");
-            let deadline = Instant::now() + Duration::from_secs(120);
-            let (id, base) = loop {
-                // A fresh fetch from the service every time.
-                let found = engine.refresh_segment(&name).and_then(|id| {
-                    let seg = engine.segment(id)?;
-                    let b = seg.desc().buffers.iter().find(|b| b.length == len as u64);
-                    Ok(b.map(|b| (id, b.addr)))
-                });
-                match found {
-                    Ok(Some(at)) => break at,
-                    Ok(None) | Err(_) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    other => panic!("node {me}: {name}'s round {round} buffer: {other:?}"),
-                }
-            };
             let sent = pattern(me, peer, round);
             local.write_at(0, &sent).unwrap();
-            let at = base + (me * BLOCK) as u64;
-            let request = |opcode, source| TransferRequest {
-                opcode,
-                source,
-                target_id: id,
-                target_offset: at,
-                length: BLOCK as u64,
-            };
-            let mut tries = 0;
-            while transfer(&engine, request(Opcode::Write, local.addr()))
-                != TransferState::Completed
-            {
-                tries += 1;
-                assert!(tries < 5, "node {me}: WRITE to {name} failed {tries} times");
+            // While the service is down or just back empty, a peer's descriptor may be missing
+            // (and an open segment the service no longer lists is stale, so a submit to it
+            // fails): the whole step (fetch, WRITE, READ back) is tried again until it works.
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut last = String::new();
+            loop {
+                assert!(
+                    Instant::now() < deadline,
+                    "node {me}: round {round} with {name} never worked; last: {last}"
+                );
+                match exchange(&engine, &local, &name, len, me, &sent) {
+                    Ok(()) => break,
+                    Err(why) => {
+                        last = why;
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
             }
-            let back = local.addr() + BLOCK as u64;
-            let state = transfer(&engine, request(Opcode::Read, back));
-            assert_eq!(
-                state,
-                TransferState::Completed,
-                "node {me}: READ from {name}"
-            );
-            assert!(
-                local.to_vec(BLOCK, BLOCK).unwrap() == sent,
-                "node {me}: the block read back from {name} differs from the one written"
-            );
         }
         println!("node {me} round {round} ok");
     }
