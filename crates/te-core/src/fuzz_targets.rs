@@ -41,6 +41,15 @@ fn control_frame() {
             while let Ok(f) = crate::control::frame::read_request_frame(&mut r, 1 << 16) {
                 assert!(f.payload.len() <= 1 << 16, "bounded by the limit");
             }
+            // The event loops' incremental parser reads the same frames the same way.
+            let (mut at, mut blocking) = (0, b);
+            while let Ok(Some((f, used))) = crate::control::frame::parse_request(&b[at..], 1 << 16)
+            {
+                assert!(used > 0 && f.payload.len() <= 1 << 16);
+                let read = crate::control::frame::read_request_frame(&mut blocking, 1 << 16);
+                assert_eq!(read.ok().as_ref(), Some(&f), "both parsers agree");
+                at += used;
+            }
         },
     );
 }
