@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::Opcode;
-use te_core::memory::{AccessDenied, RegionTable};
+use te_core::memory::{AccessDenied, RegionPin, RegionTable};
 use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
 use tracing::{debug, warn};
@@ -45,6 +45,23 @@ pub(crate) struct TargetState {
     pub(crate) stall_timeout: Duration,
     /// GPU regions and the staging pool.
     pub(crate) staging: Arc<crate::staging::GpuStaging>,
+}
+
+impl TargetState {
+    /// te's checks on a request, before any memory is touched: the segment secret, then one
+    /// region's bounds and its permission, pinning the region until the pin drops.
+    pub(crate) fn check(&self, r: &Request) -> Result<RegionPin, Rejection> {
+        if !self.secret.matches(&r.secret) {
+            return Err(Rejection::BadSecret);
+        }
+        self.regions
+            .pin_remote(r.addr, r.len, r.opcode)
+            .map_err(|denied| match denied {
+                AccessDenied::Permission => Rejection::PermissionDenied,
+                AccessDenied::BadRange => Rejection::Malformed,
+                _ => Rejection::OutOfBounds,
+            })
+    }
 }
 
 enum Header {
@@ -250,18 +267,7 @@ fn handle(
     r: &Request,
     replies: &mut Vec<u8>,
 ) -> io::Result<()> {
-    let checked = if state.secret.matches(&r.secret) {
-        state
-            .regions
-            .pin_remote(r.addr, r.len, r.opcode)
-            .map_err(|denied| match denied {
-                AccessDenied::Permission => Rejection::PermissionDenied,
-                AccessDenied::BadRange => Rejection::Malformed,
-                _ => Rejection::OutOfBounds,
-            })
-    } else {
-        Err(Rejection::BadSecret)
-    };
+    let checked = state.check(r);
     let len = r.len as usize;
     match (checked, r.opcode) {
         (Ok(_pin), Opcode::Write) => {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use te_core::Opcode;
-use te_core::memory::{AccessDenied, RegionPin};
+use te_core::memory::RegionPin;
 use te_core::reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
 use te_core::transport::Rejection;
 use tracing::{debug, warn};
@@ -147,18 +147,7 @@ impl TargetConn {
         };
         self.last_small = r.len <= SMALL_REQUEST;
         let state = &p.state;
-        let checked = if state.secret.matches(&r.secret) {
-            state
-                .regions
-                .pin_remote(r.addr, r.len, r.opcode)
-                .map_err(|denied| match denied {
-                    AccessDenied::Permission => Rejection::PermissionDenied,
-                    AccessDenied::BadRange => Rejection::Malformed,
-                    _ => Rejection::OutOfBounds,
-                })
-        } else {
-            Err(Rejection::BadSecret)
-        };
+        let checked = state.check(&r);
         let Ok(len) = usize::try_from(r.len) else {
             self.phase = Phase::Closing;
             return None;
