@@ -169,6 +169,14 @@ fn queue_reply(replies: &mut Vec<u8>, request_id: u64, status: Status) {
     replies.extend_from_slice(&Reply { status, request_id }.encode());
 }
 
+/// Makes a connection an event loop handed over blocking, each read and write bounded by
+/// `stall`.
+pub(crate) fn go_blocking(stream: &TcpStream, stall: Duration) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(stall))?;
+    stream.set_write_timeout(Some(stall))
+}
+
 /// Serves `stream` (handed over by an event loop, non-blocking) from the request `first`,
 /// already read, with `replies` still owed to the peer, until the peer closes it, it stalls,
 /// or it sends garbage.
@@ -179,11 +187,7 @@ pub(crate) fn serve_from(
     mut replies: Vec<u8>,
 ) {
     let peer = stream.peer_addr().ok();
-    let setup = stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_read_timeout(Some(state.stall_timeout)))
-        .and_then(|()| stream.set_write_timeout(Some(state.stall_timeout)));
-    if let Err(e) = setup {
+    if let Err(e) = go_blocking(&stream, state.stall_timeout) {
         return debug!(?peer, error = %e, "data connection could not go blocking");
     }
     let mut request = first;

@@ -35,11 +35,7 @@ pub(super) fn serve_from(
     peer: Option<SocketAddr>,
     first: Header,
 ) {
-    let setup = stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_read_timeout(Some(state.stall_timeout)))
-        .and_then(|()| stream.set_write_timeout(Some(state.stall_timeout)));
-    if let Err(e) = setup {
+    if let Err(e) = crate::server::go_blocking(&stream, state.stall_timeout) {
         return debug!(?peer, error = %e, "Mooncake connection could not go blocking");
     }
     let mut header = first;

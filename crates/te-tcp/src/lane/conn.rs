@@ -72,6 +72,19 @@ pub(crate) fn blocking(stream: &TcpStream, on: bool) -> std::io::Result<()> {
     stream.set_nonblocking(!on)
 }
 
+/// Runs `io` (`what` it does, for the error) with the socket blocking, then sets it back. Any
+/// failure, of `io` or of either switch, is the reason the connection closes.
+fn while_blocking<T>(
+    stream: &TcpStream,
+    what: &str,
+    io: impl FnOnce() -> std::io::Result<T>,
+) -> Result<T, String> {
+    blocking(stream, true).map_err(|e| format!("lane failed: {e}"))?;
+    let done = io();
+    blocking(stream, false).map_err(|e| format!("lane failed: {e}"))?;
+    done.map_err(|e| format!("lane failed: {what}: {e}"))
+}
+
 impl Conn {
     /// Whether it connects, or has requests out.
     pub(crate) fn busy(&self) -> bool {
@@ -514,12 +527,11 @@ impl LaneCore {
             .map_err(|e| format!("staging: {e}"))?;
         let (head, head_len) = header(self.peer.framing, op, id);
         let mut parts = [(head.as_ptr() as u64, head_len), (bounce.addr(), len)];
-        blocking(&c.stream, true).map_err(|e| format!("lane failed: {e}"))?;
-        // SAFETY: the header is a local array; the staging buffer is on loan to this call and
-        // holds `len` bytes.
-        let sent = unsafe { sys::send_parts(&*c.stream, &mut parts) };
-        blocking(&c.stream, false).map_err(|e| format!("lane failed: {e}"))?;
-        sent.map_err(|e| format!("lane failed: sending: {e}"))
+        while_blocking(&c.stream, "sending", || {
+            // SAFETY: the header is a local array; the staging buffer is on loan to this call
+            // and holds `len` bytes.
+            unsafe { sys::send_parts(&*c.stream, &mut parts) }
+        })
     }
 
     /// A READ's data for GPU memory: received whole into a staging buffer (the socket blocking
@@ -535,11 +547,10 @@ impl LaneCore {
             return Err("GPU region gone".into());
         };
         let bounce = staging.bounce(len).map_err(|e| format!("staging: {e}"))?;
-        blocking(&c.stream, true).map_err(|e| format!("lane failed: {e}"))?;
-        // SAFETY: the staging buffer is on loan to this call and holds `len` bytes.
-        let got = unsafe { sys::recv_exact(&*c.stream, bounce.addr(), len) };
-        blocking(&c.stream, false).map_err(|e| format!("lane failed: {e}"))?;
-        got.map_err(|e| format!("lane failed: receiving: {e}"))?;
+        while_blocking(&c.stream, "receiving", || {
+            // SAFETY: the staging buffer is on loan to this call and holds `len` bytes.
+            unsafe { sys::recv_exact(&*c.stream, bounce.addr(), len) }
+        })?;
         Ok(
             crate::staging::copy(device, op.local_addr, bounce.addr(), len)
                 .map_err(SliceError::LocalPath),
