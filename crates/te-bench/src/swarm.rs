@@ -215,17 +215,7 @@ impl Lane {
             if self.in_flight > 0 {
                 let want = self.reply_len();
                 if self.reply.len() < want {
-                    let mut b = [0u8; REPLY_LEN];
-                    let need = want - self.reply.len();
-                    match (&self.stream).read(&mut b[..need]) {
-                        Ok(0) => return Err("the target closed the connection".into()),
-                        Ok(n) => {
-                            self.reply.extend_from_slice(&b[..n]);
-                            progress = true;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(format!("receiving: {e}")),
-                    }
+                    progress |= read_more(&self.stream, &mut self.reply, want)?;
                 }
                 if self.reply.len() == want {
                     self.check()?;
@@ -235,16 +225,8 @@ impl Lane {
                         self.writes += 1;
                         progress = true;
                     } else {
-                        let mut chunk = vec![0u8; self.block.len() - self.read_back.len()];
-                        match (&self.stream).read(&mut chunk) {
-                            Ok(0) => return Err("the target closed the connection".into()),
-                            Ok(n) => {
-                                self.read_back.extend_from_slice(&chunk[..n]);
-                                progress = true;
-                            }
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                            Err(e) => return Err(format!("receiving: {e}")),
-                        }
+                        let len = self.block.len();
+                        progress |= read_more(&self.stream, &mut self.read_back, len)?;
                         if self.read_back.len() == self.block.len() {
                             self.reply.clear();
                             self.in_flight -= 1;
@@ -258,6 +240,27 @@ impl Lane {
             }
             moved = true;
         }
+    }
+}
+
+/// Reads what has come, appending to `into` until it holds `upto` bytes; whether anything came.
+fn read_more(
+    mut stream: &mio::net::TcpStream,
+    into: &mut Vec<u8>,
+    upto: usize,
+) -> Result<bool, String> {
+    let at = into.len();
+    if at >= upto {
+        return Ok(false);
+    }
+    into.resize(upto, 0);
+    let read = stream.read(&mut into[at..]);
+    into.truncate(at + *read.as_ref().unwrap_or(&0));
+    match read {
+        Ok(0) => Err("the target closed the connection".into()),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(format!("receiving: {e}")),
     }
 }
 
