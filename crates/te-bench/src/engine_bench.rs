@@ -16,6 +16,7 @@ use crate::flags::Flags;
 pub fn run(config: Config, f: &Flags) -> BenchResult<()> {
     let slice_size = config.slice_size;
     let fragment_limit = config.fragment_limit;
+    let merge = config.merge_requests;
     let engine =
         TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").map_err(|e| e.to_string())?;
     engine
@@ -33,7 +34,19 @@ pub fn run(config: Config, f: &Flags) -> BenchResult<()> {
         elapsed, batches, ..
     } = crate::drive(&engine, f, buffer.addr(), (own, buffer.addr()))?;
     let tasks = batches * f.batch_size as u64;
-    let slices = tasks * te_core::slicer::count(f.block_size, slice_size, fragment_limit);
+    // A batch of one thread with no gaps is one contiguous range: merged, it is sliced whole.
+    let merged = merge && f.threads == 1 && f.stride(f.block_size) == f.block_size;
+    let per_batch = match merged {
+        true => te_core::slicer::count(
+            f.block_size * f.batch_size as u64,
+            slice_size,
+            fragment_limit,
+        ),
+        false => {
+            f.batch_size as u64 * te_core::slicer::count(f.block_size, slice_size, fragment_limit)
+        }
+    };
+    let slices = batches * per_batch;
     let slices_per_sec = slices as f64 / elapsed;
     println!(
         "te-bench engine: {} thread(s), {} tasks of {} B per batch: {:.0} slices/s, {:.0} tasks/s ({} slices in {:.2} s)",

@@ -13,6 +13,10 @@ pub struct Flags {
     pub operation: String,
     pub protocol: String,
     pub block_size: u64,
+    /// Distance between the starts of consecutive blocks (`--block_stride`; 0: the block size,
+    /// so a one-thread batch is one contiguous range that the engine merges). A larger stride
+    /// leaves gaps, so nothing merges: the small-request path is measured as such.
+    pub block_stride: u64,
     pub batch_size: usize,
     pub buffer_size: u64,
     pub duration: f64,
@@ -85,7 +89,7 @@ const IGNORED: [&str; 1] = ["init_mem"];
 pub const USAGE: &str =
     "usage: te-bench [--mode=initiator|target|topology|engine|swarm] [--loopback] [--metadata_server=P2PHANDSHAKE]
   [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp|rdma|shm|cxl|uring|bufio]
-  [--block_size=65536] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
+  [--block_size=65536] [--block_stride=0 (block_size: a batch is contiguous)] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
   [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery] [--file_path=te-bench.dat]
   [--use_vram --gpu_id=0] (buffers in GPU memory: tcp stages them, rdma registers them by dma-buf, nvlink copies them)
@@ -145,6 +149,7 @@ impl Flags {
             operation: take("operation", "read"),
             protocol: take("protocol", "tcp"),
             block_size: number("block_size", &take("block_size", "65536"))?,
+            block_stride: number("block_stride", &take("block_stride", "0"))?,
             batch_size: number("batch_size", &take("batch_size", "128"))?,
             buffer_size: number("buffer_size", &take("buffer_size", "1073741824"))?,
             duration: number("duration", &take("duration", "10"))?,
@@ -280,6 +285,13 @@ impl Flags {
         if self.block_size == 0 || self.batch_size == 0 || self.threads == 0 {
             return Err("--block_size, --batch_size and --threads must be positive".into());
         }
+        let largest = self.block_size.max(self.sweep.block.1);
+        if self.block_stride != 0 && self.block_stride < largest {
+            return Err(format!(
+                "--block_stride={} is below the block size {largest}: blocks would overlap",
+                self.block_stride
+            ));
+        }
         if !(self.duration > 0.0 && self.duration.is_finite()) {
             return Err("--duration must be a positive number of seconds".into());
         }
@@ -327,7 +339,34 @@ impl Flags {
         let block = self.block_size.max(self.sweep.block.1);
         let batch = self.batch_size.max(self.sweep.batch.1) as u64;
         let threads = self.threads.max(self.sweep.threads.1) as u64;
-        block * batch * threads
+        self.stride(block) * batch * threads
+    }
+
+    /// Distance between block starts for blocks of `block` bytes.
+    pub fn stride(&self, block: u64) -> u64 {
+        match self.block_stride {
+            0 => block,
+            s => s,
+        }
+    }
+
+    /// Where block `i` of thread `tid` starts (in both buffers), for a case of `threads`
+    /// threads with blocks of `block` bytes: Mooncake's layout, blocks of all threads
+    /// interleaved, spaced by the stride.
+    pub fn block_offset(&self, block: u64, i: usize, tid: usize, threads: usize) -> u64 {
+        self.stride(block) * (i * threads + tid) as u64
+    }
+
+    /// The byte ranges a case's blocks cover (one range when there are no gaps), for
+    /// verification.
+    pub fn covered(&self, block: u64, batch: usize, threads: usize) -> Vec<(u64, u64)> {
+        let n = batch * threads;
+        match self.stride(block) == block {
+            true => vec![(0, block * n as u64)],
+            false => (0..n)
+                .map(|k| (self.stride(block) * k as u64, block))
+                .collect(),
+        }
     }
 }
 

@@ -85,7 +85,7 @@ fn run_thread(
     let (segment, remote_base) = remote;
     let requests: Vec<TransferRequest> = (0..f.batch_size)
         .map(|i| {
-            let off = f.block_size * (i * f.threads + tid) as u64;
+            let off = f.block_offset(f.block_size, i, tid, f.threads);
             TransferRequest {
                 opcode: op,
                 source: local + off,
@@ -263,18 +263,19 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
     } = drive(e, f, local.addr(), (segment, remote.addr))?;
     latencies_us.sort_by(|a, b| a.total_cmp(b));
     let verified_bytes = if f.verify {
+        let covered = f.covered(f.block_size, f.batch_size, f.threads);
         let mismatch = if f.operation == "write" {
             let back = read_back(e, segment, remote.addr, ws)?;
-            pattern::first_mismatch(&back, INITIATOR_SEED, 0, ws)?
+            pattern::first_mismatch_in(&back, INITIATOR_SEED, &covered)?
         } else {
-            pattern::first_mismatch(&local, TARGET_SEED, 0, ws)?
+            pattern::first_mismatch_in(&local, TARGET_SEED, &covered)?
         };
         if let Some(at) = mismatch {
             return Err(format!(
                 "verification failed: byte {at} of the working set differs from the pattern"
             ));
         }
-        Some(ws)
+        Some(covered.iter().map(|(_, n)| n).sum())
     } else {
         None
     };

@@ -65,6 +65,23 @@ pub fn first_mismatch(
     Ok(None)
 }
 
+/// The first offset of `ranges` (start, length) whose byte differs from the pattern.
+///
+/// # Errors
+/// As [`first_mismatch`].
+pub fn first_mismatch_in(
+    buf: &BenchMemory,
+    seed: u64,
+    ranges: &[(u64, u64)],
+) -> BenchResult<Option<u64>> {
+    for &(offset, len) in ranges {
+        if let Some(at) = first_mismatch(buf, seed, offset, len)? {
+            return Ok(Some(at));
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,7 +71,7 @@ fn run_case(
     let driven = crate::fan_out(threads, f.duration, |tid, end| {
         let requests: Vec<Request> = (0..batch)
             .map(|i| {
-                let off = block * (i * threads + tid) as u64;
+                let off = f.block_offset(block, i, tid, threads);
                 Request::new(op, local + off, segment, remote + off, block)
             })
             .collect();
@@ -188,17 +188,18 @@ pub(crate) fn run(config: Config, f: &Flags, target: &str) -> BenchResult<()> {
             }
         }
     }
+    // The last case moved the largest blocks, batches and threads: its blocks hold the pattern.
+    let covered = f.covered(f.sweep.block.1, f.sweep.batch.1, f.sweep.threads.1);
+    let span: u64 = covered.iter().map(|(_, n)| n).sum();
     if f.verify && f.operation == "write" {
         let back = crate::read_back(t.core(), segment, remote.addr, ws)?;
-        if let Some(at) = pattern::first_mismatch(&back, crate::INITIATOR_SEED, 0, ws)? {
+        if let Some(at) = pattern::first_mismatch_in(&back, crate::INITIATOR_SEED, &covered)? {
             return Err(format!("verification failed at byte {at} of the target"));
         }
-        eprintln!("te-bench tent: verified {ws} bytes written");
+        eprintln!("te-bench tent: verified {span} bytes written");
     }
     if f.verify && f.operation == "read" {
-        // The last case read the largest span; the pattern must be there.
-        let span = f.sweep.block.1 * f.sweep.batch.1 as u64 * f.sweep.threads.1 as u64;
-        if let Some(at) = pattern::first_mismatch(&view, crate::TARGET_SEED, 0, span)? {
+        if let Some(at) = pattern::first_mismatch_in(&view, crate::TARGET_SEED, &covered)? {
             return Err(format!("verification failed at byte {at}"));
         }
         eprintln!("te-bench tent: verified {span} bytes read");

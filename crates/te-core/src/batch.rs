@@ -321,10 +321,17 @@ impl BatchShared {
     }
 }
 
+/// The further tasks of a merged slice, with their bytes of it.
+struct Riders(Vec<(Arc<TaskShared>, u64)>);
+
 /// The engine's handle on one posted slice; transports carry it and hand it back.
 pub struct SliceToken {
     batch: Arc<BatchShared>,
     task: Arc<TaskShared>,
+    /// A merged slice's further tasks and the bytes of the slice that are theirs (the first
+    /// task's share is the rest of the slice); none for a slice of one task (boxed: a thin
+    /// pointer keeps every slice small).
+    riders: Option<Box<Riders>>,
     seq: u64,
     attempt: u32,
 }
@@ -334,9 +341,36 @@ impl SliceToken {
         SliceToken {
             batch,
             task,
+            riders: None,
             seq,
             attempt: 0,
         }
+    }
+
+    /// A slice of merged requests: its first `first_len` bytes are `task`'s, then each rider's
+    /// bytes in order (see [`crate::merge`]). Each task counts this slice among its own.
+    pub(crate) fn merged(
+        batch: Arc<BatchShared>,
+        task: Arc<TaskShared>,
+        riders: Vec<(Arc<TaskShared>, u64)>,
+        seq: u64,
+    ) -> Self {
+        SliceToken {
+            batch,
+            task,
+            riders: (!riders.is_empty()).then(|| Box::new(Riders(riders))),
+            seq,
+            attempt: 0,
+        }
+    }
+
+    /// How many tasks share this slice (more than one for merged requests).
+    pub fn tasks(&self) -> usize {
+        1 + self.riders().len()
+    }
+
+    fn riders(&self) -> &[(Arc<TaskShared>, u64)] {
+        self.riders.as_ref().map_or(&[], |r| &r.0)
     }
 
     /// The slice's position in its task.
@@ -353,8 +387,14 @@ impl SliceToken {
     }
 
     /// Whether the task was canceled or ran past its deadline.
+    /// A merged slice counts as canceled only when every task it carries is: the others still
+    /// want its bytes.
     pub fn is_canceled(&self) -> bool {
         self.task.stop.load(Ordering::Acquire) != RUN
+            && self
+                .riders()
+                .iter()
+                .all(|(t, _)| t.stop.load(Ordering::Acquire) != RUN)
     }
 
     /// Whether the thread posting this slice submitted it for a synchronous call and will wait
@@ -374,14 +414,33 @@ impl SliceToken {
         self.attempt += 1;
     }
 
-    /// Records one slice's outcome. Returns the notification to send if this slice finished
-    /// the whole batch successfully.
+    /// Records one slice's outcome, for each task it carries. Returns the notification to send
+    /// if this slice finished the whole batch successfully.
     pub(crate) fn record(
         &self,
         len: u64,
         outcome: std::result::Result<(), SliceError>,
     ) -> Option<PendingNotify> {
-        let task = &self.task;
+        let riders = self.riders();
+        if riders.is_empty() {
+            return self.record_for(&self.task, len, outcome);
+        }
+        let theirs: u64 = riders.iter().map(|(_, n)| n).sum();
+        let mut notify = self.record_for(&self.task, len.saturating_sub(theirs), outcome.clone());
+        for (task, n) in riders {
+            if let Some(n) = self.record_for(task, *n, outcome.clone()) {
+                notify = Some(n);
+            }
+        }
+        notify
+    }
+
+    fn record_for(
+        &self,
+        task: &TaskShared,
+        len: u64,
+        outcome: std::result::Result<(), SliceError>,
+    ) -> Option<PendingNotify> {
         match outcome {
             Ok(()) => {
                 task.transferred.fetch_add(len, Ordering::AcqRel);
@@ -401,11 +460,10 @@ impl SliceToken {
         if task.slices_left.fetch_sub(1, Ordering::AcqRel) != 1 {
             return None;
         }
-        self.finish_task()
+        self.finish_task(task)
     }
 
-    fn finish_task(&self) -> Option<PendingNotify> {
-        let task = &self.task;
+    fn finish_task(&self, task: &TaskShared) -> Option<PendingNotify> {
         let state = if task.failed.load(Ordering::Acquire) {
             TransferState::Failed
         } else if task.skipped.load(Ordering::Acquire) {

@@ -309,3 +309,55 @@ fn consecutive_tables_never_share_a_tag() {
         }
     }
 }
+
+#[test]
+fn a_merged_slice_counts_for_every_task_it_carries() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let id = t.allocate(3).unwrap();
+    // Tasks of 10, 20 and 10 bytes: task 0 in one slice, task 1 split over two, task 2 in one;
+    // the first slice carries 10 + 4 bytes, the second 16 + 10.
+    let tasks = add(&t, &regions, id, &[1, 2, 1], true);
+    let batch = t.get(id).unwrap();
+    let first = SliceToken::merged(
+        batch.clone(),
+        tasks[0].clone(),
+        vec![(tasks[1].clone(), 4)],
+        0,
+    );
+    let second = SliceToken::merged(
+        batch.clone(),
+        tasks[1].clone(),
+        vec![(tasks[2].clone(), 10)],
+        1,
+    );
+    assert_eq!((first.tasks(), second.tasks()), (2, 2));
+    assert!(first.record(14, Ok(())).is_none());
+    assert_eq!(
+        t.task_status(id, 0).unwrap().state,
+        TransferState::Completed
+    );
+    assert_eq!(
+        t.task_status(id, 1).unwrap(),
+        TransferStatus {
+            state: TransferState::Pending,
+            transferred_bytes: 4
+        }
+    );
+    assert_eq!(t.task_status(id, 2).unwrap().state, TransferState::Waiting);
+    let notify = second.record(26, Ok(()));
+    assert!(
+        notify.is_some(),
+        "the slice that ends the batch hands back its notification"
+    );
+    for (i, len) in [10, 20, 10].into_iter().enumerate() {
+        assert_eq!(
+            t.task_status(id, i).unwrap(),
+            TransferStatus {
+                state: TransferState::Completed,
+                transferred_bytes: len
+            }
+        );
+    }
+    t.free(id).unwrap();
+}

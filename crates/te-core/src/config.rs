@@ -91,6 +91,9 @@ pub struct Config {
     pub custom_topo_json: Option<String>,
     /// Stripe tasks from a shared counter instead of a random start (`MC_PATH_ROUNDROBIN`).
     pub path_roundrobin: bool,
+    /// Merge requests of one submit that are contiguous in both memories before slicing
+    /// (`MC_TE_MERGE_REQUESTS`, default on; TENT's `merge_requests`). See [`crate::merge`].
+    pub merge_requests: bool,
     /// How long a failing rail is paused (`MC_RDMA_RAIL_PAUSE_SECONDS`, default 30).
     pub rail_pause: Duration,
     /// Errors within `rail_error_window` that pause a rail (`MC_TE_RAIL_ERROR_THRESHOLD`, default 3).
@@ -155,6 +158,7 @@ impl Default for Config {
             nic_filter: te_topology::NicFilter::default(),
             custom_topo_json: None,
             path_roundrobin: false,
+            merge_requests: true,
             rail_pause: Duration::from_secs(30),
             rail_error_threshold: 3,
             rail_error_window: Duration::from_secs(10),
@@ -342,6 +346,9 @@ impl Config {
         if let Some(v) = get("MC_PATH_ROUNDROBIN") {
             c.path_roundrobin = parse_bool("MC_PATH_ROUNDROBIN", &v)?;
         }
+        if let Some(v) = get("MC_TE_MERGE_REQUESTS") {
+            c.merge_requests = parse_bool("MC_TE_MERGE_REQUESTS", &v)?;
+        }
         if let Some(v) = get("MC_RDMA_RAIL_PAUSE_SECONDS") {
             let s: u64 = parse_in("MC_RDMA_RAIL_PAUSE_SECONDS", &v, 1, 3600)?;
             c.rail_pause = Duration::from_secs(s);
@@ -496,6 +503,18 @@ mod tests {
         assert_eq!(c.slice_timeout, None);
         assert_eq!(c.log_level, LogLevel::Info);
         assert!(c.metacache);
+        assert!(c.merge_requests, "TENT merges by default");
+        assert!(
+            !with(&[("MC_TE_MERGE_REQUESTS", "0")])
+                .unwrap()
+                .merge_requests
+        );
+        assert!(
+            with(&[("MC_TE_MERGE_REQUESTS", "maybe")])
+                .unwrap_err()
+                .to_string()
+                .contains("MC_TE_MERGE_REQUESTS")
+        );
     }
 
     #[test]

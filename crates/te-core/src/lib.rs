@@ -32,6 +32,7 @@ pub mod health;
 pub mod host_buffer;
 pub mod limits;
 pub mod memory;
+pub mod merge;
 pub mod metadata;
 pub mod mooncake;
 pub mod net;

@@ -56,7 +56,11 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 struct Task {
     op: Opcode,
+    /// The slot the task holds (freed with its batch).
     slot: usize,
+    /// Where its bytes start in both buffers: its slot's start, or (in a run of merged
+    /// requests) right after the run's previous task, within the run's slots.
+    start: usize,
     len: usize,
     seed: u64,
     done_offsets: HashSet<u64>,
@@ -93,6 +97,8 @@ struct Stats {
     refused_unregisters: u64,
     ended: [u64; 3],
     evictions: u64,
+    /// Slices carrying parts of more than one task (merged requests).
+    merged_slices: u64,
 }
 
 type Check = Result<(), String>;
@@ -180,12 +186,49 @@ impl Sim {
         }
     }
 
-    fn task_of(&self, slice: &SliceOp) -> usize {
-        let slot = ((slice.local_addr - self.local.addr()) as usize) / SLOT;
-        self.tasks
+    /// The tasks whose bytes `slice` carries (several for merged requests), with the offset
+    /// in each task and the bytes that are its.
+    fn tasks_of(&self, slice: &SliceOp) -> Vec<(usize, usize, usize)> {
+        let start = (slice.local_addr - self.local.addr()) as usize;
+        let end = start + slice.len as usize;
+        let mut out = Vec::new();
+        let mut at = start;
+        while at < end {
+            // The newest task covering this byte: older ones there belong to freed batches.
+            let t = self
+                .tasks
+                .iter()
+                .rposition(|t| t.start <= at && at < t.start + t.len)
+                .expect("slice belongs to a task");
+            let task = &self.tasks[t];
+            let stop = end.min(task.start + task.len);
+            out.push((t, at - task.start, stop - at));
+            at = stop;
+        }
+        out
+    }
+
+    fn touches(&self, slice: &SliceOp, tasks: &[usize]) -> bool {
+        self.tasks_of(slice)
             .iter()
-            .rposition(|t| t.slot == slot)
-            .expect("slice belongs to a task")
+            .any(|(t, _, _)| tasks.contains(t))
+    }
+
+    /// Free slots `s..s + n` for a run of merged requests, if there are.
+    fn free_run(&self, n: usize) -> Option<usize> {
+        let mut starts: Vec<usize> = self
+            .free_slots
+            .iter()
+            .copied()
+            .filter(|&s| (s..s + n).all(|k| self.free_slots.contains(&k)))
+            .collect();
+        starts.sort_unstable();
+        (!starts.is_empty()).then(|| starts[self.rng_pick(starts.len())])
+    }
+
+    fn rng_pick(&self, n: usize) -> usize {
+        // A pick that does not advance the generator (`free_run` borrows self immutably).
+        (self.rng.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) as usize % n
     }
 
     fn submit(&mut self) -> Check {
@@ -193,38 +236,66 @@ impl Sim {
         if self.free_slots.len() < n {
             return Ok(());
         }
+        // One submit in three is a run: requests back to back in both buffers, in consecutive
+        // slots, to one segment with one opcode, so the engine merges them (lengths are not
+        // multiples of the slice size, so merged slices straddle tasks).
+        let run = match self.rng.below(3) {
+            0 => self.free_run(n),
+            _ => None,
+        };
+        self.rng.next();
+        let run_op = if self.rng.below(2) == 0 {
+            Opcode::Write
+        } else {
+            Opcode::Read
+        };
+        let run_target = self.segments[self.rng.below(self.segments.len() as u64) as usize];
         let id = self.engine.allocate_batch(n).map_err(|e| e.to_string())?;
         let mut requests = Vec::new();
         let mut tasks = Vec::new();
-        for _ in 0..n {
-            let slot = self
-                .free_slots
-                .remove(self.rng.below(self.free_slots.len() as u64) as usize);
+        let mut next_start = run.map(|s| s * SLOT);
+        for k in 0..n {
+            let slot = match run {
+                Some(s) => s + k,
+                None => self.free_slots[self.rng.below(self.free_slots.len() as u64) as usize],
+            };
+            self.free_slots.retain(|&f| f != slot);
             let len = 1 + self.rng.below(SLOT as u64 - 1) as usize;
-            let op = if self.rng.below(2) == 0 {
-                Opcode::Write
-            } else {
-                Opcode::Read
+            let (op, target_id, start) = match next_start.as_mut() {
+                Some(at) => {
+                    let start = *at;
+                    *at += len;
+                    (run_op, run_target, start)
+                }
+                None => {
+                    let op = if self.rng.below(2) == 0 {
+                        Opcode::Write
+                    } else {
+                        Opcode::Read
+                    };
+                    let target = self.segments[self.rng.below(self.segments.len() as u64) as usize];
+                    (op, target, slot * SLOT)
+                }
             };
             let seed = self.rng.next();
             let (src, dst) = match op {
                 Opcode::Write => (&self.local, &self.remote),
                 _ => (&self.remote, &self.local),
             };
-            src.write_at(slot * SLOT, &pattern(seed, len)).unwrap();
-            dst.write_at(slot * SLOT, &vec![0u8; len]).unwrap();
-            let target_id = self.segments[self.rng.below(self.segments.len() as u64) as usize];
+            src.write_at(start, &pattern(seed, len)).unwrap();
+            dst.write_at(start, &vec![0u8; len]).unwrap();
             requests.push(TransferRequest {
                 opcode: op,
-                source: (self.local.addr() as usize + slot * SLOT) as u64,
+                source: (self.local.addr() as usize + start) as u64,
                 target_id,
-                target_offset: (self.remote.addr() as usize + slot * SLOT) as u64,
+                target_offset: (self.remote.addr() as usize + start) as u64,
                 length: len as u64,
             });
             tasks.push(self.tasks.len());
             self.tasks.push(Task {
                 op,
                 slot,
+                start,
                 len,
                 seed,
                 done_offsets: HashSet::new(),
@@ -259,7 +330,10 @@ impl Sim {
 
     /// Executes a slice for real (copies its bytes) and reports success.
     fn succeed(&mut self, slice: SliceOp) -> Check {
-        let t = self.task_of(&slice);
+        let parts = self.tasks_of(&slice);
+        if parts.len() > 1 {
+            self.stats.merged_slices += 1;
+        }
         let local_off = (slice.local_addr - self.local.addr()) as usize;
         let remote_off = (slice.remote_addr - self.remote.addr()) as usize;
         let len = slice.len as usize;
@@ -273,9 +347,10 @@ impl Sim {
                 self.local.write_at(local_off, &bytes).unwrap();
             }
         }
-        let offset = (local_off - self.tasks[t].slot * SLOT) as u64;
-        if !self.tasks[t].done_offsets.insert(offset) {
-            return Err(format!("task {t}: slice at {offset} completed twice"));
+        for (t, offset, _) in parts {
+            if !self.tasks[t].done_offsets.insert(offset as u64) {
+                return Err(format!("task {t}: slice at {offset} completed twice"));
+            }
         }
         self.transport.complete(slice, Ok(()));
         self.stats.succeeded += 1;
@@ -316,11 +391,8 @@ impl Sim {
         let tasks = self.live[i].tasks.clone();
         let in_flight = self
             .transport
-            .inspect(|q| q.iter().any(|s| tasks.contains(&self.task_of(s))))
-            || self
-                .withheld
-                .iter()
-                .any(|s| tasks.contains(&self.task_of(s)));
+            .inspect(|q| q.iter().any(|s| self.touches(s, &tasks)))
+            || self.withheld.iter().any(|s| self.touches(s, &tasks));
         match self.engine.free_batch(self.live[i].id) {
             Ok(()) if in_flight => Err(format!(
                 "batch {:?} freed with slices in flight",
@@ -369,8 +441,8 @@ impl Sim {
                 }
                 let queued = self
                     .transport
-                    .inspect(|q| q.iter().any(|s| self.task_of(s) == t))
-                    || self.withheld.iter().any(|s| self.task_of(s) == t);
+                    .inspect(|q| q.iter().any(|s| self.touches(s, &[t])))
+                    || self.withheld.iter().any(|s| self.touches(s, &[t]));
                 if queued {
                     return Err(format!("task {t} is {:?} with a slice in flight", st.state));
                 }
@@ -381,9 +453,7 @@ impl Sim {
                     } else {
                         &self.local
                     };
-                    if dst.to_vec(task.slot * SLOT, task.len).unwrap()
-                        != pattern(task.seed, task.len)
-                    {
+                    if dst.to_vec(task.start, task.len).unwrap() != pattern(task.seed, task.len) {
                         return Err(format!("task {t} completed with wrong bytes"));
                     }
                     if st.transferred_bytes != task.len as u64 {
@@ -573,6 +643,7 @@ fn seeded_simulation_keeps_every_invariant() {
                 total.failed += s.failed;
                 total.refused_frees += s.refused_frees;
                 total.refused_unregisters += s.refused_unregisters;
+                total.merged_slices += s.merged_slices;
                 (0..3).for_each(|i| total.ended[i] += s.ended[i]);
             }
             Err(e) => panic!("simulation failed: {e}\nreplay with TE_SEED={seed}"),
@@ -580,19 +651,23 @@ fn seeded_simulation_keeps_every_invariant() {
     }
     eprintln!(
         "simulation: {} seeds passed; tasks submitted {}, slices succeeded {}, slice failures injected {}, \
-         frees refused {}, unregisters refused {}; tasks at the end of liveness: completed {}, failed or timed out {}, canceled {}",
+         frees refused {}, unregisters refused {}, merged slices {}; tasks at the end of liveness: completed {}, failed or timed out {}, canceled {}",
         seeds.len(),
         total.submitted,
         total.succeeded,
         total.failed,
         total.refused_frees,
         total.refused_unregisters,
+        total.merged_slices,
         total.ended[0],
         total.ended[1],
         total.ended[2]
     );
     assert!(
-        total.submitted > 0 && total.failed > 0 && total.refused_frees > 0,
-        "the simulation exercised nothing"
+        total.submitted > 0
+            && total.failed > 0
+            && total.refused_frees > 0
+            && total.merged_slices > 0,
+        "the simulation exercised nothing (or merged nothing): {total:?}"
     );
 }

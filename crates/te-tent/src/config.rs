@@ -95,6 +95,9 @@ pub struct TentFile {
     pub enable_auto_failover: Option<bool>,
     /// Tasks posted at once; the rest wait in priority order.
     pub max_inflight_tasks: Option<usize>,
+    /// Merge requests contiguous in both memories before slicing (default true; the classic
+    /// `MC_TE_MERGE_REQUESTS`).
+    pub merge_requests: Option<bool>,
     /// Per-transport settings.
     pub transports: std::collections::BTreeMap<String, TransportConf>,
     /// NIC lists.
@@ -197,6 +200,10 @@ impl TentConfig {
             file.topology.rdma_blacklist.as_ref().map(|l| l.join(",")),
         );
         put("MC_LOG_LEVEL", file.log_level.clone());
+        put(
+            "MC_TE_MERGE_REQUESTS",
+            file.merge_requests.map(|m| m.to_string()),
+        );
         let core = Config::from_lookup(|name| lookup(name).or_else(|| mapped.get(name).cloned()))
             .map_err(|e| TentError::Config(e.to_string()))?;
         let metadata_conn = match (file.metadata_type.as_deref(), &file.metadata_servers) {
@@ -314,6 +321,17 @@ mod tests {
         assert_eq!(c.max_failover_attempts, 2);
         assert!(!c.enabled("shm") && c.enabled("tcp"));
         assert_eq!(c.policy.len(), 1);
+        assert!(
+            c.core.merge_requests,
+            "merging is on unless the file says no"
+        );
+        let off = TentFile::parse_source(r#"{"merge_requests": false}"#).unwrap();
+        assert!(
+            !TentConfig::from_file(off, |_| None)
+                .unwrap()
+                .core
+                .merge_requests
+        );
     }
 
     #[test]

@@ -162,7 +162,8 @@ fn a_hint_goes_first_and_the_default_order_follows() {
 
 #[test]
 fn higher_priorities_are_posted_first_under_load() {
-    let r = rig(r#"{"max_inflight_tasks": 2}"#);
+    // Each request its own slice, so the queue shows the posting order.
+    let r = rig(r#"{"max_inflight_tasks": 2, "merge_requests": false}"#);
     let low = r.tent.allocate_batch(8).unwrap();
     let reqs: Vec<Request> = (0..4).map(|i| r.write(i).priority(Priority::Low)).collect();
     r.tent.submit(low, &reqs).unwrap();
@@ -188,6 +189,29 @@ fn higher_priorities_are_posted_first_under_load() {
             r.tent.wait(b, Duration::from_secs(5)).unwrap().state,
             TransferState::Completed
         );
+    }
+}
+
+#[test]
+fn contiguous_requests_are_merged_unless_the_configuration_says_no() {
+    for (conf, slices) in [("{}", 1), (r#"{"merge_requests": false}"#, 4)] {
+        let r = rig(conf);
+        let batch = r.tent.allocate_batch(4).unwrap();
+        let reqs: Vec<Request> = (0..4).map(|i| r.write(i)).collect();
+        r.tent.submit(batch, &reqs).unwrap();
+        assert_eq!(r.a.queued(), slices, "{conf}");
+        r.finish_all(&r.a, Ok(()));
+        assert_eq!(
+            r.tent.wait(batch, Duration::from_secs(5)).unwrap().state,
+            TransferState::Completed
+        );
+        for i in 0..4 {
+            let st = r.tent.task_status(batch, i).unwrap();
+            assert_eq!(
+                (st.state, st.transferred_bytes),
+                (TransferState::Completed, 4 * KIB)
+            );
+        }
     }
 }
 

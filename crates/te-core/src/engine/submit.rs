@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::{TransferEngine, TransferRequest};
 use crate::batch::{BatchId, PendingNotify, SliceToken, TaskShared};
 use crate::error::{Error, Result};
+use crate::merge::{self, Piece};
 use crate::notify::Notification;
 use crate::router::{Candidates, TaskRoute};
 use crate::segment::RemoteSegment;
@@ -24,6 +25,9 @@ pub struct SubmitOptions {
     /// call): a transport may carry out a small lone slice on that thread, so that `submit`
     /// returns with it done. Never set it for a submit that must return at once.
     pub caller_waits: bool,
+    /// Merge requests contiguous in both memories before slicing (see [`crate::merge`]);
+    /// `None` follows the engine's `MC_TE_MERGE_REQUESTS`.
+    pub merge: Option<bool>,
 }
 
 impl SubmitOptions {
@@ -36,6 +40,12 @@ impl SubmitOptions {
     /// Say that the submitting thread waits for the batch at once ([`caller_waits`](Self::caller_waits)).
     pub fn waited(mut self) -> Self {
         self.caller_waits = true;
+        self
+    }
+
+    /// Merge contiguous requests (or not), whatever the engine's setting.
+    pub fn merging(mut self, merge: bool) -> Self {
+        self.merge = Some(merge);
         self
     }
 
@@ -184,9 +194,7 @@ impl TransferEngine {
             Some(size) => (size.max(4096), size.max(4096) / 4),
             None => (self.config.slice_size, self.config.fragment_limit),
         };
-        let mut tasks = Vec::with_capacity(requests.len());
-        let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
-            Vec::with_capacity(requests.len());
+        let mut checked: Vec<Checked> = Vec::with_capacity(requests.len());
         for r in requests {
             if r.length == 0 {
                 return Err(Error::InvalidArgument("zero-length transfer".into()));
@@ -198,8 +206,8 @@ impl TransferEngine {
                 )));
             }
             // Requests of one submit usually share a target: look it up once.
-            let seg = match routes.last() {
-                Some((last, _)) if last.id() == r.target_id => Arc::clone(last),
+            let seg = match checked.last() {
+                Some(last) if last.seg.id() == r.target_id => Arc::clone(&last.seg),
                 _ => self.segment(r.target_id)?,
             };
             // A descriptor a failed transfer distrusted is fetched again (the peer restarted).
@@ -215,31 +223,94 @@ impl TransferEngine {
             };
             let pin = self.regions.pin_local(r.source, r.length)?;
             let route = self.route_for(&pin.region().location().to_string(), &seg, &buffer.name);
-            let (slice_size, fragment_limit) = sizing(&transport, &seg);
-            let slices = slicer::count(r.length, slice_size, fragment_limit);
+            let key = MergeKey {
+                segment: Arc::as_ptr(&seg) as usize,
+                buffer: buffer.addr,
+                region: Arc::as_ptr(pin.region()) as usize,
+                transport: Arc::as_ptr(&transport) as *const () as usize,
+                opcode: r.opcode as u8,
+            };
+            checked.push(Checked {
+                seg,
+                transport,
+                pin,
+                route,
+                key,
+            });
+        }
+        let pieces: Vec<Piece<MergeKey>> = requests
+            .iter()
+            .zip(&checked)
+            .map(|(r, c)| Piece {
+                key: c.key,
+                source: r.source,
+                target: r.target_offset,
+                len: r.length,
+            })
+            .collect();
+        let runs = merge::runs(&pieces, options.merge.unwrap_or(self.config.merge_requests));
+        // Each task counts the slices that carry any of its bytes.
+        let mut slices = vec![0u64; requests.len()];
+        for run in &runs {
+            let c = &checked[run[0]];
+            let (slice_size, fragment_limit) = sizing(&c.transport, &c.seg);
+            if let [only] = run[..] {
+                slices[only] = slicer::count(requests[only].length, slice_size, fragment_limit);
+                continue;
+            }
+            let lens: Vec<u64> = run.iter().map(|&i| requests[i].length).collect();
+            for s in slicer::plan(lens.iter().sum(), slice_size, fragment_limit) {
+                for (k, _) in merge::cover(&lens, s.offset, s.len) {
+                    slices[run[k]] += 1;
+                }
+            }
+        }
+        let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
+            Vec::with_capacity(requests.len());
+        let mut tasks = Vec::with_capacity(requests.len());
+        for ((r, c), n) in requests.iter().zip(checked).zip(slices) {
             tasks.push(
-                TaskShared::new(r.opcode, r.length, slices, deadline, pin)
-                    .with_route(route)
-                    .with_transport(transport.clone())
+                TaskShared::new(r.opcode, r.length, n, deadline, c.pin)
+                    .with_route(c.route)
+                    .with_transport(c.transport.clone())
                     .waited(options.caller_waits),
             );
-            routes.push((seg, transport));
+            routes.push((c.seg, c.transport));
         }
         let added = batch.add_tasks(tasks, notify)?;
         let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
-        for ((r, task), (seg, transport)) in requests.iter().zip(added).zip(routes) {
-            let (slice_size, fragment_limit) = sizing(&transport, &seg);
-            let idx = match posts.iter().position(|(t, _)| Arc::ptr_eq(t, &transport)) {
+        for run in runs {
+            let first = run[0];
+            let r = &requests[first];
+            let (seg, transport) = &routes[first];
+            let (slice_size, fragment_limit) = sizing(transport, seg);
+            let idx = match posts.iter().position(|(t, _)| Arc::ptr_eq(t, transport)) {
                 Some(i) => i,
                 None => {
-                    posts.push((transport, Vec::new()));
+                    posts.push((transport.clone(), Vec::new()));
                     posts.len() - 1
                 }
             };
             let ops = &mut posts[idx].1;
+            let lens: Vec<u64> = match run.len() {
+                1 => vec![r.length],
+                _ => run.iter().map(|&i| requests[i].length).collect(),
+            };
             let now = self.core.clock.now();
-            for (seq, s) in slicer::plan(r.length, slice_size, fragment_limit).enumerate() {
-                let token = SliceToken::new(batch.clone(), task.clone(), seq as u64);
+            let plan = slicer::plan(lens.iter().sum(), slice_size, fragment_limit);
+            for (seq, s) in plan.enumerate() {
+                let token = match run.len() {
+                    1 => SliceToken::new(batch.clone(), added[first].clone(), seq as u64),
+                    _ => {
+                        let shares = merge::cover(&lens, s.offset, s.len);
+                        let riders = shares[1..]
+                            .iter()
+                            .map(|&(k, n)| (added[run[k]].clone(), n))
+                            .collect();
+                        let owner = added[run[shares[0].0]].clone();
+                        SliceToken::merged(batch.clone(), owner, riders, seq as u64)
+                    }
+                };
                 let (local_rail, remote_rail) = token.route().map_or((0, 0), |route| {
                     route.choose(seq as u64, 0, |l, rr| {
                         self.core.usable(l, seg.id(), rr, now)
@@ -262,4 +333,25 @@ impl TransferEngine {
         }
         Ok(())
     }
+}
+
+/// What two requests must share to be merged: one descriptor of one segment, one of its
+/// buffers, one local region, one transport and one opcode (so one permission check holds for
+/// the merged range on both sides).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct MergeKey {
+    segment: usize,
+    buffer: u64,
+    region: usize,
+    transport: usize,
+    opcode: u8,
+}
+
+/// A request that passed every check, with what posting it needs.
+struct Checked {
+    seg: Arc<RemoteSegment>,
+    transport: Arc<dyn Transport>,
+    pin: crate::memory::RegionPin,
+    route: TaskRoute,
+    key: MergeKey,
 }

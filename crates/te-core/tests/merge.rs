@@ -1,0 +1,218 @@
+//! Request merging through the real engine: what reaches the transport, and that every
+//! request's task still reports its own state, bytes and failure. `SimTransport` holds the
+//! slices so the test decides each outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use te_core::testing::SimTransport;
+use te_core::transport::SliceError;
+use te_core::{
+    Config, HostBuffer, Opcode, Permission, SubmitOptions, TransferEngine, TransferRequest,
+    TransferState,
+};
+
+const BLOCK: u64 = 4096;
+
+struct Fixture {
+    engine: TransferEngine,
+    transport: Arc<SimTransport>,
+    local: Arc<HostBuffer>,
+    remote: Arc<HostBuffer>,
+    segment: u64,
+}
+
+fn fixture(merge: Option<&str>) -> Fixture {
+    let mut config = Config::from_lookup(|name| match name {
+        "MC_TE_MERGE_REQUESTS" => merge.map(str::to_string),
+        _ => None,
+    })
+    .unwrap();
+    config.tcp_bind_address = Some("127.0.0.1".parse().unwrap());
+    let engine = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
+    let transport = Arc::new(SimTransport::new());
+    engine.install_transport(transport.clone()).unwrap();
+    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    let remote = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    engine
+        .register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    engine
+        .register_buffer(&remote, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let segment = engine.open_segment(engine.segment_name()).unwrap();
+    Fixture {
+        engine,
+        transport,
+        local,
+        remote,
+        segment,
+    }
+}
+
+impl Fixture {
+    /// `n` WRITEs of `BLOCK` bytes; block `i` at local `i * stride`, remote `i * stride`.
+    fn blocks(&self, n: u64, stride: u64) -> Vec<TransferRequest> {
+        (0..n)
+            .map(|i| TransferRequest {
+                opcode: Opcode::Write,
+                source: self.local.addr() + i * stride,
+                target_id: self.segment,
+                target_offset: self.remote.addr() + i * stride,
+                length: BLOCK,
+            })
+            .collect()
+    }
+
+    /// Completes every queued slice: copies its bytes and reports `outcome(slice's local offset)`.
+    fn drain(&self, outcome: impl Fn(u64) -> Result<(), SliceError>) -> usize {
+        let mut n = 0;
+        while let Some(s) = self.transport.take(|_| 0) {
+            let off = s.local_addr - self.local.addr();
+            let result = outcome(off);
+            if result.is_ok() {
+                let bytes = self.local.to_vec(off as usize, s.len as usize).unwrap();
+                let at = (s.remote_addr - self.remote.addr()) as usize;
+                self.remote.write_at(at, &bytes).unwrap();
+            }
+            self.transport.complete(s, result);
+            n += 1;
+        }
+        n
+    }
+}
+
+#[test]
+fn contiguous_blocks_travel_as_few_slices_and_finish_one_by_one() {
+    let f = fixture(None);
+    let pattern = te_core::testing::pattern(7, 128 * BLOCK as usize);
+    f.local.write_at(0, &pattern).unwrap();
+    let b = f.engine.allocate_batch(128).unwrap();
+    f.engine.submit(b, &f.blocks(128, BLOCK)).unwrap();
+    // 512 KiB in 64 KiB slices.
+    assert_eq!(f.transport.queued(), 8);
+    assert!(
+        f.transport
+            .inspect(|q| q.iter().all(|s| s.token.tasks() == 16))
+    );
+    // Nothing done yet: every task is waiting, none reports bytes.
+    let st = f.engine.task_status(b, 127).unwrap();
+    assert_eq!(
+        (st.state, st.transferred_bytes),
+        (TransferState::Waiting, 0)
+    );
+    assert_eq!(f.drain(|_| Ok(())), 8);
+    let st = f.engine.wait(b, Duration::from_secs(5)).unwrap();
+    assert_eq!(st.state, TransferState::Completed);
+    assert_eq!(st.transferred_bytes, 128 * BLOCK);
+    for i in 0..128 {
+        let t = f.engine.task_status(b, i).unwrap();
+        assert_eq!(
+            (t.state, t.transferred_bytes),
+            (TransferState::Completed, BLOCK)
+        );
+    }
+    assert_eq!(f.remote.to_vec(0, pattern.len()).unwrap(), pattern);
+    f.engine.free_batch(b).unwrap();
+}
+
+#[test]
+fn a_failed_merged_slice_fails_only_the_requests_it_carried() {
+    let f = fixture(None);
+    // Five blocks of 40 KiB (200 KiB) go as slices of 64, 64 and 72 KiB (a remainder within
+    // the fragment limit is not split off). The middle slice carries the last 16 KiB of block
+    // 1, all of block 2 and the first 8 KiB of block 3; it fails for good.
+    let len = 40 << 10;
+    let requests: Vec<TransferRequest> = (0..5u64)
+        .map(|i| TransferRequest {
+            opcode: Opcode::Write,
+            source: f.local.addr() + i * len,
+            target_id: f.segment,
+            target_offset: f.remote.addr() + i * len,
+            length: len,
+        })
+        .collect();
+    let b = f.engine.allocate_batch(5).unwrap();
+    f.engine.submit(b, &requests).unwrap();
+    assert_eq!(f.transport.queued(), 3);
+    let bad = |off: u64| match off {
+        0x10000 => Err(SliceError::Unsupported("refused by the test".into())),
+        _ => Ok(()),
+    };
+    assert_eq!(f.drain(bad), 3, "a permanent failure is not retried");
+    let st = f.engine.wait(b, Duration::from_secs(5)).unwrap();
+    assert_eq!(st.state, TransferState::Failed);
+    let states: Vec<_> = (0..5)
+        .map(|i| f.engine.task_status(b, i).unwrap())
+        .collect();
+    let ended: Vec<_> = states.iter().map(|s| s.state).collect();
+    use TransferState::{Completed, Failed};
+    assert_eq!(ended, [Completed, Failed, Failed, Failed, Completed]);
+    let bytes: Vec<_> = states.iter().map(|s| s.transferred_bytes).collect();
+    assert_eq!(bytes, [len, 24 << 10, 0, 32 << 10, len]);
+    for i in 1..4 {
+        assert!(f.engine.task_error(b, i).unwrap().is_some(), "task {i}");
+    }
+    assert!(f.engine.task_error(b, 0).unwrap().is_none());
+    f.engine.free_batch(b).unwrap();
+}
+
+#[test]
+fn merging_can_be_switched_off_and_gaps_are_never_bridged() {
+    let off = fixture(Some("0"));
+    let b = off.engine.allocate_batch(16).unwrap();
+    off.engine.submit(b, &off.blocks(16, BLOCK)).unwrap();
+    assert_eq!(off.transport.queued(), 16, "MC_TE_MERGE_REQUESTS=0");
+    off.drain(|_| Ok(()));
+    off.engine.wait(b, Duration::from_secs(5)).unwrap();
+    off.engine.free_batch(b).unwrap();
+
+    let on = fixture(None);
+    let b = on.engine.allocate_batch(16).unwrap();
+    // One submit merges; the next, forced off, does not.
+    on.engine
+        .submit_with(
+            b,
+            &on.blocks(4, BLOCK),
+            &SubmitOptions::default().merging(false),
+        )
+        .unwrap();
+    assert_eq!(on.transport.queued(), 4);
+    on.drain(|_| Ok(()));
+    // Blocks with a gap between them (a stride of two blocks) stay apart.
+    let b2 = on.engine.allocate_batch(16).unwrap();
+    on.engine.submit(b2, &on.blocks(16, 2 * BLOCK)).unwrap();
+    assert_eq!(on.transport.queued(), 16);
+    on.drain(|_| Ok(()));
+    for id in [b, b2] {
+        assert_eq!(
+            on.engine.wait(id, Duration::from_secs(5)).unwrap().state,
+            TransferState::Completed
+        );
+        on.engine.free_batch(id).unwrap();
+    }
+}
+
+#[test]
+fn a_canceled_request_does_not_cancel_the_slice_its_neighbours_need() {
+    let f = fixture(None);
+    let b = f.engine.allocate_batch(2).unwrap();
+    f.engine.submit(b, &f.blocks(2, BLOCK)).unwrap();
+    assert_eq!(f.transport.queued(), 1);
+    f.engine.cancel_task(b, 0).unwrap();
+    assert!(
+        f.transport.inspect(|q| !q[0].is_canceled()),
+        "task 1 still wants it"
+    );
+    f.engine.cancel_task(b, 1).unwrap();
+    assert!(f.transport.inspect(|q| q[0].is_canceled()));
+    f.drain(|_| Err(SliceError::Canceled));
+    f.engine.wait(b, Duration::from_secs(5)).unwrap();
+    for i in 0..2 {
+        assert_eq!(
+            f.engine.task_status(b, i).unwrap().state,
+            TransferState::Canceled
+        );
+    }
+    f.engine.free_batch(b).unwrap();
+}
