@@ -203,7 +203,22 @@ fn main() -> ExitCode {
             };
         }
         ["sim", rest @ ..] => sim(rest),
-        _ => Err(USAGE.to_string()),
+        ["--help" | "-h" | "help"] => {
+            println!("{}", USAGE.replace(" | ", "\n  "));
+            return ExitCode::SUCCESS;
+        }
+        ["--version" | "-V"] => {
+            println!("xtask {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {
+            eprintln!(
+                "xtask: unknown command {:?}\n{}",
+                args.join(" "),
+                USAGE.replace(" | ", "\n  ")
+            );
+            return ExitCode::from(2);
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -81,12 +81,15 @@ pub fn memcpy(f: &Flags) -> BenchResult<()> {
     let end = Instant::now() + Duration::from_secs_f64(f.duration);
     let started = Instant::now();
     let mut bytes = 0u64;
-    while Instant::now() < end {
+    while crate::running(end) {
         for off in (0..ws.saturating_sub(block - 1)).step_by(block) {
             b.copy_from(off, &a, off, block)
                 .map_err(|e| e.to_string())?;
             bytes += block as u64;
         }
+    }
+    if let Some(signal) = crate::interrupted() {
+        return Err(crate::stopped_by(signal));
     }
     let rate = bytes as f64 / started.elapsed().as_secs_f64();
     println!(

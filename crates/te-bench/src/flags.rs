@@ -112,9 +112,6 @@ impl Flags {
         let mut values: HashMap<String, String> = HashMap::new();
         let mut args = args.into_iter().peekable();
         while let Some(arg) = args.next() {
-            if arg == "--help" || arg == "-h" {
-                return Err(USAGE.to_string());
-            }
             let body = arg
                 .strip_prefix("--")
                 .or_else(|| arg.strip_prefix('-'))

@@ -31,6 +31,32 @@ const WAIT: Duration = Duration::from_secs(120);
 
 pub(crate) type BenchResult<T> = Result<T, String>;
 
+/// SIGINT and SIGTERM, caught so that te-bench stops through its own code: engines delete
+/// their descriptors and close their listeners, shared-memory files are removed.
+static TERMINATION: std::sync::OnceLock<te_core::signals::Termination> = std::sync::OnceLock::new();
+/// How long te-bench may take to shut down after a signal before it is made to exit.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The termination signal received, if any: timed loops end early when there is one.
+pub(crate) fn interrupted() -> Option<i32> {
+    TERMINATION.get().and_then(|t| t.received())
+}
+
+/// Sleeps `d`, or less when a termination signal arrives.
+pub(crate) fn pause(d: Duration) {
+    match TERMINATION.get() {
+        Some(t) => {
+            t.wait_timeout(d);
+        }
+        None => std::thread::sleep(d),
+    }
+}
+
+/// Whether a timed loop goes on: before `end`, with no termination signal received.
+pub(crate) fn running(end: Instant) -> bool {
+    Instant::now() < end && interrupted().is_none()
+}
+
 fn init_logging(level: te_core::config::LogLevel) {
     use te_core::config::LogLevel;
     let max = match level {
@@ -97,7 +123,7 @@ fn run_thread(
         .collect();
     let mut batches = 0;
     let mut latencies = Vec::new();
-    while Instant::now() < end {
+    while running(end) {
         let started = Instant::now();
         let b = e.allocate_batch(f.batch_size).map_err(|e| e.to_string())?;
         e.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
@@ -155,6 +181,9 @@ pub(crate) fn fan_out(
             .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
             .collect()
     });
+    if let Some(signal) = interrupted() {
+        return Err(stopped_by(signal));
+    }
     let mut driven = Driven {
         elapsed: started.elapsed().as_secs_f64(),
         batches: 0,
@@ -166,6 +195,14 @@ pub(crate) fn fan_out(
         driven.latencies_us.extend(l);
     }
     Ok(driven)
+}
+
+/// The error a run stopped by `signal` ends with.
+pub(crate) fn stopped_by(signal: i32) -> String {
+    format!(
+        "stopped by {} before the run finished",
+        te_core::signals::Termination::name(signal)
+    )
 }
 
 /// Reads `[0, len)` of the remote buffer back into a scratch buffer, outside the timed run.
@@ -363,8 +400,7 @@ fn print_topology(config: &Config) -> BenchResult<()> {
     Ok(())
 }
 
-fn main_inner() -> BenchResult<()> {
-    let flags = Flags::parse(std::env::args().skip(1))?;
+fn main_inner(flags: Flags) -> BenchResult<()> {
     let mut config = Config::from_env().map_err(|e| e.to_string())?;
     init_logging(config.log_level);
     // For TCP the devices are interfaces (rails); for RDMA they are verbs devices.
@@ -395,9 +431,12 @@ fn main_inner() -> BenchResult<()> {
             "te-bench target ready, segment name: {}",
             engine.segment_name()
         );
-        loop {
-            std::thread::sleep(Duration::from_secs(3600));
-        }
+        let signal = TERMINATION.get().map_or(0, |t| t.wait());
+        eprintln!(
+            "te-bench target: {}: shutting down",
+            te_core::signals::Termination::name(signal)
+        );
+        return Ok(());
     }
     if flags.backend == "tent" {
         if flags.is_file() || flags.protocol == "cxl" {
@@ -436,9 +475,38 @@ fn main_inner() -> BenchResult<()> {
 }
 
 fn main() -> ExitCode {
-    match main_inner() {
-        Ok(()) => ExitCode::SUCCESS,
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{}", flags::USAGE);
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--version" || a == "-V") {
+        println!("te-bench {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let flags = match Flags::parse(args) {
+        Ok(f) => f,
         Err(msg) => {
+            eprintln!("te-bench: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    // First, before any thread starts: every thread inherits the blocked signals.
+    match te_core::signals::Termination::install(SHUTDOWN_GRACE) {
+        Ok(t) => {
+            let _ = TERMINATION.set(t);
+        }
+        Err(e) => eprintln!("te-bench: SIGINT and SIGTERM not caught ({e}): a kill skips clean-up"),
+    }
+    let outcome = main_inner(flags);
+    match (outcome, interrupted()) {
+        (Ok(()), _) => ExitCode::SUCCESS,
+        // Stopped by a signal mid-run: cleaned up, exit as a shell reports the signal.
+        (Err(msg), Some(signal)) => {
+            eprintln!("te-bench: {msg}");
+            ExitCode::from(128 + signal as u8)
+        }
+        (Err(msg), None) => {
             eprintln!("te-bench: {msg}");
             ExitCode::FAILURE
         }

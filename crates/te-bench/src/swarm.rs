@@ -537,7 +537,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
     start.wait();
     eprintln!("swarm: running");
     let began = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(flags.duration));
+    crate::pause(Duration::from_secs_f64(flags.duration));
     stop.store(true, Ordering::Release);
     let mut total = Outcome::default();
     for h in handles {
@@ -549,6 +549,9 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
         total.lanes.extend(o.lanes);
         total.finished = total.finished.max(o.finished);
     }
+    if let Some(signal) = crate::interrupted() {
+        return Err(crate::stopped_by(signal));
+    }
     // From the start to the last acknowledgement (the read-back of --verify not counted).
     let secs = total
         .finished
@@ -557,7 +560,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
         .as_secs_f64();
     if flags.hold > 0.0 && total.failure.is_none() {
         eprintln!("swarm: holding {} idle connections", total.lanes.len());
-        std::thread::sleep(Duration::from_secs_f64(flags.hold));
+        crate::pause(Duration::from_secs_f64(flags.hold));
     }
     drop(total.lanes);
     if let Some(f) = total.failure {

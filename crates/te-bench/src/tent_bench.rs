@@ -77,7 +77,7 @@ fn run_case(
             .collect();
         let mut done = 0;
         let mut lat = Vec::new();
-        while Instant::now() < end {
+        while crate::running(end) {
             let t0 = Instant::now();
             let b = t.allocate_batch(batch).map_err(|e| e.to_string())?;
             t.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;

@@ -42,6 +42,7 @@ pub mod reactor;
 pub mod retry;
 pub mod router;
 pub mod segment;
+pub mod signals;
 pub mod slicer;
 pub mod sys;
 #[cfg(feature = "testing")]

@@ -1,14 +1,31 @@
 //! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]`:
 //! Mooncake's HTTP metadata server. Engines use it with `--metadata_server=http://HOST:PORT/metadata`.
+//! SIGINT or SIGTERM closes the listener and exits 0; `--help` and `--version` exit 0; a bad
+//! argument exits 2 with the usage.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
+use te_core::signals::Termination;
 use te_metadata::{Options, Server};
 
 const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]";
 
-fn run() -> Result<(), String> {
+/// Why `run` ended without serving.
+enum Stop {
+    /// Bad arguments: exit 2 with the usage.
+    Usage(String),
+    /// Anything else: exit 1.
+    Failed(String),
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+fn run(termination: Option<&Termination>) -> Result<(), Stop> {
     let mut addr = "0.0.0.0:8080".to_string();
     let mut options = Options::default();
     let mut args = std::env::args().skip(1);
@@ -21,7 +38,7 @@ fn run() -> Result<(), String> {
             inline
                 .clone()
                 .or_else(|| args.next())
-                .ok_or(format!("{name} needs a value\n{USAGE}"))
+                .ok_or(Stop::Usage(format!("{name} needs a value\n{USAGE}")))
         };
         match name.as_str() {
             "--addr" => addr = value()?,
@@ -30,34 +47,65 @@ fn run() -> Result<(), String> {
             "--max-value" => {
                 options.max_value = value()?
                     .parse()
-                    .map_err(|_| format!("--max-value: not a byte count\n{USAGE}"))?
+                    .map_err(|_| Stop::Usage(format!("--max-value: not a byte count\n{USAGE}")))?
             }
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+            other => return Err(Stop::Usage(format!("unknown argument {other}\n{USAGE}"))),
         }
     }
     if !options.path.starts_with('/') {
-        return Err(format!("--path {}: must start with /", options.path));
+        return Err(Stop::Usage(format!(
+            "--path {}: must start with /",
+            options.path
+        )));
     }
     let listener =
         std::net::TcpListener::bind(&addr).map_err(|e| format!("binding {addr}: {e}"))?;
     let server = Server::start(listener, options).map_err(|e| e.to_string())?;
     // Tests and scripts read the bound address from this line.
     println!("te-metadata listening on {}", server.addr());
-    loop {
-        std::thread::park();
+    match termination {
+        Some(t) => {
+            let signal = t.wait();
+            tracing::info!(
+                "{}: closing the listener and exiting",
+                Termination::name(signal)
+            );
+            drop(server);
+            Ok(())
+        }
+        None => loop {
+            std::thread::park();
+        },
     }
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--version" || a == "-V") {
+        println!("te-metadata {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    // Before any thread starts (they inherit the blocked signals): SIGINT and SIGTERM close
+    // the listener and exit 0 instead of killing the server mid-request.
+    let termination = Termination::install(std::time::Duration::from_secs(10))
+        .map_err(|e| eprintln!("te-metadata: SIGINT and SIGTERM not caught: {e}"))
+        .ok();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_max_level(tracing::Level::INFO)
         .init();
-    match run() {
+    match run(termination.as_ref()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Stop::Usage(e)) => {
+            eprintln!("te-metadata: {e}");
+            ExitCode::from(2)
+        }
+        Err(Stop::Failed(e)) => {
             eprintln!("te-metadata: {e}");
             ExitCode::FAILURE
         }

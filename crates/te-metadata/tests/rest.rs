@@ -75,6 +75,49 @@ fn verbs_and_persistence_across_a_restart() {
 }
 
 #[test]
+fn sigterm_and_sigint_close_the_listener_and_exit_zero_keeping_what_was_stored() {
+    for signal in ["TERM", "INT"] {
+        let file = scratch(&format!("signal-{signal}.json"));
+        let _ = std::fs::remove_file(&file);
+        let mut svc = http_server(0, Some(&file));
+        client(&svc.url).put("mooncake/ram/k", b"v").unwrap();
+        let status = svc.terminate(signal);
+        assert!(status.success(), "SIG{signal}: {status}");
+        assert!(
+            TcpStream::connect(("127.0.0.1", svc.port)).is_err(),
+            "SIG{signal}: the listener is closed"
+        );
+        let again = http_server(svc.port, Some(&file));
+        assert_eq!(
+            client(&again.url).get("mooncake/ram/k").unwrap().unwrap(),
+            b"v"
+        );
+    }
+}
+
+#[test]
+fn help_version_and_bad_arguments_follow_the_conventions() {
+    let run = |arg: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_te-metadata"))
+            .arg(arg)
+            .output()
+            .unwrap()
+    };
+    let help = run("--help");
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).starts_with("usage: te-metadata"));
+    let version = run("--version");
+    assert_eq!(version.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("te-metadata {}", env!("CARGO_PKG_VERSION"))
+    );
+    let bad = run("--bogus");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("usage: te-metadata"));
+}
+
+#[test]
 fn a_corrupt_persistence_file_stops_the_server_with_a_reason() {
     let file = scratch("corrupt.json");
     std::fs::write(&file, b"{ this is not json").unwrap();

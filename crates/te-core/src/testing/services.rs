@@ -21,6 +21,33 @@ impl Service {
         Service { child, url, port }
     }
 
+    /// Sends `signal` (`TERM`, `INT`) with the system's `kill` and waits up to 20 s for the
+    /// process to exit; returns how it exited.
+    ///
+    /// # Panics
+    /// When `kill` fails or the process is still running after 20 s (then it is killed).
+    pub fn terminate(&mut self, signal: &str) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill -{signal} {}", self.child.id());
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            if Instant::now() > end {
+                self.kill();
+                panic!(
+                    "process {} still running 20 s after SIG{signal}",
+                    self.child.id()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Kills the process now (a crash: no goodbye).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
