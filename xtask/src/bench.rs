@@ -141,10 +141,11 @@ pub(crate) fn run_json(mut cmd: Command, label: &str) -> Result<String, String> 
     Ok(text.into_owned())
 }
 
-/// One te-bench case with the target in its own process; returns GB/s.
-fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String> {
+/// One te-bench case with the target in its own process; returns GB/s. With `gaps` the
+/// batch's blocks are two blocks apart (`--block_stride`), so nothing merges.
+fn te_bench(bin: &str, op: &str, block: u64, gaps: bool, seconds: u64) -> Result<f64, String> {
     let mut target = Command::new(bin);
-    let buffer = (block * 128).max(64 << 20);
+    let buffer = (block * 256).max(64 << 20);
     target.args([
         "--mode=target",
         "--local_server_name=127.0.0.1:0",
@@ -168,7 +169,58 @@ fn te_bench(bin: &str, op: &str, block: u64, seconds: u64) -> Result<f64, String
             "--threads=1",
             &format!("--duration={seconds}"),
         ]);
-    run_initiator(initiator, &format!("te-bench {op:5} {block:>8} B"))
+    if gaps {
+        initiator.arg(format!("--block_stride={}", 2 * block));
+    }
+    let shape = if gaps { ", gaps" } else { "" };
+    run_initiator(initiator, &format!("te-bench {op:5} {block:>8} B{shape}"))
+}
+
+/// TCP cases: operation, block, gaps between blocks (nothing merges), goal against iperf3's
+/// single stream. The goals' cases first, then the chart's other block sizes.
+const TCP_CASES: [(&str, u64, bool, Option<f64>); 14] = [
+    ("write", 1 << 20, false, Some(0.90)),
+    ("read", 1 << 20, false, Some(0.90)),
+    ("write", 64 << 10, false, Some(0.60)),
+    ("read", 64 << 10, false, Some(0.60)),
+    ("write", 4 << 10, false, Some(0.60)),
+    ("read", 4 << 10, false, Some(0.60)),
+    ("write", 4 << 10, true, Some(0.40)),
+    ("read", 4 << 10, true, Some(0.40)),
+    ("write", 16 << 10, true, Some(0.90)),
+    ("read", 16 << 10, true, Some(0.90)),
+    ("write", 16 << 10, false, None),
+    ("write", 256 << 10, false, None),
+    ("read", 16 << 10, false, None),
+    ("read", 256 << 10, false, None),
+];
+
+/// te's goal against Mooncake's own bench on the same TCP case.
+const MOONCAKE_GOAL: f64 = 1.4;
+
+/// Mooncake's `transfer_engine_bench` (the wheel) as target and initiator, for the cases it
+/// has (no gaps: its bench lays blocks back to back); `None` with the reason when the wheel
+/// cannot run here.
+struct MooncakeReference {
+    bin: std::path::PathBuf,
+    _target: KillOnDrop,
+    segment: String,
+}
+
+impl MooncakeReference {
+    fn start() -> Result<Self, String> {
+        let bin = crate::interop_bench::mooncake_bench()?;
+        let (target, segment) = crate::interop_bench::mooncake_target(&bin)?;
+        Ok(MooncakeReference {
+            bin,
+            _target: target,
+            segment,
+        })
+    }
+
+    fn run(&self, op: &str, block: u64, seconds: u64) -> Result<f64, String> {
+        crate::interop_bench::mooncake_initiator(&self.bin, &self.segment, (op, block), seconds)
+    }
 }
 
 pub(crate) fn duration_arg(args: &[&str], usage: &str) -> Result<u64, String> {
@@ -202,29 +254,31 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4);
+    let mooncake = match MooncakeReference::start() {
+        Ok(m) => Some(m),
+        Err(why) => {
+            eprintln!("  Mooncake's bench cannot run: {why}");
+            crate::report::note(format!(
+                "tcp: no Mooncake column (Mooncake's wheel could not run: {why}); the rest ran"
+            ));
+            None
+        }
+    };
     let before = iperf3(seconds, 1)?;
     eprintln!("  iperf3 1 stream (before): {before:.2} GB/s");
-    // The goals' cases, then smaller and middle blocks for the report's chart.
-    let cases = [
-        ("write", 1u64 << 20, Some(0.90)),
-        ("read", 1 << 20, Some(0.90)),
-        ("write", 64 << 10, Some(0.60)),
-        ("read", 64 << 10, Some(0.60)),
-        ("write", 4 << 10, None),
-        ("write", 16 << 10, None),
-        ("write", 256 << 10, None),
-        ("read", 4 << 10, None),
-        ("read", 16 << 10, None),
-        ("read", 256 << 10, None),
-    ];
     let mut results = Vec::new();
-    for (op, block, goal) in cases {
-        results.push((op, block, goal, te_bench(&bin, op, block, seconds)?));
+    for (op, block, gaps, goal) in TCP_CASES {
+        let te = te_bench(&bin, op, block, gaps, seconds)?;
+        let mc = match (&mooncake, gaps) {
+            (Some(m), false) => Some(m.run(op, block, seconds)?),
+            _ => None,
+        };
+        results.push((op, block, gaps, goal, te, mc));
     }
     // UCX over its TCP transport, the other reference, for the write sweep.
     crate::bench::ensure_tool("ucx_perftest", "-h", "ucx-utils")?;
     let mut ucx = Vec::new();
-    for (op, block, _, gbps) in results.iter().filter(|r| r.0 == "write") {
+    for (op, block, _, _, gbps, _) in results.iter().filter(|r| r.0 == "write" && !r.2) {
         let reference = crate::local::ucx_tcp_put_bw(*block)?;
         ucx.push((*op, *block, *gbps, reference));
     }
@@ -234,40 +288,56 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
     eprintln!("  iperf3 {lanes} streams (te's lanes per peer): {same_streams:.2} GB/s");
     let reference = (before + after) / 2.0;
     println!(
-        "te TCP loopback vs iperf3 single stream ({reference:.2} GB/s, mean of before and after), 1 thread, batch 128"
+        "te TCP loopback vs iperf3 single stream ({reference:.2} GB/s, mean of before and after) and Mooncake's transfer_engine_bench (wheel), 1 thread, batch 128; gaps: blocks two apart (--block_stride), so nothing merges"
     );
     println!(
-        "{:<6} {:>9} {:>10} {:>7} {:>6}  {:<10} {:>9}",
+        "{:<6} {:>14} {:>8} {:>7} {:>6} {:>9} {:>9} {:<10} {:>8}",
         "op",
         "block",
         "te GB/s",
         "ratio",
         "goal",
+        "Mooncake",
+        "te/MC",
         "verdict",
         format!("vs -P {lanes}")
     );
     let mut all_met = true;
-    for (op, block, goal, gbps) in results {
+    for (op, block, gaps, goal, gbps, mc) in results {
         let ratio = gbps / reference;
-        let met = goal.is_none_or(|g| ratio >= g);
+        let beats_mooncake = mc.is_none_or(|m| gbps >= MOONCAKE_GOAL * m);
+        let met = goal.is_none_or(|g| ratio >= g) && beats_mooncake;
+        let judged = goal.is_some() || mc.is_some();
         all_met &= met;
+        let shape = if gaps { ", gaps" } else { "" };
+        let goal_text = match (goal, mc) {
+            (Some(g), Some(_)) => Some(format!(
+                ">= {:.0}%, >= {MOONCAKE_GOAL}× Mooncake",
+                g * 100.0
+            )),
+            (Some(g), None) => Some(format!(">= {:.0}%", g * 100.0)),
+            (None, Some(_)) => Some(format!(">= {MOONCAKE_GOAL}× Mooncake")),
+            (None, None) => None,
+        };
         crate::report::record(crate::report::Record {
             bench: "tcp",
-            case: format!("{op} {} KiB, batch 128", block >> 10),
-            series: Some((op.to_string(), block)),
+            case: format!("{op} {}{shape}, batch 128", block_label(block)),
+            series: Some((format!("{op}{shape}"), block)),
             te: gbps,
             unit: "GB/s",
             reference: Some(("iperf3 1 stream".into(), reference)),
-            goal: goal.map(|g| format!(">= {:.0}%", g * 100.0)),
-            met: goal.map(|_| met),
+            mooncake: mc,
+            goal: goal_text,
+            met: judged.then_some(met),
         });
-        let goal = goal.unwrap_or(0.0);
-        let block = block_label(block);
+        let block = format!("{}{shape}", block_label(block));
         println!(
-            "{op:<6} {block:>9} {gbps:>10.2} {:>6.0}% {:>5.0}%  {:<10} {:>8.0}%",
+            "{op:<6} {block:>14} {gbps:>8.2} {:>6.0}% {:>5.0}% {:>9} {:>9} {:<10} {:>7.0}%",
             ratio * 100.0,
-            goal * 100.0,
-            if goal == 0.0 {
+            goal.unwrap_or(0.0) * 100.0,
+            mc.map_or("-".into(), |m| format!("{m:.2}")),
+            mc.map_or("-".into(), |m| format!("{:.2}×", gbps / m)),
+            if !judged {
                 "info"
             } else if met {
                 "met"
@@ -290,6 +360,7 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
             te,
             unit: "GB/s",
             reference: Some(("ucx_perftest tcp".into(), reference)),
+            mooncake: None,
             goal: None,
             met: None,
         });
@@ -359,6 +430,7 @@ pub(crate) fn topo(args: &[&str]) -> Result<(), String> {
             reference: Some(("rail limit".into(), limit * f64::from(rails))),
             goal: (rails == 2).then(|| "two/one >= 1.80".to_string()),
             met: (rails == 2).then_some(ratio >= 1.8),
+            mooncake: None,
         });
     }
     println!(
@@ -434,6 +506,7 @@ pub(crate) fn engine(args: &[&str]) -> Result<(), String> {
             reference: None,
             goal: (threads == 1 && block == 65536).then(|| format!(">= {ENGINE_GOAL:.0}")),
             met: (threads == 1 && block == 65536).then_some(slices >= ENGINE_GOAL),
+            mooncake: None,
         });
         println!(
             "{threads:>7} {:>9} {slices:>14.0} {tasks:>12.0}",

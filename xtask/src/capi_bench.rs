@@ -142,6 +142,7 @@ pub(crate) fn capi(args: &[&str]) -> Result<(), String> {
                 reference: Some(("te-bench (Rust)".into(), reference)),
                 goal: Some(goal.into()),
                 met: Some(met),
+                mooncake: None,
             });
             if !met {
                 missed.push(format!("{case}: {te:.2} vs {reference:.2} {unit}"));

@@ -89,7 +89,7 @@ pub(crate) fn mooncake_target(bin: &PathBuf) -> Result<(KillOnDrop, String), Str
 }
 
 /// A Mooncake initiator run against `segment`; its GB/s (from its `Test completed` line).
-fn mooncake_initiator(
+pub(crate) fn mooncake_initiator(
     bin: &PathBuf,
     segment: &str,
     (op, block): (&str, u64),
@@ -185,6 +185,7 @@ pub(crate) fn interop(args: &[&str]) -> Result<(), String> {
                 reference: Some(("Mooncake → Mooncake".into(), base)),
                 goal: Some(">= 100%".into()),
                 met: Some(met),
+                mooncake: None,
             });
             if !met {
                 missed.push(format!("{op} {size} {leg}: {figure:.2} < {base:.2} GB/s"));

@@ -210,6 +210,7 @@ fn ratio_row(case: &str, te: f64, reference: f64, what: &str, goal: Option<f64>)
         reference: Some((what.into(), reference)),
         goal: goal.map(|g| format!(">= {:.0}%", g * 100.0)),
         met: goal.map(|g| ratio >= g),
+        mooncake: None,
     });
     Row {
         case: case.into(),
@@ -283,6 +284,7 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
             reference: Some(("ucx put_lat p50".into(), ucx_lat)),
             goal: Some(format!("<= {goal:.0} us")),
             met: Some(value <= goal),
+            mooncake: None,
         });
         rows.push(Row {
             case: format!("shm 4 KiB batch 1 latency {name}"),

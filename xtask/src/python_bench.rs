@@ -156,6 +156,7 @@ pub(crate) fn python(args: &[&str]) -> Result<(), String> {
             reference: Some(("Mooncake (Python wheel)".into(), r.mooncake)),
             goal: Some(r.goal.into()),
             met: Some(r.met),
+            mooncake: None,
         });
         if !r.met {
             missed.push(format!(

@@ -62,6 +62,7 @@ pub(crate) fn rdma(args: &[&str]) -> Result<(), String> {
         reference: Some(("ib_write_bw".into(), reference * 1e3)),
         goal: Some(">= 80%".into()),
         met: Some(ratio >= 0.8),
+        mooncake: None,
     });
     println!(
         "RDMA WRITE, {} KiB messages, Soft-RoCE rxe0 (loopback) in one qemu guest, {seconds} s each",

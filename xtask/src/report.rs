@@ -22,6 +22,9 @@ pub(crate) struct Record {
     pub unit: &'static str,
     /// The reference's name and figure, in the same unit, from the same run.
     pub reference: Option<(String, f64)>,
+    /// Mooncake's own figure for the same case and flags in the same run
+    /// (`transfer_engine_bench` from its PyPI wheel), where the wheel has the case.
+    pub mooncake: Option<f64>,
     /// The goal, as text.
     pub goal: Option<String>,
     /// Whether the goal was met.
@@ -78,6 +81,8 @@ fn json(records: &[Record]) -> String {
                 "reference": r.reference.as_ref().map(|x| x.0.clone()),
                 "reference_value": r.reference.as_ref().map(|x| x.1),
                 "ratio": r.reference.as_ref().map(|x| r.te / x.1),
+                "mooncake": r.mooncake,
+                "te_over_mooncake": r.mooncake.map(|m| r.te / m),
                 "goal": r.goal, "met": r.met,
             })
         })
@@ -95,21 +100,41 @@ fn figure(v: f64, unit: &str) -> String {
     }
 }
 
+/// Notes the report carries (a reference that could not run, and why).
+static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Keeps a note for the report (printed under the table).
+pub(crate) fn note(text: String) {
+    NOTES.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+}
+
+fn notes() -> Vec<String> {
+    NOTES.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 /// The Markdown table, grouped by bench.
-pub(crate) fn markdown(records: &[Record], charts: &[(String, String)]) -> String {
+pub(crate) fn markdown(
+    records: &[Record],
+    charts: &[(String, String)],
+    notes: &[String],
+) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "Measured on {}.", machine());
     let _ = writeln!(
         md,
-        "Every te figure is next to its reference from the same run; throughput counts bytes whose task completed (the data is in the target's memory or file), including submit, slicing, transfer and completion; latencies are whole batches, from allocate to free.\n"
+        "Every te figure is next to its reference from the same run; throughput counts bytes whose task completed (the data is in the target's memory or file), including submit, slicing, transfer and completion; latencies are whole batches, from allocate to free. The Mooncake column is Mooncake's own `transfer_engine_bench` (its PyPI wheel, classic engine) on the same flags in the same run, wherever the wheel has the case.\n"
     );
-    md.push_str("| bench | case | te | reference | ratio | goal | verdict |\n|---|---|---|---|---|---|---|\n");
+    md.push_str("| bench | case | te | reference | ratio | Mooncake | te / Mooncake | goal | verdict |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in records {
         let (reference, ratio) = match &r.reference {
             Some((name, v)) => (
                 format!("{} {name}", figure(*v, r.unit)),
                 format!("{:.0}%", r.te / v * 100.0),
             ),
+            None => ("-".into(), "-".into()),
+        };
+        let (mooncake, versus) = match r.mooncake {
+            Some(m) => (figure(m, r.unit), format!("{:.2}×", r.te / m)),
             None => ("-".into(), "-".into()),
         };
         let verdict = match r.met {
@@ -119,12 +144,15 @@ pub(crate) fn markdown(records: &[Record], charts: &[(String, String)]) -> Strin
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {reference} | {ratio} | {} | {verdict} |",
+            "| {} | {} | {} | {reference} | {ratio} | {mooncake} | {versus} | {} | {verdict} |",
             r.bench,
             r.case,
             figure(r.te, r.unit),
             r.goal.as_deref().unwrap_or("-"),
         );
+    }
+    for n in notes {
+        let _ = writeln!(md, "\nNote: {n}");
     }
     for (title, file) in charts {
         let _ = writeln!(md, "\n![{title}]({file})");
@@ -132,9 +160,37 @@ pub(crate) fn markdown(records: &[Record], charts: &[(String, String)]) -> Strin
     md
 }
 
-/// A line chart (SVG) of `series`: (label, points (block bytes, value)), x on a log2 scale.
+/// Font size of every label in the charts.
+const FONT: f64 = 12.0;
+
+/// A generous width of `text` at `size` px in a sans-serif font (wider than any common
+/// glyph run), so text laid out by it never leaves the picture.
+pub(crate) fn text_width(text: &str, size: f64) -> f64 {
+    text.chars().count() as f64 * size * 0.62
+}
+
+/// A line chart (SVG) answering one question: te against one reference, at each block size.
+/// `series`: (label, points (block bytes, value)), x on a log2 scale. Every label is inside the
+/// picture: the legend sits under the axis, in as many rows as its entries need, and the
+/// canvas widens for a long title.
 pub(crate) fn svg(title: &str, unit: &str, series: &[(String, Vec<(u64, f64)>)]) -> String {
-    let (w, h, left, bottom, top, right) = (640.0, 360.0, 64.0, 40.0, 36.0, 170.0);
+    let (left, right, top, axis_gap) = (72.0, 24.0, 40.0, 48.0);
+    let w = 720f64.max(text_width(title, 14.0) + 2.0 * 12.0);
+    let plot_h = 260.0;
+    // Legend entries: a line sample (30 px), a gap, the label; rows wrap at the plot width.
+    let mut rows: Vec<Vec<(usize, f64)>> = vec![Vec::new()];
+    let mut row_w = 0.0;
+    for (i, (label, _)) in series.iter().enumerate() {
+        let item = 36.0 + text_width(label, FONT) + 18.0;
+        if row_w + item > w - left - right && !rows.last().is_some_and(Vec::is_empty) {
+            rows.push(Vec::new());
+            row_w = 0.0;
+        }
+        rows.last_mut().expect("a row").push((i, left + row_w));
+        row_w += item;
+    }
+    let bottom = axis_gap + 20.0 * rows.len() as f64 + 12.0;
+    let h = top + plot_h + bottom;
     let xs: Vec<f64> = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|(b, _)| (*b as f64).log2()))
@@ -149,21 +205,21 @@ pub(crate) fn svg(title: &str, unit: &str, series: &[(String, Vec<(u64, f64)>)])
         .iter()
         .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
     let span = (xmax - xmin).max(1.0);
-    let px = |x: f64| left + (x - xmin) / span * (w - left - right);
-    let py = |y: f64| h - bottom - y / ymax * (h - bottom - top);
+    // Points keep 16 px from the plot's sides, so end labels stay centred under them.
+    let px = |x: f64| left + 16.0 + (x - xmin) / span * (w - left - right - 32.0);
+    let axis_y = top + plot_h;
+    let py = |y: f64| axis_y - y / ymax * plot_h;
     let colours = [
         "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
     ];
     let mut s = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{left}" y="20" font-size="14">{title}</text>"##
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="{FONT}"><rect width="100%" height="100%" fill="white"/><text x="12" y="24" font-size="14">{}</text>"##,
+        escape(title)
     );
     let _ = write!(
         s,
-        r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="black"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="black"/>"##,
-        h - bottom,
+        r##"<line x1="{left}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="black"/><line x1="{left}" y1="{top}" x2="{left}" y2="{axis_y}" stroke="black"/>"##,
         w - right,
-        h - bottom,
-        h - bottom
     );
     for i in 0..=4 {
         let v = ymax * f64::from(i) / 4.0;
@@ -193,16 +249,17 @@ pub(crate) fn svg(title: &str, unit: &str, series: &[(String, Vec<(u64, f64)>)])
             s,
             r##"<text x="{}" y="{}" text-anchor="middle">{label}</text>"##,
             px((b as f64).log2()),
-            h - bottom + 16.0
+            axis_y + 16.0
         );
     }
     let _ = write!(
         s,
-        r##"<text x="{}" y="{}" text-anchor="middle">block size (bytes)</text><text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">{unit}</text>"##,
+        r##"<text x="{}" y="{}" text-anchor="middle">block size (bytes)</text><text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">{}</text>"##,
         (left + w - right) / 2.0,
-        h - 6.0,
-        h / 2.0,
-        h / 2.0
+        axis_y + 34.0,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0,
+        escape(unit)
     );
     for (i, (label, points)) in series.iter().enumerate() {
         let c = colours[i % colours.len()];
@@ -225,52 +282,98 @@ pub(crate) fn svg(title: &str, unit: &str, series: &[(String, Vec<(u64, f64)>)])
         for (x, y) in &pts {
             let _ = write!(s, r##"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{c}"/>"##);
         }
-        let ly = top + 16.0 * i as f64;
-        let _ = write!(
-            s,
-            r##"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{label}</text>"##,
-            w - right + 10.0,
-            w - right + 30.0,
-            w - right + 36.0,
-            ly + 4.0
-        );
+    }
+    for (row, entries) in rows.iter().enumerate() {
+        let ly = axis_y + axis_gap + 20.0 * row as f64;
+        for &(i, x) in entries {
+            let c = colours[i % colours.len()];
+            let dash = if series[i].0.starts_with("te") {
+                ""
+            } else {
+                r#" stroke-dasharray="5,4""#
+            };
+            let _ = write!(
+                s,
+                r##"<line x1="{x}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"{dash}/><text x="{}" y="{}">{}</text>"##,
+                x + 30.0,
+                x + 36.0,
+                ly + 4.0,
+                escape(&series[i].0)
+            );
+        }
     }
     s.push_str("</svg>\n");
     s
 }
 
-/// Charts of every bench with block-size series: te and its reference per series.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// One chart per bench and reference with block-size series: te's line and the reference's
+/// for each series (operation), so each chart answers one question. Mooncake's figures are a
+/// reference of their own.
 fn charts(records: &[Record]) -> Vec<(String, String, String)> {
-    let mut benches: Vec<&str> = records.iter().map(|r| r.bench).collect();
-    benches.dedup();
+    let mut questions: Vec<(&str, String)> = Vec::new();
+    for r in records.iter().filter(|r| r.series.is_some()) {
+        let mut names: Vec<String> = r.reference.iter().map(|x| x.0.clone()).collect();
+        if r.mooncake.is_some() {
+            names.push(MOONCAKE.to_string());
+        }
+        for name in names {
+            if !questions.iter().any(|(b, n)| *b == r.bench && *n == name) {
+                questions.push((r.bench, name));
+            }
+        }
+    }
     let mut out = Vec::new();
-    for bench in benches {
+    for (bench, reference) in questions {
         let mut series: Vec<(String, Vec<(u64, f64)>)> = Vec::new();
         let mut unit = "";
         for r in records.iter().filter(|r| r.bench == bench) {
             let Some((name, block)) = &r.series else {
                 continue;
             };
+            let theirs = match (&r.reference, r.mooncake) {
+                _ if reference == MOONCAKE => r.mooncake,
+                (Some((n, v)), _) if *n == reference => Some(*v),
+                _ => None,
+            };
+            let Some(theirs) = theirs else {
+                continue;
+            };
             unit = r.unit;
             let mut add = |label: String, v: f64| match series.iter_mut().find(|s| s.0 == label) {
-                // One point per block: a te figure compared with two references is one point.
                 Some(s) if s.1.iter().any(|p| p.0 == *block) => {}
                 Some(s) => s.1.push((*block, v)),
                 None => series.push((label, vec![(*block, v)])),
             };
             add(format!("te {name}"), r.te);
-            if let Some((rname, v)) = &r.reference {
-                add(format!("{rname} ({name})"), *v);
-            }
+            add(format!("{reference} {name}"), theirs);
         }
         if series.iter().any(|s| s.1.len() >= 2) {
-            let title = format!("{bench}: throughput against block size");
-            let file = format!("{bench}.svg");
+            let title = format!("{bench}: te against {reference}, by block size");
+            let slug: String = reference
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() {
+                        c.to_ascii_lowercase()
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            let file = format!("{bench}-{}.svg", slug.trim_matches('-'));
             out.push((title.clone(), file, svg(&title, unit, &series)));
         }
     }
     out
 }
+
+/// The reference name Mooncake's figures chart under.
+pub(crate) const MOONCAKE: &str = "Mooncake";
 
 /// Writes `report.json`, `report.md` and the charts into `dir`; returns the Markdown.
 pub(crate) fn write(dir: &Path) -> Result<String, String> {
@@ -284,7 +387,7 @@ pub(crate) fn write(dir: &Path) -> Result<String, String> {
         .iter()
         .map(|(t, f, _)| (t.clone(), f.clone()))
         .collect();
-    let md = markdown(&records, &links);
+    let md = markdown(&records, &links, &notes());
     std::fs::write(dir.join("report.md"), &md).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("report.json"), json(&records)).map_err(|e| e.to_string())?;
     Ok(md)
@@ -313,37 +416,130 @@ pub(crate) fn dir() -> PathBuf {
 mod tests {
     use super::*;
 
-    #[test]
-    fn tables_and_charts_come_from_the_records() {
-        let r = |case: &str, block, te, reference| Record {
+    fn attr(tag: &str, name: &str) -> Option<String> {
+        let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(tag[at..].split('"').next()?.to_string())
+    }
+
+    /// Every `<text>` of `svg` as (x0, y0, x1, y1) by the same generous width estimate, and
+    /// the canvas size.
+    fn text_boxes(svg: &str) -> (f64, f64, Vec<(String, [f64; 4])>) {
+        let head = &svg[..svg.find('>').unwrap()];
+        let num = |t: &str, n: &str| attr(t, n).unwrap().parse::<f64>().unwrap();
+        let (w, h) = (num(head, "width"), num(head, "height"));
+        let mut boxes = Vec::new();
+        for part in svg.split("<text").skip(1) {
+            let (tag, rest) = part.split_once('>').unwrap();
+            let text = rest.split("</text>").next().unwrap();
+            let text = text
+                .replace("&amp;", "&")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">");
+            let size = attr(tag, "font-size").map_or(FONT, |v| v.parse().unwrap());
+            let (x, y) = (num(tag, "x"), num(tag, "y"));
+            let width = text_width(&text, size);
+            let (x0, x1) = match attr(tag, "text-anchor").as_deref() {
+                Some("end") => (x - width, x),
+                Some("middle") => (x - width / 2.0, x + width / 2.0),
+                _ => (x, x + width),
+            };
+            let b = match attr(tag, "transform") {
+                // rotate(-90 cx cy): the run goes up the page, centred on y.
+                Some(t) if t.starts_with("rotate(-90") => [
+                    x - size,
+                    y - (x1 - x0) / 2.0,
+                    x + 0.3 * size,
+                    y + (x1 - x0) / 2.0,
+                ],
+                _ => [x0, y - size, x1, y + 0.3 * size],
+            };
+            boxes.push((text, b));
+        }
+        (w, h, boxes)
+    }
+
+    fn assert_fits(svg: &str) {
+        let (w, h, boxes) = text_boxes(svg);
+        assert!(!boxes.is_empty());
+        for (text, [x0, y0, x1, y1]) in boxes {
+            assert!(
+                x0 >= 0.0 && y0 >= 0.0 && x1 <= w && y1 <= h,
+                "{text:?} at ({x0:.0},{y0:.0})-({x1:.0},{y1:.0}) leaves the {w}x{h} canvas"
+            );
+        }
+    }
+
+    fn record(case: &str, series: &str, block: u64, te: f64, reference: f64) -> Record {
+        Record {
             bench: "tcp",
             case: case.into(),
-            series: Some(("write".into(), block)),
+            series: Some((series.into(), block)),
             te,
             unit: "GB/s",
             reference: Some(("iperf3".into(), reference)),
+            mooncake: Some(reference / 2.0),
             goal: Some(">= 60%".into()),
             met: Some(te / reference >= 0.6),
-        };
+        }
+    }
+
+    #[test]
+    fn tables_and_charts_come_from_the_records() {
         let records = vec![
-            r("write 64 KiB", 65536, 1.5, 2.0),
-            r("write 1 MiB", 1 << 20, 1.0, 2.0),
+            record("write 64 KiB", "write", 65536, 1.5, 2.0),
+            record("write 1 MiB", "write", 1 << 20, 1.0, 2.0),
         ];
-        let md = markdown(&records, &[]);
+        let md = markdown(&records, &[], &["the wheel is missing".into()]);
         assert!(
             md.contains(
-                "| tcp | write 64 KiB | 1.50 GB/s | 2.00 GB/s iperf3 | 75% | >= 60% | met |"
+                "| tcp | write 64 KiB | 1.50 GB/s | 2.00 GB/s iperf3 | 75% | 1.00 GB/s | 1.50× | >= 60% | met |"
             ),
             "{md}"
         );
         assert!(md.contains("**below goal**"));
+        assert!(md.contains("Note: the wheel is missing"));
         let c = charts(&records);
-        assert_eq!(c.len(), 1);
-        assert!(
-            c[0].2.starts_with("<svg")
-                && c[0].2.contains("te write")
-                && c[0].2.contains("iperf3 (write)")
+        // One question per chart: te against iperf3, te against Mooncake.
+        assert_eq!(
+            c.len(),
+            2,
+            "{:?}",
+            c.iter().map(|x| &x.0).collect::<Vec<_>>()
         );
+        assert_eq!(c[0].1, "tcp-iperf3.svg");
+        assert!(c[0].2.contains("te write") && c[0].2.contains("iperf3 write"));
+        assert!(!c[0].2.contains("Mooncake write"));
+        assert_eq!(c[1].1, "tcp-mooncake.svg");
+        assert!(c[1].2.contains("Mooncake write") && !c[1].2.contains("iperf3 write"));
         assert!(c[0].2.contains("64K") && c[0].2.contains("1M"));
+        for (_, _, svg) in &c {
+            assert_fits(svg);
+        }
+    }
+
+    #[test]
+    fn every_label_fits_the_canvas_however_long_or_many() {
+        let long = "a reference with a rather long name, and more words (write, gaps)";
+        let series: Vec<(String, Vec<(u64, f64)>)> = (0..9)
+            .map(|i| {
+                let label = match i % 3 {
+                    0 => format!("te write {i}"),
+                    1 => format!("{long} {i}"),
+                    _ => format!("x{i}"),
+                };
+                (label, vec![(4096, 0.5 * f64::from(i)), (1 << 30, 123.456)])
+            })
+            .collect();
+        let title = "a title that goes on for a long while, longer than the usual canvas is wide, on purpose";
+        let svg = svg(title, "GB/s & more", &series);
+        assert_fits(&svg);
+        // The checker catches text that leaves the canvas.
+        let outside = svg.replace("<text x=\"12\" y=\"24\"", "<text x=\"-40\" y=\"24\"");
+        let (w, h, boxes) = text_boxes(&outside);
+        assert!(
+            boxes
+                .iter()
+                .any(|(_, b)| b[0] < 0.0 || b[2] > w || b[3] > h)
+        );
     }
 }

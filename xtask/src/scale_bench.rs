@@ -308,6 +308,7 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
                         .map(|m| ("Mooncake target (wheel)".to_string(), *m)),
                     goal: Some(">= 5x Mooncake".into()),
                     met: Some(mc_fig.as_ref().is_ok_and(|m| *t >= 5.0 * m)),
+                    mooncake: None,
                 });
             }
         }

@@ -74,6 +74,7 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
             reference: Some(("classic engine".into(), cb)),
             goal: Some(format!(">= 95% (paired runs: {:.0}%)", bw_ratio * 100.0)),
             met: Some(bw_ratio >= 0.95),
+            mooncake: None,
         });
         crate::report::record(crate::report::Record {
             bench: "tent",
@@ -84,6 +85,7 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
             reference: Some(("classic engine".into(), cp)),
             goal: Some(format!("<= 110% (paired runs: {:.0}%)", p99_ratio * 100.0)),
             met: Some(p99_ratio <= 1.10),
+            mooncake: None,
         });
         println!(
             "{case:<18} | {cb:>14.3} | {tb:>14.3} | {:>6.0}% | {cp:>14.0} | {tp:>14.0} | {:>6.0}%",

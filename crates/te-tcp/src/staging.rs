@@ -69,6 +69,12 @@ impl GpuStaging {
         }
     }
 
+    /// Whether a GPU region was ever registered (then requests may need staging, and a data
+    /// connection reads only whole headers, never past a request that may leave the loop).
+    pub(crate) fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
     /// Forgets a region.
     pub(crate) fn remove(&self, addr: u64) {
         if self.any.load(Ordering::Acquire) {

@@ -249,3 +249,13 @@ pub fn spin_until_readable(sock: &impl AsRawFd, spin: std::time::Duration) -> bo
     }
     false
 }
+
+/// Copies `bytes` to `[addr, addr + bytes.len())`.
+///
+/// # Safety
+/// The range must be writable memory that stays valid for the call, that nothing else relies
+/// on meanwhile, and that does not overlap `bytes`.
+pub unsafe fn copy_to(addr: u64, bytes: &[u8]) {
+    // SAFETY: the caller guarantees the destination writable, valid and disjoint from `bytes`.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) }
+}

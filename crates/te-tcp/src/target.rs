@@ -15,6 +15,16 @@
 //! connection never waits: every socket call is non-blocking and one that has had its turn
 //! ([`TURN`] bytes) yields to the others.
 //!
+//! Small requests are taken in bulk: after a request of at most [`SMALL_REQUEST`] bytes, one
+//! receive call reads up to [`BULK_BYTES`] into the loop's scratch buffer, and the headers and
+//! WRITE bodies in it are taken from there (a body's bytes copied into its pinned region, the
+//! rest of a body that did not come along received straight into memory). READs are answered
+//! in bulk too: each READ's reply and a reference to its pinned data are queued, and the
+//! queued replies and data go out in one send call when no further request is ready (or
+//! [`GATHER_READS`] READs or [`GATHER_READ_BYTES`] wait). Large requests keep the header-sized
+//! reads, so their bodies are never copied. Where GPU memory is registered a connection reads
+//! whole headers only and sends each READ at once: such a request leaves the loop.
+//!
 //! A request on GPU memory sends its connection to a thread of its own ([`crate::server`]),
 //! where staging may wait without holding anybody up.
 
@@ -42,6 +52,20 @@ const TURN: usize = 8 << 20;
 const RECV_PIECE: usize = 256 << 10;
 /// The most `SO_RCVLOWAT` is raised to while a body arrives.
 const LOWAT_MAX: usize = 64 << 10;
+/// Bytes one bulk receive takes at most (after a small request).
+pub(crate) const BULK_BYTES: usize = 64 << 10;
+/// Parts one send call carries at most (the kernel takes up to 1,024).
+const MAX_PARTS: usize = 256;
+/// READs whose replies and data may wait to go out together.
+pub(crate) const GATHER_READS: usize = 32;
+/// Bytes of READ data that may wait to go out together.
+pub(crate) const GATHER_READ_BYTES: usize = 256 << 10;
+
+thread_local! {
+    /// The loop thread's scratch buffer for bulk receives: shared by its connections, so an
+    /// idle connection holds none.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 enum Phase {
     /// Reading a request header.
@@ -59,12 +83,6 @@ enum Phase {
         request_id: u64,
         rejection: Rejection,
     },
-    /// Sending the queued replies, then a READ's data from pinned memory.
-    Send {
-        _pin: RegionPin,
-        addr: u64,
-        left: usize,
-    },
     /// Sending what is queued, then closing.
     Closing,
 }
@@ -76,6 +94,15 @@ fn fresh() -> Phase {
     }
 }
 
+/// A READ answered and not yet sent: its data (pinned) goes out right after byte `after` of
+/// the connection's replies (its own reply's end).
+struct PendingRead {
+    _pin: RegionPin,
+    addr: u64,
+    left: usize,
+    after: usize,
+}
+
 /// One data connection.
 pub(crate) struct TargetConn {
     peer: SocketAddr,
@@ -83,6 +110,10 @@ pub(crate) struct TargetConn {
     /// Replies gathered and not yet sent (from `sent` on).
     out: Vec<u8>,
     sent: usize,
+    /// READs answered in `out` whose data is still to send, in order.
+    reads: std::collections::VecDeque<PendingRead>,
+    /// Bytes of READ data in `reads`.
+    read_bytes: usize,
     /// The last time bytes moved.
     progress: Instant,
     /// The last request was small: its initiator's next one is likely due within microseconds.
@@ -111,27 +142,103 @@ impl TargetConn {
             .extend_from_slice(&Reply { status, request_id }.encode());
     }
 
-    /// Sends the gathered replies.
+    /// Sends the gathered replies, each READ's data after its reply.
     fn flush(&mut self, stream: &mio::net::TcpStream) -> Flush {
-        while self.sent < self.out.len() {
-            let rest = &self.out[self.sent..];
-            // SAFETY: `rest` is this connection's own buffer, readable for the call.
-            match unsafe { sys::send_some(stream, &[(rest.as_ptr() as u64, rest.len())]) } {
+        let mut parts: Vec<(u64, usize)> = Vec::new();
+        loop {
+            parts.clear();
+            let mut at = self.sent;
+            let mut all = true;
+            for r in &self.reads {
+                if parts.len() >= MAX_PARTS {
+                    // Within the kernel's iovec limit; the rest in the next call.
+                    all = false;
+                    break;
+                }
+                if r.after > at {
+                    parts.push((self.out[at..].as_ptr() as u64, r.after - at));
+                    at = r.after;
+                }
+                parts.push((r.addr, r.left));
+            }
+            if all && at < self.out.len() {
+                parts.push((self.out[at..].as_ptr() as u64, self.out.len() - at));
+            }
+            if parts.iter().all(|p| p.1 == 0) {
+                // Only READs of no bytes, if any, are left: they are due.
+                self.advance(0);
+                if self.reads.is_empty() {
+                    self.out.clear();
+                    self.sent = 0;
+                    self.read_bytes = 0;
+                    return Flush::Done;
+                }
+                continue;
+            }
+            // SAFETY: the replies are this connection's own buffer; each READ's data range is
+            // held by its pin and was checked to lie inside one region that permits remote
+            // reads.
+            match unsafe { sys::send_some(stream, &parts) } {
                 Ok(n) => {
-                    self.sent += n;
+                    self.advance(n);
                     self.progress = Instant::now();
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Flush::Blocked,
                 Err(_) => return Flush::Failed,
             }
         }
-        self.out.clear();
-        self.sent = 0;
-        Flush::Done
+    }
+
+    /// Accounts `n` bytes sent: replies up to the next READ's data, that data, and so on.
+    fn advance(&mut self, mut n: usize) {
+        loop {
+            // READs wholly out (a READ of no bytes as soon as its reply is).
+            while self
+                .reads
+                .front()
+                .is_some_and(|r| self.sent >= r.after && r.left == 0)
+            {
+                self.reads.pop_front();
+            }
+            if n == 0 {
+                return;
+            }
+            match self.reads.front_mut() {
+                Some(r) if self.sent < r.after => {
+                    let k = n.min(r.after - self.sent);
+                    self.sent += k;
+                    n -= k;
+                }
+                Some(r) => {
+                    let k = n.min(r.left);
+                    r.addr += k as u64;
+                    r.left -= k;
+                    self.read_bytes -= k;
+                    n -= k;
+                }
+                None => {
+                    self.sent += n.min(self.out.len() - self.sent);
+                    return;
+                }
+            }
+        }
     }
 
     fn waiting(&self) -> usize {
         self.out.len() - self.sent
+    }
+
+    /// Whether what waits to go out must go before anything more is read: replies past the
+    /// bound, or as many READs as are gathered.
+    fn backlogged(&self, p: &TargetProtocol) -> bool {
+        let limit = match p.state.staging.any() {
+            // Where a request may leave the loop, each READ goes out before the next request.
+            true => 1,
+            false => GATHER_READS,
+        };
+        self.waiting() >= p.reply_bytes
+            || self.reads.len() >= limit
+            || self.read_bytes >= GATHER_READ_BYTES
     }
 
     /// Acts on a complete header: the next phase, or a step that ends this drive.
@@ -154,6 +261,13 @@ impl TargetConn {
         };
         self.phase = match (checked, r.opcode) {
             (Ok(_), _) if state.staging.device_of(r.addr, r.len).is_some() => {
+                if !self.reads.is_empty() {
+                    // READs answered on the loop would go out behind the GPU thread's replies:
+                    // close instead (the initiator retries what it has in flight).
+                    warn!(peer = %self.peer, "GPU request behind gathered READs; closing the connection");
+                    self.phase = Phase::Closing;
+                    return Some(Step::Close);
+                }
                 self.promoted = Some(r);
                 return Some(Step::Promote);
             }
@@ -165,11 +279,14 @@ impl TargetConn {
             },
             (Ok(pin), _) => {
                 self.queue(r.request_id, Status::Ok);
-                Phase::Send {
+                self.reads.push_back(PendingRead {
                     _pin: pin,
                     addr: r.addr,
                     left: len,
-                }
+                    after: self.out.len(),
+                });
+                self.read_bytes += len;
+                fresh()
             }
             (Err(rejection), opcode) => {
                 debug!(addr = r.addr, len = r.len, ?rejection, "request refused");
@@ -191,6 +308,106 @@ impl TargetConn {
         None
     }
 
+    /// No further request is ready: now the gathered replies (and READ data) go out. `idle`:
+    /// no header is half read.
+    fn caught_up(&mut self, stream: &mio::net::TcpStream, idle: bool) -> Step {
+        match self.flush(stream) {
+            Flush::Blocked => Step::BlockedSending,
+            Flush::Failed => Step::Close,
+            Flush::Done if idle && self.last_small => Step::BlockedHot,
+            Flush::Done => Step::Blocked,
+        }
+    }
+
+    /// One receive of up to [`BULK_BYTES`] into the loop's scratch buffer, taken through the
+    /// phases ([`absorb`](Self::absorb)): the bytes received, and the step the drive ends with
+    /// if one of them calls for it.
+    fn receive_bulk(
+        &mut self,
+        p: &TargetProtocol,
+        stream: &mio::net::TcpStream,
+    ) -> std::io::Result<(usize, Option<Step>)> {
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            if scratch.len() < BULK_BYTES {
+                scratch.resize(BULK_BYTES, 0);
+            }
+            let n = sys::recv_now(stream, &mut scratch[..])?;
+            let step = self.absorb(p, &scratch[..n]);
+            Ok((n, step))
+        })
+    }
+
+    /// Takes bytes received in bulk through the phases: headers (each request started as it
+    /// completes), WRITE bodies (copied into their pinned regions, acknowledged when whole),
+    /// refused bodies (dropped). Returns a step that ends the drive, if one is called for.
+    fn absorb(&mut self, p: &TargetProtocol, mut bytes: &[u8]) -> Option<Step> {
+        while !bytes.is_empty() {
+            match &mut self.phase {
+                Phase::Header { buf, got } => {
+                    let k = (REQUEST_LEN - *got).min(bytes.len());
+                    buf[*got..*got + k].copy_from_slice(&bytes[..k]);
+                    *got += k;
+                    bytes = &bytes[k..];
+                    if let Some(refusal) = foreign_refusal(self.peer, buf, *got) {
+                        self.out.extend_from_slice(&refusal);
+                        self.phase = Phase::Closing;
+                    } else if *got == REQUEST_LEN {
+                        let raw = *buf;
+                        match self.start(p, &raw) {
+                            // The GPU thread would not see the bytes read past the header.
+                            Some(Step::Promote) if !bytes.is_empty() => {
+                                warn!(peer = %self.peer, "GPU request read with requests behind it; closing the connection");
+                                return Some(Step::Close);
+                            }
+                            Some(step) => return Some(step),
+                            None => {}
+                        }
+                    }
+                }
+                Phase::Body {
+                    addr,
+                    left,
+                    request_id,
+                    ..
+                } => {
+                    let k = (*left).min(bytes.len());
+                    // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
+                    // (hence allocated, by the registration contract); the range was checked to
+                    // lie inside one region that permits remote writes; the scratch buffer is
+                    // the loop's own.
+                    unsafe { sys::copy_to(*addr, &bytes[..k]) };
+                    *addr += k as u64;
+                    *left -= k;
+                    bytes = &bytes[k..];
+                    if *left == 0 {
+                        // The bytes are in memory: now the acknowledgement.
+                        let id = *request_id;
+                        self.queue(id, Status::Ok);
+                        self.phase = fresh();
+                    }
+                }
+                Phase::Drain {
+                    left,
+                    request_id,
+                    rejection,
+                } => {
+                    let k = (*left).min(bytes.len() as u64);
+                    *left -= k;
+                    bytes = &bytes[k as usize..];
+                    if *left == 0 {
+                        let (id, why) = (*request_id, *rejection);
+                        self.queue(id, Status::Rejected(why));
+                        self.phase = fresh();
+                    }
+                }
+                // The connection closes; what came after the refused request is dropped.
+                Phase::Closing => return None,
+            }
+        }
+        None
+    }
+
     /// Moves the connection on as far as its socket allows.
     fn drive(&mut self, p: &TargetProtocol, stream: &mio::net::TcpStream) -> Step {
         let mut turn = 0usize;
@@ -198,7 +415,29 @@ impl TargetConn {
             if turn >= TURN {
                 return Step::Yield;
             }
-            let backlog = self.waiting() >= p.reply_bytes;
+            let backlog = self.backlogged(p);
+            if let Phase::Header { got, .. } = self.phase
+                && !backlog
+                && self.last_small
+                && !p.state.staging.any()
+            {
+                let moved = match self.receive_bulk(p, stream) {
+                    Ok((0, _)) => {
+                        // The peer finished sending; it may still read what it is owed.
+                        let _ = self.flush(stream);
+                        return Step::Close;
+                    }
+                    Ok((_, Some(step))) => return step,
+                    Ok((n, None)) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        return self.caught_up(stream, got == 0);
+                    }
+                    Err(_) => return Step::Close,
+                };
+                turn += moved;
+                self.progress = Instant::now();
+                continue;
+            }
             let moved = match &mut self.phase {
                 Phase::Closing => {
                     return match self.flush(stream) {
@@ -240,14 +479,7 @@ impl TargetConn {
                             n
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            // No further request ready: now the gathered replies go out.
-                            let idle = at == 0;
-                            return match self.flush(stream) {
-                                Flush::Blocked => Step::BlockedSending,
-                                Flush::Failed => Step::Close,
-                                Flush::Done if idle && self.last_small => Step::BlockedHot,
-                                Flush::Done => Step::Blocked,
-                            };
+                            return self.caught_up(stream, at == 0);
                         }
                         Err(_) => return Step::Close,
                     }
@@ -313,32 +545,6 @@ impl TargetConn {
                         Err(e) => return blocked_or_closed(&e),
                     }
                 }
-                Phase::Send { addr, left, .. } => {
-                    let head = &self.out[self.sent..];
-                    let parts = [(head.as_ptr() as u64, head.len()), (*addr, *left)];
-                    if parts.iter().all(|part| part.1 == 0) {
-                        self.out.clear();
-                        self.sent = 0;
-                        self.phase = fresh();
-                        continue;
-                    }
-                    // SAFETY: the replies are this connection's own buffer; the data range is
-                    // held by this phase's pin and was checked to lie inside one region that
-                    // permits remote reads.
-                    match unsafe { sys::send_some(stream, &parts) } {
-                        Ok(n) => {
-                            let from_head = n.min(head.len());
-                            self.sent += from_head;
-                            *addr += (n - from_head) as u64;
-                            *left -= n - from_head;
-                            n
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            return Step::BlockedSending;
-                        }
-                        Err(_) => return Step::Close,
-                    }
-                }
             };
             turn += moved;
             self.progress = Instant::now();
@@ -366,6 +572,8 @@ impl Protocol for TargetProtocol {
             phase: fresh(),
             out: Vec::new(),
             sent: 0,
+            reads: std::collections::VecDeque::new(),
+            read_bytes: 0,
             progress: Instant::now(),
             last_small: false,
             promoted: None,

@@ -655,3 +655,92 @@ fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
     );
     still_serves(&p);
 }
+
+/// Small requests taken in bulk (many per receive call) and READs answered in bulk (replies and
+/// data gathered per send call): WRITEs, READs of what earlier WRITEs on the same connection
+/// put there, a refused READ and a refused WRITE (its body dropped) mixed, sent in uneven
+/// pieces so requests straddle the target's receives; every reply in order, every byte checked.
+#[test]
+fn small_reads_and_writes_taken_in_bulk_are_answered_in_order_with_their_data() {
+    let p = pair(1 << 20);
+    let desc = p.initiator.segment(p.segment).unwrap();
+    let port = desc.desc().te_rails[0].port;
+    let secret = desc.secret().to_bytes();
+    let mut conn = DataConn::open(port);
+    let mut wire = Vec::new();
+    // (request id, status, data a READ returns)
+    let mut expected: Vec<(u64, Status, Option<Vec<u8>>)> = Vec::new();
+    let len = 300u64;
+    for i in 0..240u64 {
+        let slot = p.remote.addr() + (i / 2) * len;
+        let fill = vec![(i / 2) as u8 ^ 0x5a; len as usize];
+        let (opcode, addr, status, data) = match i {
+            // A READ out of bounds, and a WRITE out of bounds (its body is dropped).
+            101 => (
+                Opcode::Read,
+                0x10,
+                Status::Rejected(Rejection::OutOfBounds),
+                None,
+            ),
+            150 => (
+                Opcode::Write,
+                0x10,
+                Status::Rejected(Rejection::OutOfBounds),
+                None,
+            ),
+            // The READ of the slot the refused WRITE did not write: never written.
+            151 => (Opcode::Read, slot, Status::Ok, Some(vec![0; len as usize])),
+            // Even: write the slot; odd: read it back.
+            i if i % 2 == 0 => (Opcode::Write, slot, Status::Ok, None),
+            _ => (Opcode::Read, slot, Status::Ok, Some(fill.clone())),
+        };
+        let r = Request {
+            opcode,
+            request_id: 5000 + i,
+            addr,
+            len,
+            secret,
+        };
+        wire.extend_from_slice(&r.encode());
+        if opcode == Opcode::Write {
+            wire.extend_from_slice(&fill);
+        }
+        expected.push((5000 + i, status, data));
+    }
+    // Uneven pieces, so headers and bodies straddle the target's receives.
+    let writer = {
+        let mut s = conn.0.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for piece in wire.chunks(3001) {
+                s.write_all(piece).unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        })
+    };
+    for (id, status, data) in expected {
+        let mut head = [0u8; REPLY_LEN];
+        conn.0.read_exact(&mut head).unwrap();
+        assert_eq!(
+            Reply::decode(&head).unwrap(),
+            Reply {
+                status,
+                request_id: id
+            }
+        );
+        if let Some(want) = data {
+            let mut got = vec![0u8; want.len()];
+            conn.0.read_exact(&mut got).unwrap();
+            assert_eq!(
+                got, want,
+                "READ {id} returns what the WRITE before it wrote"
+            );
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(
+        p.remote.to_vec(75 * len as usize, len as usize).unwrap(),
+        vec![0u8; len as usize],
+        "refused write left no trace"
+    );
+    still_serves(&p);
+}

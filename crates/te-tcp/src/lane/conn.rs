@@ -1,7 +1,9 @@
 //! One lane's connection as its loop drives it: a non-blocking connect from the local rail's
 //! address, then requests pipelined out (header, and a WRITE's body straight from registered
-//! memory) while replies are read in order (a READ's data straight into registered memory),
-//! every socket call non-blocking. A reply is matched to the oldest request in flight; a slice
+//! memory; up to [`GATHER_REQUESTS`] requests or [`GATHER_BYTES`] per send call) while replies
+//! are read in order and in bulk (statuses of many requests, and small READs' data, per receive
+//! call, through the [`Inbox`]; a larger READ's data straight into registered memory), every
+//! socket call non-blocking. A reply is matched to the oldest request in flight; a slice
 //! is reported only once its request is wholly sent (its memory is the application's again
 //! after that). Whatever breaks the connection (a send or receive error, a reply out of order,
 //! the peer closing, no progress for the status timeout, a Mooncake refusal) fails what is in
@@ -19,13 +21,22 @@ use mio::{Interest, Token};
 use te_core::Opcode;
 use te_core::transport::{SliceError, SliceOp};
 
+use super::inbox::Inbox;
 use super::{Driven, LaneCore, LaneState, busy, connect_fault, decode_status, header};
 use crate::dialer::LoopShared;
 use crate::sys;
-use crate::wire::{REPLY_LEN, Status};
+use crate::wire::Status;
 
 /// Bytes one receive call takes at most.
 const RECV_PIECE: usize = 256 << 10;
+/// A READ with at least this much data still to come receives it straight into registered
+/// memory; less comes through the inbox with the replies after it (a copy of a few KiB costs
+/// less than a receive call).
+const DIRECT_READ: usize = 16 << 10;
+/// Requests one send call carries at most (two parts each: header and body).
+pub(crate) const GATHER_REQUESTS: usize = 32;
+/// Bytes one send call carries at most: requests are gathered until this much is out.
+pub(crate) const GATHER_BYTES: usize = 256 << 10;
 /// Connects one drive may start after the connection broke, before it waits a little.
 const RECONNECTS_PER_DRIVE: usize = 2;
 
@@ -41,6 +52,13 @@ struct Outgoing {
     request_id: u64,
 }
 
+impl Outgoing {
+    /// Bytes of it not yet sent.
+    fn left(&self) -> usize {
+        self.head_len - self.head_sent + self.body.1 - self.body_sent
+    }
+}
+
 struct InFlight {
     op: SliceOp,
     request_id: u64,
@@ -54,11 +72,12 @@ pub(crate) struct Conn {
     /// The connect's start, then the last time bytes moved.
     since: Instant,
     next_id: u64,
-    out: Option<Outgoing>,
+    /// Requests being sent, oldest first (they are also in `in_flight`).
+    out: VecDeque<Outgoing>,
     in_flight: VecDeque<InFlight>,
-    /// The oldest request's reply status, as far as it came.
-    reply: [u8; REPLY_LEN],
-    got: usize,
+    /// Replies received and not yet matched.
+    inbox: Inbox,
+    /// The oldest request's reply status, once read.
     status: Option<Status>,
     /// Bytes of the oldest READ's data received.
     data_at: usize,
@@ -88,12 +107,12 @@ fn while_blocking<T>(
 impl Conn {
     /// Whether it connects, or has requests out.
     pub(crate) fn busy(&self) -> bool {
-        !self.connected || self.out.is_some() || !self.in_flight.is_empty()
+        !self.connected || !self.out.is_empty() || !self.in_flight.is_empty()
     }
 
     /// Connected with nothing out or in flight.
     pub(crate) fn idle(&self) -> bool {
-        self.connected && self.out.is_none() && self.in_flight.is_empty()
+        self.connected && self.out.is_empty() && self.in_flight.is_empty() && self.inbox.is_empty()
     }
 
     pub(crate) fn stream(&self) -> Arc<TcpStream> {
@@ -182,10 +201,9 @@ fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<
         connected: false,
         since: now,
         next_id: 0,
-        out: None,
+        out: VecDeque::new(),
         in_flight: VecDeque::new(),
-        reply: [0; REPLY_LEN],
-        got: 0,
+        inbox: Inbox::new(),
         status: None,
         data_at: 0,
         watched: true,
@@ -344,167 +362,207 @@ impl LaneCore {
         let Some(c) = conn.as_mut() else {
             return Ok(());
         };
-        let framing = self.peer.framing;
         loop {
-            let mut progress = false;
-            // Out: the request being sent, then the next queued.
-            loop {
-                if c.out.is_none() {
-                    let Some(op) = queue.pop_front() else {
-                        break;
-                    };
-                    self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
-                    if op.is_canceled() {
-                        done.push((op, Err(SliceError::Canceled)));
-                        continue;
-                    }
-                    let id = c.next_request_id();
-                    if op.opcode == Opcode::Write && self.on_gpu(&op) {
-                        self.send_staged(c, &op, id)?;
-                        c.in_flight.push_back(InFlight { op, request_id: id });
-                        progress = true;
-                        continue;
-                    }
-                    let (head, head_len) = header(framing, &op, id);
-                    let body = match op.opcode {
-                        Opcode::Write => (op.local_addr, op.len as usize),
-                        _ => (0, 0),
-                    };
-                    c.out = Some(Outgoing {
-                        head,
-                        head_len,
-                        head_sent: 0,
-                        body,
-                        body_sent: 0,
-                        request_id: id,
-                    });
-                    c.in_flight.push_back(InFlight { op, request_id: id });
-                }
-                let Some(o) = c.out.as_mut() else {
+            let mut progress = self.send_gathered(c, queue, now, done)?;
+            progress |= self.receive_replies(c, now, done)?;
+            if !progress {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Out: the requests being sent, topped up from the queue, as many per send call as
+    /// [`GATHER_REQUESTS`] and [`GATHER_BYTES`] allow. Whether anything moved.
+    fn send_gathered(
+        &self,
+        c: &mut Conn,
+        queue: &mut VecDeque<SliceOp>,
+        now: Instant,
+        done: &mut Done,
+    ) -> Result<bool, String> {
+        let framing = self.peer.framing;
+        let mut progress = false;
+        let mut parts: Vec<(u64, usize)> = Vec::new();
+        loop {
+            let mut pending: usize = c.out.iter().map(Outgoing::left).sum();
+            while c.out.len() < GATHER_REQUESTS && pending < GATHER_BYTES {
+                let Some(op) = queue.pop_front() else {
                     break;
                 };
-                let parts = [
-                    (
-                        o.head.as_ptr() as u64 + o.head_sent as u64,
-                        o.head_len - o.head_sent,
-                    ),
-                    (o.body.0 + o.body_sent as u64, o.body.1 - o.body_sent),
-                ];
-                // SAFETY: the header is this request's own array; the body range lies in a local
-                // region the engine pinned for this slice's task, which stays pinned until the
-                // slice is reported, and it is reported only after this request is wholly sent.
-                match unsafe { sys::send_some(&*c.stream, &parts) } {
-                    Ok(n) => {
-                        let h = n.min(o.head_len - o.head_sent);
-                        o.head_sent += h;
-                        o.body_sent += n - h;
-                        progress |= n > 0;
-                        c.since = now;
-                        if o.head_sent == o.head_len && o.body_sent == o.body.1 {
-                            c.out = None;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(format!("lane failed: sending: {e}")),
+                self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
+                if op.is_canceled() {
+                    done.push((op, Err(SliceError::Canceled)));
+                    continue;
                 }
+                if op.opcode == Opcode::Write && self.on_gpu(&op) {
+                    if !c.out.is_empty() {
+                        // Sent whole with the socket blocking, after what is being sent.
+                        self.queued_bytes.fetch_add(op.len, Ordering::Relaxed);
+                        queue.push_front(op);
+                        break;
+                    }
+                    let id = c.next_request_id();
+                    self.send_staged(c, &op, id)?;
+                    c.in_flight.push_back(InFlight { op, request_id: id });
+                    progress = true;
+                    continue;
+                }
+                let id = c.next_request_id();
+                let (head, head_len) = header(framing, &op, id);
+                let body = match op.opcode {
+                    Opcode::Write => (op.local_addr, op.len as usize),
+                    _ => (0, 0),
+                };
+                let o = Outgoing {
+                    head,
+                    head_len,
+                    head_sent: 0,
+                    body,
+                    body_sent: 0,
+                    request_id: id,
+                };
+                pending += o.left();
+                c.out.push_back(o);
+                c.in_flight.push_back(InFlight { op, request_id: id });
             }
-            // In: the oldest request's reply (once that request is wholly out).
-            while let Some(front) = c.in_flight.front() {
-                if c.out
-                    .as_ref()
-                    .is_some_and(|o| o.request_id == front.request_id)
-                {
+            if c.out.is_empty() {
+                return Ok(progress);
+            }
+            parts.clear();
+            for o in &c.out {
+                parts.push((
+                    o.head.as_ptr() as u64 + o.head_sent as u64,
+                    o.head_len - o.head_sent,
+                ));
+                parts.push((o.body.0 + o.body_sent as u64, o.body.1 - o.body_sent));
+            }
+            // SAFETY: each header is its request's own array (held in `c.out`, not moved while
+            // the call runs); each body range lies in a local region the engine pinned for that
+            // slice's task, which stays pinned until the slice is reported, and it is reported
+            // only after its request is wholly sent.
+            let sent = match unsafe { sys::send_some(&*c.stream, &parts) } {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(progress),
+                Err(e) => return Err(format!("lane failed: sending: {e}")),
+            };
+            if sent == 0 {
+                return Ok(progress);
+            }
+            progress = true;
+            c.since = now;
+            let mut left = sent;
+            while let Some(o) = c.out.front_mut() {
+                let h = left.min(o.head_len - o.head_sent);
+                o.head_sent += h;
+                left -= h;
+                let b = left.min(o.body.1 - o.body_sent);
+                o.body_sent += b;
+                left -= b;
+                if o.left() > 0 {
                     break;
                 }
-                if c.status.is_none() {
-                    let want = framing.status_len();
-                    if c.got < want {
-                        let at = c.got;
-                        // SAFETY: `reply[at..want]` is this connection's own array.
-                        let n = unsafe {
-                            sys::recv_some(&*c.stream, c.reply[at..].as_mut_ptr() as u64, want - at)
-                        };
-                        match n {
-                            Ok(0) => {
-                                return Err("lane failed: the target closed the connection".into());
-                            }
-                            Ok(n) => {
-                                c.got += n;
-                                c.since = now;
-                                progress = true;
-                            }
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                            Err(e) => return Err(format!("lane failed: receiving: {e}")),
-                        }
-                        if c.got < want {
+                c.out.pop_front();
+            }
+        }
+    }
+
+    /// In: replies in order, each once its request is wholly out, read in bulk. Whether
+    /// anything moved.
+    fn receive_replies(&self, c: &mut Conn, now: Instant, done: &mut Done) -> Result<bool, String> {
+        let framing = self.peer.framing;
+        let mut progress = false;
+        let closed = || "lane failed: the target closed the connection".to_string();
+        while let Some(front) = c.in_flight.front() {
+            if c.out
+                .front()
+                .is_some_and(|o| o.request_id == front.request_id)
+            {
+                break;
+            }
+            if c.status.is_none() {
+                let want = framing.status_len();
+                if c.inbox.len() < want {
+                    match c.inbox.fill(&*c.stream) {
+                        Ok(0) => return Err(closed()),
+                        Ok(_) => {
+                            c.since = now;
+                            progress = true;
                             continue;
                         }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(format!("lane failed: receiving: {e}")),
                     }
-                    let status = decode_status(framing, &c.reply[..want], front.request_id)
-                        .map_err(|e| format!("lane failed: {e}"))?;
-                    c.got = 0;
-                    c.status = Some(status);
                 }
-                let outcome = match c.status {
-                    Some(Status::Rejected(r)) => Err(SliceError::Rejected(r)),
-                    Some(Status::Busy) => return Err(format!("lane failed: {}", busy())),
-                    Some(Status::Ok) if front.op.opcode == Opcode::Read => {
-                        if self.on_gpu(&front.op) {
-                            self.receive_staged(c)?
-                        } else {
-                            let op = &front.op;
-                            let len = op.len as usize;
-                            let left = len - c.data_at;
+                let status = decode_status(framing, c.inbox.take(want), front.request_id)
+                    .map_err(|e| format!("lane failed: {e}"))?;
+                c.status = Some(status);
+            }
+            let outcome = match c.status {
+                Some(Status::Rejected(r)) => Err(SliceError::Rejected(r)),
+                Some(Status::Busy) => return Err(format!("lane failed: {}", busy())),
+                Some(Status::Ok) if front.op.opcode == Opcode::Read => {
+                    if self.on_gpu(&front.op) {
+                        self.receive_staged(c)?
+                    } else {
+                        let op = &front.op;
+                        let len = op.len as usize;
+                        if !c.inbox.is_empty() {
+                            let bytes = c.inbox.take(len - c.data_at);
                             // SAFETY: the destination lies in a local region the engine pinned
-                            // for this slice's task; it stays pinned until the slice is reported,
-                            // after its data is in.
-                            let n = unsafe {
-                                sys::recv_some(
-                                    &*c.stream,
-                                    op.local_addr + c.data_at as u64,
-                                    left.min(RECV_PIECE),
-                                )
+                            // for this slice's task (pinned until the slice is reported, after
+                            // its data is in); the inbox is the connection's own buffer.
+                            unsafe { sys::copy_to(op.local_addr + c.data_at as u64, bytes) };
+                            c.data_at += bytes.len();
+                            progress = true;
+                        }
+                        let left = len - c.data_at;
+                        if left > 0 {
+                            let direct = left >= DIRECT_READ;
+                            let received = match direct {
+                                // SAFETY: as above: pinned local memory of this slice.
+                                true => unsafe {
+                                    sys::recv_some(
+                                        &*c.stream,
+                                        op.local_addr + c.data_at as u64,
+                                        left.min(RECV_PIECE),
+                                    )
+                                },
+                                // Into the inbox, with the replies after it: copied out on the
+                                // next round.
+                                false => c.inbox.fill(&*c.stream),
                             };
-                            match n {
-                                Ok(0) => {
-                                    return Err(
-                                        "lane failed: the target closed the connection".into()
-                                    );
-                                }
+                            match received {
+                                Ok(0) => return Err(closed()),
                                 Ok(n) => {
-                                    c.data_at += n;
+                                    c.data_at += if direct { n } else { 0 };
                                     c.since = now;
                                     progress = true;
                                 }
                                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                                 Err(e) => return Err(format!("lane failed: receiving: {e}")),
                             }
-                            if c.data_at < len {
-                                continue;
-                            }
-                            Ok(())
+                            continue;
                         }
+                        Ok(())
                     }
-                    _ => Ok(()),
-                };
-                let Some(InFlight { op, .. }) = c.in_flight.pop_front() else {
-                    break;
-                };
-                c.status = None;
-                c.data_at = 0;
-                progress = true;
-                let closes = framing.closes_after(&outcome);
-                done.push((op, outcome));
-                if closes {
-                    // Mooncake's target closes after a refusal: what was pipelined behind it
-                    // fails as path errors, and retries.
-                    return Err("the Mooncake target refused a request and closed the lane".into());
                 }
-            }
-            if !progress {
-                return Ok(());
+                _ => Ok(()),
+            };
+            let Some(InFlight { op, .. }) = c.in_flight.pop_front() else {
+                break;
+            };
+            c.status = None;
+            c.data_at = 0;
+            progress = true;
+            let closes = framing.closes_after(&outcome);
+            done.push((op, outcome));
+            if closes {
+                // Mooncake's target closes after a refusal: what was pipelined behind it
+                // fails as path errors, and retries.
+                return Err("the Mooncake target refused a request and closed the lane".into());
             }
         }
+        Ok(progress)
     }
 
     fn on_gpu(&self, op: &SliceOp) -> bool {
@@ -547,9 +605,15 @@ impl LaneCore {
             return Err("GPU region gone".into());
         };
         let bounce = staging.bounce(len).map_err(|e| format!("staging: {e}"))?;
+        // Data already read with the replies first, then the rest from the socket.
+        let early = c.inbox.take(len);
+        let had = early.len();
+        // SAFETY: the staging buffer is on loan to this call and holds `len` bytes; the inbox
+        // is the connection's own buffer.
+        unsafe { sys::copy_to(bounce.addr(), early) };
         while_blocking(&c.stream, "receiving", || {
             // SAFETY: the staging buffer is on loan to this call and holds `len` bytes.
-            unsafe { sys::recv_exact(&*c.stream, bounce.addr(), len) }
+            unsafe { sys::recv_exact(&*c.stream, bounce.addr() + had as u64, len - had) }
         })?;
         Ok(
             crate::staging::copy(device, op.local_addr, bounce.addr(), len)

@@ -26,6 +26,7 @@
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
 mod conn;
+mod inbox;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
