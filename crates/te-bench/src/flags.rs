@@ -18,6 +18,9 @@ pub struct Flags {
     /// leaves gaps, so nothing merges: the small-request path is measured as such.
     pub block_stride: u64,
     pub batch_size: usize,
+    /// Batches each thread keeps outstanding (`--inflight`, te's; 1: submit, wait, free, as
+    /// Mooncake's bench), as UCX's bandwidth tests keep several puts in flight.
+    pub inflight: usize,
     pub buffer_size: u64,
     pub duration: f64,
     pub threads: usize,
@@ -89,7 +92,7 @@ const IGNORED: [&str; 1] = ["init_mem"];
 pub const USAGE: &str =
     "usage: te-bench [--mode=initiator|target|topology|engine|swarm] [--loopback] [--metadata_server=P2PHANDSHAKE]
   [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp|rdma|shm|cxl|uring|bufio]
-  [--block_size=65536] [--block_stride=0 (block_size: a batch is contiguous)] [--batch_size=128] [--buffer_size=1073741824] [--duration=10] [--threads=12]
+  [--block_size=65536] [--block_stride=0 (block_size: a batch is contiguous)] [--batch_size=128] [--inflight=1 (batches outstanding per thread)] [--buffer_size=1073741824] [--duration=10] [--threads=12]
   [--report_unit=GB] [--report_precision=2] [--verify] [--json]
   [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery] [--file_path=te-bench.dat]
   [--use_vram --gpu_id=0] (buffers in GPU memory: tcp stages them, rdma registers them by dma-buf, nvlink copies them)
@@ -148,6 +151,7 @@ impl Flags {
             block_size: number("block_size", &take("block_size", "65536"))?,
             block_stride: number("block_stride", &take("block_stride", "0"))?,
             batch_size: number("batch_size", &take("batch_size", "128"))?,
+            inflight: number("inflight", &take("inflight", "1"))?,
             buffer_size: number("buffer_size", &take("buffer_size", "1073741824"))?,
             duration: number("duration", &take("duration", "10"))?,
             threads: number("threads", &take("threads", "12"))?,
@@ -278,6 +282,9 @@ impl Flags {
         }
         if self.peers == 0 || self.depth == 0 || self.peers > 1 << 20 || self.depth > 1024 {
             return Err("--peers (up to 1048576) and --depth (up to 1024) must be positive".into());
+        }
+        if self.inflight == 0 || self.inflight > 64 {
+            return Err("--inflight: batches outstanding per thread, 1 to 64".into());
         }
         if self.block_size == 0 || self.batch_size == 0 || self.threads == 0 {
             return Err("--block_size, --batch_size and --threads must be positive".into());

@@ -123,10 +123,21 @@ fn run_thread(
         .collect();
     let mut batches = 0;
     let mut latencies = Vec::new();
-    while running(end) {
-        let started = Instant::now();
-        let b = e.allocate_batch(f.batch_size).map_err(|e| e.to_string())?;
-        e.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
+    // Up to `--inflight` batches outstanding: the oldest is waited for, freed and replaced.
+    let mut flying: std::collections::VecDeque<(te_core::BatchId, Instant)> =
+        std::collections::VecDeque::new();
+    loop {
+        let go_on = running(end);
+        if go_on && flying.len() < f.inflight {
+            let started = Instant::now();
+            let b = e.allocate_batch(f.batch_size).map_err(|e| e.to_string())?;
+            e.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
+            flying.push_back((b, started));
+            continue;
+        }
+        let Some((b, started)) = flying.pop_front() else {
+            break;
+        };
         let status = e.wait(b, WAIT).map_err(|e| format!("wait: {e}"))?;
         if status.state != TransferState::Completed {
             let why = (0..f.batch_size).find_map(|i| e.task_error(b, i).ok().flatten());

@@ -25,31 +25,59 @@ pub struct Piece<K> {
     pub len: u64,
 }
 
-/// The runs of `pieces` (indices into it), each in address order. With `merge` false every
-/// request is a run of its own, in submit order. Requests are sorted by key and target address
-/// first, so a batch submitted out of order still merges; a request that overlaps its
-/// predecessor, or leaves a gap in either memory, starts a new run.
-pub fn runs<K: Ord + Copy>(pieces: &[Piece<K>], merge: bool) -> Vec<Vec<usize>> {
-    if !merge || pieces.len() < 2 {
-        return (0..pieces.len()).map(|i| vec![i]).collect();
+/// The runs of `pieces`: indices into it, grouped (two allocations however many requests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runs {
+    order: Vec<usize>,
+    /// Where each run ends in `order`.
+    ends: Vec<usize>,
+}
+
+impl Runs {
+    /// Each run, in order: the indices of its requests, in address order.
+    pub fn iter(&self) -> impl Iterator<Item = &[usize]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(a, b)| &self.order[a..b])
     }
+
+    /// How many runs.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+}
+
+/// The runs of `pieces`, each in address order. With `merge` false every request is a run of
+/// its own, in submit order. Requests are sorted by key and target address first, so a batch
+/// submitted out of order still merges; a request that overlaps its predecessor, or leaves a
+/// gap in either memory, starts a new run.
+pub fn runs<K: Ord + Copy>(pieces: &[Piece<K>], merge: bool) -> Runs {
     let mut order: Vec<usize> = (0..pieces.len()).collect();
+    if !merge || pieces.len() < 2 {
+        return Runs {
+            ends: (1..=pieces.len()).collect(),
+            order,
+        };
+    }
     order.sort_by_key(|&i| (pieces[i].key, pieces[i].target, pieces[i].source));
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    for i in order {
-        let p = &pieces[i];
-        let joins = out.last().and_then(|run| run.last()).is_some_and(|&last| {
-            let q = &pieces[last];
-            q.key == p.key
-                && q.source.checked_add(q.len) == Some(p.source)
-                && q.target.checked_add(q.len) == Some(p.target)
-        });
-        match (joins, out.last_mut()) {
-            (true, Some(run)) => run.push(i),
-            _ => out.push(vec![i]),
+    let mut ends = Vec::new();
+    for (at, pair) in order.windows(2).enumerate() {
+        let (q, p) = (&pieces[pair[0]], &pieces[pair[1]]);
+        let joins = q.key == p.key
+            && q.source.checked_add(q.len) == Some(p.source)
+            && q.target.checked_add(q.len) == Some(p.target);
+        if !joins {
+            ends.push(at + 1);
         }
     }
-    out
+    ends.push(order.len());
+    Runs { order, ends }
 }
 
 /// The requests of a run that bytes `offset..offset + len` of the run cover, as (position in
@@ -92,8 +120,9 @@ mod tests {
             piece(0, 0x0000, 0x7000, 0x1000),
             piece(0, 0x1000, 0x8000, 0x1000),
         ];
-        assert_eq!(runs(&p, true), vec![vec![1, 2, 0]]);
-        assert_eq!(runs(&p, false), vec![vec![0], vec![1], vec![2]]);
+        let all = |r: Runs| r.iter().map(<[usize]>::to_vec).collect::<Vec<_>>();
+        assert_eq!(all(runs(&p, true)), vec![vec![1, 2, 0]]);
+        assert_eq!(all(runs(&p, false)), vec![vec![0], vec![1], vec![2]]);
     }
 
     #[test]
@@ -109,7 +138,7 @@ mod tests {
         ];
         let r = runs(&p, true);
         assert_eq!(r.len(), 4, "{r:?}");
-        let mut all: Vec<usize> = r.concat();
+        let mut all: Vec<usize> = r.iter().flatten().copied().collect();
         all.sort_unstable();
         assert_eq!(all, vec![0, 1, 2, 3], "every request in exactly one run");
     }

@@ -1,6 +1,10 @@
 //! [`CopyWorkers`]: worker threads that execute slices for memory-copy transports (te-shm,
-//! te-cxl), so copies never run on the submitting thread, and report each slice exactly once
-//! through the engine's sink.
+//! te-cxl) and report each slice exactly once through the engine's sink.
+//!
+//! A post of at most [`INLINE_BYTES`] is copied on the posting thread itself, before `post`
+//! returns: a copy that small takes less time than handing it to a worker and waking whoever
+//! waits for it (a batch of one 64 KiB slice was half as fast through a worker). Larger posts
+//! go to the workers, so a large transfer spreads over them and `submit` returns at once.
 //!
 //! A worker that runs out of slices polls for a short while (`SPIN`) before it sleeps, so a
 //! slice posted right after another is picked up without a wake-up; a quiet transport costs no
@@ -22,6 +26,8 @@ const OWNER_CHECK_AGE: Duration = Duration::from_millis(10);
 pub const COPY_SLICE: u64 = 1 << 20;
 /// Posts up to this many bytes go to one worker.
 pub const SPREAD_BYTES: u64 = 1 << 20;
+/// Posts up to this many bytes are copied on the posting thread.
+pub const INLINE_BYTES: u64 = 64 << 10;
 
 /// Executes one slice (the copy); called on a worker thread.
 pub type Executor = dyn Fn(&SliceOp) -> std::result::Result<(), SliceError> + Send + Sync;
@@ -31,6 +37,7 @@ pub struct CopyWorkers {
     name: &'static str,
     queues: Mutex<Option<Vec<Sender<SliceOp>>>>,
     sink: OnceLock<Arc<dyn CompletionSink>>,
+    exec: OnceLock<Arc<Executor>>,
 }
 
 impl std::fmt::Debug for CopyWorkers {
@@ -65,6 +72,7 @@ impl CopyWorkers {
             name,
             queues: Mutex::new(None),
             sink: OnceLock::new(),
+            exec: OnceLock::new(),
         }
     }
 
@@ -85,6 +93,7 @@ impl CopyWorkers {
         self.sink
             .set(sink.clone())
             .map_err(|_| fail("already installed in an engine".into()))?;
+        let _ = self.exec.set(exec.clone());
         let mut queues = Vec::with_capacity(count.max(1));
         for i in 0..count.max(1) {
             let (tx, rx) = mpsc::channel::<SliceOp>();
@@ -110,10 +119,19 @@ impl CopyWorkers {
         Ok(())
     }
 
-    /// Queues slices; after shutdown they are reported as failed. A post of up to
+    /// Executes or queues slices; after shutdown they are reported as failed. A post of up to
+    /// [`INLINE_BYTES`] is copied here, on the posting thread; one of up to
     /// [`SPREAD_BYTES`] goes to the first worker alone (one copy is faster than a wake-up);
     /// a larger one is dealt out across all workers in runs of neighbouring slices.
     pub fn post(&self, slices: Vec<SliceOp>) {
+        let total: u64 = slices.iter().map(|s| s.len).sum();
+        let slices = match total <= INLINE_BYTES {
+            true => match self.copy_here(slices) {
+                Some(back) => back,
+                None => return,
+            },
+            false => slices,
+        };
         let mut refused = Vec::new();
         {
             let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
@@ -139,6 +157,28 @@ impl CopyWorkers {
             }
         }
         self.refuse(refused);
+    }
+
+    /// Executes `slices` on this thread and reports each; hands them back untouched when the
+    /// workers are not running (not yet started, or shut down). No lock is held while the
+    /// sink runs: the engine may post a retry straight back.
+    fn copy_here(&self, slices: Vec<SliceOp>) -> Option<Vec<SliceOp>> {
+        let running = self
+            .queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        let (Some(exec), Some(sink), true) = (self.exec.get(), self.sink.get(), running) else {
+            return Some(slices);
+        };
+        for op in slices {
+            let outcome = match op.is_canceled() {
+                true => Err(SliceError::Canceled),
+                false => exec(&op),
+            };
+            sink.complete(op, outcome);
+        }
+        None
     }
 
     /// Queues slices whose segment owner still runs, and fails the others: for transports that

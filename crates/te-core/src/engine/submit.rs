@@ -251,7 +251,7 @@ impl TransferEngine {
         let runs = merge::runs(&pieces, options.merge.unwrap_or(self.config.merge_requests));
         // Each task counts the slices that carry any of its bytes.
         let mut slices = vec![0u64; requests.len()];
-        for run in &runs {
+        for run in runs.iter() {
             let c = &checked[run[0]];
             let (slice_size, fragment_limit) = sizing(&c.transport, &c.seg);
             if let [only] = run[..] {
@@ -279,7 +279,7 @@ impl TransferEngine {
         }
         let added = batch.add_tasks(tasks, notify)?;
         let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
-        for run in runs {
+        for run in runs.iter() {
             let first = run[0];
             let r = &requests[first];
             let (seg, transport) = &routes[first];
@@ -293,11 +293,15 @@ impl TransferEngine {
             };
             let ops = &mut posts[idx].1;
             let lens: Vec<u64> = match run.len() {
-                1 => vec![r.length],
+                1 => Vec::new(),
                 _ => run.iter().map(|&i| requests[i].length).collect(),
             };
+            let total = match run.len() {
+                1 => r.length,
+                _ => lens.iter().sum(),
+            };
             let now = self.core.clock.now();
-            let plan = slicer::plan(lens.iter().sum(), slice_size, fragment_limit);
+            let plan = slicer::plan(total, slice_size, fragment_limit);
             for (seq, s) in plan.enumerate() {
                 let token = match run.len() {
                     1 => SliceToken::new(batch.clone(), added[first].clone(), seq as u64),
