@@ -3,7 +3,9 @@
 //! one run: a throughput case (64 KiB × 64) and a latency case (4 KiB × 1). Classic and tent
 //! alternate, five runs each; each tent run is compared with the classic run before it, and the
 //! median of those ratios meets the goals (throughput ≥ 95 % of classic, p99 batch
-//! latency ≤ 110 %). The figures shown are each side's median.
+//! latency ≤ 110 %). The figures shown are each side's median. Then the runtime's own cost:
+//! µs per batch of one 4 KiB task over te-core's instant transport (no byte moves), classic and
+//! tent alternating, the median of the paired differences at most 0.5 µs.
 
 use std::process::Command;
 
@@ -35,6 +37,36 @@ fn one(
         json_number(&text, "throughput_gb_s").ok_or_else(|| format!("no figures: {text}"))?;
     let p99 = json_number(&text, "p99").ok_or_else(|| format!("no p99: {text}"))?;
     Ok((gbps, p99))
+}
+
+/// What te-tent may add per batch over the classic engine, in µs.
+const TENT_ADDED_US: f64 = 0.5;
+
+/// µs per batch of `backend` over the instant transport (`--mode=engine`), one 4 KiB task.
+fn engine_cost(bin: &str, backend: &str, seconds: u64) -> Result<f64, String> {
+    let out = Command::new(bin)
+        .args([
+            "--mode=engine",
+            "--batch_size=1",
+            "--block_size=4096",
+            "--threads=1",
+        ])
+        .arg(format!("--backend={backend}"))
+        .arg(format!("--duration={seconds}"))
+        .arg("--json")
+        .env("MC_LOG_LEVEL", "WARNING")
+        .output()
+        .map_err(|e| format!("te-bench --mode=engine: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "te-bench --mode=engine --backend={backend} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let us = json_number(&text, "batch_us").ok_or_else(|| format!("no batch_us in: {text}"))?;
+    eprintln!("  engine cost {backend}: {us:.3} us per batch");
+    Ok(us)
 }
 
 pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
@@ -98,6 +130,39 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
         if p99_ratio > 1.10 {
             failed.push(format!("{case}: p99 {:.0}% > 110%", p99_ratio * 100.0));
         }
+    }
+    // The runtime's own cost per batch: both engines over te-core's instant transport (no byte
+    // moves), one 4 KiB task per batch, alternating; the paired differences' median.
+    let (mut classic, mut tent, mut added) = (vec![], vec![], vec![]);
+    for _ in 0..RUNS {
+        let c = engine_cost(&bin, "classic", seconds)?;
+        let t = engine_cost(&bin, "tent", seconds)?;
+        classic.push(c);
+        tent.push(t);
+        added.push(t - c);
+    }
+    let (c, t, extra) = (median(classic), median(tent), median(added));
+    let met = extra <= TENT_ADDED_US;
+    crate::report::record(crate::report::Record {
+        bench: "tent",
+        case: "cost per batch, instant transport, 1 x 4 KiB".into(),
+        series: None,
+        te: t,
+        unit: "us",
+        reference: Some(("classic engine".into(), c)),
+        goal: Some(format!(
+            "<= +{TENT_ADDED_US} us (paired runs: +{extra:.2} us)"
+        )),
+        met: Some(met),
+        mooncake: None,
+    });
+    println!(
+        "cost per batch (instant transport, 1 x 4 KiB): classic {c:.2} us, tent {t:.2} us, tent adds {extra:.2} us (goal <= {TENT_ADDED_US} us)"
+    );
+    if !met {
+        failed.push(format!(
+            "tent adds {extra:.2} us per batch > {TENT_ADDED_US} us"
+        ));
     }
     println!("goals: tent throughput >= 95% of classic, tent p99 <= 110% of classic");
     match failed.is_empty() {

@@ -63,7 +63,77 @@ pub fn run(config: Config, f: &Flags) -> BenchResult<()> {
             "mode": "engine", "threads": f.threads, "batch_size": f.batch_size, "block_size": f.block_size,
             "duration_s": elapsed, "batch_count": batches, "tasks": tasks, "slices": slices,
             "slices_per_s": slices_per_sec, "tasks_per_s": tasks as f64 / elapsed,
+            "batch_us": elapsed * 1e6 / batches.max(1) as f64 * f.threads as f64,
             "includes": "batch allocate/free, validation, slicing, routing, posting, completion, wait",
+            "excludes": "any data movement (the transport completes each slice at once)",
+        });
+        println!("{json}");
+    }
+    Ok(())
+}
+
+/// `--mode=engine --backend=tent`: the same loop through te-tent's runtime (policy, queue,
+/// sub-batches, progress) over the same instant transport: the runtime's own cost per batch,
+/// next to the classic engine's.
+pub fn run_tent(config: Config, f: &Flags) -> BenchResult<()> {
+    use te_tent::{MemoryOptions, Request, TentConfig, TentEngine, TentFile};
+    let mut tent = TentConfig::from_file(TentFile::default(), |n| std::env::var(n).ok())
+        .map_err(|e| e.to_string())?;
+    tent.core = config;
+    tent.metadata_conn = "P2PHANDSHAKE".into();
+    tent.local_segment_name = "127.0.0.1".into();
+    let t = TentEngine::with_transports(tent, false).map_err(|e| e.to_string())?;
+    t.install_transport(Arc::new(InstantTransport::new()))
+        .map_err(|e| e.to_string())?;
+    let ws = f.working_set();
+    let buffer = Arc::new(HostBuffer::new(ws as usize).map_err(|e| e.to_string())?);
+    t.register_memory(&buffer, &MemoryOptions::default())
+        .map_err(|e| e.to_string())?;
+    let own = t
+        .open_segment(t.segment_name())
+        .map_err(|e| e.to_string())?;
+    let op = match f.operation.as_str() {
+        "write" => te_core::Opcode::Write,
+        _ => te_core::Opcode::Read,
+    };
+    let base = buffer.addr();
+    let driven = crate::fan_out(f.threads, f.duration, |tid, end| {
+        let requests: Vec<Request> = (0..f.batch_size)
+            .map(|i| {
+                let off = f.block_offset(f.block_size, i, tid, f.threads);
+                Request::new(op, base + off, own, base + off, f.block_size)
+            })
+            .collect();
+        let mut done = 0;
+        while crate::running(end) {
+            let b = t.allocate_batch(f.batch_size).map_err(|e| e.to_string())?;
+            t.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
+            let s = t
+                .wait(b, Duration::from_secs(60))
+                .map_err(|e| format!("wait: {e}"))?;
+            if s.state != te_core::TransferState::Completed {
+                return Err(format!("batch ended {:?}", s.state));
+            }
+            t.free_batch(b).map_err(|e| e.to_string())?;
+            done += 1;
+        }
+        Ok((done, Vec::new()))
+    })?;
+    let batch_us = driven.elapsed * 1e6 / driven.batches.max(1) as f64 * f.threads as f64;
+    let tasks = driven.batches * f.batch_size as u64;
+    println!(
+        "te-bench engine (tent): {} thread(s), {} tasks of {} B per batch: {batch_us:.3} us per batch, {:.0} tasks/s",
+        f.threads,
+        f.batch_size,
+        f.block_size,
+        tasks as f64 / driven.elapsed
+    );
+    if f.json {
+        let json = serde_json::json!({
+            "mode": "engine", "backend": "tent", "threads": f.threads, "batch_size": f.batch_size,
+            "block_size": f.block_size, "duration_s": driven.elapsed, "batch_count": driven.batches,
+            "tasks_per_s": tasks as f64 / driven.elapsed, "batch_us": batch_us,
+            "includes": "batch allocate/free, policy, queue, sub-batch submit, completion, progress, wait",
             "excludes": "any data movement (the transport completes each slice at once)",
         });
         println!("{json}");

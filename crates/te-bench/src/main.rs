@@ -427,6 +427,9 @@ fn main_inner(flags: Flags) -> BenchResult<()> {
     if flags.mode == "memcpy" {
         return engine_bench::memcpy(&flags);
     }
+    if flags.mode == "engine" && flags.backend == "tent" {
+        return engine_bench::run_tent(config, &flags);
+    }
     if flags.mode == "engine" {
         return engine_bench::run(config, &flags);
     }

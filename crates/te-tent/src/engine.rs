@@ -6,6 +6,7 @@
 //! Progress (posting queued tasks, failover, deadlines, notifications) is [`crate::progress`]'s.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -58,8 +59,30 @@ pub(crate) struct Batch {
     pub(crate) notify: Option<(SegmentId, Notification)>,
 }
 
+/// Hashes the runtime's batch ids (a counter, never chosen by a peer) with one multiply:
+/// the default SipHash costs more than the rest of a lookup, several times per batch.
+#[derive(Default)]
+pub(crate) struct BatchIdHasher(u64);
+
+impl Hasher for BatchIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: the high bits, which hashbrown uses, mix every bit of the id.
+        self.0 = (n ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 pub(crate) struct State {
-    pub(crate) batches: HashMap<u64, Batch>,
+    pub(crate) batches: HashMap<u64, Batch, BuildHasherDefault<BatchIdHasher>>,
     pub(crate) next_batch: u64,
     pub(crate) dispatcher: Dispatcher<(u64, usize)>,
     /// Posted and staged tasks, to poll.
@@ -151,7 +174,7 @@ impl TentEngine {
         let own = core.open_segment(core.segment_name())?;
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
-                batches: HashMap::new(),
+                batches: HashMap::default(),
                 next_batch: 1,
                 dispatcher: Dispatcher::new(config.max_inflight_tasks),
                 live: Vec::new(),
@@ -535,7 +558,11 @@ impl TentEngine {
         requests: &[Request],
         notify: Option<(SegmentId, Notification)>,
     ) -> Result<()> {
-        let now = Instant::now();
+        // The clock is read only when a request has a deadline (a read costs on a VM).
+        let now = requests
+            .iter()
+            .any(|r| r.deadline.is_some())
+            .then(Instant::now);
         let busy = {
             let mut s = self.inner.lock();
             // Planned under the lock (no copy of the memory table); nothing is queued unless
@@ -559,7 +586,7 @@ impl TentEngine {
                 let index = b.tasks.len();
                 dispatcher.push(r.priority, (batch.0, index));
                 b.tasks.push(Task {
-                    deadline: r.deadline.map(|d| now + d),
+                    deadline: r.deadline.zip(now).map(|(d, now)| now + d),
                     request: r.clone(),
                     plan,
                     choice: 0,
@@ -607,7 +634,7 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`].
     pub fn batch_status(&self, batch: TentBatchId) -> Result<TransferStatus> {
-        Ok(overall(&self.task_statuses(batch)?))
+        Ok(overall(self.task_statuses(batch)?))
     }
 
     /// The errors a task met, one per transport tried (failover keeps them all).
@@ -635,10 +662,10 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`].
     pub fn wait(&self, batch: TentBatchId, timeout: Duration) -> Result<TransferStatus> {
-        let until = Instant::now() + timeout;
+        // The clock is read once per round, and not at all for a batch already ended.
+        let mut until: Option<Instant> = None;
         loop {
-            let now = Instant::now();
-            let subs: Vec<te_core::BatchId> = {
+            let (subs, now): (Vec<te_core::BatchId>, Instant) = {
                 let s = self.inner.lock();
                 let b = s
                     .batches
@@ -648,21 +675,26 @@ impl TentEngine {
                     .tasks
                     .iter()
                     .all(|t| matches!(t.state, TaskState::Done(_)));
-                if ended || now >= until {
-                    let statuses: Vec<_> =
-                        b.tasks.iter().map(|t| self.inner.status_of(t)).collect();
-                    return Ok(overall(&statuses));
-                }
+                let now = match ended {
+                    true => None,
+                    false => Some(Instant::now()),
+                };
+                let past = now.is_some_and(|now| now >= *until.get_or_insert(now + timeout));
+                let Some(now) = now.filter(|_| !past) else {
+                    return Ok(overall(b.tasks.iter().map(|t| self.inner.status_of(t))));
+                };
                 // Only posted tasks left: sleep in te-core until its SubBatches end.
                 let only_posted = b
                     .tasks
                     .iter()
                     .all(|t| matches!(t.state, TaskState::Posted { .. } | TaskState::Done(_)));
-                match only_posted {
+                let subs = match only_posted {
                     true => b.subs.iter().map(|s| s.1).collect(),
                     false => Vec::new(),
-                }
+                };
+                (subs, now)
             };
+            let until = until.unwrap_or(now);
             if subs.is_empty() {
                 let s = self.inner.lock();
                 let _ = self

@@ -31,26 +31,29 @@ pub(crate) fn needs_progress(s: &State) -> bool {
         || s.batches.values().any(|b| b.notify.is_some())
 }
 
-/// The aggregate of task statuses.
-pub(crate) fn overall(statuses: &[TransferStatus]) -> TransferStatus {
-    let transferred_bytes = statuses.iter().map(|s| s.transferred_bytes).sum();
-    let all_ended = statuses.iter().all(|s| s.state.is_terminal());
+/// The aggregate of task statuses, in one pass (no list needed).
+pub(crate) fn overall(statuses: impl IntoIterator<Item = TransferStatus>) -> TransferStatus {
     let rank = |s: TransferState| match s {
         TransferState::Failed => 3,
         TransferState::Timeout => 2,
         TransferState::Canceled => 1,
         _ => 0,
     };
-    let state = match all_ended {
-        true => statuses
-            .iter()
-            .map(|s| s.state)
-            .max_by_key(|s| rank(*s))
-            .unwrap_or(TransferState::Completed),
-        false if statuses.iter().any(|s| s.state != TransferState::Waiting) => {
-            TransferState::Pending
+    let mut transferred_bytes = 0;
+    let (mut all_ended, mut any_started) = (true, false);
+    let mut worst = TransferState::Completed;
+    for s in statuses {
+        transferred_bytes += s.transferred_bytes;
+        all_ended &= s.state.is_terminal();
+        any_started |= s.state != TransferState::Waiting;
+        if rank(s.state) > rank(worst) {
+            worst = s.state;
         }
-        false => TransferState::Waiting,
+    }
+    let state = match (all_ended, any_started) {
+        (true, _) => worst,
+        (false, true) => TransferState::Pending,
+        (false, false) => TransferState::Waiting,
     };
     TransferStatus {
         state,
@@ -274,7 +277,6 @@ impl Inner {
         if taken.is_empty() {
             return;
         }
-        let now = Instant::now();
         // Groups keep submission order: (batch, transport, deadline) → tasks.
         let mut groups: Vec<(GroupKey, Vec<usize>)> = Vec::new();
         for (bid, ti) in taken {
@@ -306,7 +308,7 @@ impl Inner {
             }
         }
         for ((bid, transport, deadline), tasks) in groups {
-            self.submit_group(s, bid, transport, deadline, &tasks, now);
+            self.submit_group(s, bid, transport, deadline, &tasks);
         }
     }
 
@@ -317,7 +319,6 @@ impl Inner {
         transport: &'static str,
         deadline: Option<Instant>,
         tasks: &[usize],
-        now: Instant,
     ) {
         let State {
             batches,
@@ -350,7 +351,7 @@ impl Inner {
         let mut options = SubmitOptions::default().via(transport);
         if let Some(d) = deadline {
             options = options.within(
-                d.saturating_duration_since(now)
+                d.saturating_duration_since(Instant::now())
                     .max(Duration::from_micros(1)),
             );
         }
@@ -430,14 +431,14 @@ mod tests {
     fn the_overall_status_is_the_worst_ending_once_all_ended() {
         use TransferState::*;
         assert_eq!(
-            overall(&[st(Completed, 1), st(Completed, 2)]),
+            overall([st(Completed, 1), st(Completed, 2)]),
             st(Completed, 3)
         );
-        assert_eq!(overall(&[st(Completed, 1), st(Waiting, 0)]).state, Pending);
-        assert_eq!(overall(&[st(Waiting, 0), st(Waiting, 0)]).state, Waiting);
-        assert_eq!(overall(&[st(Canceled, 0), st(Timeout, 0)]).state, Timeout);
+        assert_eq!(overall([st(Completed, 1), st(Waiting, 0)]).state, Pending);
+        assert_eq!(overall([st(Waiting, 0), st(Waiting, 0)]).state, Waiting);
+        assert_eq!(overall([st(Canceled, 0), st(Timeout, 0)]).state, Timeout);
         assert_eq!(
-            overall(&[st(Failed, 0), st(Timeout, 0), st(Completed, 1)]).state,
+            overall([st(Failed, 0), st(Timeout, 0), st(Completed, 1)]).state,
             Failed
         );
     }

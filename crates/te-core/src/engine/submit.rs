@@ -278,6 +278,8 @@ impl TransferEngine {
             routes.push((c.seg, c.transport));
         }
         let added = batch.add_tasks(tasks, notify)?;
+        // One clock read per submit, for the rails' health.
+        let now = self.core.clock.now();
         let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
         for run in runs.iter() {
             let first = run[0];
@@ -300,7 +302,6 @@ impl TransferEngine {
                 1 => r.length,
                 _ => lens.iter().sum(),
             };
-            let now = self.core.clock.now();
             let plan = slicer::plan(total, slice_size, fragment_limit);
             for (seq, s) in plan.enumerate() {
                 let token = match run.len() {
