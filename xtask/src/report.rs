@@ -241,6 +241,7 @@ pub(crate) fn svg(title: &str, unit: &str, series: &[(String, Vec<(u64, f64)>)])
     ticks.dedup();
     for b in ticks {
         let label = match b {
+            b if b >= 1 << 30 => format!("{}G", b >> 30),
             b if b >= 1 << 20 => format!("{}M", b >> 20),
             b if b >= 1 << 10 => format!("{}K", b >> 10),
             b => format!("{b}"),
