@@ -106,6 +106,22 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
             },
         }
     }
+    publish()?;
+    for n in &notes {
+        println!("note: {n}");
+    }
+    Ok(())
+}
+
+/// `cargo xtask bench report`: the report of the last run drawn again from its `report.json`.
+fn redraw() -> Result<(), String> {
+    report::load(&report::dir().join("report.json"))?;
+    publish()
+}
+
+/// Writes the report (JSON, Markdown, charts) into `target/bench-report/`, the charts into
+/// `docs/bench/` and the table into the README's Performance section.
+fn publish() -> Result<(), String> {
     let dir = report::dir();
     let md = report::write(&dir)?;
     let docs = std::path::Path::new("docs/bench");
@@ -132,9 +148,6 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
         "\nreport: {}/report.md (and report.json, charts); README Performance updated",
         dir.display()
     );
-    for n in &notes {
-        println!("note: {n}");
-    }
     Ok(())
 }
 
@@ -174,7 +187,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -199,6 +212,7 @@ fn main() -> ExitCode {
         ["bench"] => bench_all(&[]),
         ["bench", "--duration", n] => bench_all(&["--duration", n]),
         ["bench", "all", rest @ ..] => bench_all(rest),
+        ["bench", "report"] => redraw(),
         ["gpu"] => gpu::gpu(),
         ["fuzz", rest @ ..] => fuzz::fuzz(rest),
         ["bench", "rdma", rest @ ..] => rdma_bench::rdma(rest),
