@@ -44,26 +44,16 @@ const TENT_ADDED_US: f64 = 0.5;
 
 /// µs per batch of `backend` over the instant transport (`--mode=engine`), one 4 KiB task.
 fn engine_cost(bin: &str, backend: &str, seconds: u64) -> Result<f64, String> {
-    let out = Command::new(bin)
-        .args([
-            "--mode=engine",
-            "--batch_size=1",
-            "--block_size=4096",
-            "--threads=1",
-        ])
-        .arg(format!("--backend={backend}"))
-        .arg(format!("--duration={seconds}"))
-        .arg("--json")
-        .env("MC_LOG_LEVEL", "WARNING")
-        .output()
-        .map_err(|e| format!("te-bench --mode=engine: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "te-bench --mode=engine --backend={backend} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--mode=engine",
+        "--batch_size=1",
+        "--block_size=4096",
+        "--threads=1",
+    ])
+    .arg(format!("--backend={backend}"))
+    .arg(format!("--duration={seconds}"));
+    let text = run_json(cmd, &format!("engine {backend}"))?;
     let us = json_number(&text, "batch_us").ok_or_else(|| format!("no batch_us in: {text}"))?;
     eprintln!("  engine cost {backend}: {us:.3} us per batch");
     Ok(us)

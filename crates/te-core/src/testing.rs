@@ -199,6 +199,31 @@ impl Transport for SimTransport {
     }
 }
 
+/// Registers two buffers of `len` bytes with `engine`: a local one (local only) and a remote
+/// one (remote read-write) in its own segment, which it opens; for tests that drive an engine
+/// against itself.
+///
+/// # Panics
+/// When allocation, registration or the open fails (a test helper).
+pub fn own_buffers(
+    engine: &crate::TransferEngine,
+    len: usize,
+) -> (Arc<crate::HostBuffer>, Arc<crate::HostBuffer>, u64) {
+    use crate::memory::Permission;
+    let local = Arc::new(crate::HostBuffer::new(len).expect("local buffer"));
+    let remote = Arc::new(crate::HostBuffer::new(len).expect("remote buffer"));
+    engine
+        .register_buffer(&local, "*", Permission::LocalOnly)
+        .expect("local registration");
+    engine
+        .register_buffer(&remote, "*", Permission::RemoteReadWrite)
+        .expect("remote registration");
+    let segment = engine
+        .open_segment(engine.segment_name())
+        .expect("own segment");
+    (local, remote, segment)
+}
+
 /// Runs `request` as a one-task batch posted with `options`, waits up to a minute, frees the
 /// batch, and returns the end state with the task's error (for test assertions).
 ///

@@ -8,8 +8,7 @@ use std::time::Duration;
 use te_core::testing::SimTransport;
 use te_core::transport::SliceError;
 use te_core::{
-    Config, HostBuffer, Opcode, Permission, SubmitOptions, TransferEngine, TransferRequest,
-    TransferState,
+    Config, HostBuffer, Opcode, SubmitOptions, TransferEngine, TransferRequest, TransferState,
 };
 
 const BLOCK: u64 = 4096;
@@ -32,15 +31,7 @@ fn fixture(merge: Option<&str>) -> Fixture {
     let engine = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
     let transport = Arc::new(SimTransport::new());
     engine.install_transport(transport.clone()).unwrap();
-    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
-    let remote = Arc::new(HostBuffer::new(1 << 20).unwrap());
-    engine
-        .register_buffer(&local, "*", Permission::LocalOnly)
-        .unwrap();
-    engine
-        .register_buffer(&remote, "*", Permission::RemoteReadWrite)
-        .unwrap();
-    let segment = engine.open_segment(engine.segment_name()).unwrap();
+    let (local, remote, segment) = te_core::testing::own_buffers(&engine, 1 << 20);
     Fixture {
         engine,
         transport,
@@ -53,13 +44,18 @@ fn fixture(merge: Option<&str>) -> Fixture {
 impl Fixture {
     /// `n` WRITEs of `BLOCK` bytes; block `i` at local `i * stride`, remote `i * stride`.
     fn blocks(&self, n: u64, stride: u64) -> Vec<TransferRequest> {
+        self.blocks_of(n, BLOCK, stride)
+    }
+
+    /// `n` WRITEs of `len` bytes, `stride` apart in both buffers.
+    fn blocks_of(&self, n: u64, len: u64, stride: u64) -> Vec<TransferRequest> {
         (0..n)
             .map(|i| TransferRequest {
                 opcode: Opcode::Write,
                 source: self.local.addr() + i * stride,
                 target_id: self.segment,
                 target_offset: self.remote.addr() + i * stride,
-                length: BLOCK,
+                length: len,
             })
             .collect()
     }
@@ -123,15 +119,7 @@ fn a_failed_merged_slice_fails_only_the_requests_it_carried() {
     // the fragment limit is not split off). The middle slice carries the last 16 KiB of block
     // 1, all of block 2 and the first 8 KiB of block 3; it fails for good.
     let len = 40 << 10;
-    let requests: Vec<TransferRequest> = (0..5u64)
-        .map(|i| TransferRequest {
-            opcode: Opcode::Write,
-            source: f.local.addr() + i * len,
-            target_id: f.segment,
-            target_offset: f.remote.addr() + i * len,
-            length: len,
-        })
-        .collect();
+    let requests = f.blocks_of(5, len, len);
     let b = f.engine.allocate_batch(5).unwrap();
     f.engine.submit(b, &requests).unwrap();
     assert_eq!(f.transport.queued(), 3);

@@ -161,15 +161,7 @@ impl Sim {
             Some(_) => SCALE_SLOTS,
             None => SLOTS,
         };
-        let local = Arc::new(HostBuffer::new(SLOT * slots).unwrap());
-        let remote = Arc::new(HostBuffer::new(SLOT * slots).unwrap());
-        engine
-            .register_buffer(&local, "*", Permission::LocalOnly)
-            .unwrap();
-        engine
-            .register_buffer(&remote, "*", Permission::RemoteReadWrite)
-            .unwrap();
-        let segment = engine.open_segment(engine.segment_name()).unwrap();
+        let (local, remote, segment) = te_core::testing::own_buffers(&engine, SLOT * slots);
         Sim {
             rng: Rng(seed),
             engine,

@@ -589,13 +589,17 @@ fn in_flight_batches_and_regions_cannot_be_freed_and_cancel_drains_them() {
         .expect("no slice holds the region any more");
 }
 
+/// A connection of our own to the target's data port, and the segment secret requests carry.
+fn raw_data_connection(p: &Pair) -> (DataConn, [u8; 16]) {
+    let desc = p.initiator.segment(p.segment).unwrap();
+    let port = desc.desc().te_rails[0].port;
+    (DataConn::open(port), desc.secret().to_bytes())
+}
+
 #[test]
 fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
     let p = pair(1 << 20);
-    let desc = p.initiator.segment(p.segment).unwrap();
-    let port = desc.desc().te_rails[0].port;
-    let secret = desc.secret().to_bytes();
-    let mut conn = DataConn::open(port);
+    let (mut conn, secret) = raw_data_connection(&p);
     let mut wire = Vec::new();
     let mut expected = Vec::new();
     for i in 0..64u64 {
@@ -663,10 +667,7 @@ fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
 #[test]
 fn small_reads_and_writes_taken_in_bulk_are_answered_in_order_with_their_data() {
     let p = pair(1 << 20);
-    let desc = p.initiator.segment(p.segment).unwrap();
-    let port = desc.desc().te_rails[0].port;
-    let secret = desc.secret().to_bytes();
-    let mut conn = DataConn::open(port);
+    let (mut conn, secret) = raw_data_connection(&p);
     let mut wire = Vec::new();
     // (request id, status, data a READ returns)
     let mut expected: Vec<(u64, Status, Option<Vec<u8>>)> = Vec::new();
