@@ -458,12 +458,14 @@ impl Transport for TcpTransport {
     fn shutdown(&self) {
         let all = self.peers.lock().unwrap_or_else(|e| e.into_inner()).drain();
         close_all(all);
-        if let Some(inst) = self
+        // Taken out first: the lock must not be held while the loops are joined, since a loop
+        // failing its lanes' slices reports them, and the engine posts retries back here.
+        let installed = self
             .installed
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(inst) = installed {
             inst.dialer.shutdown();
             inst.listeners.iter().for_each(|(_, l)| l.shutdown());
             if let Some(l) = inst.mooncake.as_ref() {

@@ -679,12 +679,13 @@ impl TransferEngine {
         if let Some(k) = &self.keeper {
             k.stop();
         }
-        if let Some(c) = self
+        // Taken out first, so no lock is held while the server's threads are joined.
+        let control = self
             .control
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(c) = control {
             c.shutdown();
         }
         let transports = std::mem::take(
