@@ -140,6 +140,12 @@ impl TaskShared {
         }
     }
 
+    /// Counts one more slice carrying bytes of the task. Submit counts each slice as it makes
+    /// its token, before any is posted, so none can finish the task early.
+    pub(crate) fn count_slice(&self) {
+        self.slices_left.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Marks the task as one its submitter waits for at once ([`SliceToken::caller_waits`]).
     pub(crate) fn waited(mut self, caller_waits: bool) -> Self {
         self.caller_waits = caller_waits;

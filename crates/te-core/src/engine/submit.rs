@@ -249,28 +249,14 @@ impl TransferEngine {
             })
             .collect();
         let runs = merge::runs(&pieces, options.merge.unwrap_or(self.config.merge_requests));
-        // Each task counts the slices that carry any of its bytes.
-        let mut slices = vec![0u64; requests.len()];
-        for run in runs.iter() {
-            let c = &checked[run[0]];
-            let (slice_size, fragment_limit) = sizing(&c.transport, &c.seg);
-            if let [only] = run[..] {
-                slices[only] = slicer::count(requests[only].length, slice_size, fragment_limit);
-                continue;
-            }
-            let lens: Vec<u64> = run.iter().map(|&i| requests[i].length).collect();
-            for s in slicer::plan(lens.iter().sum(), slice_size, fragment_limit) {
-                for (k, _) in merge::cover(&lens, s.offset, s.len) {
-                    slices[run[k]] += 1;
-                }
-            }
-        }
         let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
             Vec::with_capacity(requests.len());
         let mut tasks = Vec::with_capacity(requests.len());
-        for ((r, c), n) in requests.iter().zip(checked).zip(slices) {
+        for (r, c) in requests.iter().zip(checked) {
+            // No slice counted yet: each is counted below as its token is made, before any is
+            // posted.
             tasks.push(
-                TaskShared::new(r.opcode, r.length, n, deadline, c.pin)
+                TaskShared::new(r.opcode, r.length, 0, deadline, c.pin)
                     .with_route(c.route)
                     .with_transport(c.transport.clone())
                     .waited(options.caller_waits),
@@ -305,9 +291,16 @@ impl TransferEngine {
             let plan = slicer::plan(total, slice_size, fragment_limit);
             for (seq, s) in plan.enumerate() {
                 let token = match run.len() {
-                    1 => SliceToken::new(batch.clone(), added[first].clone(), seq as u64),
+                    1 => {
+                        added[first].count_slice();
+                        SliceToken::new(batch.clone(), added[first].clone(), seq as u64)
+                    }
                     _ => {
+                        // Each task counts the slices that carry any of its bytes.
                         let shares = merge::cover(&lens, s.offset, s.len);
+                        for &(k, _) in &shares {
+                            added[run[k]].count_slice();
+                        }
                         let riders = shares[1..]
                             .iter()
                             .map(|&(k, n)| (added[run[k]].clone(), n))
