@@ -665,7 +665,7 @@ impl TentEngine {
         // The clock is read once per round, and not at all for a batch already ended.
         let mut until: Option<Instant> = None;
         loop {
-            let (subs, now): (Vec<te_core::BatchId>, Instant) = {
+            let (subs, left): (Vec<te_core::BatchId>, Duration) = {
                 let s = self.inner.lock();
                 let b = s
                     .batches
@@ -675,12 +675,15 @@ impl TentEngine {
                     .tasks
                     .iter()
                     .all(|t| matches!(t.state, TaskState::Done(_)));
-                let now = match ended {
+                let left = match ended {
                     true => None,
-                    false => Some(Instant::now()),
+                    false => {
+                        let now = Instant::now();
+                        let end = *until.get_or_insert(now + timeout);
+                        end.checked_duration_since(now).filter(|d| !d.is_zero())
+                    }
                 };
-                let past = now.is_some_and(|now| now >= *until.get_or_insert(now + timeout));
-                let Some(now) = now.filter(|_| !past) else {
+                let Some(left) = left else {
                     return Ok(overall(b.tasks.iter().map(|t| self.inner.status_of(t))));
                 };
                 // Only posted tasks left: sleep in te-core until its SubBatches end.
@@ -692,9 +695,8 @@ impl TentEngine {
                     true => b.subs.iter().map(|s| s.1).collect(),
                     false => Vec::new(),
                 };
-                (subs, now)
+                (subs, left)
             };
-            let until = until.unwrap_or(now);
             if subs.is_empty() {
                 let s = self.inner.lock();
                 let _ = self
@@ -704,9 +706,7 @@ impl TentEngine {
                     .unwrap_or_else(|e| e.into_inner());
             }
             for sub in subs {
-                self.inner
-                    .core
-                    .wait(sub, until.saturating_duration_since(now))?;
+                self.inner.core.wait(sub, left)?;
             }
             // Ended tasks finish or fail over; queued ones are posted.
             self.inner.pump();
