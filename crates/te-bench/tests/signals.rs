@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use te_core::metadata::http::HttpStore;
 use te_core::metadata::store::KvStore;
+use te_core::testing::services::{exit_within, free_port, signal};
 
 fn te_bench() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_te-bench"));
@@ -36,28 +37,9 @@ fn start(cmd: &mut Command, marker: &str) -> Child {
     child
 }
 
-fn signal(child: &Child, name: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill -{name} {}", child.id());
-}
-
 /// Waits up to 20 s for `child` to exit (te-bench's own grace period is 10 s).
 fn exit_of(child: &mut Child) -> ExitStatus {
-    let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            panic!("process {} did not exit after the signal", child.id());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    exit_within(child, Duration::from_secs(20))
 }
 
 /// The shared-memory files process `pid` has mapped.
@@ -71,14 +53,6 @@ fn shm_files(pid: u32) -> Vec<String> {
         .collect();
     files.dedup();
     files
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

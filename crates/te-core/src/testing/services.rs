@@ -21,31 +21,14 @@ impl Service {
         Service { child, url, port }
     }
 
-    /// Sends `signal` (`TERM`, `INT`) with the system's `kill` and waits up to 20 s for the
-    /// process to exit; returns how it exited.
+    /// Sends `signal` (`TERM`, `INT`) and waits up to 20 s for the process to exit; returns how
+    /// it exited (see [`signal`], [`exit_within`]).
     ///
     /// # Panics
     /// When `kill` fails or the process is still running after 20 s (then it is killed).
-    pub fn terminate(&mut self, signal: &str) -> std::process::ExitStatus {
-        let sent = Command::new("kill")
-            .args([&format!("-{signal}"), &self.child.id().to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(sent, "kill -{signal} {}", self.child.id());
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status;
-            }
-            if Instant::now() > end {
-                self.kill();
-                panic!(
-                    "process {} still running 20 s after SIG{signal}",
-                    self.child.id()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    pub fn terminate(&mut self, signal_name: &str) -> std::process::ExitStatus {
+        signal(&self.child, signal_name);
+        exit_within(&mut self.child, Duration::from_secs(20))
     }
 
     /// Kills the process now (a crash: no goodbye).
@@ -58,6 +41,37 @@ impl Service {
 impl Drop for Service {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Sends signal `name` (`TERM`, `INT`) to `child` with the system's `kill`.
+///
+/// # Panics
+/// When `kill` cannot run or fails (a test helper).
+pub fn signal(child: &Child, name: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(sent, "kill -{name} {}", child.id());
+}
+
+/// Waits up to `within` for `child` to exit; returns how it exited.
+///
+/// # Panics
+/// When it is still running after `within` (then it is killed).
+pub fn exit_within(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} still running after {within:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
