@@ -107,6 +107,8 @@ pub struct Region {
     permission: Permission,
     pins: AtomicU64,
     _owner: Option<Arc<dyn Any + Send + Sync>>,
+    /// This engine's rail candidates for the region's location, worked out on first use.
+    route: std::sync::OnceLock<Arc<crate::router::Candidates>>,
 }
 
 impl fmt::Debug for Region {
@@ -136,7 +138,17 @@ impl Region {
             permission,
             pins: AtomicU64::new(0),
             _owner: owner,
+            route: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The rail candidates for this region's location: `compute` on first use, then kept (a
+    /// region belongs to one engine, whose rails and matrix do not change).
+    pub(crate) fn candidates(
+        &self,
+        compute: impl FnOnce() -> crate::router::Candidates,
+    ) -> Arc<crate::router::Candidates> {
+        self.route.get_or_init(|| Arc::new(compute())).clone()
     }
 
     /// Start address.

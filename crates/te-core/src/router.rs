@@ -6,6 +6,8 @@
 //! with the i-th remote choice); a retry moves to the next pair; NICs listed as "other usable"
 //! serve only when every preferred pair is paused.
 
+use std::sync::Arc;
+
 use te_topology::PriorityMatrix;
 
 /// One side's NICs for one buffer location: preferred first, then the other usable ones,
@@ -50,10 +52,10 @@ impl Candidates {
 /// The rail candidates of one task, kept for its slices' retries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskRoute {
-    /// Local NICs for the source buffer's location.
-    pub local: Candidates,
-    /// Remote NICs for the target buffer's location.
-    pub remote: Candidates,
+    /// Local NICs for the source buffer's location (shared: worked out once per region).
+    pub local: Arc<Candidates>,
+    /// Remote NICs for the target buffer's location (shared: worked out once per buffer).
+    pub remote: Arc<Candidates>,
     /// Where the task's stripe starts.
     pub salt: u64,
 }

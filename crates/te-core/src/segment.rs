@@ -494,6 +494,8 @@ pub struct RemoteSegment {
     stale: std::sync::atomic::AtomicBool,
     /// The last owner check: when, and whether it was alive.
     owner_seen: Mutex<Option<(std::time::Instant, bool)>>,
+    /// Rail candidates per buffer (by index in the descriptor), worked out on first use.
+    routes: Box<[std::sync::OnceLock<Arc<crate::router::Candidates>>]>,
     /// When this descriptor was built from what the peer published.
     fetched: std::time::Instant,
     /// Whether it was fetched because a request named a range the previous one did not list,
@@ -527,10 +529,16 @@ impl RemoteSegment {
             true => vec!["default".to_string()],
             false => desc.te_rails.iter().map(|r| r.name.clone()).collect(),
         };
+        let routes = desc
+            .buffers
+            .iter()
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
         RemoteSegment {
             id,
             host,
             rpc_port,
+            routes,
             desc,
             secret,
             spans,
@@ -643,6 +651,15 @@ impl RemoteSegment {
     /// # Errors
     /// [`Error::RemoteAddressNotRegistered`] or [`Error::PermissionDenied`].
     pub fn check_access(&self, addr: u64, len: u64, op: Opcode) -> Result<&BufferDesc> {
+        self.buffer_for(addr, len, op)
+            .map(|i| &self.desc.buffers[i])
+    }
+
+    /// As [`check_access`](Self::check_access): the buffer's index in the descriptor.
+    ///
+    /// # Errors
+    /// [`Error::RemoteAddressNotRegistered`] or [`Error::PermissionDenied`].
+    pub fn buffer_for(&self, addr: u64, len: u64, op: Opcode) -> Result<usize> {
         let not_registered = || Error::RemoteAddressNotRegistered {
             segment: self.desc.name.clone(),
             addr,
@@ -664,7 +681,21 @@ impl RemoteSegment {
                 operation: op.as_str(),
             });
         }
-        Ok(&self.desc.buffers[buffer])
+        Ok(buffer)
+    }
+
+    /// The rail candidates for buffer `index` (its location in the segment's priority matrix,
+    /// among the rails it serves), worked out once per descriptor.
+    pub(crate) fn candidates(&self, index: usize) -> Arc<crate::router::Candidates> {
+        self.routes[index]
+            .get_or_init(|| {
+                Arc::new(crate::router::Candidates::for_location(
+                    self.desc.priority_matrix.as_ref(),
+                    &self.desc.buffers[index].name,
+                    &self.rail_names,
+                ))
+            })
+            .clone()
     }
 }
 

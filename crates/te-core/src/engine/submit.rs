@@ -71,23 +71,23 @@ impl TransferEngine {
         z ^ (z >> 31)
     }
 
+    /// The rails of a task from `region` to buffer `buffer` of `seg`: both sides' candidates
+    /// are worked out once (per region, per buffer), and shared.
     fn route_for(
         &self,
-        local_location: &str,
+        region: &crate::memory::Region,
         seg: &RemoteSegment,
-        remote_location: &str,
+        buffer: usize,
     ) -> TaskRoute {
         TaskRoute {
-            local: Candidates::for_location(
-                Some(&self.local_matrix),
-                local_location,
-                &self.rail_names,
-            ),
-            remote: Candidates::for_location(
-                seg.desc().priority_matrix.as_ref(),
-                remote_location,
-                seg.rail_names(),
-            ),
+            local: region.candidates(|| {
+                Candidates::for_location(
+                    Some(&self.local_matrix),
+                    &region.location().to_string(),
+                    &self.rail_names,
+                )
+            }),
+            remote: seg.candidates(buffer),
             salt: self.next_salt(),
         }
     }
@@ -216,13 +216,14 @@ impl TransferEngine {
                 false => seg,
             };
             let seg = self.covering(seg, r.target_offset, r.length, r.opcode)?;
-            let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
+            let index = seg.buffer_for(r.target_offset, r.length, r.opcode)?;
+            let buffer = &seg.desc().buffers[index];
             let transport = match &options.transport {
                 Some(name) => self.forced_transport(name, &seg, buffer)?,
                 None => self.core.transport_for_buffer(&seg, buffer)?,
             };
             let pin = self.regions.pin_local(r.source, r.length)?;
-            let route = self.route_for(&pin.region().location().to_string(), &seg, &buffer.name);
+            let route = self.route_for(pin.region(), &seg, index);
             let key = MergeKey {
                 segment: Arc::as_ptr(&seg) as usize,
                 buffer: buffer.addr,
