@@ -33,7 +33,8 @@ pub(crate) enum TaskState {
 
 pub(crate) struct Task {
     pub(crate) request: Request,
-    pub(crate) plan: Plan,
+    /// Shared with the plan cache and the batch's other tasks of the same kind.
+    pub(crate) plan: Arc<Plan>,
     /// Index of the transport in the plan now (or next) in use.
     pub(crate) choice: usize,
     pub(crate) state: TaskState,
@@ -44,7 +45,7 @@ pub(crate) struct Task {
 
 impl Task {
     pub(crate) fn transport(&self) -> Option<&'static str> {
-        match &self.plan {
+        match &*self.plan {
             Plan::Direct(order) => order.get(self.choice).copied(),
             Plan::Staged { .. } => None,
         }
@@ -91,7 +92,16 @@ pub(crate) struct State {
     pub(crate) installed: Vec<(&'static str, Capabilities)>,
     /// Registered memory: start → (length, kind).
     pub(crate) memory: BTreeMap<u64, (u64, MemoryKind)>,
+    /// Plans already made, by the facts they were made for (at most [`PLAN_CACHE`]; emptied
+    /// when a transport is installed). A policy's choice depends on nothing else.
+    pub(crate) plans: Vec<(RequestFacts, Arc<Plan>)>,
+    /// Buffers `post` reuses from round to round (empty between rounds).
+    pub(crate) scratch: crate::progress::Scratch,
 }
+
+/// Plans kept for reuse: requests mostly fall into a few kinds, and a lookup among this many
+/// costs less than a policy run.
+pub(crate) const PLAN_CACHE: usize = 32;
 
 impl State {
     /// Batch `batch`.
@@ -180,6 +190,8 @@ impl TentEngine {
                 live: Vec::new(),
                 installed: Vec::new(),
                 memory: BTreeMap::new(),
+                plans: Vec::new(),
+                scratch: Default::default(),
             }),
             core,
             config,
@@ -271,7 +283,9 @@ impl TentEngine {
     pub fn install_transport(&self, transport: Arc<dyn Transport>) -> Result<()> {
         info!(transport = transport.name(), capabilities = %transport.capabilities(), "installing");
         self.inner.core.install_transport(transport)?;
-        self.inner.lock().installed = self.inner.core.transport_capabilities();
+        let mut s = self.inner.lock();
+        s.installed = self.inner.core.transport_capabilities();
+        s.plans.clear();
         Ok(())
     }
 
@@ -497,8 +511,8 @@ impl TentEngine {
         r: &Request,
         memory: &BTreeMap<u64, (u64, MemoryKind)>,
         installed: &[(&'static str, Capabilities)],
-        memo: &mut Vec<(RequestFacts, Plan)>,
-    ) -> Result<Plan> {
+        cache: &mut Vec<(RequestFacts, Arc<Plan>)>,
+    ) -> Result<Arc<Plan>> {
         let core = &self.inner.core;
         if r.length == 0 {
             return Err(TentError::InvalidArgument("zero-length request".into()));
@@ -537,18 +551,23 @@ impl TentEngine {
             policy_name: r.policy_name.clone(),
             hint: r.transport_hint.clone(),
         };
-        // Requests of one submit mostly share their facts: plan each kind once.
-        if let Some((_, plan)) = memo.iter().find(|(f, _)| *f == facts) {
+        // Requests mostly share their facts: each kind is planned once, not once per request.
+        if let Some((_, plan)) = cache.iter().find(|(f, _)| *f == facts) {
             return Ok(plan.clone());
         }
-        let plan = select(
-            &facts,
-            &self.inner.config.policy,
-            installed,
-            self.inner.config.staging.enable,
-        )
-        .map_err(TentError::NoTransport)?;
-        memo.push((facts, plan.clone()));
+        let plan = Arc::new(
+            select(
+                &facts,
+                &self.inner.config.policy,
+                installed,
+                self.inner.config.staging.enable,
+            )
+            .map_err(TentError::NoTransport)?,
+        );
+        if cache.len() >= PLAN_CACHE {
+            cache.clear();
+        }
+        cache.push((facts, plan.clone()));
         Ok(plan)
     }
 
@@ -564,13 +583,13 @@ impl TentEngine {
             .any(|r| r.deadline.is_some())
             .then(Instant::now);
         let busy = {
-            let mut s = self.inner.lock();
+            let mut guard = self.inner.lock();
+            let s = &mut *guard;
             // Planned under the lock (no copy of the memory table); nothing is queued unless
             // every request plans.
-            let mut memo = Vec::new();
             let plans = requests
                 .iter()
-                .map(|r| self.plan(r, &s.memory, &s.installed, &mut memo))
+                .map(|r| self.plan(r, &s.memory, &s.installed, &mut s.plans))
                 .collect::<Result<Vec<_>>>()?;
             let (b, dispatcher) = s.batch_and_queue(batch)?;
             if b.tasks.len() + requests.len() > b.capacity {
@@ -595,8 +614,8 @@ impl TentEngine {
                     canceled: false,
                 });
             }
-            self.inner.post(&mut s);
-            needs_progress(&s)
+            self.inner.post(s);
+            needs_progress(s)
         };
         // The progress thread is needed only while tasks wait, are staged, or a notification
         // is owed.
@@ -662,8 +681,10 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`].
     pub fn wait(&self, batch: TentBatchId, timeout: Duration) -> Result<TransferStatus> {
-        // The clock is read once per round, and not at all for a batch already ended.
+        // The clock is read once per round, and not at all for a batch already ended or ended
+        // by the first round of progress (its SubBatches done, only their reaping left).
         let mut until: Option<Instant> = None;
+        let mut pumped = false;
         loop {
             let (subs, left): (Vec<te_core::BatchId>, Duration) = {
                 let s = self.inner.lock();
@@ -675,6 +696,12 @@ impl TentEngine {
                     .tasks
                     .iter()
                     .all(|t| matches!(t.state, TaskState::Done(_)));
+                if !ended && !pumped {
+                    drop(s);
+                    pumped = true;
+                    self.inner.pump();
+                    continue;
+                }
                 let left = match ended {
                     true => None,
                     false => {

@@ -18,6 +18,37 @@ use crate::staging::{self, StagedMove};
 /// Tasks posted together: (batch, transport, deadline).
 type GroupKey = (u64, &'static str, Option<Instant>);
 
+/// The buffers one round of `post` fills, kept from round to round so a round allocates
+/// nothing once they have grown.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// Tasks the queue let through: (batch, task).
+    taken: Vec<(u64, usize)>,
+    /// The groups, in order of their first task.
+    keys: Vec<GroupKey>,
+    /// (group, task) in submission order.
+    members: Vec<(usize, usize)>,
+    /// One group's tasks.
+    tasks: Vec<usize>,
+    /// One group's requests to the classic engine.
+    requests: Vec<TransferRequest>,
+    /// SubBatches `reap` asked about, and those of them complete.
+    asked: Vec<te_core::BatchId>,
+    complete: Vec<te_core::BatchId>,
+}
+
+impl Scratch {
+    fn clear(&mut self) {
+        self.taken.clear();
+        self.keys.clear();
+        self.members.clear();
+        self.tasks.clear();
+        self.requests.clear();
+        self.asked.clear();
+        self.complete.clear();
+    }
+}
+
 /// Whether the progress thread has work without the application polling: tasks waiting in
 /// the queue, staged tasks, or a notification to send once its batch completes.
 pub(crate) fn needs_progress(s: &State) -> bool {
@@ -155,11 +186,13 @@ impl Inner {
             batches,
             dispatcher,
             live,
+            scratch,
             ..
         } = s;
         // SubBatches whose every task completed (one question instead of one per task).
-        let mut complete: Vec<te_core::BatchId> = Vec::new();
-        let mut asked: Vec<te_core::BatchId> = Vec::new();
+        let (complete, asked) = (&mut scratch.complete, &mut scratch.asked);
+        complete.clear();
+        asked.clear();
         for &(bid, ti) in live.iter() {
             if let Some(TaskState::Posted { sub, .. }) = batches
                 .get(&bid)
@@ -213,7 +246,7 @@ impl Inner {
                 t.errors
                     .push(format!("{}: {e}", t.transport().unwrap_or("staged")));
             }
-            let alternatives = match &t.plan {
+            let alternatives = match &*t.plan {
                 Plan::Direct(order) => order.len(),
                 Plan::Staged { .. } => 1,
             };
@@ -270,21 +303,20 @@ impl Inner {
     /// Posts what the queue lets through: direct tasks grouped per batch and transport into
     /// one SubBatch submit, staged tasks onto their own threads.
     pub(crate) fn post(&self, s: &mut State) {
-        let mut taken: Vec<(u64, usize)> = Vec::new();
-        while let Some(k) = s.dispatcher.take_next() {
-            taken.push(k);
-        }
-        if taken.is_empty() {
+        if s.dispatcher.waiting() == 0 {
             return;
         }
+        let mut scratch = std::mem::take(&mut s.scratch);
+        while let Some(k) = s.dispatcher.take_next() {
+            scratch.taken.push(k);
+        }
         // Groups keep submission order: (batch, transport, deadline) → tasks.
-        let mut groups: Vec<(GroupKey, Vec<usize>)> = Vec::new();
-        for (bid, ti) in taken {
+        for &(bid, ti) in &scratch.taken {
             let Some(t) = s.batches.get_mut(&bid).and_then(|b| b.tasks.get_mut(ti)) else {
                 s.dispatcher.finished();
                 continue;
             };
-            if let Plan::Staged { local, remote } = &t.plan {
+            if let Plan::Staged { local, remote } = &*t.plan {
                 let job = staging::start(
                     self.core.clone(),
                     StagedMove {
@@ -302,14 +334,30 @@ impl Inner {
             }
             let transport = t.transport().expect("a direct plan has its transport");
             let key = (bid, transport, t.deadline);
-            match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, v)) => v.push(ti),
-                None => groups.push((key, vec![ti])),
-            }
+            let group = match scratch.keys.iter().position(|k| *k == key) {
+                Some(g) => g,
+                None => {
+                    scratch.keys.push(key);
+                    scratch.keys.len() - 1
+                }
+            };
+            scratch.members.push((group, ti));
         }
-        for ((bid, transport, deadline), tasks) in groups {
-            self.submit_group(s, bid, transport, deadline, &tasks);
+        for (g, &(bid, transport, deadline)) in scratch.keys.iter().enumerate() {
+            scratch.tasks.clear();
+            let members = scratch.members.iter().filter(|m| m.0 == g).map(|m| m.1);
+            scratch.tasks.extend(members);
+            self.submit_group(
+                s,
+                bid,
+                transport,
+                deadline,
+                &scratch.tasks,
+                &mut scratch.requests,
+            );
         }
+        scratch.clear();
+        s.scratch = scratch;
     }
 
     fn submit_group(
@@ -319,6 +367,7 @@ impl Inner {
         transport: &'static str,
         deadline: Option<Instant>,
         tasks: &[usize],
+        requests: &mut Vec<TransferRequest>,
     ) {
         let State {
             batches,
@@ -356,15 +405,15 @@ impl Inner {
             );
         }
         let (_, sub_id, used) = b.subs[sub];
-        let requests: Vec<TransferRequest> =
-            tasks.iter().map(|&ti| b.tasks[ti].request.core()).collect();
+        requests.clear();
+        requests.extend(tasks.iter().map(|&ti| b.tasks[ti].request.core()));
         let room = self
             .config
             .core
             .max_batch_size
             .min(b.capacity * (self.config.max_failover_attempts as usize + 1));
         let outcome = match used + requests.len() <= room {
-            true => self.core.submit_with(sub_id, &requests, &options),
+            true => self.core.submit_with(sub_id, requests, &options),
             false => Err(te_core::Error::TooManyRequests {
                 capacity: room,
                 requested: used + requests.len(),
@@ -387,7 +436,7 @@ impl Inner {
                 for &ti in tasks {
                     let t = &mut b.tasks[ti];
                     t.errors.push(format!("{transport}: {e}"));
-                    let more = match &t.plan {
+                    let more = match &*t.plan {
                         Plan::Direct(order) => t.choice + 1 < order.len(),
                         Plan::Staged { .. } => false,
                     };

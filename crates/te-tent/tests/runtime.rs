@@ -161,6 +161,33 @@ fn a_hint_goes_first_and_the_default_order_follows() {
 }
 
 #[test]
+fn plans_made_before_a_transport_is_installed_are_not_reused_after() {
+    let r = rig(r#"{"policy": [{"name": "c-first", "transports": ["sim-c", "sim-a"]}]}"#);
+    let run = |slot: u64| {
+        let batch = r.tent.allocate_batch(1).unwrap();
+        r.tent.submit(batch, &[r.write(slot)]).unwrap();
+        batch
+    };
+    // Without sim-c the rule's next choice serves, twice (the second from the plan cache).
+    for slot in 0..2 {
+        let batch = run(slot);
+        assert_eq!(r.tent.task_transport(batch, 0).unwrap(), "sim-a");
+        r.finish_all(&r.a, Ok(()));
+        let s = r.tent.wait(batch, Duration::from_secs(5)).unwrap();
+        assert_eq!(s.state, TransferState::Completed);
+        r.tent.free_batch(batch).unwrap();
+    }
+    let c = Arc::new(SimTransport::named("sim-c", Capabilities::DRAM_REMOTE_HOST));
+    r.tent.install_transport(c.clone()).unwrap();
+    let batch = run(2);
+    assert_eq!(r.tent.task_transport(batch, 0).unwrap(), "sim-c");
+    assert_eq!((r.slots(&c), r.slots(&r.a)), (vec![2], vec![]));
+    r.finish_all(&c, Ok(()));
+    let s = r.tent.wait(batch, Duration::from_secs(5)).unwrap();
+    assert_eq!(s.state, TransferState::Completed);
+}
+
+#[test]
 fn higher_priorities_are_posted_first_under_load() {
     // Each request its own slice, so the queue shows the posting order.
     let r = rig(r#"{"max_inflight_tasks": 2, "merge_requests": false}"#);
