@@ -29,12 +29,20 @@ pub(crate) struct Core {
 
 impl Core {
     /// Whether the rail may carry slices now (no lock while every rail is healthy).
-    pub(crate) fn usable(&self, local: u16, segment: u64, remote: u16, now: Instant) -> bool {
+    /// Whether the rail may carry a slice; `now` is asked for only when some rail is paused
+    /// (with every rail healthy, as almost always, no clock is read).
+    pub(crate) fn usable(
+        &self,
+        local: u16,
+        segment: u64,
+        remote: u16,
+        now: impl FnOnce() -> Instant,
+    ) -> bool {
         if self.health_clean.load(std::sync::atomic::Ordering::Acquire) {
             return true;
         }
         let h = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        h.usable((local, segment, remote), now)
+        h.usable((local, segment, remote), now())
     }
 
     /// Charges or clears the slice's rail. A path failure charges its (local, remote) pair; a
@@ -71,10 +79,10 @@ impl Core {
     /// Moves a slice to its next rail before it is posted again.
     fn reroute(&self, slice: &mut SliceOp) {
         if let Some(route) = slice.token.route() {
-            let now = self.clock.now();
+            let now = std::cell::OnceCell::new();
             let seg = slice.target.id();
             let (l, r) = route.choose(slice.token.seq(), slice.token.attempt(), |l, r| {
-                self.usable(l, seg, r, now)
+                self.usable(l, seg, r, || *now.get_or_init(|| self.clock.now()))
             });
             slice.local_rail = l;
             slice.remote_rail = r;

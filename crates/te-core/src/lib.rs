@@ -28,6 +28,7 @@ pub mod error;
 pub mod fuzz;
 #[cfg(test)]
 mod fuzz_targets;
+pub mod hashing;
 pub mod health;
 pub mod host_buffer;
 pub mod limits;

@@ -492,8 +492,8 @@ pub struct RemoteSegment {
     rail_names: Vec<String>,
     /// Set when a transfer suggests the descriptor no longer matches the peer.
     stale: std::sync::atomic::AtomicBool,
-    /// The last owner check: when, and whether it was alive.
-    owner_seen: Mutex<Option<(std::time::Instant, bool)>>,
+    /// The last owner check: when (coarse clock, ns), and whether it was alive.
+    owner_seen: Mutex<Option<(u64, bool)>>,
     /// Rail candidates per buffer (by index in the descriptor), worked out on first use.
     routes: Box<[std::sync::OnceLock<Arc<crate::router::Candidates>>]>,
     /// When this descriptor was built from what the peer published.
@@ -593,10 +593,12 @@ impl RemoteSegment {
     pub fn owner_alive_within(&self, max_age: std::time::Duration) -> Option<bool> {
         self.desc.te_owner.as_ref()?;
         let mut seen = self.owner_seen.lock().unwrap_or_else(|e| e.into_inner());
-        let now = std::time::Instant::now();
+        // The coarse clock: this runs on every post, and an age off by a tick does not matter.
+        let now = crate::sys::coarse_monotonic_ns();
+        let max_age = u64::try_from(max_age.as_nanos()).unwrap_or(u64::MAX);
         match *seen {
             Some((_, false)) => Some(false),
-            Some((at, alive)) if now.duration_since(at) <= max_age => Some(alive),
+            Some((at, alive)) if now.saturating_sub(at) <= max_age => Some(alive),
             _ => {
                 let alive = self.owner_alive()?;
                 *seen = Some((now, alive));
@@ -709,7 +711,8 @@ pub struct SegmentCache {
 struct CacheInner {
     next_id: SegmentId,
     by_name: HashMap<String, SegmentId>,
-    by_id: HashMap<SegmentId, Arc<RemoteSegment>>,
+    /// By id: engine-made, so hashed with one multiply.
+    by_id: HashMap<SegmentId, Arc<RemoteSegment>, crate::hashing::IdHashing>,
 }
 
 impl SegmentCache {

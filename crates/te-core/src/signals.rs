@@ -11,6 +11,7 @@
 //! this: the application owns its signals.
 #![allow(unsafe_code)]
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct Termination {
     received: Arc<(Mutex<Option<i32>>, Condvar)>,
+    /// The first signal (0 before one): what timed loops poll, without taking the lock.
+    first: Arc<AtomicI32>,
 }
 
 fn termination_set() -> libc::sigset_t {
@@ -48,6 +51,7 @@ impl Termination {
         }
         let me = Termination {
             received: Arc::new((Mutex::new(None), Condvar::new())),
+            first: Arc::new(AtomicI32::new(0)),
         };
         let shared = me.clone();
         std::thread::Builder::new()
@@ -73,6 +77,7 @@ impl Termination {
             }
             tracing::info!(signal, "termination signal: shutting down");
             *received = Some(signal);
+            self.first.store(signal, Ordering::Release);
             cv.notify_all();
             drop(received);
             let _ = std::thread::Builder::new()
@@ -91,7 +96,10 @@ impl Termination {
 
     /// The signal received, if one was.
     pub fn received(&self) -> Option<i32> {
-        *self.received.0.lock().unwrap_or_else(|e| e.into_inner())
+        match self.first.load(Ordering::Acquire) {
+            0 => None,
+            signal => Some(signal),
+        }
     }
 
     /// Blocks until a termination signal arrives; returns it.

@@ -1,7 +1,8 @@
 //! The operating-system queries te-core needs, each a thin wrapper over one libc call:
 //! the NUMA node of a page (`move_pages` in query mode), the host page size (`sysconf`) and
 //! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`), the open-file limit
-//! (`getrlimit`/`setrlimit`). Nothing here decides anything; callers choose.
+//! (`getrlimit`/`setrlimit`), and a coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`).
+//! Nothing here decides anything; callers choose.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
@@ -12,6 +13,24 @@ pub fn page_size() -> u64 {
     // SAFETY: sysconf reads a constant of the system; no memory is passed.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+}
+
+/// Nanoseconds on the coarse monotonic clock: it moves in ticks (a few milliseconds) and costs
+/// a memory read where the precise clock reads the time-stamp counter (slow in a VM). For ages
+/// measured in tens of milliseconds, read on every post.
+pub fn coarse_monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call; the clock id is a constant.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    match rc {
+        0 => (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64),
+        _ => 0,
+    }
 }
 
 /// The NUMA node holding the page at `addr`, or `None` when the kernel cannot say

@@ -6,7 +6,6 @@
 //! Progress (posting queued tasks, failover, deadlines, notifications) is [`crate::progress`]'s.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -60,30 +59,8 @@ pub(crate) struct Batch {
     pub(crate) notify: Option<(SegmentId, Notification)>,
 }
 
-/// Hashes the runtime's batch ids (a counter, never chosen by a peer) with one multiply:
-/// the default SipHash costs more than the rest of a lookup, several times per batch.
-#[derive(Default)]
-pub(crate) struct BatchIdHasher(u64);
-
-impl Hasher for BatchIdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        // Fibonacci hashing: the high bits, which hashbrown uses, mix every bit of the id.
-        self.0 = (n ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 pub(crate) struct State {
-    pub(crate) batches: HashMap<u64, Batch, BuildHasherDefault<BatchIdHasher>>,
+    pub(crate) batches: HashMap<u64, Batch, te_core::hashing::IdHashing>,
     pub(crate) next_batch: u64,
     pub(crate) dispatcher: Dispatcher<(u64, usize)>,
     /// Posted and staged tasks, to poll.

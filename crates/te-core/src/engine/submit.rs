@@ -265,8 +265,10 @@ impl TransferEngine {
             routes.push((c.seg, c.transport));
         }
         let added = batch.add_tasks(tasks, notify)?;
-        // One clock read per submit, for the rails' health.
-        let now = self.core.clock.now();
+        // At most one clock read per submit, for the rails' health, and none while every rail
+        // is healthy.
+        let now = std::cell::OnceCell::new();
+        let now = || *now.get_or_init(|| self.core.clock.now());
         let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
         for run in runs.iter() {
             let first = run[0];
