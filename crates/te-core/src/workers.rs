@@ -1,10 +1,12 @@
 //! [`CopyWorkers`]: worker threads that execute slices for memory-copy transports (te-shm,
 //! te-cxl) and report each slice exactly once through the engine's sink.
 //!
-//! A post of at most [`INLINE_BYTES`] is copied on the posting thread itself, before `post`
-//! returns: a copy that small takes less time than handing it to a worker and waking whoever
-//! waits for it (a batch of one 64 KiB slice was half as fast through a worker). Larger posts
-//! go to the workers, so a large transfer spreads over them and `submit` returns at once.
+//! A post of at most [`INLINE_BYTES`] (1 MiB) is copied on the posting thread itself, before
+//! `post` returns: a copy that size takes less time than handing it to a worker and waking
+//! whoever waits for it (in a VM, waking an idle CPU costs tens of microseconds: one 1 MiB
+//! task per batch moved half as fast through a worker, 64 KiB x 16 too). Larger posts are dealt
+//! across the workers, so a large transfer copies on several cores and `submit` returns at
+//! once.
 //!
 //! A worker that runs out of slices polls for a short while (`SPIN`) before it sleeps, so a
 //! slice posted right after another is picked up without a wake-up; a quiet transport costs no
@@ -24,10 +26,9 @@ const OWNER_CHECK_AGE: Duration = Duration::from_millis(10);
 /// The slice size memory-copy transports ask for: large enough that per-slice work is noise
 /// next to the copy, small enough that a large task still spreads over the workers.
 pub const COPY_SLICE: u64 = 1 << 20;
-/// Posts up to this many bytes go to one worker.
-pub const SPREAD_BYTES: u64 = 1 << 20;
-/// Posts up to this many bytes are copied on the posting thread.
-pub const INLINE_BYTES: u64 = 64 << 10;
+/// Posts up to this many bytes are copied on the posting thread; larger ones are dealt across
+/// the workers.
+pub const INLINE_BYTES: u64 = 1 << 20;
 
 /// Executes one slice (the copy); called on a worker thread.
 pub type Executor = dyn Fn(&SliceOp) -> std::result::Result<(), SliceError> + Send + Sync;
@@ -98,8 +99,8 @@ impl CopyWorkers {
         for i in 0..count.max(1) {
             let (tx, rx) = mpsc::channel::<SliceOp>();
             let (sink, exec) = (sink.clone(), exec.clone());
-            // Worker 0 takes every small post and polls before sleeping; the others share
-            // large posts and sleep at once, so at most one thread polls.
+            // Worker 0 polls before sleeping (a large transfer's next post comes soon); the
+            // others sleep at once, so at most one thread polls.
             let spin = i == 0;
             std::thread::Builder::new()
                 .name(format!("te-{}-{i}", self.name))
@@ -120,9 +121,8 @@ impl CopyWorkers {
     }
 
     /// Executes or queues slices; after shutdown they are reported as failed. A post of up to
-    /// [`INLINE_BYTES`] is copied here, on the posting thread; one of up to
-    /// [`SPREAD_BYTES`] goes to the first worker alone (one copy is faster than a wake-up);
-    /// a larger one is dealt out across all workers in runs of neighbouring slices.
+    /// [`INLINE_BYTES`] is copied here, on the posting thread; a larger one is dealt out across
+    /// all workers in runs of neighbouring slices.
     pub fn post(&self, slices: Vec<SliceOp>) {
         let total: u64 = slices.iter().map(|s| s.len).sum();
         let slices = match total <= INLINE_BYTES {
@@ -135,16 +135,11 @@ impl CopyWorkers {
         let mut refused = Vec::new();
         {
             let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-            let total: u64 = slices.iter().map(|s| s.len).sum();
             let count = slices.len();
             for (i, op) in slices.into_iter().enumerate() {
                 let sent = match queues.as_deref() {
                     Some(qs) if !qs.is_empty() => {
-                        let w = match total <= SPREAD_BYTES {
-                            true => 0,
-                            false => i * qs.len() / count,
-                        };
-                        qs[w].send(op).map_err(|e| e.0)
+                        qs[i * qs.len() / count].send(op).map_err(|e| e.0)
                     }
                     _ => Err(op),
                 };

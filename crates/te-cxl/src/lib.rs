@@ -3,9 +3,9 @@
 //! mapped once per process ([`CxlDevice`]). The owner allocates segment memory on it
 //! ([`CxlTransport::allocate`]) or registers any range of the mapping; its descriptor publishes
 //! the device identity and each buffer's device offset. A peer that maps the same device
-//! ([`Transport::serves`]) copies straight between its memory and the device at that offset, on
-//! worker threads, with a store fence after every write, every address checked against the
-//! mapping.
+//! ([`Transport::serves`]) copies straight between its memory and the device at that offset
+//! (through `CopyWorkers`: up to 1 MiB on the submitting thread, more on worker threads), with
+//! a store fence after every write, every address checked against the mapping.
 //!
 //! Not done here: cache flushes for devices shared by hosts without hardware coherence (the
 //! device is taken as coherent: CXL 3 shared memory, or one host), and reclaiming device memory.

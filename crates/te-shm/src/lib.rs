@@ -8,8 +8,9 @@
 //! - A peer on the same host (same boot and shared-memory mount, `te_host_id`) maps that file on
 //!   first use and relocates remote addresses into its mapping; the engine prefers this
 //!   transport over the segment's protocol for such buffers ([`Transport::serves`]).
-//! - Copies run on worker threads ([`CopyWorkers`]), never on the submitting thread, and
-//!   complete through the engine's sink like every transport. Bounds and permissions are checked by the engine
+//! - Copies run through [`CopyWorkers`]: a post of up to 1 MiB on the submitting thread, a
+//!   larger one on worker threads; either way each slice completes through the engine's sink
+//!   like every transport's. Bounds and permissions are checked by the engine
 //!   against the descriptor before posting, and again here against the mapping.
 //!
 //! - A process that dies without dropping its buffers leaves their files; the next te-shm
