@@ -156,6 +156,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_coarse_clock_moves_forward_with_time() {
+        let a = coarse_monotonic_ns();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let b = coarse_monotonic_ns();
+        assert!(a > 0, "the clock could not be read");
+        // It moves in ticks of at most 10 ms (HZ >= 100): 30 ms apart shows at least 20 ms.
+        assert!(b >= a + 20_000_000, "{a} -> {b}");
+    }
+
+    #[test]
     fn loopback_is_listed() {
         let addrs = interface_addrs();
         assert!(
