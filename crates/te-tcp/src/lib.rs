@@ -123,6 +123,18 @@ impl TcpTransport {
     }
 
     fn lanes_for(&self, key: &PeerKey) -> Result<Arc<Vec<Lane>>, String> {
+        if let Some(lanes) = self
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+        {
+            return Ok(lanes.clone());
+        }
+        // A new peer: its address is resolved here, on the posting thread and outside the
+        // peers' lock, so a slow name service holds up neither the lane loops nor posts to
+        // other peers.
+        let to = lane::peer_address(key)?;
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(lanes) = peers.get(key) {
             return Ok(lanes.clone());
@@ -133,6 +145,7 @@ impl TcpTransport {
             .map(|_| {
                 Lane::new(
                     key.clone(),
+                    to,
                     inst.settings.clone(),
                     inst.sink.clone(),
                     &inst.dialer,

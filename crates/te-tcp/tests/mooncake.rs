@@ -104,6 +104,41 @@ fn te_writes_and_reads_a_mooncake_target() {
     );
 }
 
+/// A descriptor may name its data host rather than give an address (Mooncake publishes what
+/// its engine was told): te resolves it once, when it first sends to that peer, and the bytes
+/// land. (Where a name has both families, the local rail's is preferred: a unit test of
+/// `lane::prefer_family`.)
+#[test]
+fn a_data_host_given_by_name_is_resolved_and_written_to() {
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let len = 1 << 20;
+    let remote = mooncake.alloc(len);
+    mooncake.put(remote, &vec![0u8; len]);
+    let te = engine();
+    let local = buffer(len);
+    register(&te, &local, Permission::LocalOnly);
+    let real = te.open_segment(&mooncake.name).unwrap();
+    let mut desc = serde_json::to_value(te.segment(real).unwrap().desc()).unwrap();
+    desc["tcp_data_host"] = "localhost".into();
+    let (_control, name) = serve_descriptor(desc);
+    let named = te.open_segment(&name).unwrap();
+    let data = pattern(41, len);
+    local.write_at(0, &data).unwrap();
+    let write = request(
+        te_core::Opcode::Write,
+        local.addr(),
+        named,
+        remote,
+        len as u64,
+    );
+    assert_eq!(run(&te, &[write]), te_core::TransferState::Completed);
+    assert_same_bytes(
+        &mooncake.get(remote, len),
+        &data,
+        "written through a named host",
+    );
+}
+
 /// A Mooncake target's refusal reaches te's task as a rejection (not retried), and the lane
 /// recovers for the next request. The descriptor is Mooncake's own with its buffer claimed
 /// larger, so te's own initiator-side check lets the request through to Mooncake.

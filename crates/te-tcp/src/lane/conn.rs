@@ -169,11 +169,8 @@ impl Conn {
 fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<Conn> {
     use socket2::{Domain, Socket, Type};
     let peer = &core.peer;
-    let to: SocketAddr = te_core::control::resolve(&peer.host, peer.port)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string()))?
-        .into_iter()
-        .next()
-        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+    // Resolved when the lane was made: a loop never waits on a name service.
+    let to: SocketAddr = core.to;
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     if peer.local_ip.is_ipv4() == to.is_ipv4() && !peer.local_ip.is_unspecified() {
         socket.bind(&SocketAddr::new(peer.local_ip, 0).into())?;

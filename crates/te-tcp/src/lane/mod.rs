@@ -111,9 +111,32 @@ pub(crate) struct LaneState {
     inline: bool,
 }
 
+/// The address of `peer`'s data listener: its host resolved (a name through the system's
+/// resolver), preferring an address of the local rail's family.
+///
+/// # Errors
+/// The host does not resolve, said with the host and port.
+pub(crate) fn peer_address(peer: &PeerKey) -> Result<std::net::SocketAddr, String> {
+    let addrs = te_core::control::resolve(&peer.host, peer.port).map_err(|e| e.to_string())?;
+    prefer_family(&addrs, peer.local_ip)
+        .ok_or_else(|| format!("{}:{} resolves to no address", peer.host, peer.port))
+}
+
+/// The first of `addrs` in `local`'s family (any, when `local` is unspecified), else the first.
+fn prefer_family(
+    addrs: &[std::net::SocketAddr],
+    local: std::net::IpAddr,
+) -> Option<std::net::SocketAddr> {
+    let wanted =
+        |a: &&std::net::SocketAddr| local.is_unspecified() || a.is_ipv4() == local.is_ipv4();
+    addrs.iter().find(wanted).or(addrs.first()).copied()
+}
+
 /// One lane, as its loop holds it.
 pub(crate) struct LaneCore {
     peer: PeerKey,
+    /// Where the peer's data listener is (resolved when the lane was made).
+    to: std::net::SocketAddr,
     settings: Arc<LaneSettings>,
     sink: Arc<dyn CompletionSink>,
     queued_bytes: AtomicU64,
@@ -175,6 +198,7 @@ impl Lane {
     /// A lane to `peer` on one of `dialer`'s loops.
     pub(crate) fn new(
         peer: PeerKey,
+        to: std::net::SocketAddr,
         settings: Arc<LaneSettings>,
         sink: Arc<dyn CompletionSink>,
         dialer: &Dialer,
@@ -182,6 +206,7 @@ impl Lane {
         let (home, token) = dialer.place();
         let core = Arc::new(LaneCore {
             peer,
+            to,
             settings,
             sink,
             queued_bytes: AtomicU64::new(0),
@@ -523,4 +548,32 @@ fn busy() -> Error {
         "the target refused the connection: it holds its cap of data connections \
          (MC_TE_MAX_DATA_CONNECTIONS)",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_both_families_gives_the_local_rails_family() {
+        let v6: std::net::SocketAddr = "[::1]:7000".parse().unwrap();
+        let v4: std::net::SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let both = [v6, v4];
+        let rail_v4: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let rail_v6: std::net::IpAddr = "::1".parse().unwrap();
+        let any: std::net::IpAddr = "0.0.0.0".parse().unwrap();
+        assert_eq!(prefer_family(&both, rail_v4), Some(v4));
+        assert_eq!(prefer_family(&both, rail_v6), Some(v6));
+        assert_eq!(
+            prefer_family(&both, any),
+            Some(v6),
+            "no rail address: the first"
+        );
+        assert_eq!(
+            prefer_family(&[v6], rail_v4),
+            Some(v6),
+            "only the other family: it"
+        );
+        assert_eq!(prefer_family(&[], rail_v4), None);
+    }
 }
