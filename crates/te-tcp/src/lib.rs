@@ -40,7 +40,7 @@ use te_core::segment::{RailAddr, RemoteSegment, SegmentDesc};
 use te_core::transport::{
     CompletionSink, InstallContext, Rail, RailStats, SliceError, SliceOp, Transport,
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use error::Error;
 use lane::{Framing, Lane, LaneSettings, PeerKey, Shares};
@@ -123,13 +123,24 @@ impl TcpTransport {
     }
 
     fn lanes_for(&self, key: &PeerKey) -> Result<Arc<Vec<Lane>>, String> {
-        if let Some(lanes) = self
+        let known = self
             .peers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(key)
-        {
-            return Ok(lanes.clone());
+            .cloned();
+        if let Some(lanes) = known {
+            // A connect failed since the address was resolved: the name may have moved (a
+            // restarted peer), so it is resolved again here, never on a lane loop.
+            if lanes.iter().any(Lane::address_stale) {
+                match lane::peer_address(key) {
+                    Ok(to) => lanes.iter().for_each(|l| l.readdress(to)),
+                    Err(e) => {
+                        debug!(host = %key.host, error = %e, "peer address not resolved again")
+                    }
+                }
+            }
+            return Ok(lanes);
         }
         // A new peer: its address is resolved here, on the posting thread and outside the
         // peers' lock, so a slow name service holds up neither the lane loops nor posts to

@@ -139,6 +139,58 @@ fn a_data_host_given_by_name_is_resolved_and_written_to() {
     );
 }
 
+/// A peer whose data port does not answer yet: the transfer fails, and once it answers (here a
+/// forwarder to the real Mooncake target appears on that port) the next one lands. After a
+/// failed connect the host is resolved again on the posting thread, never on a lane loop.
+#[test]
+fn a_peer_unreachable_at_first_is_reached_once_it_listens() {
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let len = 256 << 10;
+    let remote = mooncake.alloc(len);
+    mooncake.put(remote, &vec![0u8; len]);
+    let te = engine();
+    let local = buffer(len);
+    register(&te, &local, Permission::LocalOnly);
+    let real = te.open_segment(&mooncake.name).unwrap();
+    let mut desc = serde_json::to_value(te.segment(real).unwrap().desc()).unwrap();
+    let data_port = desc["tcp_data_port"].as_u64().unwrap() as u16;
+    let port = te_core::testing::services::free_port();
+    desc["tcp_data_host"] = "localhost".into();
+    desc["tcp_data_port"] = port.into();
+    let (_control, name) = serve_descriptor(desc);
+    let later = te.open_segment(&name).unwrap();
+    let data = pattern(43, len);
+    local.write_at(0, &data).unwrap();
+    let write = request(
+        te_core::Opcode::Write,
+        local.addr(),
+        later,
+        remote,
+        len as u64,
+    );
+    assert_eq!(
+        run(&te, &[write]),
+        te_core::TransferState::Failed,
+        "nothing listens there yet"
+    );
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().map_while(Result::ok) {
+            let server = std::net::TcpStream::connect(("127.0.0.1", data_port)).unwrap();
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut client, mut server) = (client, server);
+            std::thread::spawn(move || std::io::copy(&mut client, &mut server));
+            std::thread::spawn(move || std::io::copy(&mut s2, &mut c2));
+        }
+    });
+    assert_eq!(run(&te, &[write]), te_core::TransferState::Completed);
+    assert_same_bytes(
+        &mooncake.get(remote, len),
+        &data,
+        "written once the peer listened",
+    );
+}
+
 /// A Mooncake target's refusal reaches te's task as a rejection (not retried), and the lane
 /// recovers for the next request. The descriptor is Mooncake's own with its buffer claimed
 /// larger, so te's own initiator-side check lets the request through to Mooncake.

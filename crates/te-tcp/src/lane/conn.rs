@@ -169,8 +169,8 @@ impl Conn {
 fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<Conn> {
     use socket2::{Domain, Socket, Type};
     let peer = &core.peer;
-    // Resolved when the lane was made: a loop never waits on a name service.
-    let to: SocketAddr = core.to;
+    // Resolved by a posting thread: a loop never waits on a name service.
+    let to: SocketAddr = *core.to.lock().unwrap_or_else(|e| e.into_inner());
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     if peer.local_ip.is_ipv4() == to.is_ipv4() && !peer.local_ip.is_unspecified() {
         socket.bind(&SocketAddr::new(peer.local_ip, 0).into())?;
@@ -260,6 +260,7 @@ impl LaneCore {
                     Err(e) => {
                         self.fail_unreachable(st, &e, done);
                         st.last_failure = Some(now);
+                        self.unreachable.store(true, Ordering::Release);
                         continue;
                     }
                 }
@@ -287,6 +288,7 @@ impl LaneCore {
                     }
                     self.fail_unreachable(st, &e, done);
                     st.last_failure = Some(now);
+                    self.unreachable.store(true, Ordering::Release);
                     continue;
                 }
             }

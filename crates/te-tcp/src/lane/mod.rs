@@ -135,8 +135,11 @@ fn prefer_family(
 /// One lane, as its loop holds it.
 pub(crate) struct LaneCore {
     peer: PeerKey,
-    /// Where the peer's data listener is (resolved when the lane was made).
-    to: std::net::SocketAddr,
+    /// Where the peer's data listener is: resolved when the lane was made, and again by a
+    /// posting thread after a connect failed (a name may have moved to another address).
+    to: Mutex<std::net::SocketAddr>,
+    /// A connect failed since `to` was last resolved.
+    unreachable: std::sync::atomic::AtomicBool,
     settings: Arc<LaneSettings>,
     sink: Arc<dyn CompletionSink>,
     queued_bytes: AtomicU64,
@@ -206,7 +209,8 @@ impl Lane {
         let (home, token) = dialer.place();
         let core = Arc::new(LaneCore {
             peer,
-            to,
+            to: Mutex::new(to),
+            unreachable: std::sync::atomic::AtomicBool::new(false),
             settings,
             sink,
             queued_bytes: AtomicU64::new(0),
@@ -295,6 +299,17 @@ impl Lane {
             core.home.wake(core.token);
         }
         Ok(())
+    }
+
+    /// Whether a connect failed since the peer's address was last resolved.
+    pub(crate) fn address_stale(&self) -> bool {
+        self.core.unreachable.load(Ordering::Acquire)
+    }
+
+    /// The peer's address, resolved again; the next connect goes there.
+    pub(crate) fn readdress(&self, to: std::net::SocketAddr) {
+        *self.core.to.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        self.core.unreachable.store(false, Ordering::Release);
     }
 
     pub(crate) fn queued_bytes(&self) -> u64 {
