@@ -9,6 +9,76 @@ use te_core::Permission;
 use te_core::testing::assert_same_bytes;
 use te_core::testing::mooncake::MooncakePeer;
 
+/// A Mooncake target holding `len` zeroed bytes at `remote`, and a te engine with a private
+/// buffer of `len` bytes that has the target's segment open as `seg`.
+struct TeToMooncake {
+    mooncake: MooncakePeer,
+    remote: u64,
+    te: te_core::TransferEngine,
+    local: std::sync::Arc<te_core::HostBuffer>,
+    seg: te_core::SegmentId,
+}
+
+fn te_to_mooncake(len: usize) -> TeToMooncake {
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let remote = mooncake.alloc(len);
+    mooncake.put(remote, &vec![0u8; len]);
+    let te = engine();
+    let local = buffer(len);
+    register(&te, &local, Permission::LocalOnly);
+    let seg = te.open_segment(&mooncake.name).unwrap();
+    TeToMooncake {
+        mooncake,
+        remote,
+        te,
+        local,
+        seg,
+    }
+}
+
+impl TeToMooncake {
+    /// The target's descriptor as te read it, changed by `edit` and served under a new name
+    /// (keep the server alive), opened in te.
+    fn reserved(
+        &self,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) -> (te_core::reactor::Server, te_core::SegmentId) {
+        Self::reserve(&self.te, self.seg, edit)
+    }
+
+    /// The local buffer filled with pattern `seed`, and a WRITE of all of it to `remote` in
+    /// segment `seg`.
+    fn whole_write(
+        &self,
+        seg: te_core::SegmentId,
+        seed: u64,
+    ) -> (te_core::TransferRequest, Vec<u8>) {
+        let len = self.local.len();
+        let data = pattern(seed, len);
+        self.local.write_at(0, &data).unwrap();
+        let write = request(
+            te_core::Opcode::Write,
+            self.local.addr(),
+            seg,
+            self.remote,
+            len as u64,
+        );
+        (write, data)
+    }
+
+    /// As [`reserved`](Self::reserved), for segment `seg` open in `te`.
+    fn reserve(
+        te: &te_core::TransferEngine,
+        seg: te_core::SegmentId,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) -> (te_core::reactor::Server, te_core::SegmentId) {
+        let mut desc = serde_json::to_value(te.segment(seg).unwrap().desc()).unwrap();
+        edit(&mut desc);
+        let (server, name) = serve_descriptor(desc);
+        (server, te.open_segment(&name).unwrap())
+    }
+}
+
 /// Without the opt-in, a Mooncake initiator's WRITE to a te target fails loudly (Mooncake
 /// returns an error) and te's memory is untouched: never a WRITE reported done that was not
 /// applied. READs fail the same way and leave Mooncake's buffer as it was.
@@ -60,14 +130,14 @@ fn a_mooncake_initiator_is_refused_loudly_by_default() {
 /// and READs of several sizes and offsets in one batch, every byte compared on both sides.
 #[test]
 fn te_writes_and_reads_a_mooncake_target() {
-    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
     let len = 4 << 20;
-    let remote = mooncake.alloc(len);
-    mooncake.put(remote, &vec![0u8; len]);
-    let te = engine();
-    let local = buffer(len);
-    register(&te, &local, Permission::LocalOnly);
-    let seg = te.open_segment(&mooncake.name).unwrap();
+    let TeToMooncake {
+        mut mooncake,
+        remote,
+        te,
+        local,
+        seg,
+    } = te_to_mooncake(len);
     let desc = te.segment(seg).unwrap().desc().clone();
     assert!(desc.te_wire_version.is_none() && desc.tcp_proto_version == Some(2));
 
@@ -110,33 +180,13 @@ fn te_writes_and_reads_a_mooncake_target() {
 /// `lane::prefer_family`.)
 #[test]
 fn a_data_host_given_by_name_is_resolved_and_written_to() {
-    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
     let len = 1 << 20;
-    let remote = mooncake.alloc(len);
-    mooncake.put(remote, &vec![0u8; len]);
-    let te = engine();
-    let local = buffer(len);
-    register(&te, &local, Permission::LocalOnly);
-    let real = te.open_segment(&mooncake.name).unwrap();
-    let mut desc = serde_json::to_value(te.segment(real).unwrap().desc()).unwrap();
-    desc["tcp_data_host"] = "localhost".into();
-    let (_control, name) = serve_descriptor(desc);
-    let named = te.open_segment(&name).unwrap();
-    let data = pattern(41, len);
-    local.write_at(0, &data).unwrap();
-    let write = request(
-        te_core::Opcode::Write,
-        local.addr(),
-        named,
-        remote,
-        len as u64,
-    );
-    assert_eq!(run(&te, &[write]), te_core::TransferState::Completed);
-    assert_same_bytes(
-        &mooncake.get(remote, len),
-        &data,
-        "written through a named host",
-    );
+    let mut t = te_to_mooncake(len);
+    let (_control, named) = t.reserved(|d| d["tcp_data_host"] = "localhost".into());
+    let (write, data) = t.whole_write(named, 41);
+    assert_eq!(run(&t.te, &[write]), te_core::TransferState::Completed);
+    let written = t.mooncake.get(t.remote, len);
+    assert_same_bytes(&written, &data, "written through a named host");
 }
 
 /// A peer whose data port does not answer yet: the transfer fails, and once it answers (here a
@@ -144,32 +194,18 @@ fn a_data_host_given_by_name_is_resolved_and_written_to() {
 /// failed connect the host is resolved again on the posting thread, never on a lane loop.
 #[test]
 fn a_peer_unreachable_at_first_is_reached_once_it_listens() {
-    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
     let len = 256 << 10;
-    let remote = mooncake.alloc(len);
-    mooncake.put(remote, &vec![0u8; len]);
-    let te = engine();
-    let local = buffer(len);
-    register(&te, &local, Permission::LocalOnly);
-    let real = te.open_segment(&mooncake.name).unwrap();
-    let mut desc = serde_json::to_value(te.segment(real).unwrap().desc()).unwrap();
-    let data_port = desc["tcp_data_port"].as_u64().unwrap() as u16;
+    let mut t = te_to_mooncake(len);
     let port = te_core::testing::services::free_port();
-    desc["tcp_data_host"] = "localhost".into();
-    desc["tcp_data_port"] = port.into();
-    let (_control, name) = serve_descriptor(desc);
-    let later = te.open_segment(&name).unwrap();
-    let data = pattern(43, len);
-    local.write_at(0, &data).unwrap();
-    let write = request(
-        te_core::Opcode::Write,
-        local.addr(),
-        later,
-        remote,
-        len as u64,
-    );
+    let mut data_port = 0;
+    let (_control, later) = t.reserved(|d| {
+        data_port = d["tcp_data_port"].as_u64().unwrap() as u16;
+        d["tcp_data_host"] = "localhost".into();
+        d["tcp_data_port"] = port.into();
+    });
+    let (write, data) = t.whole_write(later, 43);
     assert_eq!(
-        run(&te, &[write]),
+        run(&t.te, &[write]),
         te_core::TransferState::Failed,
         "nothing listens there yet"
     );
@@ -183,12 +219,9 @@ fn a_peer_unreachable_at_first_is_reached_once_it_listens() {
             std::thread::spawn(move || std::io::copy(&mut s2, &mut c2));
         }
     });
-    assert_eq!(run(&te, &[write]), te_core::TransferState::Completed);
-    assert_same_bytes(
-        &mooncake.get(remote, len),
-        &data,
-        "written once the peer listened",
-    );
+    assert_eq!(run(&t.te, &[write]), te_core::TransferState::Completed);
+    let written = t.mooncake.get(t.remote, len);
+    assert_same_bytes(&written, &data, "written once the peer listened");
 }
 
 /// A Mooncake target's refusal reaches te's task as a rejection (not retried), and the lane
@@ -196,21 +229,23 @@ fn a_peer_unreachable_at_first_is_reached_once_it_listens() {
 /// larger, so te's own initiator-side check lets the request through to Mooncake.
 #[test]
 fn a_mooncake_targets_refusal_fails_the_task() {
-    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
-    let remote = mooncake.alloc(1 << 20);
-    let te = engine();
-    let local = buffer(2 << 20);
-    register(&te, &local, Permission::LocalOnly);
-    let real = te.open_segment(&mooncake.name).unwrap();
-    let mut desc = serde_json::to_value(te.segment(real).unwrap().desc()).unwrap();
-    // Mooncake's allocator hands out a buffer inside a larger registered chunk; claim past it.
-    let chunk = desc["buffers"][0].clone();
-    let end = chunk["addr"].as_u64().unwrap() + chunk["length"].as_u64().unwrap();
-    desc["buffers"][0]["length"] = (chunk["length"].as_u64().unwrap() + (1 << 20)).into();
-    // The data endpoint is the real one (serve_descriptor renames the segment).
-    desc["tcp_data_host"] = "127.0.0.1".into();
-    let (_control, name) = serve_descriptor(desc);
-    let widened = te.open_segment(&name).unwrap();
+    let TeToMooncake {
+        mut mooncake,
+        remote,
+        te,
+        local,
+        seg,
+    } = te_to_mooncake(1 << 20);
+    let mut end = 0;
+    let (_control, widened) = TeToMooncake::reserve(&te, seg, |desc| {
+        // Mooncake's allocator hands out a buffer inside a larger registered chunk; claim past
+        // it.
+        let chunk = desc["buffers"][0].clone();
+        end = chunk["addr"].as_u64().unwrap() + chunk["length"].as_u64().unwrap();
+        desc["buffers"][0]["length"] = (chunk["length"].as_u64().unwrap() + (1 << 20)).into();
+        // The data endpoint is the real one (serve_descriptor renames the segment).
+        desc["tcp_data_host"] = "127.0.0.1".into();
+    });
     let outside = request(te_core::Opcode::Write, local.addr(), widened, end, 4096);
     let b = te.allocate_batch(1).unwrap();
     te.submit(b, &[outside]).unwrap();
