@@ -1,0 +1,296 @@
+//! Opened remote segments: a peer's descriptor validated and indexed ([`RemoteSegment`]: the
+//! initiator-side bounds and permission check, staleness, the owner-alive check of same-host
+//! transports, rail candidates per buffer), and the engine's cache of them by name and id
+//! ([`SegmentCache`]). Fetching descriptors is the metadata module's job, not this one's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{BufferDesc, SegmentDesc, SegmentId, SegmentSecret, host_id, process_identity};
+use crate::error::{Error, Result};
+use crate::memory::Permission;
+use crate::transport::Opcode;
+
+/// A peer's segment, opened and validated.
+#[derive(Debug)]
+pub struct RemoteSegment {
+    id: SegmentId,
+    host: String,
+    rpc_port: u16,
+    desc: SegmentDesc,
+    secret: SegmentSecret,
+    /// (addr, len, permission, buffer index) sorted by addr.
+    spans: Vec<(u64, u64, Permission, usize)>,
+    rail_names: Vec<String>,
+    /// Set when a transfer suggests the descriptor no longer matches the peer.
+    stale: std::sync::atomic::AtomicBool,
+    /// The last owner check: when (coarse clock, ns), and whether it was alive.
+    owner_seen: Mutex<Option<(u64, bool)>>,
+    /// Rail candidates per buffer (by index in the descriptor), worked out on first use.
+    routes: Box<[std::sync::OnceLock<Arc<crate::router::Candidates>>]>,
+    /// When this descriptor was built from what the peer published.
+    fetched: std::time::Instant,
+    /// Whether it was fetched because a request named a range the previous one did not list,
+    /// and listed nothing new.
+    for_unknown_range: std::sync::atomic::AtomicBool,
+}
+
+impl RemoteSegment {
+    /// Builds from a validated descriptor reached at `host:rpc_port`.
+    pub fn new(id: SegmentId, host: String, rpc_port: u16, desc: SegmentDesc) -> Self {
+        let secret = desc
+            .te_secret
+            .as_deref()
+            .and_then(SegmentSecret::from_hex)
+            .unwrap_or_default();
+        let mut spans: Vec<_> = desc
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let p = b
+                    .permission
+                    .as_deref()
+                    .and_then(Permission::parse)
+                    .unwrap_or(Permission::RemoteReadWrite);
+                (b.addr, b.length, p, i)
+            })
+            .collect();
+        spans.sort_unstable_by_key(|s| s.0);
+        let rail_names = match desc.te_rails.is_empty() {
+            true => vec!["default".to_string()],
+            false => desc.te_rails.iter().map(|r| r.name.clone()).collect(),
+        };
+        let routes = desc
+            .buffers
+            .iter()
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
+        RemoteSegment {
+            id,
+            host,
+            rpc_port,
+            routes,
+            desc,
+            secret,
+            spans,
+            rail_names,
+            stale: std::sync::atomic::AtomicBool::new(false),
+            owner_seen: Mutex::new(None),
+            fetched: std::time::Instant::now(),
+            for_unknown_range: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a request for a range this descriptor does not list should fetch it again:
+    /// yes, unless this descriptor was itself fetched for such a range and found nothing new
+    /// less than `min_age` ago (so bad requests cannot make every submit a round trip, while a
+    /// peer registering buffer after buffer is followed at once).
+    pub fn refetch_for_unknown_range(&self, min_age: std::time::Duration) -> bool {
+        !self
+            .for_unknown_range
+            .load(std::sync::atomic::Ordering::Acquire)
+            || self.fetched.elapsed() >= min_age
+    }
+
+    /// Whether this descriptor lists the same memory (ranges and permissions) as `other`.
+    pub fn lists_same_memory(&self, other: &RemoteSegment) -> bool {
+        self.spans == other.spans
+    }
+
+    /// Marks this descriptor as fetched for a range its predecessor did not list, finding
+    /// nothing new.
+    pub fn fetched_for_unknown_range(&self) {
+        self.for_unknown_range
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Marks the descriptor as no longer trusted (the peer refused our secret, or stopped
+    /// answering): the engine fetches it again before the next transfer to this segment.
+    pub fn mark_stale(&self) {
+        self.stale.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the segment's owning process (on this host) still runs; `None` when the
+    /// descriptor does not say who owns it.
+    pub fn owner_alive(&self) -> Option<bool> {
+        let owner = self.desc.te_owner.as_deref()?;
+        let pid: u32 = owner.split(':').next()?.parse().ok()?;
+        Some(process_identity(pid).as_deref() == Some(owner))
+    }
+
+    /// As [`owner_alive`](Self::owner_alive), answered from a check made within `max_age` when
+    /// there is one (reading `/proc` costs microseconds; a transport asks on every post). An
+    /// exit stays seen.
+    pub fn owner_alive_within(&self, max_age: std::time::Duration) -> Option<bool> {
+        self.desc.te_owner.as_ref()?;
+        let mut seen = self.owner_seen.lock().unwrap_or_else(|e| e.into_inner());
+        // The coarse clock: this runs on every post, and an age off by a tick does not matter.
+        let now = crate::sys::coarse_monotonic_ns();
+        let max_age = u64::try_from(max_age.as_nanos()).unwrap_or(u64::MAX);
+        match *seen {
+            Some((_, false)) => Some(false),
+            Some((at, alive)) if now.saturating_sub(at) <= max_age => Some(alive),
+            _ => {
+                let alive = self.owner_alive()?;
+                *seen = Some((now, alive));
+                Some(alive)
+            }
+        }
+    }
+
+    /// Whether the segment's owner runs on this host (same boot and shared-memory mount).
+    pub fn same_host(&self) -> bool {
+        self.desc.te_host_id.as_deref() == Some(host_id())
+    }
+
+    /// Whether [`mark_stale`](Self::mark_stale) was called.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The rails the segment serves on, by NIC name (`default` for a single unnamed rail).
+    pub fn rail_names(&self) -> &[String] {
+        &self.rail_names
+    }
+
+    /// The id `open_segment` returned.
+    pub fn id(&self) -> SegmentId {
+        self.id
+    }
+    /// The segment name.
+    pub fn name(&self) -> &str {
+        &self.desc.name
+    }
+    /// Host the peer is reached at (its control listener's address).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+    /// Port of the peer's control listener.
+    pub fn rpc_port(&self) -> u16 {
+        self.rpc_port
+    }
+    /// The descriptor as published.
+    pub fn desc(&self) -> &SegmentDesc {
+        &self.desc
+    }
+    /// The secret requests to this segment must carry.
+    pub fn secret(&self) -> SegmentSecret {
+        self.secret
+    }
+
+    /// Checks that `[addr, addr+len)` lies in one published buffer that permits `op`, and
+    /// returns that buffer.
+    ///
+    /// # Errors
+    /// [`Error::RemoteAddressNotRegistered`] or [`Error::PermissionDenied`].
+    pub fn check_access(&self, addr: u64, len: u64, op: Opcode) -> Result<&BufferDesc> {
+        self.buffer_for(addr, len, op)
+            .map(|i| &self.desc.buffers[i])
+    }
+
+    /// As [`check_access`](Self::check_access): the buffer's index in the descriptor.
+    ///
+    /// # Errors
+    /// [`Error::RemoteAddressNotRegistered`] or [`Error::PermissionDenied`].
+    pub fn buffer_for(&self, addr: u64, len: u64, op: Opcode) -> Result<usize> {
+        let not_registered = || Error::RemoteAddressNotRegistered {
+            segment: self.desc.name.clone(),
+            addr,
+            len,
+        };
+        let end = addr.checked_add(len).ok_or_else(not_registered)?;
+        let idx = self.spans.partition_point(|s| s.0 <= addr);
+        let &(start, length, permission, buffer) = idx
+            .checked_sub(1)
+            .and_then(|i| self.spans.get(i))
+            .ok_or_else(not_registered)?;
+        if len == 0 || end > start + length {
+            return Err(not_registered());
+        }
+        if !permission.allows_remote(op) {
+            return Err(Error::PermissionDenied {
+                segment: self.desc.name.clone(),
+                addr,
+                operation: op.as_str(),
+            });
+        }
+        Ok(buffer)
+    }
+
+    /// The rail candidates for buffer `index` (its location in the segment's priority matrix,
+    /// among the rails it serves), worked out once per descriptor.
+    pub(crate) fn candidates(&self, index: usize) -> Arc<crate::router::Candidates> {
+        self.routes[index]
+            .get_or_init(|| {
+                Arc::new(crate::router::Candidates::for_location(
+                    self.desc.priority_matrix.as_ref(),
+                    &self.desc.buffers[index].name,
+                    &self.rail_names,
+                ))
+            })
+            .clone()
+    }
+}
+
+/// Opened segments by name and by id.
+#[derive(Debug, Default)]
+pub struct SegmentCache {
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    next_id: SegmentId,
+    by_name: HashMap<String, SegmentId>,
+    /// By id: engine-made, so hashed with one multiply.
+    by_id: HashMap<SegmentId, Arc<RemoteSegment>, crate::hashing::IdHashing>,
+}
+
+impl SegmentCache {
+    /// The cached segment called `name`.
+    pub fn by_name(&self, name: &str) -> Option<Arc<RemoteSegment>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .by_name
+            .get(name)
+            .and_then(|id| inner.by_id.get(id))
+            .cloned()
+    }
+
+    /// The segment opened as `id`.
+    pub fn by_id(&self, id: SegmentId) -> Option<Arc<RemoteSegment>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.get(&id).cloned()
+    }
+
+    /// Stores a freshly fetched descriptor, keeping the id if the name was open already.
+    pub fn insert(&self, host: String, rpc_port: u16, desc: SegmentDesc) -> Arc<RemoteSegment> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let id = match inner.by_name.get(&desc.name) {
+            Some(id) => *id,
+            None => {
+                inner.next_id += 1;
+                inner.next_id
+            }
+        };
+        inner.by_name.insert(desc.name.clone(), id);
+        let seg = Arc::new(RemoteSegment::new(id, host, rpc_port, desc));
+        inner.by_id.insert(id, seg.clone());
+        seg
+    }
+
+    /// Every open segment.
+    pub fn all(&self) -> Vec<Arc<RemoteSegment>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.values().cloned().collect()
+    }
+
+    /// Forgets a segment; slices already posted keep their own reference.
+    pub fn remove(&self, id: SegmentId) -> Option<Arc<RemoteSegment>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let seg = inner.by_id.remove(&id)?;
+        inner.by_name.remove(seg.name());
+        Some(seg)
+    }
+}
