@@ -54,7 +54,12 @@ pub(crate) fn pause(d: Duration) {
 
 /// Whether a timed loop goes on: before `end`, with no termination signal received.
 pub(crate) fn running(end: Instant) -> bool {
-    Instant::now() < end && interrupted().is_none()
+    running_at(Instant::now(), end)
+}
+
+/// As [`running`], at `now` (a loop that has just read the clock).
+pub(crate) fn running_at(now: Instant, end: Instant) -> bool {
+    now < end && interrupted().is_none()
 }
 
 fn init_logging(level: te_core::config::LogLevel) {
@@ -130,7 +135,7 @@ fn run_thread(
     // batch that replaces it, and says whether the run goes on (a read costs in a VM).
     let mut now = Instant::now();
     loop {
-        let go_on = now < end && interrupted().is_none();
+        let go_on = running_at(now, end);
         if go_on && flying.len() < f.inflight {
             let b = e.allocate_batch(f.batch_size).map_err(|e| e.to_string())?;
             e.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;

@@ -80,7 +80,7 @@ fn run_case(
         // One clock read per batch, as the classic engine's loop: the moment a batch is freed
         // ends its latency and starts the next.
         let mut t0 = Instant::now();
-        while t0 < end && crate::interrupted().is_none() {
+        while crate::running_at(t0, end) {
             let b = t.allocate_batch(batch).map_err(|e| e.to_string())?;
             t.submit(b, &requests).map_err(|e| format!("submit: {e}"))?;
             let s = t.wait(b, WAIT).map_err(|e| format!("wait: {e}"))?;

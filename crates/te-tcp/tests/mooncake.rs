@@ -37,15 +37,6 @@ fn te_to_mooncake(len: usize) -> TeToMooncake {
 }
 
 impl TeToMooncake {
-    /// The target's descriptor as te read it, changed by `edit` and served under a new name
-    /// (keep the server alive), opened in te.
-    fn reserved(
-        &self,
-        edit: impl FnOnce(&mut serde_json::Value),
-    ) -> (te_core::reactor::Server, te_core::SegmentId) {
-        Self::reserve(&self.te, self.seg, edit)
-    }
-
     /// The local buffer filled with pattern `seed`, and a WRITE of all of it to `remote` in
     /// segment `seg`.
     fn whole_write(
@@ -65,18 +56,19 @@ impl TeToMooncake {
         );
         (write, data)
     }
+}
 
-    /// As [`reserved`](Self::reserved), for segment `seg` open in `te`.
-    fn reserve(
-        te: &te_core::TransferEngine,
-        seg: te_core::SegmentId,
-        edit: impl FnOnce(&mut serde_json::Value),
-    ) -> (te_core::reactor::Server, te_core::SegmentId) {
-        let mut desc = serde_json::to_value(te.segment(seg).unwrap().desc()).unwrap();
-        edit(&mut desc);
-        let (server, name) = serve_descriptor(desc);
-        (server, te.open_segment(&name).unwrap())
-    }
+/// Segment `seg`'s descriptor as `te` read it, changed by `edit` and served under a new name
+/// (keep the server alive), opened in `te`.
+fn reserved(
+    te: &te_core::TransferEngine,
+    seg: te_core::SegmentId,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> (te_core::reactor::Server, te_core::SegmentId) {
+    let mut desc = serde_json::to_value(te.segment(seg).unwrap().desc()).unwrap();
+    edit(&mut desc);
+    let (server, name) = serve_descriptor(desc);
+    (server, te.open_segment(&name).unwrap())
 }
 
 /// Without the opt-in, a Mooncake initiator's WRITE to a te target fails loudly (Mooncake
@@ -182,7 +174,7 @@ fn te_writes_and_reads_a_mooncake_target() {
 fn a_data_host_given_by_name_is_resolved_and_written_to() {
     let len = 1 << 20;
     let mut t = te_to_mooncake(len);
-    let (_control, named) = t.reserved(|d| d["tcp_data_host"] = "localhost".into());
+    let (_control, named) = reserved(&t.te, t.seg, |d| d["tcp_data_host"] = "localhost".into());
     let (write, data) = t.whole_write(named, 41);
     assert_eq!(run(&t.te, &[write]), te_core::TransferState::Completed);
     let written = t.mooncake.get(t.remote, len);
@@ -198,7 +190,7 @@ fn a_peer_unreachable_at_first_is_reached_once_it_listens() {
     let mut t = te_to_mooncake(len);
     let port = te_core::testing::services::free_port();
     let mut data_port = 0;
-    let (_control, later) = t.reserved(|d| {
+    let (_control, later) = reserved(&t.te, t.seg, |d| {
         data_port = d["tcp_data_port"].as_u64().unwrap() as u16;
         d["tcp_data_host"] = "localhost".into();
         d["tcp_data_port"] = port.into();
@@ -237,7 +229,7 @@ fn a_mooncake_targets_refusal_fails_the_task() {
         seg,
     } = te_to_mooncake(1 << 20);
     let mut end = 0;
-    let (_control, widened) = TeToMooncake::reserve(&te, seg, |desc| {
+    let (_control, widened) = reserved(&te, seg, |desc| {
         // Mooncake's allocator hands out a buffer inside a larger registered chunk; claim past
         // it.
         let chunk = desc["buffers"][0].clone();
