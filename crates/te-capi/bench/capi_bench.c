@@ -2,10 +2,11 @@
  * The C path of `cargo xtask bench capi`: two engines in one process (as te-bench
  * --loopback), TCP, one thread issuing batches through Mooncake's C API the way NIXL's
  * Mooncake backend does (allocateBatchID, submitTransfer, getTransferStatus per task until
- * each ends, freeBatchID), for a number of seconds. It polls as a careful caller does: hot
+ * each ends, freeBatchID), for a number of seconds. `poll` polls as a careful caller does: hot
  * for the first millisecond of a batch, then backing off (a sixteenth of the time waited).
+ * `wait` sleeps in te's extension te_waitBatch instead, as te-bench's Rust path does in `wait`.
  *
- *     capi_bench write|read BLOCK_BYTES BATCH SECONDS
+ *     capi_bench write|read BLOCK_BYTES BATCH SECONDS [poll|wait]
  *
  * Prints one JSON line: throughput in GB/s and per-batch latency percentiles in us. The
  * bytes are checked once after the timed run.
@@ -36,10 +37,11 @@ static void die(const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s write|read BLOCK_BYTES BATCH SECONDS\n", argv[0]);
+    if (argc != 5 && !(argc == 6 && (!strcmp(argv[5], "poll") || !strcmp(argv[5], "wait")))) {
+        fprintf(stderr, "usage: %s write|read BLOCK_BYTES BATCH SECONDS [poll|wait]\n", argv[0]);
         return 2;
     }
+    int sleeps = argc == 6 && strcmp(argv[5], "wait") == 0;
     int opcode = strcmp(argv[1], "read") == 0 ? OPCODE_READ : OPCODE_WRITE;
     uint64_t block = strtoull(argv[2], NULL, 10);
     size_t batch = (size_t)strtoull(argv[3], NULL, 10);
@@ -82,7 +84,12 @@ int main(int argc, char **argv) {
         batch_id_t id = allocateBatchID(a, batch);
         if (id == INVALID_BATCH) die("allocateBatchID");
         if (submitTransfer(a, id, reqs, batch)) die("submitTransfer");
-        for (size_t t = 0; t < batch; t++) {
+        if (sleeps) {
+            struct transfer_status st;
+            if (te_waitBatch(a, id, 60u * 1000 * 1000, &st)) die("te_waitBatch");
+            if (st.status != STATUS_COMPLETED) die("a batch did not complete");
+        }
+        for (size_t t = 0; t < batch && !sleeps; t++) {
             struct transfer_status st;
             for (;;) {
                 if (getTransferStatus(a, id, t, &st)) die("getTransferStatus");

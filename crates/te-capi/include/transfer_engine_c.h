@@ -220,6 +220,16 @@ int genNotifyInEngine(transfer_engine_t engine, uint64_t target_id, notify_msg_t
 int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id, size_t task_id,
                       struct transfer_status *status);
 
+/* te's extension, not in Mooncake's header: waits up to timeout_us microseconds for every
+ * task of the batch to end, asleep (no polling, no spinning core), and fills *status with the
+ * batch's state and bytes moved: a terminal state (COMPLETED, or the worst of FAILED, TIMEOUT,
+ * CANCELED) when it ended, STATUS_WAITING or STATUS_PENDING when the time ran out first.
+ * Returns 0, or a positive Status code (then status->status is STATUS_INVALID). The batch is
+ * not freed: call freeBatchID after it ended.
+ * Caller: status is writable for one struct transfer_status. */
+int te_waitBatch(transfer_engine_t engine, batch_id_t batch_id, uint64_t timeout_us,
+                 struct transfer_status *status);
+
 /* Frees a batch whose tasks have all ended: 0, or a positive Status code (4 while tasks
  * still move, 1 for an unknown or freed batch). */
 int freeBatchID(transfer_engine_t engine, batch_id_t batch_id);

@@ -132,26 +132,59 @@ pub unsafe extern "C" fn getTransferStatus(
             return STATUS_INVALID_ARGUMENT;
         }
         let got = registry::get(engine).and_then(|e| e.batch_task_status(batch_id, task_id));
-        let (out, code) = match got {
-            Ok(s) => (
-                TransferStatusC {
-                    status: crate::types::status_number(s.state),
-                    transferred_bytes: s.transferred_bytes,
-                },
-                0,
-            ),
-            Err(e) => (
-                TransferStatusC {
-                    status: STATUS_INVALID,
-                    transferred_bytes: 0,
-                },
-                e.status_code(),
-            ),
-        };
+        let (out, code) = c_status(got);
         // SAFETY: non-NULL and writable for one struct (the caller's contract).
         unsafe { status.write(out) };
         code
     })
+}
+
+/// te's extension: waits up to `timeout_us` microseconds for every task of batch `batch_id` to
+/// end, asleep (no polling), and fills `status` with the batch's state and bytes moved: a
+/// terminal state when it ended, `STATUS_WAITING` or `STATUS_PENDING` when the time ran out.
+/// Returns 0, or a positive `Status` code (the status then says `STATUS_INVALID`). The batch
+/// is not freed.
+///
+/// # Safety
+/// `status` is NULL or writable for one `struct transfer_status`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn te_waitBatch(
+    engine: TransferEngineT,
+    batch_id: BatchIdT,
+    timeout_us: u64,
+    status: *mut TransferStatusC,
+) -> c_int {
+    guard("te_waitBatch", STATUS_INVALID_ARGUMENT, || {
+        if status.is_null() {
+            return STATUS_INVALID_ARGUMENT;
+        }
+        let timeout = std::time::Duration::from_micros(timeout_us);
+        let got = registry::get(engine).and_then(|e| e.wait_batch_status(batch_id, timeout));
+        let (out, code) = c_status(got);
+        // SAFETY: non-NULL and writable for one struct (the caller's contract).
+        unsafe { status.write(out) };
+        code
+    })
+}
+
+/// A status for C, and the call's return code.
+fn c_status(got: Result<te_core::TransferStatus, FacadeError>) -> (TransferStatusC, c_int) {
+    match got {
+        Ok(s) => (
+            TransferStatusC {
+                status: crate::types::status_number(s.state),
+                transferred_bytes: s.transferred_bytes,
+            },
+            0,
+        ),
+        Err(e) => (
+            TransferStatusC {
+                status: STATUS_INVALID,
+                transferred_bytes: 0,
+            },
+            e.status_code(),
+        ),
+    }
 }
 
 /// Frees batch `batch_id`: 0, or a positive `Status` code (4 while tasks still move).

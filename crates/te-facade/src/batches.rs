@@ -6,6 +6,7 @@
 //!
 //! Not here: C types, pointers and strings (te-capi converts them and catches panics).
 
+use std::time::Duration;
 use te_core::{BatchId, Notification, Opcode, TransferRequest, TransferStatus};
 
 use crate::engine::MooncakeEngine;
@@ -225,6 +226,24 @@ impl MooncakeEngine {
             .live()?
             .engine()
             .task_status(BatchId::from_raw(id), task)?)
+    }
+
+    /// Waits up to `timeout` for every task of batch `id` to end, sleeping (never spinning),
+    /// and returns the batch's status: terminal when it ended, WAITING or PENDING when the time
+    /// ran out first. The batch is not freed (te's C extension `te_waitBatch`; Mooncake's C API
+    /// has only per-task polling).
+    ///
+    /// # Errors
+    /// An unknown or freed batch.
+    pub fn wait_batch_status(&self, id: u64, timeout: Duration) -> Result<TransferStatus> {
+        let live = self.live()?;
+        let engine = live.engine();
+        let batch = BatchId::from_raw(id);
+        match engine.wait(batch, timeout) {
+            Ok(status) => Ok(status),
+            Err(te_core::Error::WaitTimeout(_)) => Ok(engine.batch_status(batch)?),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Frees batch `id` (Mooncake's `freeBatchID`).

@@ -115,6 +115,27 @@ static int local(void) {
           "status of a freed batch");
     printf("local: one batch filled by two submits, four tasks verified\n");
 
+    /* te's extension: a batch waited for asleep, not polled. */
+    fill(src, LEN, 4);
+    batch = allocateBatchID(a, 2);
+    struct transfer_request halves[2] = {
+        {OPCODE_WRITE, src, seg, (uint64_t)(uintptr_t)dst, LEN / 2},
+        {OPCODE_WRITE, src + LEN / 2, seg, (uint64_t)(uintptr_t)(dst + LEN / 2), LEN / 2}};
+    CHECK(submitTransfer(a, batch, halves, 2) == 0, "submit for te_waitBatch");
+    /* No time at all: the batch's state as it stands, moving or already done. */
+    CHECK(te_waitBatch(a, batch, 0, &st) == 0, "te_waitBatch with no time");
+    CHECK(st.status == STATUS_WAITING || st.status == STATUS_PENDING ||
+              st.status == STATUS_COMPLETED,
+          "te_waitBatch with no time gave %d", st.status);
+    CHECK(te_waitBatch(a, batch, 60u * 1000 * 1000, &st) == 0, "te_waitBatch");
+    CHECK(st.status == STATUS_COMPLETED && st.transferred_bytes == LEN,
+          "te_waitBatch: state %d, %llu bytes", st.status, (unsigned long long)st.transferred_bytes);
+    CHECK(same(dst, LEN, 4), "bytes differ after te_waitBatch");
+    CHECK(freeBatchID(a, batch) == 0, "free after te_waitBatch");
+    CHECK(te_waitBatch(a, batch, 1000, &st) > 0 && st.status == STATUS_INVALID,
+          "te_waitBatch on a freed batch");
+    printf("local: te_waitBatch slept until a batch of two completed, bytes verified\n");
+
     notify_msg_t note = {"prefill-0", "kv-ready"};
     CHECK(run(a, OPCODE_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 4096, &note) == STATUS_COMPLETED,
           "write with notify");
@@ -175,6 +196,8 @@ static int bad(void) {
         CHECK(freeBatchID(h, 1) > 0, "free on handle %d", i);
         struct transfer_status st;
         CHECK(getTransferStatus(h, 1, 0, &st) > 0, "status on handle %d", i);
+        CHECK(te_waitBatch(h, 1, 0, &st) > 0 && st.status == STATUS_INVALID,
+              "te_waitBatch on handle %d", i);
         int n = 5;
         CHECK(getNotifsFromEngine(h, &n) == NULL && n == 0, "notifs on handle %d", i);
         destroyTransferEngine(h); /* ignored */
@@ -240,6 +263,7 @@ static int bad(void) {
     r.length = UINT64_MAX;
     CHECK(submitTransfer(e, b, &r, 1) != 0, "a length that overflows");
     CHECK(getTransferStatus(e, b, 0, NULL) == 1, "NULL status");
+    CHECK(te_waitBatch(e, b, 0, NULL) == 1, "te_waitBatch with a NULL status");
     struct transfer_status st;
     CHECK(getTransferStatus(e, b, 99, &st) > 0 && st.status == STATUS_INVALID, "no task 99");
     CHECK(getTransferStatus(e, b ^ 0x5a5a0000u, 0, &st) > 0, "a made-up batch");
