@@ -3,8 +3,11 @@
 //!
 //! A [`BatchId`] packs an engine tag, a generation and a slot index, so a stale or foreign
 //! handle is an error, never undefined behaviour. Completions update per-task atomics through
-//! the [`SliceToken`] each slice carries; the batch's lock is only taken when a task finishes
-//! (to wake waiters), never per slice. This module does no I/O and spawns nothing.
+//! the [`SliceToken`] each slice carries; a finishing task takes a lock only when a waiter is
+//! asleep or about to be (to wake it), never per slice. A freed batch that nothing else holds
+//! is emptied and handed out again by a later `allocate` (under a new handle; the old one stays
+//! stale), sparing an allocation and its task list per batch. This module does no I/O and
+//! spawns nothing.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU64, AtomicUsize, Ordering};
@@ -198,13 +201,15 @@ pub(crate) struct BatchShared {
     unfinished: AtomicUsize,
     any_failed: AtomicBool,
     freed: AtomicBool,
-    finished_tasks: Mutex<u64>,
+    /// Held by a waiter from its last look at the tasks until it sleeps on `finished_cv`, and
+    /// taken by a finishing task before it wakes sleepers: no wake-up falls in between.
+    sleep_lock: Mutex<()>,
     finished_cv: Condvar,
     /// Threads in `wait_task` on this batch: only they need a wake-up per finished task;
     /// `wait` needs one when the last task finishes.
     task_waiters: AtomicUsize,
-    /// Waiters asleep on `finished_cv` (changed under `finished_tasks`): with none, finishing a
-    /// task makes no wake-up system call.
+    /// Waiters about to sleep or asleep on `finished_cv`: with none, finishing a task takes no
+    /// lock and makes no wake-up system call.
     sleepers: AtomicUsize,
     notify: Mutex<Option<PendingNotify>>,
     /// Some task has a deadline: status queries then read the clock to expire it.
@@ -216,12 +221,52 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl BatchShared {
-    /// Adds tasks built by `make` (all or none), counting them unfinished before any is posted.
-    pub(crate) fn add_tasks(
-        self: &Arc<Self>,
-        tasks: Vec<TaskShared>,
-        notify: Option<PendingNotify>,
-    ) -> Result<Vec<Arc<TaskShared>>> {
+    fn new(raw_id: u64, capacity: usize) -> Self {
+        BatchShared {
+            raw_id,
+            capacity,
+            tasks: Mutex::new(Vec::new()),
+            unfinished: AtomicUsize::new(0),
+            any_failed: AtomicBool::new(false),
+            freed: AtomicBool::new(false),
+            sleep_lock: Mutex::new(()),
+            finished_cv: Condvar::new(),
+            task_waiters: AtomicUsize::new(0),
+            sleepers: AtomicUsize::new(0),
+            notify: Mutex::new(None),
+            has_deadlines: AtomicBool::new(false),
+        }
+    }
+
+    /// Empties a freed batch no one else holds, for reuse: drops its tasks (keeping the list's
+    /// room). False when its task list is too large to keep.
+    fn empty_for_reuse(&mut self) -> bool {
+        let tasks = self.tasks.get_mut().unwrap_or_else(|e| e.into_inner());
+        if tasks.capacity() > SPARE_TASKS {
+            return false;
+        }
+        tasks.clear();
+        *self.notify.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        true
+    }
+
+    /// A spare batch as new, under handle `raw_id` with room for `capacity` tasks.
+    fn renew(&mut self, raw_id: u64, capacity: usize) {
+        self.raw_id = raw_id;
+        self.capacity = capacity;
+        *self.unfinished.get_mut() = 0;
+        *self.any_failed.get_mut() = false;
+        *self.freed.get_mut() = false;
+        *self.task_waiters.get_mut() = 0;
+        *self.sleepers.get_mut() = 0;
+        *self.has_deadlines.get_mut() = false;
+    }
+
+    /// Adds `tasks` (all or none), counting them unfinished before any is posted.
+    pub(crate) fn add_tasks<'a, I>(&self, tasks: I, notify: Option<PendingNotify>) -> Result<()>
+    where
+        I: ExactSizeIterator<Item = &'a Arc<TaskShared>> + Clone,
+    {
         let mut list = lock(&self.tasks);
         if self.freed.load(Ordering::Acquire) {
             return Err(Error::InvalidBatch {
@@ -237,15 +282,14 @@ impl BatchShared {
             });
         }
         self.unfinished.fetch_add(tasks.len(), Ordering::AcqRel);
-        if tasks.iter().any(|t| t.deadline.is_some()) {
+        if tasks.clone().any(|t| t.deadline.is_some()) {
             self.has_deadlines.store(true, Ordering::Release);
         }
         if notify.is_some() {
             *lock(&self.notify) = notify;
         }
-        let added: Vec<_> = tasks.into_iter().map(Arc::new).collect();
-        list.extend(added.iter().cloned());
-        Ok(added)
+        list.extend(tasks.cloned());
+        Ok(())
     }
 
     /// Bytes of the batch's tasks not yet moved.
@@ -462,13 +506,14 @@ impl SliceToken {
                 task.failed.store(true, Ordering::Release);
             }
         }
-        let _ = task.state.compare_exchange(
-            TransferState::Waiting as u8,
-            TransferState::Pending as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
         if task.slices_left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            // Some slices are done, not all. (A task's last slice goes straight to its end.)
+            let _ = task.state.compare_exchange(
+                TransferState::Waiting as u8,
+                TransferState::Pending as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
             return None;
         }
         self.finish_task(task)
@@ -500,14 +545,15 @@ impl SliceToken {
         } else {
             None
         };
-        let mut finished = lock(&batch.finished_tasks);
-        *finished += 1;
-        // Read under the lock a waiter checks under: a waiter counted after this sees the task
-        // terminal before it sleeps.
+        // The task's end is published above; a waiter counts itself in `sleepers` before it
+        // looks at the tasks. With a full fence on both sides, either the waiter sees this
+        // task ended, or this sees the waiter (and wakes it, under the lock it holds until it
+        // sleeps).
+        std::sync::atomic::fence(Ordering::SeqCst);
         let wake = (last || batch.task_waiters.load(Ordering::SeqCst) > 0)
             && batch.sleepers.load(Ordering::SeqCst) > 0;
-        drop(finished);
         if wake {
+            drop(lock(&batch.sleep_lock));
             batch.finished_cv.notify_all();
         }
         notify
@@ -528,12 +574,26 @@ struct Slot {
     batch: Option<Arc<BatchShared>>,
 }
 
+/// Freed batches kept for reuse (their allocation and task list), at most this many.
+const SPARE_BATCHES: usize = 16;
+/// A freed batch whose task list grew past this many entries is not kept.
+const SPARE_TASKS: usize = 1024;
+
+#[derive(Default)]
+struct Slots {
+    slots: Vec<Slot>,
+    /// Freed slot indices, oldest first.
+    free: VecDeque<usize>,
+    /// Freed batches nothing else refers to, emptied, ready to be handed out again.
+    spare: Vec<Arc<BatchShared>>,
+}
+
 /// The batches of one engine.
 pub(crate) struct BatchTable {
     clock: Arc<dyn crate::clock::Clock>,
     tag: u16,
     max_batch_size: usize,
-    slots: Mutex<(Vec<Slot>, VecDeque<usize>)>,
+    slots: Mutex<Slots>,
 }
 
 impl BatchTable {
@@ -553,7 +613,7 @@ impl BatchTable {
             clock,
             tag,
             max_batch_size,
-            slots: Mutex::new((Vec::new(), VecDeque::new())),
+            slots: Mutex::new(Slots::default()),
         }
     }
 
@@ -565,10 +625,10 @@ impl BatchTable {
             )));
         }
         let mut guard = lock(&self.slots);
-        let (slots, free) = &mut *guard;
+        let Slots { slots, free, spare } = &mut *guard;
         let index = if free.len() > REUSE_AFTER || slots.len() >= u32::MAX as usize {
             free.pop_front()
-                .ok_or(Error::InvalidArgument("no batch slots left".into()))?
+                .ok_or_else(|| Error::InvalidArgument("no batch slots left".into()))?
         } else {
             slots.push(Slot {
                 generation: 0,
@@ -579,49 +639,43 @@ impl BatchTable {
         let slot = &mut slots[index];
         slot.generation = slot.generation.wrapping_add(1);
         let id = (u64::from(self.tag) << 48) | (u64::from(slot.generation) << 32) | index as u64;
-        slot.batch = Some(Arc::new(BatchShared {
-            raw_id: id,
-            capacity,
-            tasks: Mutex::new(Vec::new()),
-            unfinished: AtomicUsize::new(0),
-            any_failed: AtomicBool::new(false),
-            freed: AtomicBool::new(false),
-            finished_tasks: Mutex::new(0),
-            finished_cv: Condvar::new(),
-            task_waiters: AtomicUsize::new(0),
-            sleepers: AtomicUsize::new(0),
-            notify: Mutex::new(None),
-            has_deadlines: AtomicBool::new(false),
-        }));
+        let reused = spare.pop().and_then(|mut b| {
+            Arc::get_mut(&mut b)?.renew(id, capacity);
+            Some(b)
+        });
+        slot.batch = Some(reused.unwrap_or_else(|| Arc::new(BatchShared::new(id, capacity))));
         Ok(BatchId(id))
     }
 
     pub(crate) fn get(&self, id: BatchId) -> Result<Arc<BatchShared>> {
-        if id.tag() != self.tag {
-            return Err(Error::InvalidBatch {
-                id: id.raw(),
-                reason: "foreign (not allocated by this engine)",
-            });
-        }
         let guard = lock(&self.slots);
-        match guard.0.get(id.index()) {
+        Ok(self.live_slot(&guard.slots, id)?.clone())
+    }
+
+    /// The batch `id` names among `slots`: an error for a foreign, stale or malformed handle.
+    fn live_slot<'a>(&self, slots: &'a [Slot], id: BatchId) -> Result<&'a Arc<BatchShared>> {
+        let invalid = |reason| Error::InvalidBatch {
+            id: id.raw(),
+            reason,
+        };
+        if id.tag() != self.tag {
+            return Err(invalid("foreign (not allocated by this engine)"));
+        }
+        match slots.get(id.index()) {
             Some(Slot {
                 generation,
                 batch: Some(b),
-            }) if *generation == id.generation() => Ok(b.clone()),
-            Some(_) => Err(Error::InvalidBatch {
-                id: id.raw(),
-                reason: "stale (already freed)",
-            }),
-            None => Err(Error::InvalidBatch {
-                id: id.raw(),
-                reason: "malformed",
-            }),
+            }) if *generation == id.generation() => Ok(b),
+            Some(_) => Err(invalid("stale (already freed)")),
+            None => Err(invalid("malformed")),
         }
     }
 
+    /// Frees batch `id` once none of its tasks is in flight, in one hold of the table's lock.
     pub(crate) fn free(&self, id: BatchId) -> Result<()> {
-        let batch = self.get(id)?;
+        let mut guard = lock(&self.slots);
+        let Slots { slots, free, spare } = &mut *guard;
+        let batch = self.live_slot(slots, id)?;
         {
             let _tasks = lock(&batch.tasks);
             if batch.unfinished.load(Ordering::Acquire) > 0 {
@@ -629,18 +683,19 @@ impl BatchTable {
             }
             batch.freed.store(true, Ordering::Release);
         }
-        let mut guard = lock(&self.slots);
-        let (slots, free) = &mut *guard;
-        let slot = &mut slots[id.index()];
-        if slot.generation == id.generation() && slot.batch.take().is_some() {
-            free.push_back(id.index());
-            Ok(())
-        } else {
-            Err(Error::InvalidBatch {
-                id: id.raw(),
-                reason: "stale (already freed)",
-            })
+        // Found above under this hold of the lock: it is there.
+        let Some(mut batch) = slots[id.index()].batch.take() else {
+            return Ok(());
+        };
+        free.push_back(id.index());
+        // Kept only when nothing else holds it (a finished slice's token, a waiter that has
+        // not returned yet): then no one can see it change.
+        if spare.len() < SPARE_BATCHES
+            && Arc::get_mut(&mut batch).is_some_and(|b| b.empty_for_reuse())
+        {
+            spare.push(batch);
         }
+        Ok(())
     }
 
     /// Expires the batch's passed deadlines, reading the clock only if it has any.
@@ -736,21 +791,26 @@ impl BatchTable {
             let wake = batch.expire_deadlines(clock_now).map_or(end, |d| {
                 end.min(now + d.saturating_duration_since(clock_now))
             });
-            let finished = lock(&batch.finished_tasks);
-            // Checked under the lock that finishing tasks take before notifying: no lost wake-up.
-            if done() {
-                return Ok(());
-            }
-            if now >= end {
-                return Err(Error::WaitTimeout(timeout));
-            }
+            let held = lock(&batch.sleep_lock);
+            // Counted before the look at the tasks, fenced as a finishing task is (see
+            // `finish_task`): no lost wake-up.
             batch.sleepers.fetch_add(1, Ordering::SeqCst);
-            let (finished, _) = batch
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let outcome = match (done(), now >= end) {
+                (true, _) => Some(Ok(())),
+                (false, true) => Some(Err(Error::WaitTimeout(timeout))),
+                (false, false) => None,
+            };
+            if let Some(outcome) = outcome {
+                batch.sleepers.fetch_sub(1, Ordering::SeqCst);
+                return outcome;
+            }
+            let (held, _) = batch
                 .finished_cv
-                .wait_timeout(finished, wake.saturating_duration_since(now))
+                .wait_timeout(held, wake.saturating_duration_since(now))
                 .unwrap_or_else(|e| e.into_inner());
             batch.sleepers.fetch_sub(1, Ordering::SeqCst);
-            drop(finished);
+            drop(held);
         }
     }
 

@@ -24,16 +24,16 @@ fn add(
     notify: bool,
 ) -> Vec<Arc<TaskShared>> {
     let batch = table.get(id).unwrap();
-    let tasks = slices
+    let tasks: Vec<Arc<TaskShared>> = slices
         .iter()
         .map(|&n| {
-            TaskShared::new(
+            Arc::new(TaskShared::new(
                 Opcode::Write,
                 n * 10,
                 n,
                 None,
                 regions.pin_local(0x1000, 16).unwrap(),
-            )
+            ))
         })
         .collect();
     let notify = notify.then(|| PendingNotify {
@@ -48,7 +48,8 @@ fn add(
             notify_msg: "m".into(),
         },
     });
-    batch.add_tasks(tasks, notify).unwrap()
+    batch.add_tasks(tasks.iter(), notify).unwrap();
+    tasks
 }
 
 fn token(table: &BatchTable, id: BatchId, task: &Arc<TaskShared>) -> SliceToken {
@@ -98,24 +99,19 @@ fn capacity_is_enforced_across_submits() {
     let id = t.allocate(3).unwrap();
     add(&t, &regions, id, &[1, 1], false);
     let batch = t.get(id).unwrap();
-    let extra = vec![
-        TaskShared::new(
-            Opcode::Read,
-            1,
-            1,
-            None,
-            regions.pin_local(0x1000, 1).unwrap(),
-        ),
-        TaskShared::new(
-            Opcode::Read,
-            1,
-            1,
-            None,
-            regions.pin_local(0x1000, 1).unwrap(),
-        ),
-    ];
+    let extra: Vec<Arc<TaskShared>> = (0..2)
+        .map(|_| {
+            Arc::new(TaskShared::new(
+                Opcode::Read,
+                1,
+                1,
+                None,
+                regions.pin_local(0x1000, 1).unwrap(),
+            ))
+        })
+        .collect();
     assert!(matches!(
-        batch.add_tasks(extra, None),
+        batch.add_tasks(extra.iter(), None),
         Err(Error::TooManyRequests {
             capacity: 3,
             requested: 4
@@ -199,6 +195,89 @@ fn a_failed_slice_fails_its_task_and_withholds_the_notify() {
 }
 
 #[test]
+fn a_freed_batch_is_handed_out_again_as_new() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let old = t.allocate(3).unwrap();
+    let tasks = add(&t, &regions, old, &[1, 1], true);
+    token(&t, old, &tasks[0]).record(10, Err(SliceError::Path("reset".into())));
+    token(&t, old, &tasks[1]).record(10, Ok(()));
+    t.get(old).unwrap().cancel();
+    assert_eq!(t.batch_status(old).unwrap().state, TransferState::Failed);
+    let kept = Arc::as_ptr(&t.get(old).unwrap());
+    t.free(old).unwrap();
+
+    let id = t.allocate(1).unwrap();
+    assert_eq!(
+        Arc::as_ptr(&t.get(id).unwrap()),
+        kept,
+        "the freed batch was reused"
+    );
+    assert!(t.get(old).is_err(), "the old handle stays stale");
+    assert!(
+        matches!(t.task_status(id, 0), Err(Error::InvalidTask { .. })),
+        "no task of the old batch is left"
+    );
+    let batch = t.get(id).unwrap();
+    assert_eq!(batch.raw_id, id.raw());
+    let fresh = add(&t, &regions, id, &[1], false);
+    let extra = [Arc::new(TaskShared::new(
+        Opcode::Read,
+        1,
+        1,
+        None,
+        regions.pin_local(0x1000, 1).unwrap(),
+    ))];
+    assert!(
+        matches!(
+            batch.add_tasks(extra.iter(), None),
+            Err(Error::TooManyRequests {
+                capacity: 1,
+                requested: 2
+            })
+        ),
+        "the new capacity holds"
+    );
+    assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Waiting);
+    assert!(
+        !token(&t, id, &fresh[0]).is_canceled(),
+        "the old cancel is gone"
+    );
+    assert!(
+        token(&t, id, &fresh[0]).record(10, Ok(())).is_none(),
+        "the old batch's notification is gone"
+    );
+    assert_eq!(
+        t.wait(id, Duration::from_secs(1)).unwrap(),
+        TransferStatus {
+            state: TransferState::Completed,
+            transferred_bytes: 10
+        },
+        "the old failure is gone"
+    );
+    t.free(id).unwrap();
+}
+
+#[test]
+fn a_batch_something_still_holds_is_not_reused() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let old = t.allocate(1).unwrap();
+    let tasks = add(&t, &regions, old, &[1], false);
+    // A transport that has reported its slice but not yet dropped the token.
+    let late = token(&t, old, &tasks[0]);
+    late.record(10, Ok(()));
+    t.free(old).unwrap();
+    let id = t.allocate(1).unwrap();
+    assert!(
+        !Arc::ptr_eq(&t.get(id).unwrap(), &late.batch),
+        "a batch a token still holds is not handed out again"
+    );
+    assert_eq!(late.batch.raw_id, old.raw(), "and it is left as it was");
+    assert!(late.batch.freed.load(Ordering::Acquire));
+}
+
+#[test]
 fn cancel_is_seen_by_tokens_and_ends_canceled() {
     let regions = table_with_region();
     let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
@@ -227,14 +306,14 @@ fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
     let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let id = t.allocate(1).unwrap();
     let past = Instant::now() - Duration::from_millis(1);
-    let task = TaskShared::new(
+    let tasks = [Arc::new(TaskShared::new(
         Opcode::Read,
         10,
         1,
         Some(past),
         regions.pin_local(0x1000, 1).unwrap(),
-    );
-    let tasks = t.get(id).unwrap().add_tasks(vec![task], None).unwrap();
+    ))];
+    t.get(id).unwrap().add_tasks(tasks.iter(), None).unwrap();
     assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Waiting);
     let tok = token(&t, id, &tasks[0]);
     assert!(tok.is_canceled(), "status query expired the deadline");

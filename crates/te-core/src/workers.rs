@@ -178,30 +178,34 @@ impl CopyWorkers {
 
     /// Queues slices whose segment owner still runs, and fails the others: for transports that
     /// write straight into a peer's memory (a mapping outlives its owner), so nothing
-    /// "completes" into a process that has exited. Checked once per segment per call, from a
-    /// check at most 10 ms old.
+    /// "completes" into a process that has exited. Each slice is judged from a check at most
+    /// 10 ms old, one check serving neighbouring slices of one segment; a post whose owners all
+    /// run goes on as it came (no list is made).
     pub fn post_live(&self, slices: Vec<SliceOp>) {
-        let mut alive: Vec<(u64, bool)> = Vec::new();
-        let (mut live, mut refused) = (Vec::with_capacity(slices.len()), Vec::new());
-        for op in slices {
+        let mut last: Option<(u64, bool)> = None;
+        let mut alive = |op: &SliceOp| {
             let seg = op.target.id();
-            let owner_alive = match alive.iter().find(|(s, _)| *s == seg) {
-                Some((_, a)) => *a,
-                None => {
+            match last {
+                Some((s, a)) if s == seg => a,
+                _ => {
                     let a = !op.target.same_host()
                         || op.target.owner_alive_within(OWNER_CHECK_AGE) != Some(false);
-                    alive.push((seg, a));
+                    last = Some((seg, a));
                     a
                 }
-            };
-            match owner_alive {
-                true => live.push(op),
-                false => {
-                    let reason = format!("the owner of segment {} has exited", op.target.name());
-                    refused.push((op, SliceError::Path(reason)));
-                }
             }
+        };
+        if slices.iter().all(&mut alive) {
+            return self.post(slices);
         }
+        let (live, dead): (Vec<SliceOp>, Vec<SliceOp>) = slices.into_iter().partition(alive);
+        let refused = dead
+            .into_iter()
+            .map(|op| {
+                let reason = format!("the owner of segment {} has exited", op.target.name());
+                (op, SliceError::Path(reason))
+            })
+            .collect();
         self.refuse(refused);
         self.post(live);
     }

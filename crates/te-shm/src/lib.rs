@@ -36,7 +36,43 @@ const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Worker threads copying slices.
 const WORKERS: usize = 2;
 
-type Mappings = Mutex<HashMap<String, Arc<HostBuffer>>>;
+type Mappings = Mutex<Mapped>;
+
+/// Peers' files mapped here, by path, and the one used last (slices in a row nearly always go
+/// to one file: its path is compared, not hashed).
+#[derive(Default)]
+struct Mapped {
+    by_path: HashMap<String, Arc<HostBuffer>>,
+    last: Option<(String, Arc<HostBuffer>)>,
+}
+
+impl Mapped {
+    /// The mapping of `path` covering at least `len` bytes, if one is open.
+    fn get(&mut self, path: &str, len: u64) -> Option<Arc<HostBuffer>> {
+        let covers = |m: &Arc<HostBuffer>| m.len() as u64 >= len;
+        if let Some((p, m)) = &self.last
+            && p == path
+            && covers(m)
+        {
+            return Some(m.clone());
+        }
+        let m = self.by_path.get(path).filter(|m| covers(m))?.clone();
+        self.last = Some((path.to_string(), m.clone()));
+        Some(m)
+    }
+
+    fn insert(&mut self, path: &str, m: Arc<HostBuffer>) {
+        self.by_path.insert(path.to_string(), m.clone());
+        self.last = Some((path.to_string(), m));
+    }
+
+    fn remove(&mut self, path: &str) {
+        self.by_path.remove(path);
+        if self.last.as_ref().is_some_and(|(p, _)| p == path) {
+            self.last = None;
+        }
+    }
+}
 
 /// The shared-memory transport. Create it, install it (with TCP for other hosts), and allocate
 /// the segment's memory through it.
@@ -69,7 +105,7 @@ impl ShmTransport {
         ShmTransport {
             dir: dir.to_path_buf(),
             allocated: Mutex::new(HashMap::new()),
-            mappings: Arc::new(Mutex::new(HashMap::new())),
+            mappings: Arc::new(Mutex::new(Mapped::default())),
             workers: CopyWorkers::new("shm"),
         }
     }
@@ -124,14 +160,14 @@ fn execute(mappings: &Mappings, op: &SliceOp) -> Result<(), SliceError> {
         })?;
     let mapping = {
         let mut maps = mappings.lock().unwrap_or_else(|e| e.into_inner());
-        match maps.get(path) {
-            Some(m) if m.len() as u64 >= buffer.length => m.clone(),
-            _ => {
+        match maps.get(path, buffer.length) {
+            Some(m) => m,
+            None => {
                 let m = HostBuffer::open_shared(Path::new(path), buffer.length as usize)
                     .map_err(|e| SliceError::Path(format!("segment {}: {e}", desc.name)))?;
                 debug!(path, len = buffer.length, "mapped a peer's shared memory");
                 let m = Arc::new(m);
-                maps.insert(path.to_string(), m.clone());
+                maps.insert(path, m.clone());
                 m
             }
         }

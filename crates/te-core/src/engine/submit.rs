@@ -231,58 +231,47 @@ impl TransferEngine {
                 transport: Arc::as_ptr(&transport) as *const () as usize,
                 opcode: r.opcode as u8,
             };
+            // No slice counted yet: each is counted below as its token is made, before any is
+            // posted.
+            let task = TaskShared::new(r.opcode, r.length, 0, deadline, pin)
+                .with_route(route)
+                .with_transport(transport.clone())
+                .waited(options.caller_waits);
             checked.push(Checked {
                 seg,
                 transport,
-                pin,
-                route,
+                task: Arc::new(task),
                 key,
             });
         }
-        let pieces: Vec<Piece<MergeKey>> = requests
-            .iter()
-            .zip(&checked)
-            .map(|(r, c)| Piece {
-                key: c.key,
-                source: r.source,
-                target: r.target_offset,
-                len: r.length,
-            })
-            .collect();
-        let runs = merge::runs(&pieces, options.merge.unwrap_or(self.config.merge_requests));
-        let mut routes: Vec<(Arc<RemoteSegment>, Arc<dyn Transport>)> =
-            Vec::with_capacity(requests.len());
-        let mut tasks = Vec::with_capacity(requests.len());
-        for (r, c) in requests.iter().zip(checked) {
-            // No slice counted yet: each is counted below as its token is made, before any is
-            // posted.
-            tasks.push(
-                TaskShared::new(r.opcode, r.length, 0, deadline, c.pin)
-                    .with_route(c.route)
-                    .with_transport(c.transport.clone())
-                    .waited(options.caller_waits),
-            );
-            routes.push((c.seg, c.transport));
-        }
-        let added = batch.add_tasks(tasks, notify)?;
+        // Merging needs two requests; one request, or merging off, is a run of one per request
+        // (and costs no allocation).
+        let merging = requests.len() > 1 && options.merge.unwrap_or(self.config.merge_requests);
+        let runs = merging.then(|| {
+            let pieces: Vec<Piece<MergeKey>> = requests
+                .iter()
+                .zip(&checked)
+                .map(|(r, c)| Piece {
+                    key: c.key,
+                    source: r.source,
+                    target: r.target_offset,
+                    len: r.length,
+                })
+                .collect();
+            merge::runs(&pieces, true)
+        });
+        batch.add_tasks(checked.iter().map(|c| &c.task), notify)?;
         // At most one clock read per submit, for the rails' health, and none while every rail
         // is healthy.
         let now = std::cell::OnceCell::new();
         let now = || *now.get_or_init(|| self.core.clock.now());
-        let mut posts: Vec<(Arc<dyn Transport>, Vec<SliceOp>)> = Vec::new();
-        for run in runs.iter() {
+        let mut posts = Posts::default();
+        let mut slice_run = |run: &[usize]| {
             let first = run[0];
             let r = &requests[first];
-            let (seg, transport) = &routes[first];
+            let Checked { seg, transport, .. } = &checked[first];
             let (slice_size, fragment_limit) = sizing(transport, seg);
-            let idx = match posts.iter().position(|(t, _)| Arc::ptr_eq(t, transport)) {
-                Some(i) => i,
-                None => {
-                    posts.push((transport.clone(), Vec::new()));
-                    posts.len() - 1
-                }
-            };
-            let ops = &mut posts[idx].1;
+            let ops = posts.ops_for(transport, requests.len());
             let lens: Vec<u64> = match run.len() {
                 1 => Vec::new(),
                 _ => run.iter().map(|&i| requests[i].length).collect(),
@@ -295,20 +284,20 @@ impl TransferEngine {
             for (seq, s) in plan.enumerate() {
                 let token = match run.len() {
                     1 => {
-                        added[first].count_slice();
-                        SliceToken::new(batch.clone(), added[first].clone(), seq as u64)
+                        checked[first].task.count_slice();
+                        SliceToken::new(batch.clone(), checked[first].task.clone(), seq as u64)
                     }
                     _ => {
                         // Each task counts the slices that carry any of its bytes.
                         let shares = merge::cover(&lens, s.offset, s.len);
                         for &(k, _) in &shares {
-                            added[run[k]].count_slice();
+                            checked[run[k]].task.count_slice();
                         }
                         let riders = shares[1..]
                             .iter()
-                            .map(|&(k, n)| (added[run[k]].clone(), n))
+                            .map(|&(k, n)| (checked[run[k]].task.clone(), n))
                             .collect();
-                        let owner = added[run[shares[0].0]].clone();
+                        let owner = checked[run[shares[0].0]].task.clone();
                         SliceToken::merged(batch.clone(), owner, riders, seq as u64)
                     }
                 };
@@ -328,11 +317,50 @@ impl TransferEngine {
                     token,
                 });
             }
+        };
+        match &runs {
+            Some(runs) => runs.iter().for_each(&mut slice_run),
+            None => (0..requests.len()).for_each(|i| slice_run(std::slice::from_ref(&i))),
         }
-        for (transport, ops) in posts {
+        for (transport, ops) in posts.into_iter() {
             transport.post(ops);
         }
         Ok(())
+    }
+}
+
+/// The slices of one submit, by transport: nearly always one, kept without a list of its own.
+#[derive(Default)]
+struct Posts {
+    first: Option<(Arc<dyn Transport>, Vec<SliceOp>)>,
+    more: Vec<(Arc<dyn Transport>, Vec<SliceOp>)>,
+}
+
+impl Posts {
+    /// The slices going to `transport` so far (room for `hint` made for the first).
+    fn ops_for(&mut self, transport: &Arc<dyn Transport>, hint: usize) -> &mut Vec<SliceOp> {
+        let (t, ops) = self
+            .first
+            .get_or_insert_with(|| (transport.clone(), Vec::with_capacity(hint)));
+        if Arc::ptr_eq(t, transport) {
+            return ops;
+        }
+        let at = match self
+            .more
+            .iter()
+            .position(|(t, _)| Arc::ptr_eq(t, transport))
+        {
+            Some(i) => i,
+            None => {
+                self.more.push((transport.clone(), Vec::new()));
+                self.more.len() - 1
+            }
+        };
+        &mut self.more[at].1
+    }
+
+    fn into_iter(self) -> impl Iterator<Item = (Arc<dyn Transport>, Vec<SliceOp>)> {
+        self.first.into_iter().chain(self.more)
     }
 }
 
@@ -348,11 +376,11 @@ struct MergeKey {
     opcode: u8,
 }
 
-/// A request that passed every check, with what posting it needs.
+/// A request that passed every check, with its task (not yet in the batch) and what posting
+/// it needs.
 struct Checked {
     seg: Arc<RemoteSegment>,
     transport: Arc<dyn Transport>,
-    pin: crate::memory::RegionPin,
-    route: TaskRoute,
+    task: Arc<TaskShared>,
     key: MergeKey,
 }
