@@ -1,0 +1,266 @@
+//! The batch table of one engine: checked handles (tag, generation, slot), allocation and
+//! reuse of freed batches, status, cancellation and waiting. What a batch and its tasks hold,
+//! and how slices report into them, is in the parent module.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{BatchId, BatchShared, STOP_CANCEL, TransferStatus, WAIT_SPIN, WAIT_SPIN_BYTES, lock};
+use crate::error::{Error, Result};
+use crate::transport::SliceError;
+
+/// Reused slot count kept before a freed slot is handed out again (spreads generations).
+const REUSE_AFTER: usize = 1024;
+static NEXT_TAG: AtomicU16 = AtomicU16::new(0);
+
+struct Slot {
+    generation: u16,
+    batch: Option<Arc<BatchShared>>,
+}
+
+/// Freed batches kept for reuse (their allocation and task list), at most this many.
+const SPARE_BATCHES: usize = 16;
+
+#[derive(Default)]
+struct Slots {
+    slots: Vec<Slot>,
+    /// Freed slot indices, oldest first.
+    free: VecDeque<usize>,
+    /// Freed batches nothing else refers to, emptied, ready to be handed out again.
+    spare: Vec<Arc<BatchShared>>,
+}
+
+/// The batches of one engine.
+pub(crate) struct BatchTable {
+    clock: Arc<dyn crate::clock::Clock>,
+    tag: u16,
+    max_batch_size: usize,
+    slots: Mutex<Slots>,
+}
+
+impl BatchTable {
+    pub(crate) fn new(
+        max_batch_size: usize,
+        seed: u16,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> Self {
+        // Odd (never zero) and distinct for 32768 tables in a row: `n | 1` would give two
+        // consecutive tables the same tag, and a foreign handle would pass.
+        let tag = NEXT_TAG
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(seed)
+            .wrapping_mul(2)
+            | 1;
+        BatchTable {
+            clock,
+            tag,
+            max_batch_size,
+            slots: Mutex::new(Slots::default()),
+        }
+    }
+
+    pub(crate) fn allocate(&self, capacity: usize) -> Result<BatchId> {
+        if capacity == 0 || capacity > self.max_batch_size {
+            return Err(Error::InvalidArgument(format!(
+                "batch size {capacity} not in 1..={}",
+                self.max_batch_size
+            )));
+        }
+        let mut guard = lock(&self.slots);
+        let Slots { slots, free, spare } = &mut *guard;
+        let index = if free.len() > REUSE_AFTER || slots.len() >= u32::MAX as usize {
+            free.pop_front()
+                .ok_or_else(|| Error::InvalidArgument("no batch slots left".into()))?
+        } else {
+            slots.push(Slot {
+                generation: 0,
+                batch: None,
+            });
+            slots.len() - 1
+        };
+        let slot = &mut slots[index];
+        slot.generation = slot.generation.wrapping_add(1);
+        let id = (u64::from(self.tag) << 48) | (u64::from(slot.generation) << 32) | index as u64;
+        let reused = spare.pop().and_then(|mut b| {
+            Arc::get_mut(&mut b)?.renew(id, capacity);
+            Some(b)
+        });
+        slot.batch = Some(reused.unwrap_or_else(|| Arc::new(BatchShared::new(id, capacity))));
+        Ok(BatchId(id))
+    }
+
+    pub(crate) fn get(&self, id: BatchId) -> Result<Arc<BatchShared>> {
+        let guard = lock(&self.slots);
+        Ok(self.live_slot(&guard.slots, id)?.clone())
+    }
+
+    /// The batch `id` names among `slots`: an error for a foreign, stale or malformed handle.
+    fn live_slot<'a>(&self, slots: &'a [Slot], id: BatchId) -> Result<&'a Arc<BatchShared>> {
+        let invalid = |reason| Error::InvalidBatch {
+            id: id.raw(),
+            reason,
+        };
+        if id.tag() != self.tag {
+            return Err(invalid("foreign (not allocated by this engine)"));
+        }
+        match slots.get(id.index()) {
+            Some(Slot {
+                generation,
+                batch: Some(b),
+            }) if *generation == id.generation() => Ok(b),
+            Some(_) => Err(invalid("stale (already freed)")),
+            None => Err(invalid("malformed")),
+        }
+    }
+
+    /// Frees batch `id` once none of its tasks is in flight, in one hold of the table's lock.
+    pub(crate) fn free(&self, id: BatchId) -> Result<()> {
+        let mut guard = lock(&self.slots);
+        let Slots { slots, free, spare } = &mut *guard;
+        let batch = self.live_slot(slots, id)?;
+        {
+            let _tasks = lock(&batch.tasks);
+            if batch.unfinished.load(Ordering::Acquire) > 0 {
+                return Err(Error::BatchBusy(id.raw()));
+            }
+            batch.freed.store(true, Ordering::Release);
+        }
+        // Found above under this hold of the lock: it is there.
+        let Some(mut batch) = slots[id.index()].batch.take() else {
+            return Ok(());
+        };
+        free.push_back(id.index());
+        // Kept only when nothing else holds it (a finished slice's token, a waiter that has
+        // not returned yet): then no one can see it change.
+        if spare.len() < SPARE_BATCHES
+            && Arc::get_mut(&mut batch).is_some_and(|b| b.empty_for_reuse())
+        {
+            spare.push(batch);
+        }
+        Ok(())
+    }
+
+    /// Expires the batch's passed deadlines, reading the clock only if it has any.
+    fn expire(&self, batch: &BatchShared) {
+        if batch.has_deadlines.load(Ordering::Acquire) {
+            batch.expire_deadlines(self.clock.now());
+        }
+    }
+
+    pub(crate) fn task_status(&self, id: BatchId, task: usize) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        self.expire(&batch);
+        Ok(batch.task(task)?.status())
+    }
+
+    pub(crate) fn batch_status(&self, id: BatchId) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        self.expire(&batch);
+        Ok(batch.status())
+    }
+
+    pub(crate) fn cancel(&self, id: BatchId) -> Result<()> {
+        self.get(id)?.cancel();
+        Ok(())
+    }
+
+    pub(crate) fn cancel_task(&self, id: BatchId, task: usize) -> Result<()> {
+        self.get(id)?.task(task)?.request_stop(STOP_CANCEL);
+        Ok(())
+    }
+
+    /// Blocks until every task of the batch is terminal, or `timeout` passes.
+    pub(crate) fn wait(&self, id: BatchId, timeout: Duration) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        self.wait_until(&batch, timeout, || {
+            batch.unfinished.load(Ordering::Acquire) == 0
+        })?;
+        Ok(batch.status())
+    }
+
+    /// Blocks until task `task` is terminal, or `timeout` passes.
+    pub(crate) fn wait_task(
+        &self,
+        id: BatchId,
+        task: usize,
+        timeout: Duration,
+    ) -> Result<TransferStatus> {
+        let batch = self.get(id)?;
+        let t = batch.task(task)?;
+        batch.task_waiters.fetch_add(1, Ordering::SeqCst);
+        let waited = self.wait_until(&batch, timeout, || t.state().is_terminal());
+        batch.task_waiters.fetch_sub(1, Ordering::SeqCst);
+        waited?;
+        Ok(t.status())
+    }
+
+    /// Sleeps on the batch's condition variable (woken whenever one of its tasks finishes, and
+    /// at task deadlines) until `done()` holds or `timeout` passes. A short poll comes first
+    /// ([`WAIT_SPIN`]) when little is left to move ([`WAIT_SPIN_BYTES`]): a small transfer on a
+    /// memory transport finishes within it, and a sleep and wake-up would cost more than the
+    /// transfer.
+    fn wait_until(
+        &self,
+        batch: &BatchShared,
+        timeout: Duration,
+        done: impl Fn() -> bool,
+    ) -> Result<()> {
+        // A batch already done costs no clock read (one costs more than the check in a VM).
+        if done() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let end = start + timeout;
+        let spin = match batch.bytes_left() <= WAIT_SPIN_BYTES {
+            true => WAIT_SPIN.min(timeout),
+            false => Duration::ZERO,
+        };
+        let spin_end = start + spin;
+        // The clock is read every 32 polls: in a VM a clock read costs more than a poll.
+        for polls in 0u32.. {
+            if done() {
+                return Ok(());
+            }
+            if polls % 32 == 31 && Instant::now() >= spin_end {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        loop {
+            let now = Instant::now();
+            // Deadlines are on the engine's clock; the sleep is in real time.
+            let clock_now = self.clock.now();
+            let wake = batch.expire_deadlines(clock_now).map_or(end, |d| {
+                end.min(now + d.saturating_duration_since(clock_now))
+            });
+            let held = lock(&batch.sleep_lock);
+            // Counted before the look at the tasks, fenced as a finishing task is (see
+            // `finish_task`): no lost wake-up.
+            batch.sleepers.fetch_add(1, Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let outcome = match (done(), now >= end) {
+                (true, _) => Some(Ok(())),
+                (false, true) => Some(Err(Error::WaitTimeout(timeout))),
+                (false, false) => None,
+            };
+            if let Some(outcome) = outcome {
+                batch.sleepers.fetch_sub(1, Ordering::SeqCst);
+                return outcome;
+            }
+            let (held, _) = batch
+                .finished_cv
+                .wait_timeout(held, wake.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner());
+            batch.sleepers.fetch_sub(1, Ordering::SeqCst);
+            drop(held);
+        }
+    }
+
+    /// The first slice error of a failed task, for diagnostics.
+    pub(crate) fn task_error(&self, id: BatchId, task: usize) -> Result<Option<SliceError>> {
+        let t = self.get(id)?.task(task)?;
+        Ok(lock(&t.error).clone())
+    }
+}
