@@ -128,14 +128,12 @@ pub unsafe extern "C" fn getTransferStatus(
     status: *mut TransferStatusC,
 ) -> c_int {
     guard("getTransferStatus", STATUS_INVALID_ARGUMENT, || {
-        if status.is_null() {
-            return STATUS_INVALID_ARGUMENT;
+        // SAFETY: the caller's contract for `status`.
+        unsafe {
+            report_status(status, || {
+                registry::get(engine).and_then(|e| e.batch_task_status(batch_id, task_id))
+            })
         }
-        let got = registry::get(engine).and_then(|e| e.batch_task_status(batch_id, task_id));
-        let (out, code) = c_status(got);
-        // SAFETY: non-NULL and writable for one struct (the caller's contract).
-        unsafe { status.write(out) };
-        code
     })
 }
 
@@ -155,21 +153,30 @@ pub unsafe extern "C" fn te_waitBatch(
     status: *mut TransferStatusC,
 ) -> c_int {
     guard("te_waitBatch", STATUS_INVALID_ARGUMENT, || {
-        if status.is_null() {
-            return STATUS_INVALID_ARGUMENT;
-        }
         let timeout = std::time::Duration::from_micros(timeout_us);
-        let got = registry::get(engine).and_then(|e| e.wait_batch_status(batch_id, timeout));
-        let (out, code) = c_status(got);
-        // SAFETY: non-NULL and writable for one struct (the caller's contract).
-        unsafe { status.write(out) };
-        code
+        // SAFETY: the caller's contract for `status`.
+        unsafe {
+            report_status(status, || {
+                registry::get(engine).and_then(|e| e.wait_batch_status(batch_id, timeout))
+            })
+        }
     })
 }
 
-/// A status for C, and the call's return code.
-fn c_status(got: Result<te_core::TransferStatus, FacadeError>) -> (TransferStatusC, c_int) {
-    match got {
+/// Writes the status `get` gives (or `STATUS_INVALID`, for its error) to `status`; returns 0
+/// or the error's positive `Status` code. A NULL `status` is `InvalidArgument`, and `get` is
+/// not called.
+///
+/// # Safety
+/// `status` is NULL or writable for one `struct transfer_status`.
+unsafe fn report_status(
+    status: *mut TransferStatusC,
+    get: impl FnOnce() -> Result<te_core::TransferStatus, FacadeError>,
+) -> c_int {
+    if status.is_null() {
+        return STATUS_INVALID_ARGUMENT;
+    }
+    let (out, code) = match get() {
         Ok(s) => (
             TransferStatusC {
                 status: crate::types::status_number(s.state),
@@ -184,7 +191,10 @@ fn c_status(got: Result<te_core::TransferStatus, FacadeError>) -> (TransferStatu
             },
             e.status_code(),
         ),
-    }
+    };
+    // SAFETY: non-NULL and writable for one struct (the caller's contract).
+    unsafe { status.write(out) };
+    code
 }
 
 /// Frees batch `batch_id`: 0, or a positive `Status` code (4 while tasks still move).
