@@ -255,16 +255,14 @@ impl BatchShared {
         true
     }
 
-    /// A spare batch as new, under handle `raw_id` with room for `capacity` tasks.
+    /// A spare batch as new, under handle `raw_id` with room for `capacity` tasks: everything
+    /// as [`new`](Self::new) makes it, but the (empty) task list keeps its room.
     fn renew(&mut self, raw_id: u64, capacity: usize) {
-        self.raw_id = raw_id;
-        self.capacity = capacity;
-        *self.unfinished.get_mut() = 0;
-        *self.any_failed.get_mut() = false;
-        *self.freed.get_mut() = false;
-        *self.task_waiters.get_mut() = 0;
-        *self.sleepers.get_mut() = 0;
-        *self.has_deadlines.get_mut() = false;
+        let tasks = std::mem::take(self.tasks.get_mut().unwrap_or_else(|e| e.into_inner()));
+        *self = BatchShared {
+            tasks: Mutex::new(tasks),
+            ..BatchShared::new(raw_id, capacity)
+        };
     }
 
     /// Adds `tasks` (all or none), counting them unfinished before any is posted.
