@@ -258,9 +258,7 @@ impl LaneCore {
                 match connect(self, home, now) {
                     Ok(c) => st.conn = Some(c),
                     Err(e) => {
-                        self.fail_unreachable(st, &e, done);
-                        st.last_failure = Some(now);
-                        self.unreachable.store(true, Ordering::Release);
+                        self.fail_unreachable(st, &e, now, done);
                         continue;
                     }
                 }
@@ -286,9 +284,7 @@ impl LaneCore {
                     if let Some(c) = st.conn.take() {
                         c.fail_all(home, "connect failed", done);
                     }
-                    self.fail_unreachable(st, &e, done);
-                    st.last_failure = Some(now);
-                    self.unreachable.store(true, Ordering::Release);
+                    self.fail_unreachable(st, &e, now, done);
                     continue;
                 }
             }
@@ -342,8 +338,17 @@ impl LaneCore {
         }
     }
 
-    /// Fails every queued slice after a failed connect (they are retried after a backoff).
-    fn fail_unreachable(&self, st: &mut LaneState, e: &std::io::Error, done: &mut Done) {
+    /// After a connect failed at `now`: fails every queued slice (they are retried after a
+    /// backoff from `now`) and marks the peer's address for resolving again.
+    fn fail_unreachable(
+        &self,
+        st: &mut LaneState,
+        e: &std::io::Error,
+        now: Instant,
+        done: &mut Done,
+    ) {
+        st.last_failure = Some(now);
+        self.unreachable.store(true, Ordering::Release);
         let msg = format!(
             "connecting from {} to {}:{}: {e}",
             self.peer.local_ip, self.peer.host, self.peer.port
