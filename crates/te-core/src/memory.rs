@@ -147,8 +147,8 @@ impl Region {
     pub(crate) fn candidates(
         &self,
         compute: impl FnOnce() -> crate::router::Candidates,
-    ) -> Arc<crate::router::Candidates> {
-        self.route.get_or_init(|| Arc::new(compute())).clone()
+    ) -> &Arc<crate::router::Candidates> {
+        self.route.get_or_init(|| Arc::new(compute()))
     }
 
     /// Start address.
@@ -320,9 +320,12 @@ impl RegionTable {
     /// [`Error::AddressNotRegistered`] when no single region holds the range.
     pub fn pin_local(&self, addr: u64, len: u64) -> Result<RegionPin> {
         let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
-        Self::find(&map, addr, len)
-            .map(Self::pin_of)
-            .ok_or(Error::AddressNotRegistered { addr, len })
+        // A match, not `ok_or`: the error is built (and dropped) only when it is returned, and
+        // this runs once per request.
+        match Self::find(&map, addr, len) {
+            Some(region) => Ok(Self::pin_of(region)),
+            None => Err(Error::AddressNotRegistered { addr, len }),
+        }
     }
 
     /// Pins the region holding `[addr, addr+len)` for a remote peer's `op`, checking the permission.

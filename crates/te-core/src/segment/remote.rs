@@ -11,6 +11,11 @@ use crate::error::{Error, Result};
 use crate::memory::Permission;
 use crate::transport::Opcode;
 
+/// In a segment's packed owner check: a check was made.
+const OWNER_CHECKED: u64 = 0b10;
+/// In a segment's packed owner check: the owner was alive.
+const OWNER_ALIVE: u64 = 0b01;
+
 /// A peer's segment, opened and validated.
 #[derive(Debug)]
 pub struct RemoteSegment {
@@ -24,8 +29,10 @@ pub struct RemoteSegment {
     rail_names: Vec<String>,
     /// Set when a transfer suggests the descriptor no longer matches the peer.
     stale: std::sync::atomic::AtomicBool,
-    /// The last owner check: when (coarse clock, ns), and whether it was alive.
-    owner_seen: Mutex<Option<(u64, bool)>>,
+    /// The last owner check, packed (read on every post without a lock): the coarse clock's
+    /// nanoseconds shifted left by two, then [`OWNER_CHECKED`] and [`OWNER_ALIVE`]; 0 before
+    /// the first check.
+    owner_seen: std::sync::atomic::AtomicU64,
     /// Rail candidates per buffer (by index in the descriptor), worked out on first use.
     routes: Box<[std::sync::OnceLock<Arc<crate::router::Candidates>>]>,
     /// When this descriptor was built from what the peer published.
@@ -33,6 +40,9 @@ pub struct RemoteSegment {
     /// Whether it was fetched because a request named a range the previous one did not list,
     /// and listed nothing new.
     for_unknown_range: std::sync::atomic::AtomicBool,
+    /// The owner runs on this host (its `te_host_id` is ours): compared once, here, not on
+    /// every post.
+    same_host: bool,
 }
 
 impl RemoteSegment {
@@ -66,17 +76,19 @@ impl RemoteSegment {
             .iter()
             .map(|_| std::sync::OnceLock::new())
             .collect();
+        let same_host = desc.te_host_id.as_deref() == Some(host_id());
         RemoteSegment {
             id,
             host,
             rpc_port,
+            same_host,
             routes,
             desc,
             secret,
             spans,
             rail_names,
             stale: std::sync::atomic::AtomicBool::new(false),
-            owner_seen: Mutex::new(None),
+            owner_seen: std::sync::atomic::AtomicU64::new(0),
             fetched: std::time::Instant::now(),
             for_unknown_range: std::sync::atomic::AtomicBool::new(false),
         }
@@ -123,25 +135,38 @@ impl RemoteSegment {
     /// there is one (reading `/proc` costs microseconds; a transport asks on every post). An
     /// exit stays seen.
     pub fn owner_alive_within(&self, max_age: std::time::Duration) -> Option<bool> {
+        use std::sync::atomic::Ordering;
         self.desc.te_owner.as_ref()?;
-        let mut seen = self.owner_seen.lock().unwrap_or_else(|e| e.into_inner());
         // The coarse clock: this runs on every post, and an age off by a tick does not matter.
         let now = crate::sys::coarse_monotonic_ns();
         let max_age = u64::try_from(max_age.as_nanos()).unwrap_or(u64::MAX);
-        match *seen {
-            Some((_, false)) => Some(false),
-            Some((at, alive)) if now.saturating_sub(at) <= max_age => Some(alive),
-            _ => {
-                let alive = self.owner_alive()?;
-                *seen = Some((now, alive));
-                Some(alive)
+        let seen = self.owner_seen.load(Ordering::Acquire);
+        if seen & OWNER_CHECKED != 0 {
+            if seen & OWNER_ALIVE == 0 {
+                return Some(false);
+            }
+            if now.saturating_sub(seen >> 2) <= max_age {
+                return Some(true);
             }
         }
+        let alive = self.owner_alive()?;
+        let packed = (now << 2) | OWNER_CHECKED | (u64::from(alive) * OWNER_ALIVE);
+        // A check never overwrites one that found the owner gone (two threads may check at
+        // once).
+        let kept =
+            self.owner_seen
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                    match old & (OWNER_CHECKED | OWNER_ALIVE) == OWNER_CHECKED {
+                        true => None,
+                        false => Some(packed),
+                    }
+                });
+        Some(alive && kept.is_ok())
     }
 
     /// Whether the segment's owner runs on this host (same boot and shared-memory mount).
     pub fn same_host(&self) -> bool {
-        self.desc.te_host_id.as_deref() == Some(host_id())
+        self.same_host
     }
 
     /// Whether [`mark_stale`](Self::mark_stale) was called.
@@ -220,16 +245,14 @@ impl RemoteSegment {
 
     /// The rail candidates for buffer `index` (its location in the segment's priority matrix,
     /// among the rails it serves), worked out once per descriptor.
-    pub(crate) fn candidates(&self, index: usize) -> Arc<crate::router::Candidates> {
-        self.routes[index]
-            .get_or_init(|| {
-                Arc::new(crate::router::Candidates::for_location(
-                    self.desc.priority_matrix.as_ref(),
-                    &self.desc.buffers[index].name,
-                    &self.rail_names,
-                ))
-            })
-            .clone()
+    pub(crate) fn candidates(&self, index: usize) -> &Arc<crate::router::Candidates> {
+        self.routes[index].get_or_init(|| {
+            Arc::new(crate::router::Candidates::for_location(
+                self.desc.priority_matrix.as_ref(),
+                &self.desc.buffers[index].name,
+                &self.rail_names,
+            ))
+        })
     }
 }
 
@@ -292,5 +315,47 @@ impl SegmentCache {
         let seg = inner.by_id.remove(&id)?;
         inner.by_name.remove(seg.name());
         Some(seg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn owned_by(owner: Option<String>) -> RemoteSegment {
+        let mut desc = SegmentDesc::from_json(
+            br#"{"name":"h:1","protocol":"tcp","tcp_data_port":9,"buffers":[]}"#,
+        )
+        .unwrap();
+        desc.te_owner = owner;
+        RemoteSegment::new(1, "h".into(), 1, desc)
+    }
+
+    #[test]
+    fn an_owner_check_is_kept_for_its_age_and_an_exit_stays_seen() {
+        const HOUR: Duration = Duration::from_secs(3600);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let seg = owned_by(process_identity(child.id()));
+        assert_eq!(seg.owner_alive_within(HOUR), Some(true));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(seg.owner_alive(), Some(false));
+        // The check made above is young enough: it answers without looking again.
+        assert_eq!(seg.owner_alive_within(HOUR), Some(true));
+        // Looked at again (once the coarse clock has moved on), the exit is seen, and stays
+        // seen however young the check may be.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(seg.owner_alive_within(Duration::ZERO), Some(false));
+        assert_eq!(seg.owner_alive_within(HOUR), Some(false));
+    }
+
+    #[test]
+    fn a_segment_without_an_owner_has_no_answer() {
+        assert_eq!(owned_by(None).owner_alive_within(Duration::ZERO), None);
     }
 }
