@@ -157,7 +157,7 @@ impl CompletionSink for Core {
                     debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
                     slice.token.next_attempt();
                     self.reroute(&mut slice);
-                    t.post(vec![slice]);
+                    t.post_one(slice);
                     return;
                 }
                 Err(e)

@@ -45,6 +45,7 @@ pub mod router;
 pub mod segment;
 pub mod signals;
 pub mod slicer;
+mod small_list;
 pub mod sys;
 #[cfg(feature = "testing")]
 pub mod testing;

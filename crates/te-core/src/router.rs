@@ -21,6 +21,14 @@ pub struct Candidates {
 }
 
 impl Candidates {
+    /// The one rail of a side with a single candidate (no choice to make, nothing to retry on).
+    pub fn single(&self) -> Option<u16> {
+        match (self.preferred.as_slice(), self.other.is_empty()) {
+            ([only], true) => Some(*only),
+            _ => None,
+        }
+    }
+
     /// The candidates for `location` among `rails`. Names the matrix lists but the side does not
     /// serve are skipped; with no matrix, no entry, or nothing left, every rail is preferred.
     pub fn for_location(matrix: Option<&PriorityMatrix>, location: &str, rails: &[String]) -> Self {
@@ -70,6 +78,44 @@ impl TaskRoute {
             attempt,
             usable,
         )
+    }
+}
+
+/// Where a task's slices go: a fixed pair when each side has one rail (no choice to make, so
+/// no shared candidate lists to hold or stripe to count), else a route striped per slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskRails {
+    /// The one (local, remote) pair: every slice and every retry goes over it.
+    Fixed(u16, u16),
+    /// Chosen per slice and attempt among the candidates.
+    Striped(TaskRoute),
+}
+
+impl TaskRails {
+    /// The rails of a task from `local` to `remote` candidates; `salt` (called only when there
+    /// is a choice) says where its stripe starts.
+    pub fn between(
+        local: &Arc<Candidates>,
+        remote: &Arc<Candidates>,
+        salt: impl FnOnce() -> u64,
+    ) -> Self {
+        match (local.single(), remote.single()) {
+            (Some(l), Some(r)) => TaskRails::Fixed(l, r),
+            _ => TaskRails::Striped(TaskRoute {
+                local: local.clone(),
+                remote: remote.clone(),
+                salt: salt(),
+            }),
+        }
+    }
+
+    /// The rail of slice `seq` on attempt `attempt` (see [`choose`]; a fixed pair is what
+    /// `choose` gives for single candidates, usable or not).
+    pub fn choose(&self, seq: u64, attempt: u32, usable: impl Fn(u16, u16) -> bool) -> (u16, u16) {
+        match self {
+            TaskRails::Fixed(l, r) => (*l, *r),
+            TaskRails::Striped(route) => route.choose(seq, attempt, usable),
+        }
     }
 }
 
@@ -210,5 +256,40 @@ mod tests {
             let (a, b) = choose(&l, &r, seq, 0, |a, _| a != 1);
             assert!(a != 1 && b == 0);
         }
+    }
+
+    #[test]
+    fn single_rails_on_both_sides_make_a_fixed_pair_that_choose_agrees_with() {
+        let one = |rail: u16| {
+            Arc::new(Candidates {
+                preferred: vec![rail],
+                other: Vec::new(),
+            })
+        };
+        let (local, remote) = (one(2), one(5));
+        let mut salted = false;
+        let rails = TaskRails::between(&local, &remote, || {
+            salted = true;
+            7
+        });
+        assert_eq!(rails, TaskRails::Fixed(2, 5));
+        assert!(!salted, "no stripe is counted when there is no choice");
+        for (seq, attempt) in [(0, 0), (3, 1), (9, 4)] {
+            for usable in [true, false] {
+                let expected = choose(&local, &remote, seq, attempt, |_, _| usable);
+                assert_eq!(rails.choose(seq, attempt, |_, _| usable), expected);
+            }
+        }
+        // A choice on either side stripes.
+        let two = Arc::new(Candidates {
+            preferred: vec![0],
+            other: vec![1],
+        });
+        let striped = TaskRails::between(&two, &remote, || 7);
+        assert!(matches!(
+            striped,
+            TaskRails::Striped(TaskRoute { salt: 7, .. })
+        ));
+        assert_eq!(striped.choose(0, 0, |l, _| l == 1), (1, 5));
     }
 }

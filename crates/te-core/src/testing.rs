@@ -42,10 +42,12 @@ impl Transport for InstantTransport {
     }
 
     fn post(&self, slices: Vec<SliceOp>) {
+        slices.into_iter().for_each(|s| self.post_one(s));
+    }
+
+    fn post_one(&self, slice: SliceOp) {
         if let Some(sink) = self.sink.get() {
-            for s in slices {
-                sink.complete(s, Ok(()));
-            }
+            sink.complete(slice, Ok(()));
         }
     }
 }

@@ -278,6 +278,13 @@ pub trait Transport: Send + Sync {
     /// Queues slices for execution and returns at once; outcomes go to the sink.
     fn post(&self, slices: Vec<SliceOp>);
 
+    /// As [`post`](Self::post) for a submit that made a single slice (most small transfers):
+    /// a transport that can take it without a list (a memory copy on the posting thread)
+    /// overrides this; by default it is posted as a list of one.
+    fn post_one(&self, slice: SliceOp) {
+        self.post(vec![slice]);
+    }
+
     /// Whether this transport can reach `buffer` of `target` by a path better than the
     /// segment's own protocol (te-shm: the owner is on this host and the buffer is shared
     /// memory; te-cxl: the buffer is on a CXL device mapped here too). The engine prefers a

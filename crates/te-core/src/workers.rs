@@ -6,12 +6,14 @@
 //! whoever waits for it (in a VM, waking an idle CPU costs tens of microseconds: one 1 MiB
 //! task per batch moved half as fast through a worker, 64 KiB x 16 too). Larger posts are dealt
 //! across the workers, so a large transfer copies on several cores and `submit` returns at
-//! once.
+//! once. A submit that made one slice hands it over alone ([`CopyWorkers::post_one`]), with no
+//! list made for it.
 //!
 //! A worker that runs out of slices polls for a short while (`SPIN`) before it sleeps, so a
 //! slice posted right after another is picked up without a wake-up; a quiet transport costs no
 //! CPU. The copy itself is the transport's executor; this module moves no bytes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -37,6 +39,9 @@ pub type Executor = dyn Fn(&SliceOp) -> std::result::Result<(), SliceError> + Se
 pub struct CopyWorkers {
     name: &'static str,
     queues: Mutex<Option<Vec<Sender<SliceOp>>>>,
+    /// Started and not shut down (what `queues` holding senders says, read without its lock
+    /// by posts copied on the posting thread).
+    running: AtomicBool,
     sink: OnceLock<Arc<dyn CompletionSink>>,
     exec: OnceLock<Arc<Executor>>,
 }
@@ -72,6 +77,7 @@ impl CopyWorkers {
         CopyWorkers {
             name,
             queues: Mutex::new(None),
+            running: AtomicBool::new(false),
             sink: OnceLock::new(),
             exec: OnceLock::new(),
         }
@@ -106,17 +112,14 @@ impl CopyWorkers {
                 .name(format!("te-{}-{i}", self.name))
                 .spawn(move || {
                     while let Some(op) = next(&rx, spin) {
-                        let outcome = match op.is_canceled() {
-                            true => Err(SliceError::Canceled),
-                            false => exec(&op),
-                        };
-                        sink.complete(op, outcome);
+                        CopyWorkers::run(&exec, &sink, op);
                     }
                 })
                 .map_err(|e| fail(format!("spawning a worker: {e}")))?;
             queues.push(tx);
         }
         *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = Some(queues);
+        self.running.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -158,22 +161,60 @@ impl CopyWorkers {
     /// workers are not running (not yet started, or shut down). No lock is held while the
     /// sink runs: the engine may post a retry straight back.
     fn copy_here(&self, slices: Vec<SliceOp>) -> Option<Vec<SliceOp>> {
-        let running = self
-            .queues
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some();
-        let (Some(exec), Some(sink), true) = (self.exec.get(), self.sink.get(), running) else {
+        let (Some(exec), Some(sink)) = (self.ready(), self.sink.get()) else {
             return Some(slices);
         };
         for op in slices {
-            let outcome = match op.is_canceled() {
-                true => Err(SliceError::Canceled),
-                false => exec(&op),
-            };
-            sink.complete(op, outcome);
+            Self::run(exec, sink, op);
         }
         None
+    }
+
+    /// The executor, while the workers run.
+    fn ready(&self) -> Option<&Arc<Executor>> {
+        match self.running.load(Ordering::Acquire) {
+            true => self.exec.get(),
+            false => None,
+        }
+    }
+
+    /// Executes one slice (unless it was canceled) and reports it.
+    fn run(exec: &Arc<Executor>, sink: &Arc<dyn CompletionSink>, op: SliceOp) {
+        let outcome = match op.is_canceled() {
+            true => Err(SliceError::Canceled),
+            false => exec(&op),
+        };
+        sink.complete(op, outcome);
+    }
+
+    /// As [`post`](Self::post) for a single slice, without making a list of it when it is
+    /// copied here.
+    pub fn post_one(&self, op: SliceOp) {
+        if op.len <= INLINE_BYTES
+            && let (Some(exec), Some(sink)) = (self.ready(), self.sink.get())
+        {
+            return Self::run(exec, sink, op);
+        }
+        self.post(vec![op]);
+    }
+
+    /// As [`post_live`](Self::post_live) for a single slice.
+    pub fn post_live_one(&self, op: SliceOp) {
+        match Self::owner_runs(&op) {
+            true => self.post_one(op),
+            false => self.refuse(vec![Self::owner_gone(op)]),
+        }
+    }
+
+    /// Whether the owner of the slice's segment still runs (as far as a check at most
+    /// `OWNER_CHECK_AGE` old says); always true for a segment on another host.
+    fn owner_runs(op: &SliceOp) -> bool {
+        !op.target.same_host() || op.target.owner_alive_within(OWNER_CHECK_AGE) != Some(false)
+    }
+
+    fn owner_gone(op: SliceOp) -> (SliceOp, SliceError) {
+        let reason = format!("the owner of segment {} has exited", op.target.name());
+        (op, SliceError::Path(reason))
     }
 
     /// Queues slices whose segment owner still runs, and fails the others: for transports that
@@ -188,8 +229,7 @@ impl CopyWorkers {
             match last {
                 Some((s, a)) if s == seg => a,
                 _ => {
-                    let a = !op.target.same_host()
-                        || op.target.owner_alive_within(OWNER_CHECK_AGE) != Some(false);
+                    let a = Self::owner_runs(op);
                     last = Some((seg, a));
                     a
                 }
@@ -199,14 +239,7 @@ impl CopyWorkers {
             return self.post(slices);
         }
         let (live, dead): (Vec<SliceOp>, Vec<SliceOp>) = slices.into_iter().partition(alive);
-        let refused = dead
-            .into_iter()
-            .map(|op| {
-                let reason = format!("the owner of segment {} has exited", op.target.name());
-                (op, SliceError::Path(reason))
-            })
-            .collect();
-        self.refuse(refused);
+        self.refuse(dead.into_iter().map(Self::owner_gone).collect());
         self.post(live);
     }
 
@@ -222,6 +255,7 @@ impl CopyWorkers {
 
     /// Takes no more slices; queued ones are still executed and reported.
     pub fn shutdown(&self) {
+        self.running.store(false, Ordering::Release);
         self.queues.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 }

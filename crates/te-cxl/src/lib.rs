@@ -157,6 +157,10 @@ impl Transport for CxlTransport {
         self.workers.post_live(slices);
     }
 
+    fn post_one(&self, slice: SliceOp) {
+        self.workers.post_live_one(slice);
+    }
+
     fn shutdown(&self) {
         self.workers.shutdown();
     }

@@ -243,6 +243,10 @@ impl Transport for ShmTransport {
         self.workers.post_live(slices);
     }
 
+    fn post_one(&self, slice: SliceOp) {
+        self.workers.post_live_one(slice);
+    }
+
     fn close_segment(&self, segment: &RemoteSegment) {
         let mut maps = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
         for b in &segment.desc().buffers {

@@ -116,13 +116,14 @@ pub(crate) struct TaskShared {
     deadline: Option<Instant>,
     error: Mutex<Option<SliceError>>,
     pin: Mutex<Option<RegionPin>>,
-    route: Option<crate::router::TaskRoute>,
+    route: Option<crate::router::TaskRails>,
     transport: Option<Arc<dyn crate::transport::Transport>>,
     /// The submitting thread waits for this task right after submitting it.
     caller_waits: bool,
 }
 
 impl TaskShared {
+    #[inline]
     pub(crate) fn new(
         opcode: Opcode,
         len: u64,
@@ -155,12 +156,14 @@ impl TaskShared {
     }
 
     /// Marks the task as one its submitter waits for at once ([`SliceToken::caller_waits`]).
+    #[inline]
     pub(crate) fn waited(mut self, caller_waits: bool) -> Self {
         self.caller_waits = caller_waits;
         self
     }
 
     /// Attaches the transport the task's slices go to (retries go there too).
+    #[inline]
     pub(crate) fn with_transport(
         mut self,
         transport: Arc<dyn crate::transport::Transport>,
@@ -170,7 +173,8 @@ impl TaskShared {
     }
 
     /// Attaches the task's rail candidates.
-    pub(crate) fn with_route(mut self, route: crate::router::TaskRoute) -> Self {
+    #[inline]
+    pub(crate) fn with_route(mut self, route: crate::router::TaskRails) -> Self {
         self.route = Some(route);
         self
     }
@@ -217,6 +221,9 @@ pub(crate) struct BatchShared {
     /// lock and makes no wake-up system call.
     sleepers: AtomicUsize,
     notify: Mutex<Option<PendingNotify>>,
+    /// A notification was handed to `add_tasks`: only then does the task that finishes the
+    /// batch look at `notify` (and take its lock).
+    has_notify: AtomicBool,
     /// Some task has a deadline: status queries then read the clock to expire it.
     has_deadlines: AtomicBool,
 }
@@ -239,6 +246,7 @@ impl BatchShared {
             task_waiters: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
             notify: Mutex::new(None),
+            has_notify: AtomicBool::new(false),
             has_deadlines: AtomicBool::new(false),
         }
     }
@@ -290,6 +298,7 @@ impl BatchShared {
         }
         if notify.is_some() {
             *lock(&self.notify) = notify;
+            self.has_notify.store(true, Ordering::Release);
         }
         list.extend(tasks.cloned());
         Ok(())
@@ -305,13 +314,14 @@ impl BatchShared {
     }
 
     fn task(&self, index: usize) -> Result<Arc<TaskShared>> {
-        lock(&self.tasks)
-            .get(index)
-            .cloned()
-            .ok_or(Error::InvalidTask {
+        // A match, not `ok_or`: the error is built only when it is returned (this runs per call).
+        match lock(&self.tasks).get(index) {
+            Some(task) => Ok(task.clone()),
+            None => Err(Error::InvalidTask {
                 batch: self.raw_id,
                 task: index,
-            })
+            }),
+        }
     }
 
     fn expire_deadlines(&self, now: Instant) -> Option<Instant> {
@@ -436,7 +446,7 @@ impl SliceToken {
         self.seq
     }
 
-    pub(crate) fn route(&self) -> Option<&crate::router::TaskRoute> {
+    pub(crate) fn route(&self) -> Option<&crate::router::TaskRails> {
         self.task.route.as_ref()
     }
 
@@ -543,7 +553,10 @@ impl SliceToken {
         // Publish the terminal state after the pin is released: a waiter that sees it may unregister.
         task.state.store(state as u8, Ordering::Release);
         let last = batch.unfinished.fetch_sub(1, Ordering::AcqRel) == 1;
-        let notify = if last && !batch.any_failed.load(Ordering::Acquire) {
+        let notify = if last
+            && batch.has_notify.load(Ordering::Acquire)
+            && !batch.any_failed.load(Ordering::Acquire)
+        {
             lock(&batch.notify).take()
         } else {
             None

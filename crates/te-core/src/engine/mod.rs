@@ -506,7 +506,12 @@ impl TransferEngine {
     /// # Errors
     /// [`Error::UnknownSegment`].
     pub fn segment(&self, id: SegmentId) -> Result<Arc<RemoteSegment>> {
-        self.segments.by_id(id).ok_or(Error::UnknownSegment(id))
+        // A match, not `ok_or`: the error is built (and dropped) only when it is returned, and
+        // this runs once per submit.
+        match self.segments.by_id(id) {
+            Some(seg) => Ok(seg),
+            None => Err(Error::UnknownSegment(id)),
+        }
     }
 
     /// Segment `id`'s descriptor as it should be used for `[offset, offset+len)`: fetched
@@ -542,6 +547,35 @@ impl TransferEngine {
         if !unknown_range || !seg.refetch_for_unknown_range(DESCRIPTOR_MIN_AGE) {
             return Ok(seg);
         }
+        self.refetched_for_range(seg)
+    }
+
+    /// As [`covering`](Self::covering), with the index of the buffer holding the range: one
+    /// look-up when the descriptor in hand lists it (as nearly always).
+    ///
+    /// # Errors
+    /// As `covering`, and [`RemoteSegment::buffer_for`]'s.
+    pub(crate) fn covering_buffer(
+        &self,
+        seg: Arc<RemoteSegment>,
+        offset: u64,
+        len: u64,
+        opcode: Opcode,
+    ) -> Result<(Arc<RemoteSegment>, usize)> {
+        match seg.buffer_for(offset, len, opcode) {
+            Err(Error::RemoteAddressNotRegistered { .. })
+                if seg.refetch_for_unknown_range(DESCRIPTOR_MIN_AGE) =>
+            {
+                let fresh = self.refetched_for_range(seg)?;
+                let index = fresh.buffer_for(offset, len, opcode)?;
+                Ok((fresh, index))
+            }
+            found => Ok((seg, found?)),
+        }
+    }
+
+    /// `seg` fetched again for a range it does not list; marked when it lists nothing new.
+    fn refetched_for_range(&self, seg: Arc<RemoteSegment>) -> Result<Arc<RemoteSegment>> {
         let fresh = self.refetch(Arc::clone(&seg))?;
         if fresh.lists_same_memory(&seg) {
             fresh.fetched_for_unknown_range();

@@ -8,9 +8,10 @@ use crate::batch::{BatchId, PendingNotify, SliceToken, TaskShared};
 use crate::error::{Error, Result};
 use crate::merge::{self, Piece};
 use crate::notify::Notification;
-use crate::router::{Candidates, TaskRoute};
+use crate::router::{Candidates, TaskRails};
 use crate::segment::RemoteSegment;
 use crate::slicer;
+use crate::small_list::SmallList;
 use crate::transport::{SliceOp, Transport};
 
 /// How [`TransferEngine::submit_with`] posts its requests.
@@ -78,18 +79,15 @@ impl TransferEngine {
         region: &crate::memory::Region,
         seg: &RemoteSegment,
         buffer: usize,
-    ) -> TaskRoute {
-        TaskRoute {
-            local: region.candidates(|| {
-                Candidates::for_location(
-                    Some(&self.local_matrix),
-                    &region.location().to_string(),
-                    &self.rail_names,
-                )
-            }),
-            remote: seg.candidates(buffer),
-            salt: self.next_salt(),
-        }
+    ) -> TaskRails {
+        let local = region.candidates(|| {
+            Candidates::for_location(
+                Some(&self.local_matrix),
+                &region.location().to_string(),
+                &self.rail_names,
+            )
+        });
+        TaskRails::between(local, seg.candidates(buffer), || self.next_salt())
     }
 
     /// Validates and posts `requests` as new tasks of `batch`; returns once posted.
@@ -194,7 +192,7 @@ impl TransferEngine {
             Some(size) => (size.max(4096), size.max(4096) / 4),
             None => (self.config.slice_size, self.config.fragment_limit),
         };
-        let mut checked: Vec<Checked> = Vec::with_capacity(requests.len());
+        let mut checked: SmallList<Checked> = SmallList::with_capacity(requests.len());
         for r in requests {
             if r.length == 0 {
                 return Err(Error::InvalidArgument("zero-length transfer".into()));
@@ -215,8 +213,7 @@ impl TransferEngine {
                 true => self.refetch(seg)?,
                 false => seg,
             };
-            let seg = self.covering(seg, r.target_offset, r.length, r.opcode)?;
-            let index = seg.buffer_for(r.target_offset, r.length, r.opcode)?;
+            let (seg, index) = self.covering_buffer(seg, r.target_offset, r.length, r.opcode)?;
             let buffer = &seg.desc().buffers[index];
             let transport = match &options.transport {
                 Some(name) => self.forced_transport(name, &seg, buffer)?,
@@ -250,7 +247,7 @@ impl TransferEngine {
         let runs = merging.then(|| {
             let pieces: Vec<Piece<MergeKey>> = requests
                 .iter()
-                .zip(&checked)
+                .zip(checked.iter())
                 .map(|(r, c)| Piece {
                     key: c.key,
                     source: r.source,
@@ -322,26 +319,25 @@ impl TransferEngine {
             Some(runs) => runs.iter().for_each(&mut slice_run),
             None => (0..requests.len()).for_each(|i| slice_run(std::slice::from_ref(&i))),
         }
-        for (transport, ops) in posts.into_iter() {
-            transport.post(ops);
-        }
+        posts.post_all();
         Ok(())
     }
 }
 
-/// The slices of one submit, by transport: nearly always one, kept without a list of its own.
+/// The slices of one submit, by transport: nearly always one transport, kept without a list of
+/// its own, and often one slice, kept without a list either.
 #[derive(Default)]
 struct Posts {
-    first: Option<(Arc<dyn Transport>, Vec<SliceOp>)>,
-    more: Vec<(Arc<dyn Transport>, Vec<SliceOp>)>,
+    first: Option<(Arc<dyn Transport>, SmallList<SliceOp>)>,
+    more: Vec<(Arc<dyn Transport>, SmallList<SliceOp>)>,
 }
 
 impl Posts {
     /// The slices going to `transport` so far (room for `hint` made for the first).
-    fn ops_for(&mut self, transport: &Arc<dyn Transport>, hint: usize) -> &mut Vec<SliceOp> {
+    fn ops_for(&mut self, transport: &Arc<dyn Transport>, hint: usize) -> &mut SmallList<SliceOp> {
         let (t, ops) = self
             .first
-            .get_or_insert_with(|| (transport.clone(), Vec::with_capacity(hint)));
+            .get_or_insert_with(|| (transport.clone(), SmallList::with_capacity(hint)));
         if Arc::ptr_eq(t, transport) {
             return ops;
         }
@@ -352,15 +348,24 @@ impl Posts {
         {
             Some(i) => i,
             None => {
-                self.more.push((transport.clone(), Vec::new()));
+                self.more.push((transport.clone(), SmallList::Empty));
                 self.more.len() - 1
             }
         };
         &mut self.more[at].1
     }
 
-    fn into_iter(self) -> impl Iterator<Item = (Arc<dyn Transport>, Vec<SliceOp>)> {
-        self.first.into_iter().chain(self.more)
+    /// Hands each transport its slices (a lone slice through `post_one`).
+    fn post_all(self) {
+        let post = |(transport, ops): (Arc<dyn Transport>, SmallList<SliceOp>)| match ops {
+            SmallList::Empty => {}
+            SmallList::One(op) => transport.post_one(op),
+            SmallList::Many(ops) => transport.post(ops),
+        };
+        if let Some(first) = self.first {
+            post(first);
+        }
+        self.more.into_iter().for_each(post);
     }
 }
 
