@@ -161,7 +161,7 @@ impl CopyWorkers {
     /// workers are not running (not yet started, or shut down). No lock is held while the
     /// sink runs: the engine may post a retry straight back.
     fn copy_here(&self, slices: Vec<SliceOp>) -> Option<Vec<SliceOp>> {
-        let (Some(exec), Some(sink)) = (self.ready(), self.sink.get()) else {
+        let Some((exec, sink)) = self.here() else {
             return Some(slices);
         };
         for op in slices {
@@ -170,10 +170,11 @@ impl CopyWorkers {
         None
     }
 
-    /// The executor, while the workers run.
-    fn ready(&self) -> Option<&Arc<Executor>> {
+    /// The executor and the sink, while the workers run (what a copy on the posting thread
+    /// needs).
+    fn here(&self) -> Option<(&Arc<Executor>, &Arc<dyn CompletionSink>)> {
         match self.running.load(Ordering::Acquire) {
-            true => self.exec.get(),
+            true => Some((self.exec.get()?, self.sink.get()?)),
             false => None,
         }
     }
@@ -191,7 +192,7 @@ impl CopyWorkers {
     /// copied here.
     pub fn post_one(&self, op: SliceOp) {
         if op.len <= INLINE_BYTES
-            && let (Some(exec), Some(sink)) = (self.ready(), self.sink.get())
+            && let Some((exec, sink)) = self.here()
         {
             return Self::run(exec, sink, op);
         }

@@ -529,58 +529,36 @@ impl TransferEngine {
         len: u64,
         opcode: Opcode,
     ) -> Result<Arc<RemoteSegment>> {
-        self.covering(self.segment(id)?, offset, len, opcode)
+        Ok(self.covering(self.segment(id)?, offset, len, opcode)?.0)
     }
 
-    /// As [`segment_for_range`](Self::segment_for_range), from the descriptor in hand.
+    /// As [`segment_for_range`](Self::segment_for_range), from the descriptor in hand, with
+    /// the range's look-up in the descriptor returned (the index of the buffer holding it, or
+    /// why none does): one look-up when the descriptor in hand lists the range, as nearly
+    /// always.
+    ///
+    /// # Errors
+    /// The fetch's error.
     pub(crate) fn covering(
         &self,
         seg: Arc<RemoteSegment>,
         offset: u64,
         len: u64,
         opcode: Opcode,
-    ) -> Result<Arc<RemoteSegment>> {
-        let unknown_range = matches!(
-            seg.check_access(offset, len, opcode),
-            Err(Error::RemoteAddressNotRegistered { .. })
-        );
-        if !unknown_range || !seg.refetch_for_unknown_range(DESCRIPTOR_MIN_AGE) {
-            return Ok(seg);
-        }
-        self.refetched_for_range(seg)
-    }
-
-    /// As [`covering`](Self::covering), with the index of the buffer holding the range: one
-    /// look-up when the descriptor in hand lists it (as nearly always).
-    ///
-    /// # Errors
-    /// As `covering`, and [`RemoteSegment::buffer_for`]'s.
-    pub(crate) fn covering_buffer(
-        &self,
-        seg: Arc<RemoteSegment>,
-        offset: u64,
-        len: u64,
-        opcode: Opcode,
-    ) -> Result<(Arc<RemoteSegment>, usize)> {
+    ) -> Result<(Arc<RemoteSegment>, Result<usize>)> {
         match seg.buffer_for(offset, len, opcode) {
             Err(Error::RemoteAddressNotRegistered { .. })
                 if seg.refetch_for_unknown_range(DESCRIPTOR_MIN_AGE) =>
             {
-                let fresh = self.refetched_for_range(seg)?;
-                let index = fresh.buffer_for(offset, len, opcode)?;
-                Ok((fresh, index))
+                let fresh = self.refetch(Arc::clone(&seg))?;
+                if fresh.lists_same_memory(&seg) {
+                    fresh.fetched_for_unknown_range();
+                }
+                let found = fresh.buffer_for(offset, len, opcode);
+                Ok((fresh, found))
             }
-            found => Ok((seg, found?)),
+            found => Ok((seg, found)),
         }
-    }
-
-    /// `seg` fetched again for a range it does not list; marked when it lists nothing new.
-    fn refetched_for_range(&self, seg: Arc<RemoteSegment>) -> Result<Arc<RemoteSegment>> {
-        let fresh = self.refetch(Arc::clone(&seg))?;
-        if fresh.lists_same_memory(&seg) {
-            fresh.fetched_for_unknown_range();
-        }
-        Ok(fresh)
     }
 
     /// Allocates a batch that will hold up to `capacity` tasks.

@@ -213,7 +213,8 @@ impl TransferEngine {
                 true => self.refetch(seg)?,
                 false => seg,
             };
-            let (seg, index) = self.covering_buffer(seg, r.target_offset, r.length, r.opcode)?;
+            let (seg, found) = self.covering(seg, r.target_offset, r.length, r.opcode)?;
+            let index = found?;
             let buffer = &seg.desc().buffers[index];
             let transport = match &options.transport {
                 Some(name) => self.forced_transport(name, &seg, buffer)?,
