@@ -16,6 +16,7 @@ use tracing::info;
 
 use crate::capability::{MemoryKind, Move, Scope};
 use crate::config::TentConfig;
+use crate::memo::{PlanMemo, TargetMemo};
 use crate::policy::{Plan, RequestFacts, select};
 use crate::progress::{needs_progress, overall};
 use crate::queue::Dispatcher;
@@ -489,36 +490,57 @@ impl TentEngine {
         memory: &BTreeMap<u64, (u64, MemoryKind)>,
         installed: &[(&'static str, Capabilities)],
         cache: &mut Vec<(RequestFacts, Arc<Plan>)>,
+        memo: &mut PlanMemo,
     ) -> Result<Arc<Plan>> {
         let core = &self.inner.core;
         if r.length == 0 {
             return Err(TentError::InvalidArgument("zero-length request".into()));
         }
-        let from = memory
-            .range(..=r.source)
-            .next_back()
-            .filter(|(start, (len, _))| {
-                r.source
-                    .checked_add(r.length)
-                    .is_some_and(|end| end <= *start + len)
-            })
-            .map(|(_, (_, kind))| *kind)
-            .ok_or(TentError::Engine(te_core::Error::AddressNotRegistered {
-                addr: r.source,
-                len: r.length,
-            }))?;
-        let seg = core.segment_for_range(r.target_id, r.target_offset, r.length, r.opcode)?;
-        let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
-        let (to, scope) = match seg.desc().is_file() {
-            true => (MemoryKind::File, Scope::SameProcess),
-            false => (
-                MemoryKind::of_location(&buffer.name),
-                match (seg.name() == core.segment_name(), seg.same_host()) {
-                    (true, _) => Scope::SameProcess,
-                    (false, true) => Scope::SameHost,
-                    (false, false) => Scope::CrossHost,
-                },
-            ),
+        let end = r.source.checked_add(r.length);
+        let from = match memo.source {
+            Some((start, stop, kind)) if r.source >= start && end.is_some_and(|e| e <= stop) => {
+                kind
+            }
+            _ => {
+                let (start, (len, kind)) = memory
+                    .range(..=r.source)
+                    .next_back()
+                    .filter(|(start, (len, _))| end.is_some_and(|e| e <= *start + len))
+                    .ok_or(TentError::Engine(te_core::Error::AddressNotRegistered {
+                        addr: r.source,
+                        len: r.length,
+                    }))?;
+                memo.source = Some((*start, start + len, *kind));
+                *kind
+            }
+        };
+        let (to, scope) = match memo.target_for(r) {
+            Some(known) => known,
+            None => {
+                let seg =
+                    core.segment_for_range(r.target_id, r.target_offset, r.length, r.opcode)?;
+                let buffer = seg.check_access(r.target_offset, r.length, r.opcode)?;
+                let (to, scope) = match seg.desc().is_file() {
+                    true => (MemoryKind::File, Scope::SameProcess),
+                    false => (
+                        MemoryKind::of_location(&buffer.name),
+                        match (seg.name() == core.segment_name(), seg.same_host()) {
+                            (true, _) => Scope::SameProcess,
+                            (false, true) => Scope::SameHost,
+                            (false, false) => Scope::CrossHost,
+                        },
+                    ),
+                };
+                memo.target = Some(TargetMemo {
+                    id: r.target_id,
+                    opcode: r.opcode,
+                    start: buffer.addr,
+                    end: buffer.addr.saturating_add(buffer.length),
+                    to,
+                    scope,
+                });
+                (to, scope)
+            }
         };
         let facts = RequestFacts {
             movement: Move::new(from, to, scope),
@@ -564,9 +586,10 @@ impl TentEngine {
             let s = &mut *guard;
             // Planned under the lock (no copy of the memory table); nothing is queued unless
             // every request plans.
+            let mut memo = PlanMemo::default();
             let plans = requests
                 .iter()
-                .map(|r| self.plan(r, &s.memory, &s.installed, &mut s.plans))
+                .map(|r| self.plan(r, &s.memory, &s.installed, &mut s.plans, &mut memo))
                 .collect::<Result<Vec<_>>>()?;
             let (b, dispatcher) = s.batch_and_queue(batch)?;
             if b.tasks.len() + requests.len() > b.capacity {
@@ -578,6 +601,7 @@ impl TentEngine {
             if notify.is_some() {
                 b.notify = notify;
             }
+            b.tasks.reserve(requests.len());
             for (r, plan) in requests.iter().zip(plans) {
                 let index = b.tasks.len();
                 dispatcher.push(r.priority, (batch.0, index));

@@ -19,6 +19,7 @@
 pub mod capability;
 pub mod config;
 mod engine;
+mod memo;
 pub mod policy;
 mod progress;
 pub mod queue;

@@ -313,3 +313,53 @@ fn bad_requests_are_refused_whole() {
     );
     assert_eq!(r.tent.task_statuses(batch).unwrap().len(), 0);
 }
+
+#[test]
+fn each_request_of_a_batch_is_checked_against_its_own_buffer_and_opcode() {
+    let r = rig("{}");
+    let read_only = Arc::new(HostBuffer::new(64 * KIB as usize).unwrap());
+    let readable = MemoryOptions {
+        permission: Permission::RemoteRead,
+        ..MemoryOptions::default()
+    };
+    r.tent.register_memory(&read_only, &readable).unwrap();
+    let batch = r.tent.allocate_batch(4).unwrap();
+    let into_read_only = |op| Request::new(op, r.local.addr(), r.seg, read_only.addr(), 4 * KIB);
+    // A WRITE into the writable buffer first, then one into the read-only buffer: the second
+    // is refused, and with it the whole submit.
+    assert!(
+        r.tent
+            .submit(batch, &[r.write(0), into_read_only(Opcode::Write)])
+            .is_err()
+    );
+    // A READ of the read-only buffer is allowed; a WRITE after it, to the same place, is not.
+    assert!(
+        r.tent
+            .submit(
+                batch,
+                &[into_read_only(Opcode::Read), into_read_only(Opcode::Write)]
+            )
+            .is_err()
+    );
+    // A source running past the end of the local region, after one inside it.
+    let past_local = Request::new(
+        Opcode::Write,
+        r.local.addr() + (1 << 20) - 8,
+        r.seg,
+        r.target.addr(),
+        16,
+    );
+    assert!(r.tent.submit(batch, &[r.write(0), past_local]).is_err());
+    assert!(
+        r.slots(&r.a).is_empty() && r.slots(&r.b).is_empty(),
+        "nothing posted"
+    );
+    // All allowed together: a READ of the read-only buffer and WRITEs to the writable one.
+    r.tent
+        .submit(
+            batch,
+            &[r.write(0), into_read_only(Opcode::Read), r.write(1)],
+        )
+        .unwrap();
+    assert_eq!(r.tent.task_statuses(batch).unwrap().len(), 3);
+}
