@@ -42,20 +42,23 @@ fn one(
 /// What te-tent may add per batch over the classic engine, in µs.
 const TENT_ADDED_US: f64 = 0.5;
 
-/// µs per batch of `backend` over the instant transport (`--mode=engine`), one 4 KiB task.
-fn engine_cost(bin: &str, backend: &str, seconds: u64) -> Result<f64, String> {
+/// µs per batch of `backend` over the instant transport (`--mode=engine`), `batch` tasks of
+/// `block` bytes.
+fn engine_cost(
+    bin: &str,
+    backend: &str,
+    seconds: u64,
+    (batch, block): (usize, u64),
+) -> Result<f64, String> {
     let mut cmd = Command::new(bin);
-    cmd.args([
-        "--mode=engine",
-        "--batch_size=1",
-        "--block_size=4096",
-        "--threads=1",
-    ])
-    .arg(format!("--backend={backend}"))
-    .arg(format!("--duration={seconds}"));
+    cmd.args(["--mode=engine", "--threads=1"])
+        .arg(format!("--batch_size={batch}"))
+        .arg(format!("--block_size={block}"))
+        .arg(format!("--backend={backend}"))
+        .arg(format!("--duration={seconds}"));
     let text = run_json(cmd, &format!("engine {backend}"))?;
     let us = json_number(&text, "batch_us").ok_or_else(|| format!("no batch_us in: {text}"))?;
-    eprintln!("  engine cost {backend}: {us:.3} us per batch");
+    eprintln!("  engine cost {backend} {batch} x {block} B: {us:.3} us per batch");
     Ok(us)
 }
 
@@ -125,8 +128,8 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
     // moves), one 4 KiB task per batch, alternating; the paired differences' median.
     let (mut classic, mut tent, mut added) = (vec![], vec![], vec![]);
     for _ in 0..RUNS {
-        let c = engine_cost(&bin, "classic", seconds)?;
-        let t = engine_cost(&bin, "tent", seconds)?;
+        let c = engine_cost(&bin, "classic", seconds, (1, 4096))?;
+        let t = engine_cost(&bin, "tent", seconds, (1, 4096))?;
         classic.push(c);
         tent.push(t);
         added.push(t - c);
@@ -154,6 +157,32 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
             "tent adds {extra:.2} us per batch > {TENT_ADDED_US} us"
         ));
     }
+    // The same at 64 tasks of 64 KiB (the throughput case's batch), for information: what the
+    // runtime adds per task.
+    let (mut classic, mut tent, mut added) = (vec![], vec![], vec![]);
+    for _ in 0..RUNS {
+        let c = engine_cost(&bin, "classic", seconds, (64, 64 << 10))?;
+        let t = engine_cost(&bin, "tent", seconds, (64, 64 << 10))?;
+        classic.push(c);
+        tent.push(t);
+        added.push(t - c);
+    }
+    let (c, t, extra) = (median(classic), median(tent), median(added));
+    crate::report::record(crate::report::Record {
+        bench: "tent",
+        case: "cost per batch, instant transport, 64 x 64 KiB".into(),
+        series: None,
+        te: t,
+        unit: "us",
+        reference: Some(("classic engine".into(), c)),
+        goal: None,
+        met: None,
+        mooncake: None,
+    });
+    println!(
+        "cost per batch (instant transport, 64 x 64 KiB): classic {c:.2} us, tent {t:.2} us, tent adds {extra:.2} us ({:.3} us per task)",
+        extra / 64.0
+    );
     println!("goals: tent throughput >= 95% of classic, tent p99 <= 110% of classic");
     match failed.is_empty() {
         true => Ok(()),
