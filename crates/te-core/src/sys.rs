@@ -1,12 +1,50 @@
 //! The operating-system queries te-core needs, each a thin wrapper over one libc call:
 //! the NUMA node of a page (`move_pages` in query mode), the host page size (`sysconf`) and
 //! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`), the open-file limit
-//! (`getrlimit`/`setrlimit`), and a coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`).
-//! Nothing here decides anything; callers choose.
+//! (`getrlimit`/`setrlimit`), a coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`), and this
+//! process's id kept between calls (`getpid`, forgotten in a forked child through
+//! `pthread_atfork`). Nothing here decides anything; callers choose.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// This process's id as last read, 0 when it must be read again (never read, or forgotten in
+/// a forked child).
+static PROCESS_ID: AtomicU32 = AtomicU32::new(0);
+/// Whether a forked child forgets [`PROCESS_ID`] (the fork handler is registered).
+static FORK_HANDLER: OnceLock<bool> = OnceLock::new();
+
+extern "C" fn forget_process_id() {
+    // Runs in the child right after `fork`, before it returns: an atomic store only.
+    PROCESS_ID.store(0, Ordering::Relaxed);
+}
+
+/// This process's id, without a system call after the first (glibc no longer caches it, and a
+/// `getpid` costs a few hundred nanoseconds in a VM). A child made by `fork` reads it afresh:
+/// a handler registered with `pthread_atfork` forgets the parent's. A child made without
+/// running fork handlers (a raw `clone` system call) would see the parent's id; where the
+/// handler cannot be registered, every call reads the id.
+pub fn process_id() -> u32 {
+    let hooked = *FORK_HANDLER.get_or_init(|| {
+        // SAFETY: registers a child handler that makes one atomic store (async-signal-safe);
+        // no memory is passed.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_process_id)) == 0 }
+    });
+    if !hooked {
+        return std::process::id();
+    }
+    match PROCESS_ID.load(Ordering::Relaxed) {
+        0 => {
+            let id = std::process::id();
+            PROCESS_ID.store(id, Ordering::Relaxed);
+            id
+        }
+        id => id,
+    }
+}
 
 /// The host page size in bytes (4096 where the system does not say).
 pub fn page_size() -> u64 {
@@ -154,6 +192,32 @@ pub fn set_nofile_soft(soft: u64) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_process_id_is_kept_and_a_forked_child_reads_its_own() {
+        let parent = process_id();
+        assert_eq!(parent, std::process::id());
+        assert_eq!(process_id(), parent);
+        // SAFETY: the child calls only `process_id` (atomics and `getpid`) and `_exit`, both
+        // safe after `fork` in a threaded process.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            let own = process_id();
+            let ok = own != parent && own == std::process::id();
+            // SAFETY: leaves the child at once, running no destructors of the parent's state.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: `status` is a valid, writable int; `child` is this process's child.
+        let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+        assert_eq!(waited, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child saw its parent's id"
+        );
+        assert_eq!(process_id(), parent, "the parent keeps its own");
+    }
 
     #[test]
     fn the_coarse_clock_moves_forward_with_time() {

@@ -328,11 +328,17 @@ fn a_forked_child_gets_an_error_not_the_parents_engine() {
     // with `_exit`, running no destructors of the parent's state.
     let pid = unsafe { libc_fork() };
     if pid == 0 {
-        let code = match e.rpc_port() {
-            Err(FacadeError::Forked { .. }) => 0,
-            _ => 1,
-        };
-        drop(e); // must neither hang nor touch the parent's listeners
+        // A panic must end the child with a failure: left to unwind, it would end the child's
+        // only thread, and with it the child, with status 0.
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let code = match e.rpc_port() {
+                Err(FacadeError::Forked { .. }) => 0,
+                _ => 1,
+            };
+            drop(e); // must neither hang nor touch the parent's listeners
+            code
+        }))
+        .unwrap_or(2);
         // SAFETY: ends the child at once.
         unsafe { libc_exit(code) };
     }
@@ -357,6 +363,10 @@ fn wait(pid: i32) -> i32 {
     // SAFETY: `status` is a valid out-pointer for the call.
     let r = unsafe { waitpid(pid, &mut status, 0) };
     assert_eq!(r, pid);
-    // WEXITSTATUS for a normal exit.
-    (status >> 8) & 0xff
+    match status & 0x7f {
+        // A normal exit: WEXITSTATUS.
+        0 => (status >> 8) & 0xff,
+        // Killed by a signal (an abort included): as a shell reports it.
+        signal => 128 + signal,
+    }
 }
