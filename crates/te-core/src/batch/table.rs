@@ -121,8 +121,13 @@ impl BatchTable {
         let Slots { slots, free, spare } = &mut *guard;
         let batch = self.live_slot(slots, id)?;
         {
-            let _tasks = lock(&batch.tasks);
-            if batch.unfinished.load(Ordering::Acquire) > 0 {
+            let tasks = lock(&batch.tasks);
+            // A finishing task publishes its end before it counts itself out of `unfinished`:
+            // a caller that saw every task end (polling task status, as Mooncake's callers
+            // do) may free the batch in between. Busy is a task that has not ended.
+            if batch.unfinished.load(Ordering::Acquire) > 0
+                && !tasks.iter().all(|t| t.state().is_terminal())
+            {
                 return Err(Error::BatchBusy(id.raw()));
             }
             batch.freed.store(true, Ordering::Release);

@@ -57,6 +57,31 @@ fn token(table: &BatchTable, id: BatchId, task: &Arc<TaskShared>) -> SliceToken 
 }
 
 #[test]
+fn a_batch_whose_tasks_all_ended_frees_while_the_last_is_still_counting_itself_out() {
+    let regions = table_with_region();
+    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let id = t.allocate(2).unwrap();
+    let tasks = add(&t, &regions, id, &[1, 1], false);
+    assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
+    // The second task as its finishing thread leaves it between publishing its end and
+    // counting itself out of the batch: ended, pin released, still counted unfinished.
+    lock(&tasks[1].pin).take();
+    tasks[1]
+        .state
+        .store(TransferState::Completed as u8, Ordering::Release);
+    assert_eq!(
+        t.task_status(id, 1).unwrap().state,
+        TransferState::Completed
+    );
+    t.free(id).unwrap();
+    // A task that has not ended keeps its batch busy.
+    let busy = t.allocate(2).unwrap();
+    let more = add(&t, &regions, busy, &[1, 1], false);
+    assert!(token(&t, busy, &more[0]).record(10, Ok(())).is_none());
+    assert!(matches!(t.free(busy), Err(Error::BatchBusy(_))));
+}
+
+#[test]
 fn handles_are_checked() {
     let a = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
     let b = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
