@@ -62,6 +62,20 @@ fn engine_cost(
     Ok(us)
 }
 
+/// Classic and tent alternating [`RUNS`] times at `case` (tasks, bytes each) over the instant
+/// transport: the medians of classic's and tent's µs per batch, and of the paired differences.
+fn paired_costs(bin: &str, seconds: u64, case: (usize, u64)) -> Result<(f64, f64, f64), String> {
+    let (mut classic, mut tent, mut added) = (vec![], vec![], vec![]);
+    for _ in 0..RUNS {
+        let c = engine_cost(bin, "classic", seconds, case)?;
+        let t = engine_cost(bin, "tent", seconds, case)?;
+        classic.push(c);
+        tent.push(t);
+        added.push(t - c);
+    }
+    Ok((median(classic), median(tent), median(added)))
+}
+
 pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
     let seconds = duration_arg(args, "usage: cargo xtask bench tent [--duration SECONDS]")?;
     let bin = build_te_bench()?;
@@ -126,15 +140,7 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
     }
     // The runtime's own cost per batch: both engines over te-core's instant transport (no byte
     // moves), one 4 KiB task per batch, alternating; the paired differences' median.
-    let (mut classic, mut tent, mut added) = (vec![], vec![], vec![]);
-    for _ in 0..RUNS {
-        let c = engine_cost(&bin, "classic", seconds, (1, 4096))?;
-        let t = engine_cost(&bin, "tent", seconds, (1, 4096))?;
-        classic.push(c);
-        tent.push(t);
-        added.push(t - c);
-    }
-    let (c, t, extra) = (median(classic), median(tent), median(added));
+    let (c, t, extra) = paired_costs(&bin, seconds, (1, 4096))?;
     let met = extra <= TENT_ADDED_US;
     crate::report::record(crate::report::Record {
         bench: "tent",
@@ -159,15 +165,7 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
     }
     // The same at 64 tasks of 64 KiB (the throughput case's batch), for information: what the
     // runtime adds per task.
-    let (mut classic, mut tent, mut added) = (vec![], vec![], vec![]);
-    for _ in 0..RUNS {
-        let c = engine_cost(&bin, "classic", seconds, (64, 64 << 10))?;
-        let t = engine_cost(&bin, "tent", seconds, (64, 64 << 10))?;
-        classic.push(c);
-        tent.push(t);
-        added.push(t - c);
-    }
-    let (c, t, extra) = (median(classic), median(tent), median(added));
+    let (c, t, extra) = paired_costs(&bin, seconds, (64, 64 << 10))?;
     crate::report::record(crate::report::Record {
         bench: "tent",
         case: "cost per batch, instant transport, 64 x 64 KiB".into(),
