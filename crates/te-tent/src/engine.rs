@@ -496,12 +496,10 @@ impl TentEngine {
         if r.length == 0 {
             return Err(TentError::InvalidArgument("zero-length request".into()));
         }
-        let end = r.source.checked_add(r.length);
-        let from = match memo.source {
-            Some((start, stop, kind)) if r.source >= start && end.is_some_and(|e| e <= stop) => {
-                kind
-            }
-            _ => {
+        let from = match memo.source_for(r) {
+            Some(kind) => kind,
+            None => {
+                let end = r.source.checked_add(r.length);
                 let (start, (len, kind)) = memory
                     .range(..=r.source)
                     .next_back()

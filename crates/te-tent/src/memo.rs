@@ -33,6 +33,13 @@ pub(crate) struct TargetMemo {
 }
 
 impl PlanMemo {
+    /// The memory kind of `r`'s source, when it lies in the local region last looked up.
+    pub(crate) fn source_for(&self, r: &Request) -> Option<MemoryKind> {
+        let (start, end, kind) = self.source?;
+        let stop = r.source.checked_add(r.length)?;
+        (r.source >= start && stop <= end).then_some(kind)
+    }
+
     /// The memory kind and scope of `r`'s target, when it lies in the buffer last looked up
     /// for the same segment and opcode.
     pub(crate) fn target_for(&self, r: &Request) -> Option<(MemoryKind, Scope)> {
