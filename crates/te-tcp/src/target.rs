@@ -634,6 +634,7 @@ pub(crate) fn start(
     let settings = ServerSettings {
         threads: limits.server_threads,
         max_connections: limits.max_data_connections,
+        deal: te_core::reactor::Deal::RoundRobin,
     };
     Server::start(listener, protocol, settings)
 }

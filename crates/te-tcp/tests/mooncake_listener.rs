@@ -70,6 +70,53 @@ fn pipelined_requests_are_answered_in_order() {
     assert_eq!(mem.to_vec(8192, b.len()).unwrap(), b);
 }
 
+/// Large requests spread their connections over the listener's loops (all start on the first);
+/// a connection moved in the middle of a WRITE's body keeps its request, its pin and its place.
+#[test]
+fn bulk_writes_moved_between_loops_mid_body_land_whole_and_read_back() {
+    let t = target(Duration::from_secs(30));
+    const LEN: usize = 1 << 20;
+    let mem = buffer(4 * LEN);
+    register(&t, &mem, Permission::RemoteReadWrite);
+    let (mut a, mut b) = (connect(&t), connect(&t));
+    let bytes = [pattern(11, LEN), pattern(12, LEN)];
+    let at = [mem.addr(), mem.addr() + 2 * LEN as u64];
+    // Each starts a 1 MiB WRITE and sends half its body: the second to turn bulk on the first
+    // loop is handed to the other loop while its body is half received.
+    for (s, (data, addr)) in [&mut a, &mut b].into_iter().zip(bytes.iter().zip(at)) {
+        s.write_all(&header(Opcode::Write, addr, LEN as u64))
+            .unwrap();
+        s.write_all(&data[..LEN / 2]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (s, data) in [&mut a, &mut b].into_iter().zip(&bytes) {
+        s.write_all(&data[LEN / 2..]).unwrap();
+        assert_eq!(status(s), encode_status(STATUS_OK));
+    }
+    for (i, (data, addr)) in bytes.iter().zip(at).enumerate() {
+        assert_eq!(
+            mem.to_vec((addr - mem.addr()) as usize, LEN).unwrap(),
+            *data,
+            "write {i}"
+        );
+    }
+    // Then each reads the other's bytes back over the same connections, and a small request
+    // after them is served as before.
+    for (s, (data, addr)) in [&mut a, &mut b].into_iter().zip(bytes.iter().zip(at).rev()) {
+        s.write_all(&header(Opcode::Read, addr, LEN as u64))
+            .unwrap();
+        assert_eq!(status(s), encode_status(STATUS_OK));
+        let mut back = vec![0u8; LEN];
+        s.read_exact(&mut back).unwrap();
+        assert!(back == *data, "read back over a moved connection");
+        s.write_all(&header(Opcode::Read, addr, 16)).unwrap();
+        assert_eq!(status(s), encode_status(STATUS_OK));
+        let mut small = [0u8; 16];
+        s.read_exact(&mut small).unwrap();
+        assert_eq!(small[..], data[..16]);
+    }
+}
+
 #[test]
 fn a_stalled_peer_holds_up_nobody_and_is_closed_after_the_stall_timeout() {
     let t = target(Duration::from_secs(2));

@@ -146,6 +146,7 @@ pub fn start_server(
     let settings = ServerSettings {
         threads: limits.control_threads,
         max_connections: limits.max_control_connections,
+        deal: crate::reactor::Deal::RoundRobin,
     };
     Server::start(
         listener,

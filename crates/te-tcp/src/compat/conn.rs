@@ -24,6 +24,9 @@ const TURN: usize = 8 << 20;
 /// segments arriving meanwhile wait in its backlog, which overflows (drops, retransmits) under
 /// megabyte copies; Mooncake's own target reads in 64 KiB pieces too.
 const RECV_PIECE: usize = 64 << 10;
+/// Requests of at least this many bytes make their connection bulk: copying them costs more
+/// than the wake-ups around them, so such connections are worth spreading over the loops.
+pub(super) const BULK: u64 = 256 << 10;
 
 enum Phase {
     /// Reading a request header.
@@ -53,6 +56,8 @@ pub(crate) struct Conn {
     progress: Instant,
     /// The request that sends this connection to a thread of its own (GPU memory).
     pub(super) promoted: Option<Header>,
+    /// Whether its latest request was of at least [`BULK`] bytes.
+    pub(super) bulk: bool,
 }
 
 fn fresh() -> Phase {
@@ -83,6 +88,7 @@ impl Conn {
             phase: fresh(),
             progress: Instant::now(),
             promoted: None,
+            bulk: false,
         }
     }
 
@@ -208,6 +214,7 @@ impl Conn {
         let Ok(len) = usize::try_from(header.size) else {
             return Some(Step::Close);
         };
+        self.bulk = header.size >= BULK;
         self.phase = match header.opcode {
             Opcode::Write => Phase::Body {
                 _pin: pin,

@@ -13,10 +13,13 @@
 //! WRITE for a done one.
 //!
 //! Threads: a fixed set of event loops (`MC_TE_MOONCAKE_THREADS`, te-core's
-//! [`reactor`](te_core::reactor)) serve every connection, readiness driven, moving bytes between sockets and registered memory without copies
-//! ([`conn`]). Mooncake's initiator keeps one request in flight per connection over several
-//! connections, so on few cores a thread per connection costs more in wake-ups than the copies
-//! themselves. A connection whose request touches GPU memory leaves the loops for a thread of
+//! [`reactor`](te_core::reactor)) serve every connection, readiness driven, moving bytes between
+//! sockets and registered memory without copies ([`conn`]). Mooncake's initiator keeps one
+//! request in flight per connection over several connections, so for requests of up to
+//! [`conn::BULK`] a wake-up costs more than the copy: every connection starts on the first
+//! loop, which serves them all with the fewest wake-ups (as Mooncake's own target serves them
+//! on one thread). A connection whose requests are larger is bulk, and the reactor spreads bulk
+//! connections over the loops, where their copies run side by side. A connection whose request touches GPU memory leaves the loops for a thread of
 //! its own ([`blocking`]), where staging may wait without holding anybody up.
 //!
 //! Not here: the descriptor served to Mooncake peers (te-core's control listener), and any
@@ -32,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use te_core::memory::{AccessDenied, RegionPin, RegionTable};
 use te_core::mooncake::MooncakeCompat;
-use te_core::reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
+use te_core::reactor::{Deal, Protocol, Refusal, Server, ServerSettings, Slot, Step};
 use tracing::{error, warn};
 
 use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_REJECTED};
@@ -132,6 +135,10 @@ impl Protocol for CompatState {
         c.drive(self, stream)
     }
 
+    fn bulk(&self, c: &conn::Conn) -> bool {
+        c.bulk
+    }
+
     fn expired(&self, c: &conn::Conn, now: Instant) -> bool {
         c.expired(now, self.stall_timeout)
     }
@@ -174,6 +181,7 @@ pub(crate) fn start(
     let settings = ServerSettings {
         threads: state.compat.threads.max(1),
         max_connections,
+        deal: Deal::Gather,
     };
     Server::start(listener, state, settings)
 }

@@ -4,7 +4,8 @@
 //! protocol's state.
 //!
 //! The reactor owns the sockets and their lifecycle: loop 0 accepts and deals connections out
-//! round-robin, the connection cap (shared by all loops) refuses more with the protocol's own
+//! (round-robin, or all to itself, as [`Deal`] says), a connection whose protocol says it moves
+//! bulk ([`Protocol::bulk`]) is handed to a loop with fewer such connections, the connection cap (shared by all loops) refuses more with the protocol's own
 //! refusal, a connection whose turn ran out is driven again before the loop sleeps, one waiting
 //! to send is watched for room only while it waits, expired connections are swept every second,
 //! and shutdown closes everything. What is spoken on a connection, and when it counts as idle or
@@ -80,6 +81,14 @@ pub trait Protocol: Send + Sync + 'static {
     /// Moves the connection on as far as its socket allows, without blocking.
     fn drive(&self, conn: &mut Self::Conn, stream: &mio::net::TcpStream) -> Step;
 
+    /// Whether the connection is moving bulk (large requests), where its loop's copying is the
+    /// cost and several loops copying side by side pay; asked after every drive. The reactor
+    /// keeps bulk connections spread evenly over the loops, moving one (state and all) when it
+    /// turns bulk on a loop that has more of them than another. None by default.
+    fn bulk(&self, _conn: &Self::Conn) -> bool {
+        false
+    }
+
     /// Whether the connection idled or stalled too long; it is then closed.
     fn expired(&self, conn: &Self::Conn, now: Instant) -> bool;
 
@@ -109,6 +118,19 @@ impl Drop for Slot {
     }
 }
 
+/// Where loop 0 puts the connections it accepts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Deal {
+    /// Over every loop in turn: each loop's share of the peers.
+    #[default]
+    RoundRobin,
+    /// All on loop 0; the other loops serve only the bulk connections moved to them. Where each
+    /// request costs more in wake-ups than in copying, one loop serving everybody wakes least
+    /// (and leaves the cores to the rest of the machine); large requests still copy side by
+    /// side on several loops.
+    Gather,
+}
+
 /// How a server runs.
 #[derive(Clone, Copy, Debug)]
 pub struct ServerSettings {
@@ -116,21 +138,19 @@ pub struct ServerSettings {
     pub threads: usize,
     /// Connections held at once (in loops and promoted); more are refused.
     pub max_connections: usize,
+    /// Where accepted connections go.
+    pub deal: Deal,
 }
 
-type Handoff = (mio::net::TcpStream, SocketAddr, Slot);
-
-struct LoopHandle {
-    inbox: Sender<Handoff>,
-    waker: Arc<Waker>,
-}
+/// A connection on its way to a loop: its state too when it moves from another loop.
+type Handoff<C> = (mio::net::TcpStream, SocketAddr, Slot, Option<C>);
 
 /// A running server. Dropping it stops the loops and closes their connections.
 pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     live: Arc<AtomicUsize>,
-    loops: Vec<LoopHandle>,
+    wakers: Vec<Arc<Waker>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -138,7 +158,7 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("addr", &self.addr)
-            .field("loops", &self.loops.len())
+            .field("loops", &self.wakers.len())
             .field("connections", &self.connections())
             .finish()
     }
@@ -159,31 +179,33 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(AtomicUsize::new(0));
         let mut polls = Vec::new();
-        let mut loops = Vec::new();
+        let mut siblings = Vec::new();
         for _ in 0..settings.threads.max(1) {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
             let (tx, rx) = mpsc::channel();
-            loops.push(LoopHandle { inbox: tx, waker });
+            siblings.push(Sibling {
+                inbox: tx,
+                waker,
+                bulk: AtomicUsize::new(0),
+            });
             polls.push((poll, rx));
         }
+        let wakers: Vec<Arc<Waker>> = siblings.iter().map(|s| s.waker.clone()).collect();
         let mut listener = Some(mio::net::TcpListener::from_std(listener));
-        let siblings: Arc<Vec<(Sender<Handoff>, Arc<Waker>)>> = Arc::new(
-            loops
-                .iter()
-                .map(|l| (l.inbox.clone(), l.waker.clone()))
-                .collect(),
-        );
+        let siblings = Arc::new(siblings);
         let mut threads = Vec::new();
         for (i, (poll, inbox)) in polls.into_iter().enumerate() {
             let mut ev = EventLoop {
                 poll,
+                index: i,
                 inbox,
                 listener: listener.take(),
                 protocol: protocol.clone(),
                 stop: stop.clone(),
                 live: live.clone(),
                 max_connections: settings.max_connections.max(1),
+                deal: settings.deal,
                 siblings: siblings.clone(),
                 conns: HashMap::new(),
                 next_token: 0,
@@ -202,7 +224,7 @@ impl Server {
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
-                    stop_and_join(&stop, &loops, threads);
+                    stop_and_join(&stop, &wakers, threads);
                     return Err(e);
                 }
             }
@@ -211,7 +233,7 @@ impl Server {
             addr,
             stop,
             live,
-            loops,
+            wakers,
             threads: Mutex::new(threads),
         })
     }
@@ -230,14 +252,14 @@ impl Server {
     /// their peer or their protocol's timeouts).
     pub fn shutdown(&self) {
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        stop_and_join(&self.stop, &self.loops, threads);
+        stop_and_join(&self.stop, &self.wakers, threads);
     }
 }
 
-fn stop_and_join(stop: &AtomicBool, loops: &[LoopHandle], threads: Vec<JoinHandle<()>>) {
+fn stop_and_join(stop: &AtomicBool, wakers: &[Arc<Waker>], threads: Vec<JoinHandle<()>>) {
     stop.store(true, Ordering::Release);
-    for l in loops {
-        let _ = l.waker.wake();
+    for w in wakers {
+        let _ = w.wake();
     }
     for t in threads {
         let _ = t.join();
@@ -256,19 +278,33 @@ struct Entry<C> {
     conn: C,
     /// Whether the loop watches this socket for room to send (only while a reply waits).
     watching_writes: bool,
+    /// Whether it is counted among its loop's bulk connections.
+    bulk: bool,
     slot: Slot,
+}
+
+/// A loop as the others see it: where to hand it a connection, and how many bulk connections
+/// it serves.
+struct Sibling<C> {
+    inbox: Sender<Handoff<C>>,
+    waker: Arc<Waker>,
+    bulk: AtomicUsize,
 }
 
 struct EventLoop<P: Protocol> {
     poll: Poll,
-    inbox: Receiver<Handoff>,
-    /// Loop 0 accepts, and deals connections out over every loop.
+    /// This loop's place in `siblings`.
+    index: usize,
+    inbox: Receiver<Handoff<P::Conn>>,
+    /// Loop 0 accepts, and deals connections out as `deal` says.
     listener: Option<mio::net::TcpListener>,
     protocol: Arc<P>,
     stop: Arc<AtomicBool>,
     live: Arc<AtomicUsize>,
     max_connections: usize,
-    siblings: Arc<Vec<(Sender<Handoff>, Arc<Waker>)>>,
+    deal: Deal,
+    /// Every loop, this one included.
+    siblings: Arc<Vec<Sibling<P::Conn>>>,
     conns: HashMap<usize, Entry<P::Conn>>,
     next_token: usize,
     next_sibling: usize,
@@ -301,8 +337,8 @@ impl<P: Protocol> EventLoop<P> {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => {
-                        while let Ok((stream, peer, slot)) = self.inbox.try_recv() {
-                            self.adopt(stream, peer, slot);
+                        while let Ok((stream, peer, slot, conn)) = self.inbox.try_recv() {
+                            self.adopt(stream, peer, slot, conn);
                         }
                     }
                     Token(t) => self.drive(t),
@@ -348,21 +384,34 @@ impl<P: Protocol> EventLoop<P> {
             }
             let slot = Slot(self.live.clone());
             let _ = stream.set_nodelay(true);
-            let i = self.next_sibling % self.siblings.len();
+            let i = match self.deal {
+                Deal::RoundRobin => self.next_sibling % self.siblings.len(),
+                Deal::Gather => self.index,
+            };
             self.next_sibling = self.next_sibling.wrapping_add(1);
-            match i {
-                0 => self.adopt(stream, peer, slot),
-                _ => {
-                    let (tx, waker) = &self.siblings[i];
-                    if tx.send((stream, peer, slot)).is_ok() {
-                        let _ = waker.wake();
-                    }
-                }
+            match i == self.index {
+                true => self.adopt(stream, peer, slot, None),
+                false => self.hand_over(i, (stream, peer, slot, None)),
             }
         }
     }
 
-    fn adopt(&mut self, mut stream: mio::net::TcpStream, peer: SocketAddr, slot: Slot) {
+    /// Gives a connection to loop `i`.
+    fn hand_over(&self, i: usize, handoff: Handoff<P::Conn>) {
+        let sibling = &self.siblings[i];
+        if sibling.inbox.send(handoff).is_ok() {
+            let _ = sibling.waker.wake();
+        }
+    }
+
+    /// Serves a connection: a new one (`conn` is `None`) or one moved here with its state.
+    fn adopt(
+        &mut self,
+        mut stream: mio::net::TcpStream,
+        peer: SocketAddr,
+        slot: Slot,
+        conn: Option<P::Conn>,
+    ) {
         let token = self.next_token;
         self.next_token = (self.next_token + 1) % (usize::MAX - 2);
         if let Err(e) = self
@@ -373,7 +422,13 @@ impl<P: Protocol> EventLoop<P> {
             let name = self.protocol.name();
             return warn!(server = name, %peer, error = %e, "cannot watch a connection");
         }
-        let conn = self.protocol.open(peer);
+        let conn = conn.unwrap_or_else(|| self.protocol.open(peer));
+        let bulk = self.protocol.bulk(&conn);
+        if bulk {
+            self.siblings[self.index]
+                .bulk
+                .fetch_add(1, Ordering::AcqRel);
+        }
         self.conns.insert(
             token,
             Entry {
@@ -381,6 +436,7 @@ impl<P: Protocol> EventLoop<P> {
                 peer,
                 conn,
                 watching_writes: false,
+                bulk,
                 slot,
             },
         );
@@ -409,24 +465,81 @@ impl<P: Protocol> EventLoop<P> {
                 return self.close(token);
             }
         }
+        let turned_bulk = self.count_bulk(token);
         match step {
             Step::Blocked | Step::BlockedSending => {}
             Step::BlockedHot => self.hot_until = Some(Instant::now() + HOT_SPIN),
             Step::Yield => self.pending.push_back(token),
-            Step::Close => self.close(token),
+            Step::Close => return self.close(token),
             Step::Promote => {
-                if let Some(mut e) = self.conns.remove(&token) {
-                    let _ = self.poll.registry().deregister(&mut e.stream);
+                if let Some(e) = self.remove(token) {
                     let stream = TcpStream::from(e.stream);
                     self.protocol.promote(e.conn, stream, e.peer, e.slot);
                 }
+                return;
             }
+        }
+        if turned_bulk {
+            self.spread(token);
         }
     }
 
+    /// Brings the connection's bulk mark, and its loop's count, up to date; whether it just
+    /// turned bulk.
+    fn count_bulk(&mut self, token: usize) -> bool {
+        let Some(e) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        let bulk = self.protocol.bulk(&e.conn);
+        if bulk == e.bulk {
+            return false;
+        }
+        e.bulk = bulk;
+        let count = &self.siblings[self.index].bulk;
+        match bulk {
+            true => count.fetch_add(1, Ordering::AcqRel),
+            false => count.fetch_sub(1, Ordering::AcqRel),
+        };
+        bulk
+    }
+
+    /// Moves a connection that just turned bulk to the loop with the fewest bulk connections,
+    /// when that evens them out (this loop would still have more than that one).
+    fn spread(&mut self, token: usize) {
+        let here = self.siblings[self.index].bulk.load(Ordering::Acquire);
+        let Some((i, there)) = self
+            .siblings
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != self.index)
+            .map(|(i, s)| (i, s.bulk.load(Ordering::Acquire)))
+            .min_by_key(|(_, n)| *n)
+        else {
+            return;
+        };
+        if here <= there + 1 {
+            return;
+        }
+        if let Some(e) = self.remove(token) {
+            debug!(server = self.protocol.name(), peer = %e.peer, to = i, "bulk connection moved to a less busy loop");
+            self.hand_over(i, (e.stream, e.peer, e.slot, Some(e.conn)));
+        }
+    }
+
+    /// Takes a connection out of this loop (its socket unwatched, its bulk mark uncounted).
+    fn remove(&mut self, token: usize) -> Option<Entry<P::Conn>> {
+        let mut e = self.conns.remove(&token)?;
+        let _ = self.poll.registry().deregister(&mut e.stream);
+        if e.bulk {
+            self.siblings[self.index]
+                .bulk
+                .fetch_sub(1, Ordering::AcqRel);
+        }
+        Some(e)
+    }
+
     fn close(&mut self, token: usize) {
-        if let Some(mut e) = self.conns.remove(&token) {
-            let _ = self.poll.registry().deregister(&mut e.stream);
+        if let Some(e) = self.remove(token) {
             debug!(server = self.protocol.name(), peer = %e.peer, "connection closed");
         }
     }
@@ -449,170 +562,4 @@ impl<P: Protocol> EventLoop<P> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-
-    /// Echoes bytes back, a line protocol with no framing: enough to exercise the loops.
-    struct Echo {
-        promoted: AtomicUsize,
-    }
-
-    #[derive(Default)]
-    struct EchoConn {
-        buf: Vec<u8>,
-        last: Option<Instant>,
-    }
-
-    impl Protocol for Echo {
-        type Conn = EchoConn;
-        fn name(&self) -> &'static str {
-            "echo"
-        }
-        fn admits(&self, peer: SocketAddr) -> bool {
-            peer.ip().is_loopback()
-        }
-        fn open(&self, _peer: SocketAddr) -> EchoConn {
-            EchoConn {
-                last: Some(Instant::now()),
-                ..EchoConn::default()
-            }
-        }
-        fn drive(&self, c: &mut EchoConn, mut s: &mio::net::TcpStream) -> Step {
-            let mut chunk = [0u8; 4096];
-            loop {
-                if !c.buf.is_empty() {
-                    match s.write(&c.buf) {
-                        Ok(n) => drop(c.buf.drain(..n)),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            return Step::BlockedSending;
-                        }
-                        Err(_) => return Step::Close,
-                    }
-                    continue;
-                }
-                match s.read(&mut chunk) {
-                    Ok(0) => return Step::Close,
-                    Ok(n) if chunk[..n].contains(&b'!') => return Step::Promote,
-                    Ok(n) => {
-                        c.buf.extend_from_slice(&chunk[..n]);
-                        c.last = Some(Instant::now());
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Blocked,
-                    Err(_) => return Step::Close,
-                }
-            }
-        }
-        fn expired(&self, c: &EchoConn, now: Instant) -> bool {
-            c.last
-                .is_some_and(|t| now.duration_since(t) > Duration::from_secs(2))
-        }
-        fn refuse(&self, mut s: &mio::net::TcpStream, _peer: SocketAddr, why: Refusal) {
-            let _ = s.write_all(format!("{why:?}").as_bytes());
-        }
-        fn promote(self: &Arc<Self>, _c: EchoConn, mut s: TcpStream, _p: SocketAddr, slot: Slot) {
-            self.promoted.fetch_add(1, Ordering::AcqRel);
-            let _ = s.set_nonblocking(false);
-            let _ = s.write_all(b"promoted");
-            drop(slot);
-        }
-    }
-
-    fn start(threads: usize, max: usize) -> (Server, Arc<Echo>) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let echo = Arc::new(Echo {
-            promoted: AtomicUsize::new(0),
-        });
-        let settings = ServerSettings {
-            threads,
-            max_connections: max,
-        };
-        (Server::start(l, echo.clone(), settings).unwrap(), echo)
-    }
-
-    fn roundtrip(s: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
-        s.write_all(msg).unwrap();
-        let mut got = vec![0u8; msg.len()];
-        s.read_exact(&mut got).unwrap();
-        got
-    }
-
-    #[test]
-    fn many_connections_on_few_threads_each_get_their_own_bytes() {
-        let (server, _) = start(2, 1000);
-        let mut conns: Vec<TcpStream> = (0..200)
-            .map(|_| TcpStream::connect(server.local_addr()).unwrap())
-            .collect();
-        for (i, c) in conns.iter_mut().enumerate() {
-            let msg = format!("connection {i} says hello");
-            assert_eq!(roundtrip(c, msg.as_bytes()), msg.as_bytes());
-        }
-        // A large message crosses many turns and send-readiness waits.
-        let big: Vec<u8> = (0..4 << 20).map(|i: u32| b'a' + (i % 26) as u8).collect();
-        let mut c = conns.pop().unwrap();
-        let writer = {
-            let mut w = c.try_clone().unwrap();
-            let big = big.clone();
-            std::thread::spawn(move || w.write_all(&big).unwrap())
-        };
-        let mut got = vec![0u8; big.len()];
-        c.read_exact(&mut got).unwrap();
-        writer.join().unwrap();
-        assert!(got == big);
-        assert_eq!(server.connections(), 200);
-        drop(conns);
-        drop(c);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.connections() != 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(server.connections(), 0);
-    }
-
-    #[test]
-    fn over_the_cap_a_peer_is_told_why_and_the_rest_are_served() {
-        let (server, _) = start(1, 3);
-        let mut held: Vec<TcpStream> = (0..3)
-            .map(|_| TcpStream::connect(server.local_addr()).unwrap())
-            .collect();
-        for c in &mut held {
-            assert_eq!(roundtrip(c, b"x"), b"x");
-        }
-        let mut over = TcpStream::connect(server.local_addr()).unwrap();
-        let mut why = String::new();
-        over.read_to_string(&mut why).unwrap();
-        assert_eq!(why, "AtCapacity { max: 3 }");
-        assert_eq!(roundtrip(&mut held[0], b"still"), b"still");
-        // A place freed is a place taken.
-        drop(held.pop());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.connections() != 2 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let mut again = TcpStream::connect(server.local_addr()).unwrap();
-        assert_eq!(roundtrip(&mut again, b"in"), b"in");
-    }
-
-    #[test]
-    fn a_promoted_connection_leaves_the_loop_and_shutdown_closes_the_rest() {
-        let (server, echo) = start(2, 10);
-        let mut p = TcpStream::connect(server.local_addr()).unwrap();
-        p.write_all(b"!").unwrap();
-        let mut got = String::new();
-        p.read_to_string(&mut got).unwrap();
-        assert_eq!(got, "promoted");
-        assert_eq!(echo.promoted.load(Ordering::Acquire), 1);
-        let mut idle = TcpStream::connect(server.local_addr()).unwrap();
-        assert_eq!(roundtrip(&mut idle, b"a"), b"a");
-        server.shutdown();
-        let mut rest = Vec::new();
-        assert_eq!(idle.read_to_end(&mut rest).unwrap_or(0), 0);
-        // Nobody is served any more: a connection is refused, or closed unanswered.
-        let addr = server.local_addr();
-        if let Ok(mut late) = TcpStream::connect(addr) {
-            late.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let _ = late.write_all(b"anyone?");
-            assert_eq!(late.read(&mut [0u8; 8]).unwrap_or(0), 0);
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,245 @@
+//! The reactor's own tests: a line-echo protocol on real sockets, served by the loops.
+
+use super::*;
+use std::io::{Read, Write};
+
+/// Echoes bytes back, a line protocol with no framing: enough to exercise the loops.
+struct Echo {
+    promoted: AtomicUsize,
+}
+
+#[derive(Default)]
+struct EchoConn {
+    buf: Vec<u8>,
+    last: Option<Instant>,
+    /// Set by a `B` (and kept): the connection counts as bulk.
+    bulk: bool,
+    /// Bytes echoed so far: state that must travel with a moved connection.
+    echoed: usize,
+}
+
+impl Protocol for Echo {
+    type Conn = EchoConn;
+    fn name(&self) -> &'static str {
+        "echo"
+    }
+    fn admits(&self, peer: SocketAddr) -> bool {
+        peer.ip().is_loopback()
+    }
+    fn open(&self, _peer: SocketAddr) -> EchoConn {
+        EchoConn {
+            last: Some(Instant::now()),
+            ..EchoConn::default()
+        }
+    }
+    fn drive(&self, c: &mut EchoConn, mut s: &mio::net::TcpStream) -> Step {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if !c.buf.is_empty() {
+                match s.write(&c.buf) {
+                    Ok(n) => drop(c.buf.drain(..n)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Step::BlockedSending;
+                    }
+                    Err(_) => return Step::Close,
+                }
+                continue;
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => return Step::Close,
+                Ok(n) if chunk[..n].contains(&b'!') => return Step::Promote,
+                // `?`: which loop serves this connection, and how much it echoed.
+                Ok(n) if chunk[..n].contains(&b'?') => {
+                    let name = std::thread::current().name().unwrap_or("").to_string();
+                    c.buf
+                        .extend_from_slice(format!("{name}/{:05}", c.echoed).as_bytes());
+                }
+                Ok(n) => {
+                    let turned = !c.bulk && chunk[..n].contains(&b'B');
+                    c.bulk |= turned;
+                    c.echoed += n;
+                    c.buf.extend_from_slice(&chunk[..n]);
+                    c.last = Some(Instant::now());
+                    if turned {
+                        // Answered, then the drive ends: the loop weighs moving it before
+                        // anything more is read.
+                        return match s.write(&c.buf) {
+                            Ok(k) if k == c.buf.len() => {
+                                c.buf.clear();
+                                Step::Yield
+                            }
+                            _ => Step::Close,
+                        };
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Blocked,
+                Err(_) => return Step::Close,
+            }
+        }
+    }
+    fn bulk(&self, c: &EchoConn) -> bool {
+        c.bulk
+    }
+    fn expired(&self, c: &EchoConn, now: Instant) -> bool {
+        c.last
+            .is_some_and(|t| now.duration_since(t) > Duration::from_secs(2))
+    }
+    fn refuse(&self, mut s: &mio::net::TcpStream, _peer: SocketAddr, why: Refusal) {
+        let _ = s.write_all(format!("{why:?}").as_bytes());
+    }
+    fn promote(self: &Arc<Self>, _c: EchoConn, mut s: TcpStream, _p: SocketAddr, slot: Slot) {
+        self.promoted.fetch_add(1, Ordering::AcqRel);
+        let _ = s.set_nonblocking(false);
+        let _ = s.write_all(b"promoted");
+        drop(slot);
+    }
+}
+
+fn start(threads: usize, max: usize) -> (Server, Arc<Echo>) {
+    start_dealing(threads, max, Deal::RoundRobin)
+}
+
+fn start_dealing(threads: usize, max: usize, deal: Deal) -> (Server, Arc<Echo>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo = Arc::new(Echo {
+        promoted: AtomicUsize::new(0),
+    });
+    let settings = ServerSettings {
+        threads,
+        max_connections: max,
+        deal,
+    };
+    (Server::start(l, echo.clone(), settings).unwrap(), echo)
+}
+
+fn roundtrip(s: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
+    s.write_all(msg).unwrap();
+    let mut got = vec![0u8; msg.len()];
+    s.read_exact(&mut got).unwrap();
+    got
+}
+
+#[test]
+fn many_connections_on_few_threads_each_get_their_own_bytes() {
+    let (server, _) = start(2, 1000);
+    let mut conns: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
+        .collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let msg = format!("connection {i} says hello");
+        assert_eq!(roundtrip(c, msg.as_bytes()), msg.as_bytes());
+    }
+    // A large message crosses many turns and send-readiness waits.
+    let big: Vec<u8> = (0..4 << 20).map(|i: u32| b'a' + (i % 26) as u8).collect();
+    let mut c = conns.pop().unwrap();
+    let writer = {
+        let mut w = c.try_clone().unwrap();
+        let big = big.clone();
+        std::thread::spawn(move || w.write_all(&big).unwrap())
+    };
+    let mut got = vec![0u8; big.len()];
+    c.read_exact(&mut got).unwrap();
+    writer.join().unwrap();
+    assert!(got == big);
+    assert_eq!(server.connections(), 200);
+    drop(conns);
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.connections() != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(server.connections(), 0);
+}
+
+/// Which loop serves `s`, and how many bytes it has echoed there: `echo0/00012`.
+fn served_by(s: &mut TcpStream) -> String {
+    s.write_all(b"?").unwrap();
+    let mut got = [0u8; 11];
+    s.read_exact(&mut got).unwrap();
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn gathered_connections_share_the_first_loop_until_bulk_ones_are_spread() {
+    let (server, _) = start_dealing(2, 100, Deal::Gather);
+    let mut c: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
+        .collect();
+    for (i, s) in c.iter_mut().enumerate() {
+        let msg = format!("small {i}");
+        assert_eq!(roundtrip(s, msg.as_bytes()), msg.as_bytes());
+    }
+    for s in &mut c {
+        assert_eq!(
+            served_by(s),
+            "echo0/00007",
+            "every connection starts on loop 0"
+        );
+    }
+    // The first bulk connection has nobody to share with: it stays.
+    assert_eq!(roundtrip(&mut c[0], b"B-one"), b"B-one");
+    assert_eq!(served_by(&mut c[0]), "echo0/00012");
+    // The second would make two on loop 0 and none on loop 1: it moves, state and all.
+    assert_eq!(roundtrip(&mut c[1], b"B-two"), b"B-two");
+    assert_eq!(served_by(&mut c[1]), "echo1/00012");
+    assert_eq!(roundtrip(&mut c[1], b"more"), b"more");
+    assert_eq!(served_by(&mut c[1]), "echo1/00016");
+    // A third evens out at two and one: it stays; small ones never move.
+    assert_eq!(roundtrip(&mut c[2], b"B-three"), b"B-three");
+    assert_eq!(served_by(&mut c[2]), "echo0/00014");
+    assert_eq!(served_by(&mut c[3]), "echo0/00007");
+    // A moved connection closes like any other.
+    drop(c.remove(1));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.connections() != 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(server.connections(), 3);
+}
+
+#[test]
+fn over_the_cap_a_peer_is_told_why_and_the_rest_are_served() {
+    let (server, _) = start(1, 3);
+    let mut held: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
+        .collect();
+    for c in &mut held {
+        assert_eq!(roundtrip(c, b"x"), b"x");
+    }
+    let mut over = TcpStream::connect(server.local_addr()).unwrap();
+    let mut why = String::new();
+    over.read_to_string(&mut why).unwrap();
+    assert_eq!(why, "AtCapacity { max: 3 }");
+    assert_eq!(roundtrip(&mut held[0], b"still"), b"still");
+    // A place freed is a place taken.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.connections() != 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut again = TcpStream::connect(server.local_addr()).unwrap();
+    assert_eq!(roundtrip(&mut again, b"in"), b"in");
+}
+
+#[test]
+fn a_promoted_connection_leaves_the_loop_and_shutdown_closes_the_rest() {
+    let (server, echo) = start(2, 10);
+    let mut p = TcpStream::connect(server.local_addr()).unwrap();
+    p.write_all(b"!").unwrap();
+    let mut got = String::new();
+    p.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "promoted");
+    assert_eq!(echo.promoted.load(Ordering::Acquire), 1);
+    let mut idle = TcpStream::connect(server.local_addr()).unwrap();
+    assert_eq!(roundtrip(&mut idle, b"a"), b"a");
+    server.shutdown();
+    let mut rest = Vec::new();
+    assert_eq!(idle.read_to_end(&mut rest).unwrap_or(0), 0);
+    // Nobody is served any more: a connection is refused, or closed unanswered.
+    let addr = server.local_addr();
+    if let Ok(mut late) = TcpStream::connect(addr) {
+        late.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let _ = late.write_all(b"anyone?");
+        assert_eq!(late.read(&mut [0u8; 8]).unwrap_or(0), 0);
+    }
+}
