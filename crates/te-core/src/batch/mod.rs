@@ -19,10 +19,12 @@ use crate::notify::Notification;
 use crate::segment::RemoteSegment;
 use crate::transport::{Opcode, SliceError};
 
+mod spin;
 mod table;
 pub(crate) use table::BatchTable;
 
-/// How long `wait` polls before it sleeps (bounded: never a busy wait for the whole transfer).
+/// How long `wait` polls before it sleeps (bounded: never a busy wait for the whole transfer;
+/// and only while such polls pay, [`spin::SpinGauge`]).
 pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 /// `wait` polls only for a batch with at most this many bytes left to move: a larger one takes
 /// longer than [`WAIT_SPIN`] on any transport, and its poll would be CPU spent for nothing.

@@ -38,6 +38,8 @@ pub(crate) struct BatchTable {
     tag: u16,
     max_batch_size: usize,
     slots: Mutex<Slots>,
+    /// Whether waits poll before they sleep.
+    polls: super::spin::SpinGauge,
 }
 
 impl BatchTable {
@@ -58,6 +60,7 @@ impl BatchTable {
             tag,
             max_batch_size,
             slots: Mutex::new(Slots::default()),
+            polls: Default::default(),
         }
     }
 
@@ -203,8 +206,9 @@ impl BatchTable {
 
     /// Sleeps on the batch's condition variable (woken whenever one of its tasks finishes, and
     /// at task deadlines) until `done()` holds or `timeout` passes. A short poll comes first
-    /// ([`WAIT_SPIN`]) when little is left to move ([`WAIT_SPIN_BYTES`]): a small transfer on a
-    /// memory transport finishes within it, and a sleep and wake-up would cost more than the
+    /// ([`WAIT_SPIN`]) when little is left to move ([`WAIT_SPIN_BYTES`]) and this engine's
+    /// recent polls paid ([`SpinGauge`](super::spin::SpinGauge)): a small transfer on a memory
+    /// transport finishes within it, and a sleep and wake-up would cost more than the
     /// transfer.
     fn wait_until(
         &self,
@@ -218,20 +222,20 @@ impl BatchTable {
         }
         let start = Instant::now();
         let end = start + timeout;
-        let spin = match batch.bytes_left() <= WAIT_SPIN_BYTES {
-            true => WAIT_SPIN.min(timeout),
-            false => Duration::ZERO,
-        };
-        let spin_end = start + spin;
-        // The clock is read every 32 polls: in a VM a clock read costs more than a poll.
-        for polls in 0u32.. {
-            if done() {
-                return Ok(());
+        if batch.bytes_left() <= WAIT_SPIN_BYTES && self.polls.should_poll() {
+            let spin_end = start + WAIT_SPIN.min(timeout);
+            // The clock is read every 32 polls: in a VM a clock read costs more than a poll.
+            for polls in 0u32.. {
+                if done() {
+                    self.polls.record(true);
+                    return Ok(());
+                }
+                if polls % 32 == 31 && Instant::now() >= spin_end {
+                    self.polls.record(false);
+                    break;
+                }
+                std::hint::spin_loop();
             }
-            if polls % 32 == 31 && Instant::now() >= spin_end {
-                break;
-            }
-            std::hint::spin_loop();
         }
         loop {
             let now = Instant::now();
