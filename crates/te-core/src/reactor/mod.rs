@@ -5,10 +5,11 @@
 //!
 //! The reactor owns the sockets and their lifecycle: loop 0 accepts and deals connections out
 //! (round-robin, or all to itself, as [`Deal`] says), a connection whose protocol says it moves
-//! bulk ([`Protocol::bulk`]) is handed to a loop with fewer such connections, the connection cap (shared by all loops) refuses more with the protocol's own
-//! refusal, a connection whose turn ran out is driven again before the loop sleeps, one waiting
-//! to send is watched for room only while it waits, expired connections are swept every second,
-//! and shutdown closes everything. What is spoken on a connection, and when it counts as idle or
+//! bulk ([`Protocol::bulk`]) is handed to a loop with fewer such connections, the connection
+//! cap (shared by all loops) refuses more with the protocol's own refusal, a connection whose
+//! turn ran out is driven again before the loop sleeps, one waiting to send is watched for room
+//! only while it waits, expired connections are swept every second, and shutdown closes
+//! everything. What is spoken on a connection, and when it counts as idle or
 //! stalled, is the [`Protocol`]'s: the reactor calls it whenever a socket may have moved.
 //!
 //! Not here: blocking work. A protocol whose connection must wait on something other than its
@@ -521,7 +522,8 @@ impl<P: Protocol> EventLoop<P> {
             return;
         }
         if let Some(e) = self.remove(token) {
-            debug!(server = self.protocol.name(), peer = %e.peer, to = i, "bulk connection moved to a less busy loop");
+            let (server, peer) = (self.protocol.name(), e.peer);
+            debug!(server, %peer, to = i, "bulk connection moved to a less busy loop");
             self.hand_over(i, (e.stream, e.peer, e.slot, Some(e.conn)));
         }
     }

@@ -19,8 +19,9 @@
 //! [`conn::BULK`] a wake-up costs more than the copy: every connection starts on the first
 //! loop, which serves them all with the fewest wake-ups (as Mooncake's own target serves them
 //! on one thread). A connection whose requests are larger is bulk, and the reactor spreads bulk
-//! connections over the loops, where their copies run side by side. A connection whose request touches GPU memory leaves the loops for a thread of
-//! its own ([`blocking`]), where staging may wait without holding anybody up.
+//! connections over the loops, where their copies run side by side. A connection whose request
+//! touches GPU memory leaves the loops for a thread of its own ([`blocking`]), where staging may
+//! wait without holding anybody up.
 //!
 //! Not here: the descriptor served to Mooncake peers (te-core's control listener), and any
 //! notion of which regions Mooncake may see (every remotely accessible region is, with its
