@@ -24,7 +24,7 @@ mod table;
 pub(crate) use table::BatchTable;
 
 /// How long `wait` polls before it sleeps (bounded: never a busy wait for the whole transfer;
-/// and only while such polls pay, [`spin::SpinGauge`]).
+/// and only while most of the engine's recent polls saw their batch end).
 pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 /// `wait` polls only for a batch with at most this many bytes left to move: a larger one takes
 /// longer than [`WAIT_SPIN`] on any transport, and its poll would be CPU spent for nothing.
