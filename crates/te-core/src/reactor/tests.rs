@@ -119,6 +119,16 @@ fn roundtrip(s: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
     got
 }
 
+/// The server's connection count once it reaches `n` (closes are seen asynchronously), or
+/// what it is after 10 s.
+fn settled(server: &Server, n: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.connections() != n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.connections()
+}
+
 #[test]
 fn many_connections_on_few_threads_each_get_their_own_bytes() {
     let (server, _) = start(2, 1000);
@@ -144,11 +154,7 @@ fn many_connections_on_few_threads_each_get_their_own_bytes() {
     assert_eq!(server.connections(), 200);
     drop(conns);
     drop(c);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.connections() != 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(server.connections(), 0);
+    assert_eq!(settled(&server, 0), 0);
 }
 
 /// Which loop serves `s`, and how many bytes it has echoed there: `echo0/00012`.
@@ -190,11 +196,7 @@ fn gathered_connections_share_the_first_loop_until_bulk_ones_are_spread() {
     assert_eq!(served_by(&mut c[3]), "echo0/00007");
     // A moved connection closes like any other.
     drop(c.remove(1));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.connections() != 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(server.connections(), 3);
+    assert_eq!(settled(&server, 3), 3);
 }
 
 #[test]
@@ -213,10 +215,7 @@ fn over_the_cap_a_peer_is_told_why_and_the_rest_are_served() {
     assert_eq!(roundtrip(&mut held[0], b"still"), b"still");
     // A place freed is a place taken.
     drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.connections() != 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    settled(&server, 2);
     let mut again = TcpStream::connect(server.local_addr()).unwrap();
     assert_eq!(roundtrip(&mut again, b"in"), b"in");
 }
