@@ -450,6 +450,8 @@ impl<P: Protocol> EventLoop<P> {
             return;
         };
         let step = self.protocol.drive(&mut e.conn, &e.stream);
+        let bulk = self.protocol.bulk(&e.conn);
+        let turned_bulk = count_bulk(e, bulk, &self.siblings[self.index].bulk);
         let sending = step == Step::BlockedSending;
         if sending != e.watching_writes {
             e.watching_writes = sending;
@@ -466,7 +468,6 @@ impl<P: Protocol> EventLoop<P> {
                 return self.close(token);
             }
         }
-        let turned_bulk = self.count_bulk(token);
         match step {
             Step::Blocked | Step::BlockedSending => {}
             Step::BlockedHot => self.hot_until = Some(Instant::now() + HOT_SPIN),
@@ -483,25 +484,6 @@ impl<P: Protocol> EventLoop<P> {
         if turned_bulk {
             self.spread(token);
         }
-    }
-
-    /// Brings the connection's bulk mark, and its loop's count, up to date; whether it just
-    /// turned bulk.
-    fn count_bulk(&mut self, token: usize) -> bool {
-        let Some(e) = self.conns.get_mut(&token) else {
-            return false;
-        };
-        let bulk = self.protocol.bulk(&e.conn);
-        if bulk == e.bulk {
-            return false;
-        }
-        e.bulk = bulk;
-        let count = &self.siblings[self.index].bulk;
-        match bulk {
-            true => count.fetch_add(1, Ordering::AcqRel),
-            false => count.fetch_sub(1, Ordering::AcqRel),
-        };
-        bulk
     }
 
     /// Moves a connection that just turned bulk to the loop with the fewest bulk connections,
@@ -561,6 +543,20 @@ impl<P: Protocol> EventLoop<P> {
             self.close(t);
         }
     }
+}
+
+/// Brings a connection's bulk mark, and its loop's `count`, up to `bulk`; whether it just
+/// turned bulk.
+fn count_bulk<C>(e: &mut Entry<C>, bulk: bool, count: &AtomicUsize) -> bool {
+    if bulk == e.bulk {
+        return false;
+    }
+    e.bulk = bulk;
+    match bulk {
+        true => count.fetch_add(1, Ordering::AcqRel),
+        false => count.fetch_sub(1, Ordering::AcqRel),
+    };
+    bulk
 }
 
 #[cfg(test)]
