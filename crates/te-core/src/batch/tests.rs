@@ -52,6 +52,11 @@ fn add(
     tasks
 }
 
+/// A table of batches of up to 16 tasks on the system clock.
+fn system_table() -> BatchTable {
+    BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock))
+}
+
 fn token(table: &BatchTable, id: BatchId, task: &Arc<TaskShared>) -> SliceToken {
     SliceToken::new(table.get(id).unwrap(), task.clone(), 0)
 }
@@ -59,7 +64,7 @@ fn token(table: &BatchTable, id: BatchId, task: &Arc<TaskShared>) -> SliceToken 
 #[test]
 fn a_batch_whose_tasks_all_ended_frees_while_the_last_is_still_counting_itself_out() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let id = t.allocate(2).unwrap();
     let tasks = add(&t, &regions, id, &[1, 1], false);
     assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
@@ -83,8 +88,8 @@ fn a_batch_whose_tasks_all_ended_frees_while_the_last_is_still_counting_itself_o
 
 #[test]
 fn handles_are_checked() {
-    let a = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
-    let b = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let a = system_table();
+    let b = system_table();
     let id = a.allocate(4).unwrap();
     assert!(
         matches!(b.get(id), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("foreign"))
@@ -120,7 +125,7 @@ fn handles_are_checked() {
 #[test]
 fn capacity_is_enforced_across_submits() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let id = t.allocate(3).unwrap();
     add(&t, &regions, id, &[1, 1], false);
     let batch = t.get(id).unwrap();
@@ -147,7 +152,7 @@ fn capacity_is_enforced_across_submits() {
 #[test]
 fn a_batch_completes_when_every_slice_succeeds() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let id = t.allocate(2).unwrap();
     let tasks = add(&t, &regions, id, &[3, 1], true);
     assert_eq!(t.batch_status(id).unwrap().state, TransferState::Waiting);
@@ -195,7 +200,7 @@ fn a_batch_completes_when_every_slice_succeeds() {
 #[test]
 fn a_failed_slice_fails_its_task_and_withholds_the_notify() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let id = t.allocate(2).unwrap();
     let tasks = add(&t, &regions, id, &[2, 1], true);
     token(&t, id, &tasks[0]).record(10, Err(SliceError::Path("reset".into())));
@@ -222,7 +227,7 @@ fn a_failed_slice_fails_its_task_and_withholds_the_notify() {
 #[test]
 fn a_freed_batch_is_handed_out_again_as_new() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let old = t.allocate(3).unwrap();
     let tasks = add(&t, &regions, old, &[1, 1], true);
     token(&t, old, &tasks[0]).record(10, Err(SliceError::Path("reset".into())));
@@ -286,7 +291,7 @@ fn a_freed_batch_is_handed_out_again_as_new() {
 #[test]
 fn a_batch_something_still_holds_is_not_reused() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let old = t.allocate(1).unwrap();
     let tasks = add(&t, &regions, old, &[1], false);
     // A transport that has reported its slice but not yet dropped the token.
@@ -305,7 +310,7 @@ fn a_batch_something_still_holds_is_not_reused() {
 #[test]
 fn cancel_is_seen_by_tokens_and_ends_canceled() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let id = t.allocate(1).unwrap();
     let tasks = add(&t, &regions, id, &[2], false);
     let first = token(&t, id, &tasks[0]);
@@ -328,7 +333,7 @@ fn cancel_is_seen_by_tokens_and_ends_canceled() {
 #[test]
 fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let id = t.allocate(1).unwrap();
     let past = Instant::now() - Duration::from_millis(1);
     let tasks = [Arc::new(TaskShared::new(
@@ -352,7 +357,7 @@ fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
 #[test]
 fn waiters_wake_without_polling() {
     let regions = table_with_region();
-    let t = Arc::new(BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock)));
+    let t = Arc::new(system_table());
     let id = t.allocate(1).unwrap();
     let tasks = add(&t, &regions, id, &[1], false);
     let tok = token(&t, id, &tasks[0]);
@@ -371,7 +376,7 @@ fn waiters_wake_without_polling() {
 #[test]
 fn a_task_waiter_wakes_when_its_task_ends_and_a_batch_waiter_when_the_last_does() {
     let regions = table_with_region();
-    let t = Arc::new(BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock)));
+    let t = Arc::new(system_table());
     let id = t.allocate(2).unwrap();
     let tasks = add(&t, &regions, id, &[1, 1], false);
     let (first, second) = (token(&t, id, &tasks[0]), token(&t, id, &tasks[1]));
@@ -417,7 +422,7 @@ fn consecutive_tables_never_share_a_tag() {
 #[test]
 fn a_merged_slice_counts_for_every_task_it_carries() {
     let regions = table_with_region();
-    let t = BatchTable::new(16, 0, Arc::new(crate::clock::SystemClock));
+    let t = system_table();
     let id = t.allocate(3).unwrap();
     // Tasks of 10, 20 and 10 bytes: task 0 in one slice, task 1 split over two, task 2 in one;
     // the first slice carries 10 + 4 bytes, the second 16 + 10.

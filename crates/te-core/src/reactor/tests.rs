@@ -119,6 +119,13 @@ fn roundtrip(s: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
     got
 }
 
+/// `n` connections to `server`.
+fn connect(server: &Server, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
+        .collect()
+}
+
 /// The server's connection count once it reaches `n` (closes are seen asynchronously), or
 /// what it is after 10 s.
 fn settled(server: &Server, n: usize) -> usize {
@@ -132,9 +139,7 @@ fn settled(server: &Server, n: usize) -> usize {
 #[test]
 fn many_connections_on_few_threads_each_get_their_own_bytes() {
     let (server, _) = start(2, 1000);
-    let mut conns: Vec<TcpStream> = (0..200)
-        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
-        .collect();
+    let mut conns = connect(&server, 200);
     for (i, c) in conns.iter_mut().enumerate() {
         let msg = format!("connection {i} says hello");
         assert_eq!(roundtrip(c, msg.as_bytes()), msg.as_bytes());
@@ -168,9 +173,7 @@ fn served_by(s: &mut TcpStream) -> String {
 #[test]
 fn gathered_connections_share_the_first_loop_until_bulk_ones_are_spread() {
     let (server, _) = start_dealing(2, 100, Deal::Gather);
-    let mut c: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
-        .collect();
+    let mut c = connect(&server, 4);
     for (i, s) in c.iter_mut().enumerate() {
         let msg = format!("small {i}");
         assert_eq!(roundtrip(s, msg.as_bytes()), msg.as_bytes());
@@ -202,9 +205,7 @@ fn gathered_connections_share_the_first_loop_until_bulk_ones_are_spread() {
 #[test]
 fn over_the_cap_a_peer_is_told_why_and_the_rest_are_served() {
     let (server, _) = start(1, 3);
-    let mut held: Vec<TcpStream> = (0..3)
-        .map(|_| TcpStream::connect(server.local_addr()).unwrap())
-        .collect();
+    let mut held = connect(&server, 3);
     for c in &mut held {
         assert_eq!(roundtrip(c, b"x"), b"x");
     }
