@@ -80,23 +80,75 @@ pub fn runs<K: Ord + Copy>(pieces: &[Piece<K>], merge: bool) -> Runs {
     Runs { order, ends }
 }
 
-/// The requests of a run that bytes `offset..offset + len` of the run cover, as (position in
-/// the run, bytes of theirs), in order. `lens` are the run's request lengths.
-pub fn cover(lens: &[u64], offset: u64, len: u64) -> Vec<(usize, u64)> {
-    let mut out = Vec::new();
-    let end = offset.saturating_add(len);
-    let mut start = 0u64;
-    for (i, &l) in lens.iter().enumerate() {
-        let stop = start.saturating_add(l);
-        if stop > offset && start < end {
-            out.push((i, stop.min(end) - start.max(offset)));
+/// A run's requests shared out to its slices, slice by slice in order: each slice's shares are
+/// found from where the previous slice's began, so slicing a run is one pass over its requests,
+/// not one per slice.
+#[derive(Debug)]
+pub struct Cover<'a> {
+    /// The run's request lengths, in run order.
+    lens: &'a [u64],
+    /// The first request not wholly before the last slice asked about, and its offset.
+    at: usize,
+    start: u64,
+}
+
+impl<'a> Cover<'a> {
+    /// The cover of a run of requests of `lens` bytes.
+    pub fn new(lens: &'a [u64]) -> Self {
+        Cover {
+            lens,
+            at: 0,
+            start: 0,
         }
-        if stop >= end {
-            break;
-        }
-        start = stop;
     }
-    out
+
+    /// Into `out` (emptied first): the requests that bytes `offset..offset + len` of the run
+    /// cover, as (position in the run, bytes of theirs), in order. Slices must be asked about
+    /// in order (`offset` never below the last call's); one that starts further back gets no
+    /// share of the requests already passed.
+    pub fn shares(&mut self, offset: u64, len: u64, out: &mut Vec<(usize, u64)>) {
+        out.clear();
+        while let Some(&l) = self.lens.get(self.at) {
+            let stop = self.start.saturating_add(l);
+            if stop > offset {
+                break;
+            }
+            self.start = stop;
+            self.at += 1;
+        }
+        let end = offset.saturating_add(len);
+        let mut start = self.start;
+        for (i, &l) in self.lens.iter().enumerate().skip(self.at) {
+            if start >= end {
+                break;
+            }
+            let stop = start.saturating_add(l);
+            if stop > offset {
+                out.push((i, stop.min(end) - start.max(offset)));
+            }
+            start = stop;
+        }
+    }
+}
+
+/// How many of a run's slices carry bytes of each of its requests (`lens`, in run order), for
+/// the run cut as [`crate::slicer::plan`] cuts it into `slices` slices of `slice_size` bytes
+/// (the last one taking the rest). Submit counts them all before it posts any slice, so no
+/// slice can end a task while more of its slices are still to be made.
+pub fn slices_per_request(
+    lens: &[u64],
+    slice_size: u64,
+    slices: u64,
+) -> impl Iterator<Item = u64> + '_ {
+    let slice_size = slice_size.max(1);
+    let last_slice = slices.saturating_sub(1);
+    let index = move |byte: u64| (byte / slice_size).min(last_slice);
+    let mut start = 0u64;
+    lens.iter().map(move |&len| {
+        let (first, last) = (index(start), index(start + len.max(1) - 1));
+        start += len;
+        last - first + 1
+    })
 }
 
 #[cfg(test)]
@@ -152,27 +204,76 @@ mod tests {
         assert_eq!(runs(&p, true).len(), 2);
     }
 
+    /// Every share of every slice, slicing the run of `lens` as submit does.
+    fn shares_by_slice(
+        lens: &[u64],
+        slice_size: u64,
+        fragment_limit: u64,
+    ) -> Vec<Vec<(usize, u64)>> {
+        let total: u64 = lens.iter().sum();
+        let mut cover = Cover::new(lens);
+        let mut out = Vec::new();
+        crate::slicer::plan(total, slice_size, fragment_limit)
+            .map(|s| {
+                cover.shares(s.offset, s.len, &mut out);
+                out.clone()
+            })
+            .collect()
+    }
+
     #[test]
     fn a_slice_is_shared_out_by_bytes() {
         let lens = [4096, 4096, 100, 8000];
-        assert_eq!(cover(&lens, 0, 4096), vec![(0, 4096)]);
-        assert_eq!(cover(&lens, 2048, 4096), vec![(0, 2048), (1, 2048)]);
-        assert_eq!(
-            cover(&lens, 4000, 5000),
-            vec![(0, 96), (1, 4096), (2, 100), (3, 708)]
-        );
-        assert_eq!(cover(&lens, 8292, 8000), vec![(3, 8000)]);
-        let total: u64 = lens.iter().sum();
+        let mut cover = Cover::new(&lens);
+        let mut out = Vec::new();
+        cover.shares(0, 4096, &mut out);
+        assert_eq!(out, vec![(0, 4096)]);
+        cover.shares(2048, 4096, &mut out);
+        assert_eq!(out, vec![(0, 2048), (1, 2048)]);
+        cover.shares(4000, 5000, &mut out);
+        assert_eq!(out, vec![(0, 96), (1, 4096), (2, 100), (3, 708)]);
+        cover.shares(8292, 8000, &mut out);
+        assert_eq!(out, vec![(3, 8000)]);
         // Slicing the whole run gives every request exactly its bytes.
-        let mut got = [0u64; 4];
-        let mut off = 0;
-        while off < total {
-            let len = 3000.min(total - off);
-            for (i, n) in cover(&lens, off, len) {
+        for slice_size in [1000, 3000, 4096, 20000] {
+            let mut got = [0u64; 4];
+            for (i, n) in shares_by_slice(&lens, slice_size, 0).into_iter().flatten() {
                 got[i] += n;
             }
-            off += len;
+            assert_eq!(got, lens, "slices of {slice_size}");
         }
-        assert_eq!(got, lens);
+    }
+
+    #[test]
+    fn slices_are_counted_per_request_as_they_are_shared_out() {
+        let runs: [&[u64]; 6] = [
+            &[4096; 128],
+            &[1 << 20; 4],
+            &[4096, 4096, 100, 8000],
+            &[1, 65536, 1, 65535, 2, 131072],
+            &[65536 + 16384],
+            &[100_000, 7, 30_000, 65536 * 3 + 1],
+        ];
+        for lens in runs {
+            for (slice_size, fragment_limit) in
+                [(65536, 16384), (4096, 1024), (65536, 0), (1000, 0)]
+            {
+                let total: u64 = lens.iter().sum();
+                let slices = crate::slicer::count(total, slice_size, fragment_limit);
+                let mut seen = vec![0u64; lens.len()];
+                for share in shares_by_slice(lens, slice_size, fragment_limit) {
+                    assert!(!share.is_empty());
+                    for (i, n) in share {
+                        assert!(n > 0, "a share has bytes");
+                        seen[i] += 1;
+                    }
+                }
+                let counted: Vec<u64> = slices_per_request(lens, slice_size, slices).collect();
+                assert_eq!(
+                    counted, seen,
+                    "{lens:?} in slices of {slice_size}/{fragment_limit}"
+                );
+            }
+        }
     }
 }

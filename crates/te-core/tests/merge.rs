@@ -204,3 +204,92 @@ fn a_canceled_request_does_not_cancel_the_slice_its_neighbours_need() {
     }
     f.engine.free_batch(b).unwrap();
 }
+
+/// A batch of more slices than submit hands a transport at once, on a transport that ends
+/// every slice inside `post` (as a memory copy does): the first slices end while later ones
+/// are still being made, and no task may end before its last slice. Tasks straddle the point
+/// where one handed-out list ends and the next begins, merged (120 requests of 10,000 bytes in
+/// 4 KiB slices: 293 slices) and alone (one request of 300 slices).
+#[test]
+fn slices_ending_while_the_batch_is_still_sliced_end_no_task_early() {
+    for (merge, n, len) in [(None, 120, 10_000), (Some("0"), 1, 300 * 4096)] {
+        let mut config = Config::from_lookup(|name| match name {
+            "MC_TE_MERGE_REQUESTS" => merge.map(str::to_string),
+            "MC_SLICE_SIZE" => Some("4096".into()),
+            "MC_FRAGMENT_RATIO" => Some("4".into()),
+            _ => None,
+        })
+        .unwrap();
+        config.tcp_bind_address = Some("127.0.0.1".parse().unwrap());
+        let engine = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
+        let counted = Arc::new(CountingInstant::default());
+        engine.install_transport(counted.clone()).unwrap();
+        let (local, remote, segment) = te_core::testing::own_buffers(&engine, 2 << 20);
+        let requests: Vec<TransferRequest> = (0..n)
+            .map(|i| TransferRequest {
+                opcode: Opcode::Write,
+                source: local.addr() + i * len,
+                target_id: segment,
+                target_offset: remote.addr() + i * len,
+                length: len,
+            })
+            .collect();
+        let b = engine.allocate_batch(n as usize).unwrap();
+        engine.submit(b, &requests).unwrap();
+        let (posts, slices) = counted.seen();
+        assert!(
+            slices > 256 && posts > 1,
+            "{slices} slices in {posts} posts"
+        );
+        let st = engine.wait(b, Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            (st.state, st.transferred_bytes),
+            (TransferState::Completed, n * len)
+        );
+        for i in 0..n as usize {
+            let t = engine.task_status(b, i).unwrap();
+            assert_eq!(
+                (t.state, t.transferred_bytes),
+                (TransferState::Completed, len),
+                "task {i}"
+            );
+        }
+        engine.free_batch(b).unwrap();
+    }
+}
+
+/// te-core's instant transport, counting the lists it is handed and the slices in them.
+#[derive(Default)]
+struct CountingInstant {
+    inner: te_core::testing::InstantTransport,
+    posts: std::sync::atomic::AtomicUsize,
+    slices: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingInstant {
+    fn seen(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.posts.load(Relaxed), self.slices.load(Relaxed))
+    }
+}
+
+impl te_core::transport::Transport for CountingInstant {
+    fn name(&self) -> &'static str {
+        "instant"
+    }
+
+    fn capabilities(&self) -> te_core::transport::Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn install(&self, ctx: te_core::transport::InstallContext) -> te_core::Result<()> {
+        self.inner.install(ctx)
+    }
+
+    fn post(&self, slices: Vec<te_core::transport::SliceOp>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.posts.fetch_add(1, Relaxed);
+        self.slices.fetch_add(slices.len(), Relaxed);
+        self.inner.post(slices);
+    }
+}

@@ -151,10 +151,10 @@ impl TaskShared {
         }
     }
 
-    /// Counts one more slice carrying bytes of the task. Submit counts each slice as it makes
-    /// its token, before any is posted, so none can finish the task early.
-    pub(crate) fn count_slice(&self) {
-        self.slices_left.fetch_add(1, Ordering::AcqRel);
+    /// Counts `n` more slices carrying bytes of the task. Submit counts all of a task's slices
+    /// before it posts any, so none can finish the task early.
+    pub(crate) fn count_slices(&self, n: u64) {
+        self.slices_left.fetch_add(n, Ordering::AcqRel);
     }
 
     /// Marks the task as one its submitter waits for at once ([`SliceToken::caller_waits`]).

@@ -229,8 +229,7 @@ impl TransferEngine {
                 transport: Arc::as_ptr(&transport) as *const () as usize,
                 opcode: r.opcode as u8,
             };
-            // No slice counted yet: each is counted below as its token is made, before any is
-            // posted.
+            // No slice counted yet: its run counts them all below, before it posts any.
             let task = TaskShared::new(r.opcode, r.length, 0, deadline, pin)
                 .with_route(route)
                 .with_transport(transport.clone())
@@ -264,12 +263,13 @@ impl TransferEngine {
         let now = std::cell::OnceCell::new();
         let now = || *now.get_or_init(|| self.core.clock.now());
         let mut posts = Posts::default();
+        // One list of shares, reused by every merged slice of the submit.
+        let mut shares = Vec::new();
         let mut slice_run = |run: &[usize]| {
             let first = run[0];
             let r = &requests[first];
             let Checked { seg, transport, .. } = &checked[first];
             let (slice_size, fragment_limit) = sizing(transport, seg);
-            let ops = posts.ops_for(transport, requests.len());
             let lens: Vec<u64> = match run.len() {
                 1 => Vec::new(),
                 _ => run.iter().map(|&i| requests[i].length).collect(),
@@ -278,19 +278,21 @@ impl TransferEngine {
                 1 => r.length,
                 _ => lens.iter().sum(),
             };
-            let plan = slicer::plan(total, slice_size, fragment_limit);
-            for (seq, s) in plan.enumerate() {
+            // Every slice of the run is counted on its tasks before the first is posted:
+            // slices go out in chunks, and one that ends early must not end its task.
+            let count = slicer::count(total, slice_size, fragment_limit);
+            match run.len() {
+                1 => checked[first].task.count_slices(count),
+                _ => merge::slices_per_request(&lens, slice_size, count)
+                    .zip(run)
+                    .for_each(|(n, &i)| checked[i].task.count_slices(n)),
+            }
+            let mut cover = merge::Cover::new(&lens);
+            for (seq, s) in slicer::plan(total, slice_size, fragment_limit).enumerate() {
                 let token = match run.len() {
-                    1 => {
-                        checked[first].task.count_slice();
-                        SliceToken::new(batch.clone(), checked[first].task.clone(), seq as u64)
-                    }
+                    1 => SliceToken::new(batch.clone(), checked[first].task.clone(), seq as u64),
                     _ => {
-                        // Each task counts the slices that carry any of its bytes.
-                        let shares = merge::cover(&lens, s.offset, s.len);
-                        for &(k, _) in &shares {
-                            checked[run[k]].task.count_slice();
-                        }
+                        cover.shares(s.offset, s.len, &mut shares);
                         let riders = shares[1..]
                             .iter()
                             .map(|&(k, n)| (checked[run[k]].task.clone(), n))
@@ -304,16 +306,20 @@ impl TransferEngine {
                         self.core.usable(l, seg.id(), rr, now)
                     })
                 });
-                ops.push(SliceOp {
-                    opcode: r.opcode,
-                    local_addr: r.source + s.offset,
-                    remote_addr: r.target_offset + s.offset,
-                    len: s.len,
-                    local_rail,
-                    remote_rail,
-                    target: seg.clone(),
-                    token,
-                });
+                posts.push(
+                    transport,
+                    requests.len(),
+                    SliceOp {
+                        opcode: r.opcode,
+                        local_addr: r.source + s.offset,
+                        remote_addr: r.target_offset + s.offset,
+                        len: s.len,
+                        local_rail,
+                        remote_rail,
+                        target: seg.clone(),
+                        token,
+                    },
+                );
             }
         };
         match &runs {
@@ -325,8 +331,13 @@ impl TransferEngine {
     }
 }
 
-/// The slices of one submit, by transport: nearly always one transport, kept without a list of
-/// its own, and often one slice, kept without a list either.
+/// Slices handed to a transport at a time: a large batch goes out in chunks as it is sliced,
+/// so the transport starts on it before the last slice is made and no submit builds one list
+/// of thousands of slices (hundreds of KiB, allocated and freed per batch).
+const POST_CHUNK: usize = 256;
+
+/// The slices of one submit not yet posted, by transport: nearly always one transport, kept
+/// without a list of its own, and often one slice, kept without a list either.
 #[derive(Default)]
 struct Posts {
     first: Option<(Arc<dyn Transport>, SmallList<SliceOp>)>,
@@ -334,7 +345,18 @@ struct Posts {
 }
 
 impl Posts {
-    /// The slices going to `transport` so far (room for `hint` made for the first).
+    /// Adds `op` for `transport` (room for `hint` made for the first list); a list that
+    /// reaches [`POST_CHUNK`] slices is posted at once.
+    fn push(&mut self, transport: &Arc<dyn Transport>, hint: usize, op: SliceOp) {
+        let ops = self.ops_for(transport, hint.min(POST_CHUNK));
+        ops.push(op);
+        if ops.len() >= POST_CHUNK {
+            let full = std::mem::replace(ops, SmallList::with_capacity(POST_CHUNK));
+            post(transport, full);
+        }
+    }
+
+    /// The slices going to `transport` so far.
     fn ops_for(&mut self, transport: &Arc<dyn Transport>, hint: usize) -> &mut SmallList<SliceOp> {
         let (t, ops) = self
             .first
@@ -356,17 +378,23 @@ impl Posts {
         &mut self.more[at].1
     }
 
-    /// Hands each transport its slices (a lone slice through `post_one`).
+    /// Hands each transport the slices it has not been given yet.
     fn post_all(self) {
-        let post = |(transport, ops): (Arc<dyn Transport>, SmallList<SliceOp>)| match ops {
-            SmallList::Empty => {}
-            SmallList::One(op) => transport.post_one(op),
-            SmallList::Many(ops) => transport.post(ops),
-        };
-        if let Some(first) = self.first {
-            post(first);
+        if let Some((transport, ops)) = self.first {
+            post(&transport, ops);
         }
-        self.more.into_iter().for_each(post);
+        for (transport, ops) in self.more {
+            post(&transport, ops);
+        }
+    }
+}
+
+/// Hands `transport` its slices (a lone slice through `post_one`).
+fn post(transport: &Arc<dyn Transport>, ops: SmallList<SliceOp>) {
+    match ops {
+        SmallList::Empty => {}
+        SmallList::One(op) => transport.post_one(op),
+        SmallList::Many(ops) => transport.post(ops),
     }
 }
 
