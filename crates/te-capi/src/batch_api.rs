@@ -31,29 +31,26 @@ pub extern "C" fn allocateBatchID(engine: TransferEngineT, batch_size: usize) ->
     })
 }
 
-/// The requests at `entries` in te's terms.
+/// The requests at `entries` in te's terms, converted as the facade takes them (a bad opcode
+/// is that request's error).
 ///
 /// # Safety
 /// `entries` is NULL or readable for `count` requests.
 unsafe fn requests(
     entries: *const TransferRequestC,
     count: usize,
-) -> Result<Vec<SegmentRequest>, FacadeError> {
+) -> Result<impl Iterator<Item = Result<SegmentRequest, FacadeError>>, FacadeError> {
     // SAFETY: the caller's contract for `entries`.
     let entries = unsafe { slice(entries, count, "entries")? };
-    entries
-        .iter()
-        .map(|r| {
-            let opcode = crate::types::opcode(r.opcode)?;
-            Ok(SegmentRequest {
-                opcode,
-                source: r.source as u64,
-                target_id: r.target_id,
-                target_offset: r.target_offset,
-                length: r.length,
-            })
+    Ok(entries.iter().map(|r| {
+        Ok(SegmentRequest {
+            opcode: crate::types::opcode(r.opcode)?,
+            source: r.source as u64,
+            target_id: r.target_id,
+            target_offset: r.target_offset,
+            length: r.length,
         })
-        .collect()
+    }))
 }
 
 /// A notification from C strings.
@@ -86,7 +83,7 @@ pub unsafe extern "C" fn submitTransfer(
         status_code(registry::get(engine).and_then(|e| {
             // SAFETY: the caller's contract for `entries`.
             let reqs = unsafe { requests(entries, count)? };
-            e.submit_to_batch(batch_id, &reqs, None)
+            e.submit_to_batch(batch_id, reqs, None)
         }))
     })
 }
@@ -110,7 +107,7 @@ pub unsafe extern "C" fn submitTransferWithNotify(
             let reqs = unsafe { requests(entries, count)? };
             // SAFETY: as above.
             let n = unsafe { notification(&notify_msg)? };
-            e.submit_to_batch(batch_id, &reqs, Some(n))
+            e.submit_to_batch(batch_id, reqs, Some(n))
         }))
     })
 }

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
+use te_core::hashing::IdHashing;
 use te_facade::{FacadeError, MooncakeEngine};
 
 /// Handles are multiples of this, starting at it: never NULL, never a small integer.
@@ -18,9 +19,11 @@ const HANDLE_STEP: usize = 0x10;
 /// One counter for every kind of handle: a Mooncake engine's handle is never a TENT engine's.
 static NEXT: AtomicUsize = AtomicUsize::new(1);
 
-/// Live objects of one kind by handle.
+/// Live objects of one kind by handle. Handles come from te's own counter, so the table
+/// hashes them with one multiply (no caller can choose colliding ones); callers on many
+/// threads look up at once (a read lock).
 pub(crate) struct Handles<T> {
-    table: OnceLock<Mutex<HashMap<usize, Arc<T>>>>,
+    table: OnceLock<RwLock<HashMap<usize, Arc<T>, IdHashing>>>,
 }
 
 impl<T> Handles<T> {
@@ -30,17 +33,17 @@ impl<T> Handles<T> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Arc<T>>> {
-        self.table
-            .get_or_init(|| Mutex::new(HashMap::new()))
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> &RwLock<HashMap<usize, Arc<T>, IdHashing>> {
+        self.table.get_or_init(Default::default)
     }
 
     /// Keeps `value` and returns its new handle.
     pub(crate) fn insert(&self, value: T) -> *mut c_void {
         let key = NEXT.fetch_add(1, Ordering::Relaxed) * HANDLE_STEP;
-        self.lock().insert(key, Arc::new(value));
+        self.table()
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Arc::new(value));
         key as *mut c_void
     }
 
@@ -49,7 +52,9 @@ impl<T> Handles<T> {
     /// # Errors
     /// [`FacadeError::NotInitialized`] for a handle that is not (or no longer) one of these.
     pub(crate) fn get(&self, handle: *mut c_void) -> Result<Arc<T>, FacadeError> {
-        self.lock()
+        self.table()
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .get(&(handle as usize))
             .cloned()
             .ok_or(FacadeError::NotInitialized)
@@ -57,7 +62,10 @@ impl<T> Handles<T> {
 
     /// Forgets `handle`; its object, if it had one.
     pub(crate) fn remove(&self, handle: *mut c_void) -> Option<Arc<T>> {
-        self.lock().remove(&(handle as usize))
+        self.table()
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(handle as usize))
     }
 }
 

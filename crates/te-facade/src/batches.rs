@@ -89,7 +89,8 @@ impl MooncakeEngine {
     }
 
     /// Mooncake's `installTransport`: `tcp`, or `rdma` on `devices` (comma-separated; empty:
-    /// all). One that is installed already stays as it is (a warning), as in Mooncake.
+    /// all); with the `instant` feature (a bench's build) also `instant`, which moves no byte.
+    /// One that is installed already stays as it is (a warning), as in Mooncake.
     ///
     /// # Errors
     /// An unknown protocol, RDMA without devices.
@@ -109,6 +110,11 @@ impl MooncakeEngine {
             "tcp" => engine.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))?,
             "rdma" => engine
                 .install_transport(std::sync::Arc::new(crate::engine::rdma_transport(devices)?))?,
+            // Moves no byte: only in builds with the `instant` feature (the C API's cost bench).
+            #[cfg(feature = "instant")]
+            "instant" => engine.install_transport(std::sync::Arc::new(
+                te_core::testing::InstantTransport::new(),
+            ))?,
             other => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
                     "{other:?}: te installs tcp or rdma"
@@ -178,37 +184,43 @@ impl MooncakeEngine {
 
     /// Adds `requests` to batch `id` (Mooncake's `submitTransfer`; repeatable until the batch
     /// is full); with `notify`, the target of the first request receives it once every task
-    /// of the batch has completed.
+    /// of the batch has completed. The requests come as the caller converts them (one pass,
+    /// one list), and the first that failed to convert fails the submit.
     ///
     /// # Errors
-    /// An unknown batch or segment, a full batch, a range not registered on either side.
-    pub fn submit_to_batch(
+    /// A request that failed to convert, an unknown batch or segment, a full batch, a range
+    /// not registered on either side.
+    pub fn submit_to_batch<I>(
         &self,
         id: u64,
-        requests: &[SegmentRequest],
+        requests: I,
         notify: Option<Notification>,
-    ) -> Result<()> {
+    ) -> Result<()>
+    where
+        I: IntoIterator<Item = Result<SegmentRequest>>,
+    {
         let live = self.live()?;
         let engine = live.engine();
-        let own = match requests.iter().any(|r| r.target_id == LOCAL_SEGMENT) {
-            true => Some(engine.open_segment(engine.segment_name())?),
-            false => None,
-        };
-        let reqs = requests
-            .iter()
-            .map(|r| {
-                Ok(TransferRequest {
-                    opcode: r.opcode,
-                    source: r.source,
-                    target_id: match (r.target_id, own) {
-                        (LOCAL_SEGMENT, Some(own)) => own,
-                        (id, _) => segment_of(id)?,
-                    },
-                    target_offset: r.target_offset,
-                    length: r.length,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        // Looked up at the first request for the engine's own segment, if any.
+        let mut own = None;
+        let requests = requests.into_iter();
+        let (low, high) = requests.size_hint();
+        let mut reqs = Vec::with_capacity(high.unwrap_or(low));
+        for r in requests {
+            let r = r?;
+            let target_id = match (r.target_id, own) {
+                (LOCAL_SEGMENT, Some(own)) => own,
+                (LOCAL_SEGMENT, None) => *own.insert(engine.open_segment(engine.segment_name())?),
+                (id, _) => segment_of(id)?,
+            };
+            reqs.push(TransferRequest {
+                opcode: r.opcode,
+                source: r.source,
+                target_id,
+                target_offset: r.target_offset,
+                length: r.length,
+            });
+        }
         let batch = BatchId::from_raw(id);
         match notify {
             Some(n) => engine.submit_with_notify(batch, &reqs, n)?,
