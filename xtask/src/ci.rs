@@ -20,7 +20,7 @@ enum Outcome {
 }
 
 /// Per-package feature combinations linted beyond the workspace build (which unifies features).
-const FEATURE_MATRIX: [(&str, &[&str]); 9] = [
+const FEATURE_MATRIX: [(&str, &[&str]); 10] = [
     ("te-core", &["--no-default-features"]),
     ("te-core", &["--features", "testing,cuda"]),
     ("te-topology", &["--features", "hwloc"]),
@@ -31,6 +31,8 @@ const FEATURE_MATRIX: [(&str, &[&str]); 9] = [
     ("te-tent", &["--features", "rdma,nvlink"]),
     ("te-tcp", &[]),
     ("te-bench", &["--no-default-features"]),
+    // The C library as `cargo xtask bench capi` builds it to measure its own cost.
+    ("te-capi", &["--features", "instant"]),
 ];
 
 /// Licences every dependency must be available under (an SPDX expression is accepted when an
