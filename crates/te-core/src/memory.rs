@@ -314,6 +314,12 @@ impl RegionTable {
         }
     }
 
+    /// Pins `region` once more without looking it up: only for a region that a pin the caller
+    /// holds keeps registered (submit's next request in the region of the one before).
+    pub(crate) fn pin_again(region: &Arc<Region>) -> RegionPin {
+        Self::pin_of(region)
+    }
+
     /// Pins the region holding `[addr, addr+len)` for a local transfer.
     ///
     /// # Errors

@@ -293,3 +293,55 @@ impl te_core::transport::Transport for CountingInstant {
         self.inner.post(slices);
     }
 }
+
+/// Requests in the local region of the request before them are pinned without a look-up:
+/// each task still holds its own pin, so neither region can be unregistered until the last of
+/// its tasks ends, and both can once every task has.
+#[test]
+fn each_task_pins_its_local_region_until_it_ends() {
+    let f = fixture(Some("0"));
+    let other = Arc::new(HostBuffer::new(1 << 16).unwrap());
+    f.engine
+        .register_buffer(&other, "cpu:0", te_core::Permission::RemoteReadWrite)
+        .unwrap();
+    let write = |source: u64, at: u64| TransferRequest {
+        opcode: Opcode::Write,
+        source,
+        target_id: f.segment,
+        target_offset: f.remote.addr() + at,
+        length: BLOCK,
+    };
+    // Two in the first region (the second pinned again, not looked up), one in the other,
+    // one in the first again (looked up).
+    let requests = [
+        write(f.local.addr(), 0),
+        write(f.local.addr() + 2 * BLOCK, 2 * BLOCK),
+        write(other.addr(), 4 * BLOCK),
+        write(f.local.addr() + 6 * BLOCK, 6 * BLOCK),
+    ];
+    let b = f.engine.allocate_batch(4).unwrap();
+    f.engine.submit(b, &requests).unwrap();
+    let pins = |addr: u64| f.engine.pin_local(addr, 1).unwrap().region().pins() - 1;
+    assert_eq!((pins(f.local.addr()), pins(other.addr())), (3, 1));
+    for addr in [f.local.addr(), other.addr()] {
+        assert!(matches!(
+            f.engine.unregister_memory(addr),
+            Err(te_core::Error::RegionBusy { .. })
+        ));
+    }
+    // Ended without moving bytes: only the pins matter here.
+    let mut ended = 0;
+    while let Some(s) = f.transport.take(|_| 0) {
+        f.transport.complete(s, Ok(()));
+        ended += 1;
+    }
+    assert_eq!(ended, 4);
+    let st = f.engine.wait(b, Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        (st.state, st.transferred_bytes),
+        (TransferState::Completed, 4 * BLOCK)
+    );
+    assert_eq!((pins(f.local.addr()), pins(other.addr())), (0, 0));
+    f.engine.free_batch(b).unwrap();
+    f.engine.unregister_memory(other.addr()).unwrap();
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::{TransferEngine, TransferRequest};
 use crate::batch::{BatchId, PendingNotify, SliceToken, TaskShared};
 use crate::error::{Error, Result};
+use crate::memory::{Region, RegionTable};
 use crate::merge::{self, Piece};
 use crate::notify::Notification;
 use crate::router::{Candidates, TaskRails};
@@ -193,6 +194,7 @@ impl TransferEngine {
             None => (self.config.slice_size, self.config.fragment_limit),
         };
         let mut checked: SmallList<Checked> = SmallList::with_capacity(requests.len());
+        let mut last_region: Option<Arc<Region>> = None;
         for r in requests {
             if r.length == 0 {
                 return Err(Error::InvalidArgument("zero-length transfer".into()));
@@ -216,11 +218,29 @@ impl TransferEngine {
             let (seg, found) = self.covering(seg, r.target_offset, r.length, r.opcode)?;
             let index = found?;
             let buffer = &seg.desc().buffers[index];
-            let transport = match &options.transport {
-                Some(name) => self.forced_transport(name, &seg, buffer)?,
-                None => self.core.transport_for_buffer(&seg, buffer)?,
+            // The transport is the previous request's when both go to one buffer of one
+            // descriptor (the choice depends on nothing else): asked once per run of them.
+            let transport = match (checked.last(), &options.transport) {
+                (Some(last), _)
+                    if Arc::ptr_eq(&last.seg, &seg) && last.key.buffer == buffer.addr =>
+                {
+                    last.transport.clone()
+                }
+                (_, Some(name)) => self.forced_transport(name, &seg, buffer)?,
+                (_, None) => self.core.transport_for_buffer(&seg, buffer)?,
             };
-            let pin = self.regions.pin_local(r.source, r.length)?;
+            // A request in the region of the one before is pinned without a look-up: that
+            // request's pin keeps the region registered.
+            let pin = match &last_region {
+                Some(region) if region.contains(r.source, r.length) => {
+                    RegionTable::pin_again(region)
+                }
+                _ => {
+                    let pin = self.regions.pin_local(r.source, r.length)?;
+                    last_region = Some(pin.region().clone());
+                    pin
+                }
+            };
             let route = self.route_for(pin.region(), &seg, index);
             let key = MergeKey {
                 segment: Arc::as_ptr(&seg) as usize,
