@@ -112,24 +112,32 @@ impl Waiting {
     }
 }
 
-/// One C run: (GB/s, p50 batch latency in µs).
-fn c_run(bin: &Path, block: u64, seconds: u64, waiting: Waiting) -> Result<(f64, f64), String> {
+/// Runs the C program on `block`-byte WRITEs for `seconds`, with `tail` (how it waits, and
+/// `instant`) after the common arguments; its JSON line.
+fn c_program(bin: &Path, block: u64, seconds: u64, tail: &[&str]) -> Result<String, String> {
     let out = Command::new(bin)
         .args(["write", &block.to_string(), BATCH, &seconds.to_string()])
-        .arg(waiting.arg())
+        .args(tail)
         .env("MC_FORCE_TCP", "1")
+        .env("MC_LOG_LEVEL", "WARNING")
         // cargo runs xtask with target/debug/deps on LD_LIBRARY_PATH, which outranks the
         // program's rpath: without this the C program would load the debug library.
         .env_remove("LD_LIBRARY_PATH")
         .output()
         .map_err(|e| format!("capi_bench: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!(
-            "capi_bench {block} B failed: {}",
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        false => Err(format!(
+            "capi_bench {block} B {} failed: {}",
+            tail.join(" "),
             String::from_utf8_lossy(&out.stderr)
-        ));
+        )),
     }
+}
+
+/// One C run: (GB/s, p50 batch latency in µs).
+fn c_run(bin: &Path, block: u64, seconds: u64, waiting: Waiting) -> Result<(f64, f64), String> {
+    let text = c_program(bin, block, seconds, &[waiting.arg()])?;
     eprintln!(
         "  C API ({}) write {block:>8} B: {}",
         waiting.arg(),
@@ -155,20 +163,7 @@ fn rust_run(bin: &str, block: u64, seconds: u64) -> Result<(f64, f64), String> {
 
 /// µs per batch of the C path over the instant transport (`capi_bench … wait instant`).
 fn c_cost(bin: &Path, block: u64, seconds: u64) -> Result<f64, String> {
-    let out = Command::new(bin)
-        .args(["write", &block.to_string(), BATCH, &seconds.to_string()])
-        .args(["wait", "instant"])
-        .env("MC_LOG_LEVEL", "WARNING")
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .map_err(|e| format!("capi_bench: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!(
-            "capi_bench {block} B instant failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let text = c_program(bin, block, seconds, &["wait", "instant"])?;
     let us = json_number(&text, "batch_us").ok_or("no batch_us from capi_bench")?;
     eprintln!("  C API cost, instant transport, {block:>8} B: {us:.3} us per batch");
     Ok(us)
