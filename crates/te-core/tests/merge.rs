@@ -21,14 +21,23 @@ struct Fixture {
     segment: u64,
 }
 
-fn fixture(merge: Option<&str>) -> Fixture {
+/// An engine on loopback with `vars` as its environment (merging as `MC_TE_MERGE_REQUESTS`
+/// is `merge`, unless it is `None`).
+fn engine(merge: Option<&str>, vars: &[(&str, &str)]) -> TransferEngine {
     let mut config = Config::from_lookup(|name| match name {
         "MC_TE_MERGE_REQUESTS" => merge.map(str::to_string),
-        _ => None,
+        _ => vars
+            .iter()
+            .find(|(var, _)| *var == name)
+            .map(|(_, value)| value.to_string()),
     })
     .unwrap();
     config.tcp_bind_address = Some("127.0.0.1".parse().unwrap());
-    let engine = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
+    TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap()
+}
+
+fn fixture(merge: Option<&str>) -> Fixture {
+    let engine = engine(merge, &[]);
     let transport = Arc::new(SimTransport::new());
     engine.install_transport(transport.clone()).unwrap();
     let (local, remote, segment) = te_core::testing::own_buffers(&engine, 1 << 20);
@@ -213,15 +222,10 @@ fn a_canceled_request_does_not_cancel_the_slice_its_neighbours_need() {
 #[test]
 fn slices_ending_while_the_batch_is_still_sliced_end_no_task_early() {
     for (merge, n, len) in [(None, 120, 10_000), (Some("0"), 1, 300 * 4096)] {
-        let mut config = Config::from_lookup(|name| match name {
-            "MC_TE_MERGE_REQUESTS" => merge.map(str::to_string),
-            "MC_SLICE_SIZE" => Some("4096".into()),
-            "MC_FRAGMENT_RATIO" => Some("4".into()),
-            _ => None,
-        })
-        .unwrap();
-        config.tcp_bind_address = Some("127.0.0.1".parse().unwrap());
-        let engine = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
+        let engine = engine(
+            merge,
+            &[("MC_SLICE_SIZE", "4096"), ("MC_FRAGMENT_RATIO", "4")],
+        );
         let counted = Arc::new(CountingInstant::default());
         engine.install_transport(counted.clone()).unwrap();
         let (local, remote, segment) = te_core::testing::own_buffers(&engine, 2 << 20);

@@ -514,11 +514,7 @@ impl<P: Protocol> EventLoop<P> {
     fn remove(&mut self, token: usize) -> Option<Entry<P::Conn>> {
         let mut e = self.conns.remove(&token)?;
         let _ = self.poll.registry().deregister(&mut e.stream);
-        if e.bulk {
-            self.siblings[self.index]
-                .bulk
-                .fetch_sub(1, Ordering::AcqRel);
-        }
+        count_bulk(&mut e, false, &self.siblings[self.index].bulk);
         Some(e)
     }
 
