@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use te_core::hashing::IdHashing;
 use te_facade::{FacadeError, MooncakeEngine};
@@ -37,13 +37,18 @@ impl<T> Handles<T> {
         self.table.get_or_init(Default::default)
     }
 
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<usize, Arc<T>, IdHashing>> {
+        self.table().read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<usize, Arc<T>, IdHashing>> {
+        self.table().write().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Keeps `value` and returns its new handle.
     pub(crate) fn insert(&self, value: T) -> *mut c_void {
         let key = NEXT.fetch_add(1, Ordering::Relaxed) * HANDLE_STEP;
-        self.table()
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Arc::new(value));
+        self.write().insert(key, Arc::new(value));
         key as *mut c_void
     }
 
@@ -52,9 +57,7 @@ impl<T> Handles<T> {
     /// # Errors
     /// [`FacadeError::NotInitialized`] for a handle that is not (or no longer) one of these.
     pub(crate) fn get(&self, handle: *mut c_void) -> Result<Arc<T>, FacadeError> {
-        self.table()
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        self.read()
             .get(&(handle as usize))
             .cloned()
             .ok_or(FacadeError::NotInitialized)
@@ -62,10 +65,7 @@ impl<T> Handles<T> {
 
     /// Forgets `handle`; its object, if it had one.
     pub(crate) fn remove(&self, handle: *mut c_void) -> Option<Arc<T>> {
-        self.table()
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(handle as usize))
+        self.write().remove(&(handle as usize))
     }
 }
 
