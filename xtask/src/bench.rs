@@ -46,6 +46,43 @@ pub(crate) fn median(mut runs: Vec<f64>) -> f64 {
     runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// µs per batch of `backend` over the instant transport (`--mode=engine`), `batch` tasks of
+/// `block` bytes.
+pub(crate) fn engine_cost(
+    bin: &str,
+    backend: &str,
+    seconds: u64,
+    (batch, block): (usize, u64),
+) -> Result<f64, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--mode=engine", "--threads=1"])
+        .arg(format!("--batch_size={batch}"))
+        .arg(format!("--block_size={block}"))
+        .arg(format!("--backend={backend}"))
+        .arg(format!("--duration={seconds}"));
+    let text = run_json(cmd, &format!("engine {backend}"))?;
+    let us = json_number(&text, "batch_us").ok_or_else(|| format!("no batch_us in: {text}"))?;
+    eprintln!("  engine cost {backend} {batch} x {block} B: {us:.3} us per batch");
+    Ok(us)
+}
+
+/// `a` and `b` alternating `runs` times: the medians of a's figures, of b's, and of the paired
+/// differences (b's run minus the a run just before it; the machine drifts between pairs).
+pub(crate) fn paired(
+    runs: usize,
+    mut a: impl FnMut() -> Result<f64, String>,
+    mut b: impl FnMut() -> Result<f64, String>,
+) -> Result<(f64, f64, f64), String> {
+    let (mut firsts, mut seconds, mut differences) = (vec![], vec![], vec![]);
+    for _ in 0..runs {
+        let (x, y) = (a()?, b()?);
+        firsts.push(x);
+        seconds.push(y);
+        differences.push(y - x);
+    }
+    Ok((median(firsts), median(seconds), median(differences)))
+}
+
 pub(crate) fn json_number(json: &str, key: &str) -> Option<f64> {
     let at = json.find(&format!("\"{key}\""))? + key.len() + 2;
     let rest = json[at..].trim_start().strip_prefix(':')?.trim_start();

@@ -9,7 +9,9 @@
 
 use std::process::Command;
 
-use crate::bench::{build_te_bench, duration_arg, json_number, median, run_json};
+use crate::bench::{
+    build_te_bench, duration_arg, engine_cost, json_number, median, paired, run_json,
+};
 
 const RUNS: usize = 5;
 
@@ -42,38 +44,14 @@ fn one(
 /// What te-tent may add per batch over the classic engine, in µs.
 const TENT_ADDED_US: f64 = 0.5;
 
-/// µs per batch of `backend` over the instant transport (`--mode=engine`), `batch` tasks of
-/// `block` bytes.
-fn engine_cost(
-    bin: &str,
-    backend: &str,
-    seconds: u64,
-    (batch, block): (usize, u64),
-) -> Result<f64, String> {
-    let mut cmd = Command::new(bin);
-    cmd.args(["--mode=engine", "--threads=1"])
-        .arg(format!("--batch_size={batch}"))
-        .arg(format!("--block_size={block}"))
-        .arg(format!("--backend={backend}"))
-        .arg(format!("--duration={seconds}"));
-    let text = run_json(cmd, &format!("engine {backend}"))?;
-    let us = json_number(&text, "batch_us").ok_or_else(|| format!("no batch_us in: {text}"))?;
-    eprintln!("  engine cost {backend} {batch} x {block} B: {us:.3} us per batch");
-    Ok(us)
-}
-
 /// Classic and tent alternating [`RUNS`] times at `case` (tasks, bytes each) over the instant
 /// transport: the medians of classic's and tent's µs per batch, and of the paired differences.
 fn paired_costs(bin: &str, seconds: u64, case: (usize, u64)) -> Result<(f64, f64, f64), String> {
-    let (mut classic, mut tent, mut added) = (vec![], vec![], vec![]);
-    for _ in 0..RUNS {
-        let c = engine_cost(bin, "classic", seconds, case)?;
-        let t = engine_cost(bin, "tent", seconds, case)?;
-        classic.push(c);
-        tent.push(t);
-        added.push(t - c);
-    }
-    Ok((median(classic), median(tent), median(added)))
+    paired(
+        RUNS,
+        || engine_cost(bin, "classic", seconds, case),
+        || engine_cost(bin, "tent", seconds, case),
+    )
 }
 
 pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
