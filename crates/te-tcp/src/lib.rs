@@ -152,14 +152,17 @@ impl TcpTransport {
         }
         let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
         let inst = installed.as_ref().ok_or("tcp transport is not installed")?;
-        let lanes = (0..inst.lanes_per_peer)
-            .map(|_| {
+        let placement = dialer::Placement::for_framing(key.framing);
+        let placed = inst.dialer.place(inst.lanes_per_peer, placement);
+        let lanes = placed
+            .into_iter()
+            .map(|home| {
                 Lane::new(
                     key.clone(),
                     to,
                     inst.settings.clone(),
                     inst.sink.clone(),
-                    &inst.dialer,
+                    home,
                 )
             })
             .collect::<Vec<_>>();

@@ -37,7 +37,7 @@ use te_core::Opcode;
 use te_core::transport::{CompletionSink, SliceError, SliceOp};
 use tracing::debug;
 
-use crate::dialer::{self, Dialer, LoopShared};
+use crate::dialer::{self, LoopShared};
 use crate::error::Error;
 use crate::mooncake_wire;
 use crate::sys;
@@ -198,15 +198,15 @@ impl LaneCore {
 }
 
 impl Lane {
-    /// A lane to `peer` on one of `dialer`'s loops.
+    /// A lane to `peer` on loop `home` (placed by [`Dialer::place`](dialer::Dialer::place)) as
+    /// `token`.
     pub(crate) fn new(
         peer: PeerKey,
         to: std::net::SocketAddr,
         settings: Arc<LaneSettings>,
         sink: Arc<dyn CompletionSink>,
-        dialer: &Dialer,
+        (home, token): (Arc<LoopShared>, usize),
     ) -> Self {
-        let (home, token) = dialer.place();
         let core = Arc::new(LaneCore {
             peer,
             to: Mutex::new(to),
