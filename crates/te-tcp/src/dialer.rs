@@ -56,10 +56,11 @@ pub(crate) enum Placement {
     /// copies run on as many cores as there are loops.
     Spread,
     /// On one loop: a Mooncake target answers every connection from one asio thread, one
-    /// reply at a time, so loops of their own would only take turns with it for the cores
-    /// (measured on 2 cores against the wheel's target: one loop moved 1 MiB WRITEs 1.9× and
-    /// 64 KiB READs 1.3× faster than four, 64 KiB WRITEs as fast, 1 MiB READs 0.8× as fast,
-    /// still 1.4× Mooncake's own initiator).
+    /// reply at a time, so one loop here keeps up with it; more would only add wake-ups and,
+    /// where both ends share a host's cores, take cores from it. Measured on 2 cores against
+    /// the wheel's target: one loop moved 1 MiB WRITEs 1.9× and 64 KiB READs 1.3× faster than
+    /// four (medians; 64 KiB READs wander between 1.5 and 6 GB/s either way), 64 KiB WRITEs
+    /// as fast, and 1 MiB READs 0.8× as fast, still 1.4× Mooncake's own initiator.
     Together,
 }
 
