@@ -58,10 +58,11 @@ pub(crate) enum Placement {
     /// On one loop: a Mooncake target answers every connection from one asio thread, one
     /// reply at a time, so one loop here keeps up with it; more would only add wake-ups and,
     /// where both ends share a host's cores, take cores from it. Measured on 2 cores against
-    /// the wheel's target: one loop moved 1 MiB WRITEs 1.9× and 64 KiB READs 1.3× faster than
-    /// four (medians of about 30 runs; one loop's 64 KiB READs range from 1.4 to 6 GB/s, four
-    /// loops' from 2.1 to 3.8), 64 KiB WRITEs as fast, and 1 MiB READs 0.8× as fast, still
-    /// 1.4× Mooncake's own initiator.
+    /// the wheel's target: one loop moved 1 MiB WRITEs 1.9× and 64 KiB READs 1.15× faster
+    /// than four (medians of 43 and 14 runs: one loop's 64 KiB READs range from 1.4 to 6 GB/s,
+    /// slow when the kernel puts the loop and Mooncake's thread on one CPU; four loops' from
+    /// 2.1 to 3.8), 64 KiB WRITEs as fast, and 1 MiB READs 0.8× as fast, still 1.4×
+    /// Mooncake's own initiator.
     Together,
 }
 
