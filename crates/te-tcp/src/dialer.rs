@@ -136,17 +136,15 @@ impl Dialer {
         lanes: usize,
         placement: Placement,
     ) -> Vec<(Arc<LoopShared>, usize)> {
-        let deals = match placement {
-            Placement::Spread => lanes,
-            Placement::Together => 1,
+        // Loops taken from the round-robin, and the step from one lane's loop to the next's.
+        let (deals, step) = match placement {
+            Placement::Spread => (lanes, 1),
+            Placement::Together => (1, 0),
         };
         let first = self.next.fetch_add(deals, Ordering::Relaxed);
         (0..lanes)
             .map(|n| {
-                let i = match placement {
-                    Placement::Spread => first.wrapping_add(n),
-                    Placement::Together => first,
-                };
+                let i = first.wrapping_add(n * step);
                 let home = self.loops[i % self.loops.len()].clone();
                 let token = home.next_token.fetch_add(1, Ordering::Relaxed);
                 (home, token)
