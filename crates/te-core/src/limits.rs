@@ -29,6 +29,11 @@ pub struct ServerLimits {
     /// Control connections held at once (`MC_TE_MAX_CONTROL_CONNECTIONS`, 1–1,048,576,
     /// default 4,096: a control request holds its connection for one exchange).
     pub max_control_connections: usize,
+    /// Connections the kernel holds for each listener before they are accepted
+    /// (`MC_TE_LISTEN_BACKLOG`, 1–65,535, default 4,096; Linux caps it at
+    /// `net.core.somaxconn`). A thousand peers connecting at once overflow a small one: their
+    /// SYNs are dropped and retried after one second, then three.
+    pub listen_backlog: usize,
     /// Reply bytes a data connection gathers before it sends them (`MC_TE_CONN_REPLY_BYTES`,
     /// 64 B–1 MiB, default 4 KiB): the bound of its outgoing buffer between requests.
     pub conn_reply_bytes: usize,
@@ -46,6 +51,7 @@ impl Default for ServerLimits {
             max_data_connections: 10_240,
             control_threads: 1,
             max_control_connections: 4_096,
+            listen_backlog: 4_096,
             conn_reply_bytes: 4096,
             client_threads: cores.clamp(4, 8),
         }
@@ -88,6 +94,7 @@ impl ServerLimits {
                 1,
                 1 << 20,
             )?,
+            listen_backlog: read("MC_TE_LISTEN_BACKLOG", d.listen_backlog, 1, 65_535)?,
             conn_reply_bytes: read("MC_TE_CONN_REPLY_BYTES", d.conn_reply_bytes, 64, 1 << 20)?,
             client_threads: read("MC_TE_CLIENT_THREADS", d.client_threads, 1, 256)?,
         })
@@ -165,6 +172,7 @@ mod tests {
         assert_eq!(d, ServerLimits::default());
         assert!(d.max_data_connections >= 10_000);
         assert!(d.max_control_connections >= 1_024);
+        assert!(d.listen_backlog >= 1_024);
         assert!((1..=8).contains(&d.server_threads));
         assert!(d.open_files_wanted() > d.max_data_connections as u64);
     }
@@ -178,6 +186,7 @@ mod tests {
             ("MC_TE_MAX_CONTROL_CONNECTIONS", " 50 "),
             ("MC_TE_CONN_REPLY_BYTES", "65536"),
             ("MC_TE_CLIENT_THREADS", "5"),
+            ("MC_TE_LISTEN_BACKLOG", "512"),
         ])
         .unwrap();
         assert_eq!(
@@ -187,9 +196,10 @@ mod tests {
                 l.control_threads,
                 l.max_control_connections,
                 l.conn_reply_bytes,
-                l.client_threads
+                l.client_threads,
+                l.listen_backlog
             ),
-            (3, 100, 2, 50, 65536, 5)
+            (3, 100, 2, 50, 65536, 5, 512)
         );
         for (name, bad) in [
             ("MC_TE_SERVER_THREADS", "0"),
@@ -199,6 +209,8 @@ mod tests {
             ("MC_TE_MAX_CONTROL_CONNECTIONS", "0"),
             ("MC_TE_CONN_REPLY_BYTES", "8"),
             ("MC_TE_CLIENT_THREADS", "0"),
+            ("MC_TE_LISTEN_BACKLOG", "0"),
+            ("MC_TE_LISTEN_BACKLOG", "65536"),
         ] {
             match with(&[(name, bad)]) {
                 Err(Error::InvalidConfig { name: n, value, .. }) => {

@@ -1,9 +1,10 @@
 //! The operating-system queries te-core needs, each a thin wrapper over one libc call:
 //! the NUMA node of a page (`move_pages` in query mode), the host page size (`sysconf`) and
 //! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`), the open-file limit
-//! (`getrlimit`/`setrlimit`), a coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`), and this
-//! process's id kept between calls (`getpid`, forgotten in a forked child through
-//! `pthread_atfork`). Nothing here decides anything; callers choose.
+//! (`getrlimit`/`setrlimit`), a listening socket's accept backlog (`listen` again), a coarse
+//! monotonic clock (`CLOCK_MONOTONIC_COARSE`), and this process's id kept between calls
+//! (`getpid`, forgotten in a forked child through `pthread_atfork`). Nothing here decides
+//! anything; callers choose.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
@@ -189,9 +190,48 @@ pub fn set_nofile_soft(soft: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Sets the accept backlog of `listener`, which is already listening: Linux takes a second
+/// `listen` on a listening socket as a new backlog, and caps it at `net.core.somaxconn`.
+/// (The standard library listens with 128, which a thousand peers connecting at once overflow:
+/// their SYNs are dropped and retried after one second, then three.)
+///
+/// # Errors
+/// `listen` refused.
+pub fn set_listen_backlog(listener: &std::net::TcpListener, backlog: u32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is `listener`'s, open for the duration of the borrow.
+    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wider_backlog_holds_connections_nobody_has_accepted_yet() {
+        // The standard library's backlog of 128 would leave connection 130 without an answer
+        // to its SYN for as long as nobody accepts, so its connect would time out.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_listen_backlog(&listener, 1024).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held: Vec<std::net::TcpStream> = (0..300)
+            .map(|i| {
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(20))
+                    .unwrap_or_else(|e| panic!("connection {i} not taken into the backlog: {e}"))
+            })
+            .collect();
+        assert_eq!(held.len(), 300);
+        listener.set_nonblocking(true).unwrap();
+        let accepted = std::iter::from_fn(|| listener.accept().ok()).count();
+        assert_eq!(
+            accepted, 300,
+            "every held connection is accepted afterwards"
+        );
+    }
 
     #[test]
     fn the_process_id_is_kept_and_a_forked_child_reads_its_own() {

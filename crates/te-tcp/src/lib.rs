@@ -257,7 +257,7 @@ fn start_mooncake_listener(
             ctx.bind_ip
         )
     })?;
-    let listener = compat::start(listener, state, ctx.config.limits.max_data_connections)
+    let listener = compat::start(listener, state, &ctx.config.limits)
         .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
     let allow = ctx.config.mooncake.allow.as_ref().map_or_else(
         || "ANY address that reaches it (no MC_TE_MOONCAKE_ALLOW)".to_string(),

@@ -635,6 +635,7 @@ pub(crate) fn start(
         threads: limits.server_threads,
         max_connections: limits.max_data_connections,
         deal: te_core::reactor::Deal::RoundRobin,
+        backlog: limits.listen_backlog,
     };
     Server::start(listener, protocol, settings)
 }

@@ -147,6 +147,7 @@ pub fn start_server(
         threads: limits.control_threads,
         max_connections: limits.max_control_connections,
         deal: crate::reactor::Deal::RoundRobin,
+        backlog: limits.listen_backlog,
     };
     Server::start(
         listener,

@@ -141,6 +141,8 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Where accepted connections go.
     pub deal: Deal,
+    /// Connections the kernel holds before they are accepted (the listener's `listen` backlog).
+    pub backlog: usize,
 }
 
 /// A connection on its way to a loop: its state too when it moves from another loop.
@@ -176,6 +178,10 @@ impl Server {
         settings: ServerSettings,
     ) -> io::Result<Self> {
         let addr = listener.local_addr()?;
+        crate::sys::set_listen_backlog(
+            &listener,
+            u32::try_from(settings.backlog).unwrap_or(u32::MAX),
+        )?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(AtomicUsize::new(0));

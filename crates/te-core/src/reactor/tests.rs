@@ -108,6 +108,7 @@ fn start_dealing(threads: usize, max: usize, deal: Deal) -> (Server, Arc<Echo>) 
         threads,
         max_connections: max,
         deal,
+        backlog: 1024,
     };
     (Server::start(l, echo.clone(), settings).unwrap(), echo)
 }

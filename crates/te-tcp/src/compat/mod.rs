@@ -177,12 +177,13 @@ impl Protocol for CompatState {
 pub(crate) fn start(
     listener: std::net::TcpListener,
     state: Arc<CompatState>,
-    max_connections: usize,
+    limits: &te_core::limits::ServerLimits,
 ) -> std::io::Result<Server> {
     let settings = ServerSettings {
         threads: state.compat.threads.max(1),
-        max_connections,
+        max_connections: limits.max_data_connections,
         deal: Deal::Gather,
+        backlog: limits.listen_backlog,
     };
     Server::start(listener, state, settings)
 }
