@@ -5,8 +5,10 @@
 //! target, then at Mooncake's `transfer_engine_bench` target (the wheel, as in
 //! `bench interop`), every run byte-verified by reading each block back. Sampled from the
 //! target's `/proc` while the swarm writes: its threads, its resident memory and its open
-//! sockets. Then 1,024 peers' connections are held idle, to give the target's memory per idle
-//! connection (resident memory beyond the kernel's socket buffers, which are not in it).
+//! sockets; from the swarm, the longest it took at each point to open the segment and connect
+//! every lane (all peers starting at once). Then 1,024 peers' connections are held idle, to
+//! give the target's memory per idle connection (resident memory beyond the kernel's socket
+//! buffers, which are not in it).
 //!
 //! Goals: at 1,024 peers te's aggregate is at least 90 % of its 16-peer figure; te's target
 //! threads do not grow with peers (at most 4 × cores + a fixed 8); under 64 KiB per idle
@@ -126,17 +128,18 @@ fn swarm(
     Ok((out, s))
 }
 
-/// One target's sweep: per peer count, the median GB/s of [`ROUNDS`] (or why a run failed) and
-/// the target sampled (the most threads and sockets seen, the last resident memory).
-type Row = (usize, Result<f64, String>, Sample);
+/// One target's sweep: per peer count, the median GB/s of [`ROUNDS`] (or why a run failed), the
+/// target sampled (the most threads and sockets seen, the last resident memory) and the longest
+/// the swarm took to open the segment and connect every lane, in seconds.
+type Row = (usize, Result<f64, String>, Sample, f64);
 
 /// Runs per point; rounds go over every peer count in turn, so drift spreads over all points.
 const ROUNDS: usize = 3;
 
 fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64) -> Vec<Row> {
-    let mut figures: Vec<(Vec<f64>, Option<String>, Sample)> = PEERS
+    let mut figures: Vec<(Vec<f64>, Option<String>, Sample, f64)> = PEERS
         .iter()
-        .map(|_| (Vec::new(), None, Sample::default()))
+        .map(|_| (Vec::new(), None, Sample::default(), 0.0))
         .collect();
     let duration = format!("--duration={seconds}");
     let half = Duration::from_millis(seconds * 500);
@@ -163,6 +166,8 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64) -> Vec<Row> {
                             rss_kib: s.rss_kib,
                             sockets: point.2.sockets.max(s.sockets),
                         };
+                        let connect = json_number(&json, "connect_seconds").unwrap_or(0.0);
+                        point.3 = point.3.max(connect);
                     }
                     None => point.1 = Some(format!("no figure in: {json}")),
                 },
@@ -173,9 +178,9 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64) -> Vec<Row> {
     PEERS
         .iter()
         .zip(figures)
-        .map(|(peers, (runs, failure, s))| match failure {
-            Some(e) => (*peers, Err(e), s),
-            None => (*peers, Ok(crate::bench::median(runs)), s),
+        .map(|(peers, (runs, failure, s, connect))| match failure {
+            Some(e) => (*peers, Err(e), s, connect),
+            None => (*peers, Ok(crate::bench::median(runs)), s, connect),
         })
         .collect()
 }
@@ -230,17 +235,19 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
         BLOCK >> 10
     );
     println!(
-        "{:>6} {:>6} | {:>9} {:>8} {:>9} {:>8} | {:>9} {:>8} {:>9} {:>8} | {:>7}",
+        "{:>6} {:>6} | {:>9} {:>8} {:>9} {:>8} {:>9} | {:>9} {:>8} {:>9} {:>8} {:>9} | {:>7}",
         "peers",
         "conns",
         "te GB/s",
         "threads",
         "RSS MiB",
         "sockets",
+        "connect s",
         "MC GB/s",
         "threads",
         "RSS MiB",
         "sockets",
+        "connect s",
         "te/MC"
     );
     let cell = |r: &Result<f64, String>| match r {
@@ -256,18 +263,19 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
             .and_then(|r| r.1.as_ref().ok().copied())
     };
     let thread_cap = 4 * cores + 8;
-    for (i, (peers, te, ts)) in te_rows.iter().enumerate() {
+    for (i, (peers, te, ts, tc)) in te_rows.iter().enumerate() {
         let mc = mc_rows.as_ref().and_then(|m| m.get(i));
-        let (mc_fig, ms) = mc.map_or((Err("not run".to_string()), Sample::default()), |m| {
-            (m.1.clone(), m.2)
-        });
+        let (mc_fig, ms, mcc) = mc
+            .map_or((Err("not run".to_string()), Sample::default(), 0.0), |m| {
+                (m.1.clone(), m.2, m.3)
+            });
         let ratio = match (te, &mc_fig) {
             (Ok(t), Ok(m)) if *m > 0.0 => format!("{:>6.1}x", t / m),
             (Ok(_), Err(_)) if mc.is_some() => format!("{:>7}", "MC fail"),
             _ => format!("{:>7}", "-"),
         };
         println!(
-            "{peers:>6} {:>6} | {} {:>8} {:>9.0} {:>8} | {} {:>8} {:>9.0} {:>8} | {ratio}",
+            "{peers:>6} {:>6} | {} {:>8} {:>9.0} {:>8} {tc:>9.2} | {} {:>8} {:>9.0} {:>8} {mcc:>9.2} | {ratio}",
             peers * LANES,
             cell(te),
             ts.threads,

@@ -490,6 +490,9 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
         0 => default_lanes,
         n => n,
     };
+    // From the first descriptor request to the last connection established: what it takes a
+    // swarm of peers starting at once to open the segment and connect.
+    let setup = Instant::now();
     let (desc, host) = fetch(&flags.segment_id)?;
     let target = target_of(&desc, &host)?;
     // Every peer opens the segment, as an engine would.
@@ -535,6 +538,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
         })
         .collect();
     start.wait();
+    let connect_secs = setup.elapsed().as_secs_f64();
     eprintln!("swarm: running");
     let began = Instant::now();
     crate::pause(Duration::from_secs_f64(flags.duration));
@@ -572,7 +576,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
         Framing::Mooncake => "mooncake",
     };
     println!(
-        "swarm: {} peers x {lanes} lanes = {connections} connections to {} ({framing} framing), block {} B in {slots} slots, depth {}: {gbps:.3} GB/s, {} writes in {secs:.2} s{}",
+        "swarm: {} peers x {lanes} lanes = {connections} connections to {} ({framing} framing, opened and connected in {connect_secs:.2} s), block {} B in {slots} slots, depth {}: {gbps:.3} GB/s, {} writes in {secs:.2} s{}",
         flags.peers,
         target.data,
         flags.block_size,
@@ -590,6 +594,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
                 "mode": "swarm", "peers": flags.peers, "lanes": lanes, "connections": connections,
                 "framing": framing, "block_size": flags.block_size, "depth": flags.depth, "slots": slots,
                 "gbps": gbps, "writes": total.writes, "seconds": secs, "verified": total.verified,
+                "connect_seconds": connect_secs,
             })
         );
     }
