@@ -292,6 +292,21 @@ fn fetch(segment: &str) -> BenchResult<(SegmentDesc, String)> {
     Ok((desc, host))
 }
 
+/// The target's descriptor once it lists a buffer. A bench target that has just logged its name
+/// may publish its descriptor before it registers its buffer (Mooncake's logs `listening on`
+/// when its engine starts, then allocates and registers), so a descriptor without buffers is
+/// asked for again, 100 ms apart, for up to 10 s; after that it is what it is.
+fn fetch_registered(segment: &str) -> BenchResult<(SegmentDesc, String)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (desc, host) = fetch(segment)?;
+        if !desc.buffers.is_empty() || Instant::now() >= deadline {
+            return Ok((desc, host));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A segment secret as descriptors carry it: 32 hex digits.
 fn secret_from_hex(hex: &str) -> Option<[u8; 16]> {
     let mut out = [0u8; 16];
@@ -493,7 +508,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
     // From the first descriptor request to the last connection established: what it takes a
     // swarm of peers starting at once to open the segment and connect.
     let setup = Instant::now();
-    let (desc, host) = fetch(&flags.segment_id)?;
+    let (desc, host) = fetch_registered(&flags.segment_id)?;
     let target = target_of(&desc, &host)?;
     // Every peer opens the segment, as an engine would.
     for _ in 1..flags.peers {

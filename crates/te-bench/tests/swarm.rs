@@ -1,6 +1,7 @@
 //! te-bench's swarm against a real te-bench target process: a thousand connections and more
-//! served by a fixed pool of threads, every block read back and compared; and a target at its
-//! connection cap refusing the swarm with a reason, then serving once there is room.
+//! served by a fixed pool of threads, every block read back and compared; a target at its
+//! connection cap refusing the swarm with a reason, then serving once there is room; and an
+//! engine that registers its buffer only after the swarm first asked for its descriptor.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -108,6 +109,12 @@ fn a_thousand_connections_on_a_fixed_pool_of_threads_every_block_verified() {
         "every block read back equal"
     );
     assert!(json_field(&out, "writes") >= 1024, "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let connect = v["connect_seconds"].as_f64().expect("connect_seconds");
+    assert!(
+        connect > 0.0,
+        "opening and connecting took some time: {out}"
+    );
 }
 
 #[test]
@@ -133,4 +140,48 @@ fn over_its_connection_cap_a_target_refuses_with_a_reason_and_keeps_serving() {
     }
     let within = within.expect("a swarm within the cap is served");
     assert_eq!(json_field(&within, "verified"), 8);
+}
+
+#[test]
+fn a_buffer_registered_after_the_first_descriptor_request_is_waited_for() {
+    use std::sync::Arc;
+    let mut config = te_core::Config::default();
+    config.tcp_bind_address = Some("127.0.0.1".parse().unwrap());
+    let engine = te_core::TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").unwrap();
+    engine
+        .install_transport(Arc::new(te_tcp::TcpTransport::new()))
+        .unwrap();
+    let name = engine.segment_name().to_string();
+    let swarm = swarm(
+        &name,
+        &[
+            "--peers=1",
+            "--lanes=2",
+            "--block_size=4096",
+            "--duration=0.2",
+        ],
+    );
+    // The swarm's first request finds no buffer (it starts in milliseconds); then one comes.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let buffer = Arc::new(te_core::HostBuffer::new(1 << 20).unwrap());
+    engine
+        .register_buffer(&buffer, "*", te_core::Permission::RemoteReadWrite)
+        .unwrap();
+    let out = swarm.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        json_field(&stdout, "verified"),
+        2,
+        "both blocks read back equal"
+    );
+    let written = buffer.to_vec(0, 8192).unwrap();
+    assert!(
+        written.iter().any(|&b| b != 0),
+        "the swarm's blocks are in the buffer"
+    );
 }
