@@ -244,3 +244,68 @@ fn a_promoted_connection_leaves_the_loop_and_shutdown_closes_the_rest() {
         assert_eq!(late.read(&mut [0u8; 8]).unwrap_or(0), 0);
     }
 }
+
+/// Keeps the accepting loop in `admits` until `open` is set, so connections made meanwhile wait
+/// in the listener's backlog; served connections are only held.
+struct Gate {
+    open: AtomicBool,
+}
+
+impl Protocol for Gate {
+    type Conn = ();
+    fn name(&self) -> &'static str {
+        "gate"
+    }
+    fn admits(&self, _peer: SocketAddr) -> bool {
+        while !self.open.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+    fn open(&self, _peer: SocketAddr) {}
+    fn drive(&self, _c: &mut (), _s: &mio::net::TcpStream) -> Step {
+        Step::Blocked
+    }
+    fn expired(&self, _c: &(), _now: Instant) -> bool {
+        false
+    }
+}
+
+#[test]
+fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
+    let gate = Arc::new(Gate {
+        open: AtomicBool::new(false),
+    });
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 1000,
+        deal: Deal::RoundRobin,
+        backlog: 1024,
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = Server::start(l, gate.clone(), settings).unwrap();
+    // The first connection holds the only loop in `admits`; 300 more are taken into the
+    // backlog by the kernel (with the standard library's 128, the 130th would wait for an
+    // answer to its SYN until it timed out).
+    let addr = server.local_addr();
+    let mut held = Vec::new();
+    let mut refused = None;
+    for i in 0..301 {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(20)) {
+            Ok(s) => held.push(s),
+            Err(e) => {
+                refused = Some(format!("connection {i} not taken into the backlog: {e}"));
+                break;
+            }
+        }
+    }
+    // Opened before anything is asserted, so a failure does not leave the loop stuck.
+    gate.open.store(true, Ordering::Release);
+    assert_eq!(refused, None);
+    assert_eq!(
+        settled(&server, 301),
+        301,
+        "all accepted once the loop is free"
+    );
+    drop(held);
+}
