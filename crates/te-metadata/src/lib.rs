@@ -34,6 +34,10 @@ pub struct Options {
     pub max_value: usize,
     /// Connections served at once.
     pub max_connections: usize,
+    /// Connections the kernel holds before they are accepted (the listener's backlog; Linux
+    /// caps it at `net.core.somaxconn`): a cluster's engines starting together connect at once,
+    /// and the standard library's 128 would drop their SYNs for a second.
+    pub backlog: u32,
 }
 
 impl Default for Options {
@@ -43,6 +47,7 @@ impl Default for Options {
             persist: None,
             max_value: 16 << 20,
             max_connections: 256,
+            backlog: 4096,
         }
     }
 }
@@ -118,6 +123,7 @@ impl Server {
     /// The persistence file cannot be read or is not a JSON object of strings.
     pub fn start(listener: TcpListener, options: Options) -> std::io::Result<Server> {
         let store = Arc::new(Store::load(options.persist.clone())?);
+        te_core::sys::set_listen_backlog(&listener, options.backlog)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let options = Arc::new(options);
@@ -296,6 +302,27 @@ fn serve(conn: TcpStream, store: &Store, options: &Options) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_listener_takes_the_configured_backlog() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let options = Options {
+            backlog: 1000,
+            ..Options::default()
+        };
+        let server = Server::start(listener, options).unwrap();
+        // `ss` shows a listening socket's backlog as its Send-Q.
+        let out = std::process::Command::new("ss")
+            .args(["-ltnH", &format!("sport = :{}", server.addr().port())])
+            .output()
+            .expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let send_q: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .collect();
+        assert_eq!(send_q, ["1000"], "{text}");
+    }
 
     #[test]
     fn keys_come_from_the_query() {

@@ -1,4 +1,5 @@
-//! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]`:
+//! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]
+//! [--backlog N]`:
 //! Mooncake's HTTP metadata server. Engines use it with `--metadata_server=http://HOST:PORT/metadata`.
 //! SIGINT or SIGTERM closes the listener and exits 0; `--help` and `--version` exit 0; a bad
 //! argument exits 2 with the usage.
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 use te_core::signals::Termination;
 use te_metadata::{Options, Server};
 
-const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]";
+const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES] [--backlog N (4096)]";
 
 /// Why `run` ended without serving.
 enum Stop {
@@ -48,6 +49,15 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
                 options.max_value = value()?
                     .parse()
                     .map_err(|_| Stop::Usage(format!("--max-value: not a byte count\n{USAGE}")))?
+            }
+            "--backlog" => {
+                options.backlog = value()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=65_535).contains(n))
+                    .ok_or(Stop::Usage(format!(
+                        "--backlog: a count from 1 to 65535\n{USAGE}"
+                    )))?
             }
             other => return Err(Stop::Usage(format!("unknown argument {other}\n{USAGE}"))),
         }
