@@ -197,7 +197,7 @@ pub fn set_nofile_soft(soft: u64) -> std::io::Result<()> {
 ///
 /// # Errors
 /// `listen` refused.
-pub fn set_listen_backlog(listener: &std::net::TcpListener, backlog: u32) -> std::io::Result<()> {
+pub fn set_listen_backlog(listener: &std::net::TcpListener, backlog: usize) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
     // SAFETY: the descriptor is `listener`'s, open for the duration of the borrow.

@@ -306,6 +306,22 @@ pub fn spawn_ready(cmd: &mut std::process::Command) -> (std::process::Child, Str
     (child, ready)
 }
 
+/// The backlog of the socket listening on `port`, as `ss` (iproute2) shows it: the Send-Q of
+/// each listening socket on that port (one, normally).
+///
+/// # Panics
+/// When `ss` cannot run (a test helper).
+pub fn listen_backlog(port: u16) -> Vec<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (iproute2) runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect()
+}
+
 /// A sweep of transfer sizes over one remote buffer, for the two-process tests of same-host
 /// transports: size `i` sits at its own odd offset ([`slot`](Self::slot)); READs come from
 /// `[0, write_base)` (filled with `pattern(read_seed)` by the owner) into a local offset one

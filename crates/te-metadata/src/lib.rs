@@ -37,7 +37,7 @@ pub struct Options {
     /// Connections the kernel holds before they are accepted (the listener's backlog; Linux
     /// caps it at `net.core.somaxconn`): a cluster's engines starting together connect at once,
     /// and the standard library's 128 would drop their SYNs for a second.
-    pub backlog: u32,
+    pub backlog: usize,
 }
 
 impl Default for Options {
@@ -311,17 +311,10 @@ mod tests {
             ..Options::default()
         };
         let server = Server::start(listener, options).unwrap();
-        // `ss` shows a listening socket's backlog as its Send-Q.
-        let out = std::process::Command::new("ss")
-            .args(["-ltnH", &format!("sport = :{}", server.addr().port())])
-            .output()
-            .expect("ss (iproute2) runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let send_q: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(2))
-            .collect();
-        assert_eq!(send_q, ["1000"], "{text}");
+        assert_eq!(
+            te_core::testing::listen_backlog(server.addr().port()),
+            ["1000"]
+        );
     }
 
     #[test]

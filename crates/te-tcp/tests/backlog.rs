@@ -6,17 +6,13 @@ mod common;
 
 use common::*;
 use te_core::Permission;
+use te_core::testing::listen_backlog;
 
-/// A listening socket's backlog on `port`, as `ss` shows it (its Send-Q).
-fn listen_backlog(port: u16) -> Vec<String> {
-    let out = std::process::Command::new("ss")
-        .args(["-ltnH", &format!("sport = :{port}")])
-        .output()
-        .expect("ss (iproute2) runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
-        .collect()
+/// The port of `engine`'s control listener, from its segment name.
+fn control_port(engine: &te_core::TransferEngine) -> u16 {
+    te_core::control::parse_segment_name(engine.segment_name(), 0)
+        .expect("a segment name with a port")
+        .1
 }
 
 #[test]
@@ -26,12 +22,7 @@ fn the_control_and_data_listeners_take_the_configured_backlog() {
     let target = engine_with(c);
     let remote = buffer(4096);
     register(&target, &remote, Permission::RemoteReadWrite);
-    let control: u16 = target
-        .segment_name()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("the segment name ends in the control port");
+    let control = control_port(&target);
     let peer = engine();
     let seg = peer.open_segment(target.segment_name()).unwrap();
     let data = peer.segment(seg).unwrap().desc().te_rails[0].port;
@@ -40,12 +31,5 @@ fn the_control_and_data_listeners_take_the_configured_backlog() {
         assert_eq!(listen_backlog(port), ["1000"], "port {port}");
     }
     // The default, through a second engine.
-    let default = engine();
-    let port: u16 = default
-        .segment_name()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap();
-    assert_eq!(listen_backlog(port), ["4096"]);
+    assert_eq!(listen_backlog(control_port(&engine())), ["4096"]);
 }

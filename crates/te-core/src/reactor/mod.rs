@@ -178,10 +178,7 @@ impl Server {
         settings: ServerSettings,
     ) -> io::Result<Self> {
         let addr = listener.local_addr()?;
-        crate::sys::set_listen_backlog(
-            &listener,
-            u32::try_from(settings.backlog).unwrap_or(u32::MAX),
-        )?;
+        crate::sys::set_listen_backlog(&listener, settings.backlog)?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(AtomicUsize::new(0));
