@@ -1,7 +1,10 @@
 //! `cargo xtask bench tcp`: te-bench and iperf3 on loopback in one run, printed as ratios.
 //!
 //! The reference is iperf3 with one stream, measured right before and right after te; te-bench
-//! runs as two processes (target, initiator) like iperf3's server and client.
+//! runs as two processes (target, initiator) like iperf3's server and client. iperf3 runs with
+//! the congestion control te gives its connections on loopback ([`te_congestion`]: reno by
+//! default), so the two compare like for like; iperf3 with the host's default is printed
+//! beside it (a host defaulting to bbr paces loopback streams, at a third of the rate here).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -91,8 +94,27 @@ pub(crate) fn json_number(json: &str, key: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-/// iperf3 loopback throughput in GB/s with `streams` parallel streams.
-fn iperf3(seconds: u64, streams: usize) -> Result<f64, String> {
+/// The congestion control te's loopback connections get, as `MC_TE_TCP_CONGESTION` says
+/// (te_core::congestion: `auto`, the default, is reno on loopback; `host` is the host's
+/// default, `None` here).
+fn te_congestion() -> Option<String> {
+    match std::env::var("MC_TE_TCP_CONGESTION").map(|v| v.trim().to_ascii_lowercase()) {
+        Err(_) => Some("reno".into()),
+        Ok(v) if v == "auto" => Some("reno".into()),
+        Ok(v) if v == "host" => None,
+        Ok(v) => Some(v),
+    }
+}
+
+/// The host's default congestion control (`net.ipv4.tcp_congestion_control`).
+fn host_congestion() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
+}
+
+/// iperf3 loopback throughput in GB/s with `streams` parallel streams, with congestion control
+/// `cc` (`None`: the host's default).
+fn iperf3(seconds: u64, streams: usize, cc: Option<&str>) -> Result<f64, String> {
     let port = "5299";
     let _server = KillOnDrop(
         Command::new("iperf3")
@@ -115,6 +137,7 @@ fn iperf3(seconds: u64, streams: usize) -> Result<f64, String> {
             &streams.to_string(),
             "-J",
         ])
+        .args(cc.iter().flat_map(|c| ["-C", c]))
         .output()
         .map_err(|e| format!("iperf3 -c: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -301,8 +324,10 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
             None
         }
     };
-    let before = iperf3(seconds, 1)?;
-    eprintln!("  iperf3 1 stream (before): {before:.2} GB/s");
+    let cc = te_congestion();
+    let cc_name = cc.clone().unwrap_or_else(host_congestion);
+    let before = iperf3(seconds, 1, cc.as_deref())?;
+    eprintln!("  iperf3 1 stream, {cc_name} (before): {before:.2} GB/s");
     let mut results = Vec::new();
     for (op, block, gaps, goal) in TCP_CASES {
         let te = te_bench(&bin, op, block, gaps, seconds)?;
@@ -319,13 +344,20 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
         let reference = crate::local::ucx_tcp_put_bw(*block)?;
         ucx.push((*op, *block, *gbps, reference));
     }
-    let after = iperf3(seconds, 1)?;
-    eprintln!("  iperf3 1 stream (after):  {after:.2} GB/s");
-    let same_streams = iperf3(seconds, lanes)?;
+    let after = iperf3(seconds, 1, cc.as_deref())?;
+    eprintln!("  iperf3 1 stream, {cc_name} (after):  {after:.2} GB/s");
+    let same_streams = iperf3(seconds, lanes, cc.as_deref())?;
     eprintln!("  iperf3 {lanes} streams (te's lanes per peer): {same_streams:.2} GB/s");
+    let host_cc = host_congestion();
+    let host_stream = iperf3(seconds, 1, None)?;
+    eprintln!("  iperf3 1 stream, the host's default ({host_cc}): {host_stream:.2} GB/s");
+    crate::report::note(format!(
+        "tcp: te's loopback connections use {cc_name} (MC_TE_TCP_CONGESTION), and iperf3 runs with it too: {:.2} GB/s for one stream; with the host's default ({host_cc}) iperf3 moved {host_stream:.2} GB/s. Mooncake's bench keeps the host's default.",
+        (before + after) / 2.0
+    ));
     let reference = (before + after) / 2.0;
     println!(
-        "te TCP loopback vs iperf3 single stream ({reference:.2} GB/s, mean of before and after) and Mooncake's transfer_engine_bench (wheel), 1 thread, batch 128; gaps: blocks two apart (--block_stride), so nothing merges"
+        "te TCP loopback vs iperf3 single stream with {cc_name}, as te's loopback connections ({reference:.2} GB/s, mean of before and after; {host_stream:.2} GB/s with the host's default, {host_cc}) and Mooncake's transfer_engine_bench (wheel, the host's default), 1 thread, batch 128; gaps: blocks two apart (--block_stride), so nothing merges"
     );
     println!(
         "{:<6} {:>14} {:>8} {:>7} {:>6} {:>9} {:>9} {:<10} {:>8}",
@@ -362,7 +394,7 @@ pub(crate) fn tcp(args: &[&str]) -> Result<(), String> {
             series: Some((format!("{op}{shape}"), block)),
             te: gbps,
             unit: "GB/s",
-            reference: Some(("iperf3 1 stream".into(), reference)),
+            reference: Some((format!("iperf3 1 stream ({cc_name})"), reference)),
             mooncake: mc,
             goal: goal_text,
             met: judged.then_some(met),

@@ -45,6 +45,9 @@ struct Target {
     framing: Framing,
     base: u64,
     len: u64,
+    /// The connections' congestion control, as an engine's lanes would have it
+    /// (`MC_TE_TCP_CONGESTION`).
+    congestion: te_core::congestion::Congestion,
 }
 
 /// What a run measured.
@@ -358,6 +361,7 @@ fn target_of(desc: &SegmentDesc, host: &str) -> BenchResult<Target> {
         framing,
         base: buffer.addr,
         len: buffer.length,
+        congestion: te_core::congestion::Congestion::Auto,
     })
 }
 
@@ -384,6 +388,8 @@ fn run_loop(
     for &i in lanes {
         let connected = std::net::TcpStream::connect(target.data).and_then(|s| {
             s.set_nodelay(true)?;
+            let local = s.local_addr()?.ip();
+            target.congestion.apply(&s, local, target.data.ip());
             s.set_nonblocking(true)?;
             Ok(s)
         });
@@ -508,8 +514,15 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
     // From the first descriptor request to the last connection established: what it takes a
     // swarm of peers starting at once to open the segment and connect.
     let setup = Instant::now();
+    let congestion = match std::env::var("MC_TE_TCP_CONGESTION") {
+        Ok(v) => te_core::congestion::Congestion::parse(&v).map_err(|e| e.to_string())?,
+        Err(_) => te_core::congestion::Congestion::Auto,
+    };
     let (desc, host) = fetch_registered(&flags.segment_id)?;
-    let target = target_of(&desc, &host)?;
+    let target = Target {
+        congestion,
+        ..target_of(&desc, &host)?
+    };
     // Every peer opens the segment, as an engine would.
     for _ in 1..flags.peers {
         fetch(&flags.segment_id)?;

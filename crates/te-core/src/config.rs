@@ -71,6 +71,10 @@ pub struct Config {
     pub tcp_lanes_per_peer: usize,
     /// How long a TCP request may wait for its status or data (`MC_TCP_STATUS_TIMEOUT_SEC`, default 30).
     pub tcp_status_timeout: Duration,
+    /// The congestion control of te's TCP data connections (`MC_TE_TCP_CONGESTION`: `auto`,
+    /// the default, gives same-host connections reno; `host` keeps the host's default
+    /// everywhere; an algorithm's name sets it on every data connection).
+    pub tcp_congestion: crate::congestion::Congestion,
     /// Cache segment descriptors (`MC_DISABLE_METACACHE` turns this off).
     pub metacache: bool,
     /// Log verbosity (`MC_LOG_LEVEL`).
@@ -148,6 +152,7 @@ impl Default for Config {
             slice_timeout: None,
             tcp_lanes_per_peer: 4,
             tcp_status_timeout: Duration::from_secs(30),
+            tcp_congestion: crate::congestion::Congestion::Auto,
             metacache: true,
             log_level: LogLevel::Info,
             num_qp_per_ep: 2,
@@ -322,6 +327,9 @@ impl Config {
             let s: u64 = parse_in("MC_TCP_STATUS_TIMEOUT_SEC", &v, 1, 3600)?;
             c.tcp_status_timeout = Duration::from_secs(s);
         }
+        if let Some(v) = get("MC_TE_TCP_CONGESTION") {
+            c.tcp_congestion = crate::congestion::Congestion::parse(&v)?;
+        }
         if let Some(v) = get("MC_DISABLE_METACACHE") {
             c.metacache = !parse_bool("MC_DISABLE_METACACHE", &v)?;
         }
@@ -406,6 +414,7 @@ impl Config {
         "MC_SLICE_TIMEOUT",
         "MC_TCP_LANES_PER_PEER",
         "MC_TCP_STATUS_TIMEOUT_SEC",
+        "MC_TE_TCP_CONGESTION",
         "MC_DISABLE_METACACHE",
         "MC_LOG_LEVEL",
         "MC_NUM_QP_PER_EP",
@@ -531,6 +540,7 @@ mod tests {
             ("MC_TE_FILTERS", "eth1,veth0"),
             ("MC_PATH_ROUNDROBIN", "1"),
             ("MC_RDMA_RAIL_PAUSE_SECONDS", "5"),
+            ("MC_TE_TCP_CONGESTION", "cubic"),
         ])
         .unwrap();
         assert_eq!(c.slice_size, 131072);
@@ -544,6 +554,10 @@ mod tests {
         assert!(c.nic_filter.names("veth0") && !c.nic_filter.admits("eth0", false));
         assert!(c.path_roundrobin);
         assert_eq!(c.rail_pause, Duration::from_secs(5));
+        assert_eq!(
+            c.tcp_congestion,
+            crate::congestion::Congestion::Named("cubic".into())
+        );
     }
 
     #[test]
@@ -557,6 +571,7 @@ mod tests {
             ("MC_LOG_LEVEL", "LOUD"),
             ("MC_HANDSHAKE_MAX_LENGTH", "999999999999"),
             ("MC_TCP_LANES_PER_PEER", "0"),
+            ("MC_TE_TCP_CONGESTION", "bbr; reno"),
             ("MC_DISABLE_METACACHE", "maybe"),
             ("MC_WORKERS_PER_CTX", "9"),
             ("MC_PATH_ROUNDROBIN", "sometimes"),

@@ -18,6 +18,7 @@ pub mod batch;
 pub mod clock;
 mod completion;
 pub mod config;
+pub mod congestion;
 pub mod control;
 #[cfg(feature = "cuda")]
 pub mod cuda;

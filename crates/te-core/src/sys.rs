@@ -1,7 +1,8 @@
 //! The operating-system queries te-core needs, each a thin wrapper over one libc call:
 //! the NUMA node of a page (`move_pages` in query mode), the host page size (`sysconf`) and
 //! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`), the open-file limit
-//! (`getrlimit`/`setrlimit`), a listening socket's accept backlog (`listen` again), a coarse
+//! (`getrlimit`/`setrlimit`), a listening socket's accept backlog (`listen` again), a TCP
+//! connection's congestion control (`TCP_CONGESTION`), a coarse
 //! monotonic clock (`CLOCK_MONOTONIC_COARSE`), and this process's id kept between calls
 //! (`getpid`, forgotten in a forked child through `pthread_atfork`). Nothing here decides
 //! anything; callers choose.
@@ -205,6 +206,56 @@ pub fn set_listen_backlog(listener: &std::net::TcpListener, backlog: usize) -> s
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Sets the congestion-control algorithm of the TCP connection `sock` (`TCP_CONGESTION`).
+///
+/// # Errors
+/// `setsockopt` refused: the algorithm is not available (`ENOENT`), or not allowed to an
+/// unprivileged process (`EPERM`).
+pub fn set_tcp_congestion(sock: &impl std::os::fd::AsRawFd, name: &str) -> std::io::Result<()> {
+    let len = libc::socklen_t::try_from(name.len()).unwrap_or(libc::socklen_t::MAX);
+    // SAFETY: the kernel reads `len` bytes of `name`, a live string; the descriptor is the
+    // borrowed socket's.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            len,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// The congestion-control algorithm of the TCP connection `sock`.
+///
+/// # Errors
+/// `getsockopt` refused (not a TCP socket).
+pub fn tcp_congestion(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<String> {
+    let mut name = [0u8; 16];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `name` and the length into `len`,
+    // both live for the call; the descriptor is the borrowed socket's.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let got = &name[..(len as usize).min(name.len())];
+    let end = got.iter().position(|b| *b == 0).unwrap_or(got.len());
+    Ok(String::from_utf8_lossy(&got[..end]).into_owned())
 }
 
 #[cfg(test)]

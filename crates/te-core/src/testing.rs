@@ -322,6 +322,30 @@ pub fn listen_backlog(port: u16) -> Vec<String> {
         .collect()
 }
 
+/// The congestion control of every established TCP connection with an end on `port` (either
+/// end: the connections an engine accepted there and those made to it), as `ss -i` shows it.
+///
+/// # Panics
+/// When `ss` cannot run (a test helper).
+pub fn connection_congestion(port: u16) -> Vec<String> {
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tinH",
+            "state",
+            "established",
+            &format!("( sport = :{port} or dport = :{port} )"),
+        ])
+        .output()
+        .expect("ss (iproute2) runs");
+    // Each connection is a line of addresses, then a line of details that starts with the
+    // algorithm's name.
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(char::is_whitespace))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
 /// A sweep of transfer sizes over one remote buffer, for the two-process tests of same-host
 /// transports: size `i` sits at its own odd offset ([`slot`](Self::slot)); READs come from
 /// `[0, write_base)` (filled with `pattern(read_seed)` by the owner) into a local offset one

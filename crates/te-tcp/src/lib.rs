@@ -257,8 +257,13 @@ fn start_mooncake_listener(
             ctx.bind_ip
         )
     })?;
-    let listener = compat::start(listener, state, &ctx.config.limits)
-        .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
+    let listener = compat::start(
+        listener,
+        state,
+        &ctx.config.limits,
+        &ctx.config.tcp_congestion,
+    )
+    .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
     let allow = ctx.config.mooncake.allow.as_ref().map_or_else(
         || "ANY address that reaches it (no MC_TE_MOONCAKE_ALLOW)".to_string(),
         ToString::to_string,
@@ -321,13 +326,18 @@ impl Transport for TcpTransport {
                     rail.name, rail.ip
                 ))
             })?;
-            let listener =
-                target::start(listener, protocol.clone(), &ctx.config.limits).map_err(|e| {
-                    err(format!(
-                        "starting the data listener of rail {}: {e}",
-                        rail.name
-                    ))
-                })?;
+            let listener = target::start(
+                listener,
+                protocol.clone(),
+                &ctx.config.limits,
+                &ctx.config.tcp_congestion,
+            )
+            .map_err(|e| {
+                err(format!(
+                    "starting the data listener of rail {}: {e}",
+                    rail.name
+                ))
+            })?;
             info!(rail = %rail.name, addr = %listener.local_addr(), segment = %ctx.local_name, "tcp rail serving");
             listeners.push((rail.clone(), listener));
         }
@@ -358,6 +368,7 @@ impl Transport for TcpTransport {
                 connect_timeout: ctx.config.handshake_connect_timeout,
                 status_timeout: ctx.config.tcp_status_timeout,
                 staging: self.staging.clone(),
+                congestion: ctx.config.tcp_congestion.clone(),
             }),
             lanes_per_peer: ctx.config.tcp_lanes_per_peer,
             listeners,

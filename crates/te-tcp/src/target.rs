@@ -630,12 +630,14 @@ pub(crate) fn start(
     listener: std::net::TcpListener,
     protocol: Arc<TargetProtocol>,
     limits: &te_core::limits::ServerLimits,
+    congestion: &te_core::congestion::Congestion,
 ) -> std::io::Result<Server> {
     let settings = ServerSettings {
         threads: limits.server_threads,
         max_connections: limits.max_data_connections,
         deal: te_core::reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
+        congestion: congestion.clone(),
     };
     Server::start(listener, protocol, settings)
 }

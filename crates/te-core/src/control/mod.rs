@@ -148,6 +148,8 @@ pub fn start_server(
         max_connections: limits.max_control_connections,
         deal: crate::reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
+        // Control frames are small: nothing to pace, so the host's default stays.
+        congestion: crate::congestion::Congestion::Host,
     };
     Server::start(
         listener,

@@ -133,7 +133,7 @@ pub enum Deal {
 }
 
 /// How a server runs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ServerSettings {
     /// Event-loop threads.
     pub threads: usize,
@@ -143,6 +143,8 @@ pub struct ServerSettings {
     pub deal: Deal,
     /// Connections the kernel holds before they are accepted (the listener's `listen` backlog).
     pub backlog: usize,
+    /// The congestion control each accepted connection gets.
+    pub congestion: crate::congestion::Congestion,
 }
 
 /// A connection on its way to a loop: its state too when it moves from another loop.
@@ -210,6 +212,7 @@ impl Server {
                 live: live.clone(),
                 max_connections: settings.max_connections.max(1),
                 deal: settings.deal,
+                congestion: settings.congestion.clone(),
                 siblings: siblings.clone(),
                 conns: HashMap::new(),
                 next_token: 0,
@@ -307,6 +310,7 @@ struct EventLoop<P: Protocol> {
     live: Arc<AtomicUsize>,
     max_connections: usize,
     deal: Deal,
+    congestion: crate::congestion::Congestion,
     /// Every loop, this one included.
     siblings: Arc<Vec<Sibling<P::Conn>>>,
     conns: HashMap<usize, Entry<P::Conn>>,
@@ -388,6 +392,11 @@ impl<P: Protocol> EventLoop<P> {
             }
             let slot = Slot(self.live.clone());
             let _ = stream.set_nodelay(true);
+            if self.congestion != crate::congestion::Congestion::Host {
+                if let Ok(local) = stream.local_addr() {
+                    self.congestion.apply(&stream, local.ip(), peer.ip());
+                }
+            }
             let i = match self.deal {
                 Deal::RoundRobin => self.next_sibling % self.siblings.len(),
                 Deal::Gather => self.index,

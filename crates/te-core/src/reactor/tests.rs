@@ -109,6 +109,7 @@ fn start_dealing(threads: usize, max: usize, deal: Deal) -> (Server, Arc<Echo>) 
         max_connections: max,
         deal,
         backlog: 1024,
+        congestion: crate::congestion::Congestion::Auto,
     };
     (Server::start(l, echo.clone(), settings).unwrap(), echo)
 }
@@ -281,6 +282,7 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
         max_connections: 1000,
         deal: Deal::RoundRobin,
         backlog: 1024,
+        congestion: crate::congestion::Congestion::Auto,
     };
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = Server::start(l, gate.clone(), settings).unwrap();

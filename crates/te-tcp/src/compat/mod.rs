@@ -178,12 +178,14 @@ pub(crate) fn start(
     listener: std::net::TcpListener,
     state: Arc<CompatState>,
     limits: &te_core::limits::ServerLimits,
+    congestion: &te_core::congestion::Congestion,
 ) -> std::io::Result<Server> {
     let settings = ServerSettings {
         threads: state.compat.threads.max(1),
         max_connections: limits.max_data_connections,
         deal: Deal::Gather,
         backlog: limits.listen_backlog,
+        congestion: congestion.clone(),
     };
     Server::start(listener, state, settings)
 }

@@ -89,6 +89,8 @@ pub(crate) struct LaneSettings {
     pub(crate) status_timeout: Duration,
     /// GPU regions and the staging pool (GPU slices bounce through host memory).
     pub(crate) staging: Arc<crate::staging::GpuStaging>,
+    /// The congestion control of the lanes' connections (`MC_TE_TCP_CONGESTION`).
+    pub(crate) congestion: te_core::congestion::Congestion,
 }
 
 /// The largest slice a submitting thread carries out itself (see the module doc).
