@@ -426,7 +426,14 @@ fn charts(records: &[Record]) -> Vec<(String, String, String)> {
                     }
                 })
                 .collect();
-            let file = format!("{bench}-{}.svg", slug.trim_matches('-'));
+            // One dash for each run of other characters: "iperf3 1 stream (reno)" is
+            // iperf3-1-stream-reno.
+            let slug = slug
+                .split('-')
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
+                .join("-");
+            let file = format!("{bench}-{slug}.svg");
             out.push((title.clone(), file, svg(&title, unit, &series)));
         }
     }
@@ -537,7 +544,7 @@ mod tests {
             series: Some((series.into(), block)),
             te,
             unit: "GB/s",
-            reference: Some(("iperf3".into(), reference)),
+            reference: Some(("iperf3 (reno)".into(), reference)),
             mooncake: Some(te / 3.0),
             goal: Some(">= 60%".into()),
             met: Some(te / reference >= 0.6),
@@ -554,7 +561,7 @@ mod tests {
         let md = markdown(&records, &[], &["the wheel is missing".into()]);
         assert!(
             md.contains(
-                "| tcp | write 64 KiB | 1.50 GB/s | 2.00 GB/s iperf3 | 75% | 0.50 GB/s | 3.00× | >= 60% | met |"
+                "| tcp | write 64 KiB | 1.50 GB/s | 2.00 GB/s iperf3 (reno) | 75% | 0.50 GB/s | 3.00× | >= 60% | met |"
             ),
             "{md}"
         );
@@ -568,9 +575,10 @@ mod tests {
             "{:?}",
             c.iter().map(|x| &x.0).collect::<Vec<_>>()
         );
-        assert_eq!(c[0].1, "tcp-iperf3.svg");
+        // The file is named for the reference, one dash between words.
+        assert_eq!(c[0].1, "tcp-iperf3-reno.svg");
         // iperf3's figure is the same for every case: one line, named for itself.
-        assert!(c[0].2.contains("te write") && c[0].2.contains(">iperf3<"));
+        assert!(c[0].2.contains("te write") && c[0].2.contains(">iperf3 (reno)<"));
         assert!(!c[0].2.contains("Mooncake write"));
         assert_eq!(c[1].1, "tcp-mooncake.svg");
         assert!(c[1].2.contains("Mooncake write") && !c[1].2.contains("iperf3"));
