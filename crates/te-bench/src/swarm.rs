@@ -322,7 +322,11 @@ fn secret_from_hex(hex: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-fn target_of(desc: &SegmentDesc, host: &str) -> BenchResult<Target> {
+fn target_of(
+    desc: &SegmentDesc,
+    host: &str,
+    congestion: te_core::congestion::Congestion,
+) -> BenchResult<Target> {
     let buffer = desc
         .buffers
         .first()
@@ -361,7 +365,7 @@ fn target_of(desc: &SegmentDesc, host: &str) -> BenchResult<Target> {
         framing,
         base: buffer.addr,
         len: buffer.length,
-        congestion: te_core::congestion::Congestion::Auto,
+        congestion,
     })
 }
 
@@ -388,8 +392,11 @@ fn run_loop(
     for &i in lanes {
         let connected = std::net::TcpStream::connect(target.data).and_then(|s| {
             s.set_nodelay(true)?;
-            let local = s.local_addr()?.ip();
-            target.congestion.apply(&s, local, target.data.ip());
+            if target.congestion != te_core::congestion::Congestion::Host {
+                target
+                    .congestion
+                    .apply(&s, s.local_addr()?.ip(), target.data.ip());
+            }
             s.set_nonblocking(true)?;
             Ok(s)
         });
@@ -525,10 +532,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
         Err(_) => te_core::congestion::Congestion::Host,
     };
     let (desc, host) = fetch_registered(&flags.segment_id)?;
-    let target = Target {
-        congestion,
-        ..target_of(&desc, &host)?
-    };
+    let target = target_of(&desc, &host, congestion)?;
     // Every peer opens the segment, as an engine would.
     for _ in 1..flags.peers {
         fetch(&flags.segment_id)?;
