@@ -447,6 +447,12 @@ pub(crate) const MOONCAKE: &str = "Mooncake";
 pub(crate) fn write(dir: &Path) -> Result<String, String> {
     let records = records();
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Charts of an earlier run whose names changed would be published with this run's.
+    for old in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
+        if old.path().extension().is_some_and(|x| x == "svg") {
+            let _ = std::fs::remove_file(old.path());
+        }
+    }
     let charts = charts(&records);
     for (_, file, svg) in &charts {
         std::fs::write(dir.join(file), svg).map_err(|e| e.to_string())?;
