@@ -45,7 +45,8 @@ pub(crate) const GATHER_BYTES: usize = 256 << 10;
 /// congestion window, which bbr (a common default) keeps to a few packets on loopback, and the
 /// rest goes out only as our acknowledgements and its pacing timer allow: 64 KiB READs ran at
 /// 1.4–2.6 GB/s in one run of three and 4–5.5 in the others. With 256 KiB asked for at a time,
-/// 14 runs out of 14 ran at 4.0–5.5 GB/s, and 1 MiB READs rose from 2.2–2.7 to 3.1–3.3 GB/s.
+/// 14 hand runs out of 14 ran at 4.0–5.5 GB/s and 1 MiB READs rose from 2.2–2.7 to 3.1–3.3
+/// GB/s; a later full bench still saw 2.3–3.3 at 64 KiB: the slow mode is rarer, not gone.
 pub(crate) const MOONCAKE_READ_AHEAD: u64 = 256 << 10;
 /// Connects one drive may start after the connection broke, before it waits a little.
 const RECONNECTS_PER_DRIVE: usize = 2;
