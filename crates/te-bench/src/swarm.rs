@@ -392,11 +392,9 @@ fn run_loop(
     for &i in lanes {
         let connected = std::net::TcpStream::connect(target.data).and_then(|s| {
             s.set_nodelay(true)?;
-            if target.congestion != te_core::congestion::Congestion::Host {
-                target
-                    .congestion
-                    .apply(&s, s.local_addr()?.ip(), target.data.ip());
-            }
+            target
+                .congestion
+                .apply(&s, target.data.ip(), || s.local_addr().ok().map(|a| a.ip()));
             s.set_nonblocking(true)?;
             Ok(s)
         });

@@ -73,21 +73,29 @@ impl Congestion {
         }
     }
 
-    /// The algorithm a connection from `local` to `peer` gets, or `None` to keep the host's.
-    pub fn choose(&self, local: IpAddr, peer: IpAddr) -> Option<&str> {
+    /// The algorithm a connection to `peer` gets, or `None` to keep the host's. `local` gives
+    /// the connection's local address (`None`: unknown); it is asked only when the answer
+    /// depends on it (`auto` with a peer that is not a loopback address), so callers pass a
+    /// lookup, not its result.
+    pub fn choose(&self, peer: IpAddr, local: impl FnOnce() -> Option<IpAddr>) -> Option<&str> {
         match self {
-            Congestion::Auto => same_host(local, peer).then_some(SAME_HOST),
+            Congestion::Auto => {
+                let stays = peer.to_canonical().is_loopback()
+                    || local().is_some_and(|local| same_host(local, peer));
+                stays.then_some(SAME_HOST)
+            }
             Congestion::Host => None,
             Congestion::Named(name) => Some(name),
         }
     }
 
-    /// Sets the chosen algorithm on `sock`, a connection from `local` to `peer`. A kernel that
-    /// refuses (the algorithm is not available, or not allowed to this process) leaves the
-    /// host's default; the first refusal is logged, later ones are not.
-    pub fn apply(&self, sock: &impl AsRawFd, local: IpAddr, peer: IpAddr) {
+    /// Sets the chosen algorithm on `sock`, a connection to `peer` whose local address `local`
+    /// gives (see [`choose`](Self::choose)). A kernel that refuses (the algorithm is not
+    /// available, or not allowed to this process) leaves the host's default; the first refusal
+    /// is logged, later ones are not.
+    pub fn apply(&self, sock: &impl AsRawFd, peer: IpAddr, local: impl FnOnce() -> Option<IpAddr>) {
         static WARNED: AtomicBool = AtomicBool::new(false);
-        let Some(name) = self.choose(local, peer) else {
+        let Some(name) = self.choose(peer, local) else {
             return;
         };
         if let Err(e) = crate::sys::set_tcp_congestion(sock, name) {
@@ -119,6 +127,11 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// `policy`'s choice for a connection from `local` to `peer`.
+    fn choice<'a>(policy: &'a Congestion, local: &str, peer: &str) -> Option<&'a str> {
+        policy.choose(ip(peer), || Some(ip(local)))
+    }
+
     #[test]
     fn values_are_read_and_bad_ones_refused() {
         assert_eq!(Congestion::parse("auto").unwrap(), Congestion::Auto);
@@ -146,19 +159,26 @@ mod tests {
     #[test]
     fn auto_picks_reno_only_for_connections_that_stay_on_the_host() {
         let auto = Congestion::Auto;
-        assert_eq!(auto.choose(ip("127.0.0.1"), ip("127.0.0.1")), Some("reno"));
-        assert_eq!(auto.choose(ip("127.0.0.1"), ip("127.0.0.2")), Some("reno"));
-        assert_eq!(auto.choose(ip("::1"), ip("::1")), Some("reno"));
+        assert_eq!(choice(&auto, "127.0.0.1", "127.0.0.1"), Some("reno"));
+        assert_eq!(choice(&auto, "127.0.0.1", "127.0.0.2"), Some("reno"));
+        assert_eq!(choice(&auto, "::1", "::1"), Some("reno"));
         assert_eq!(
-            auto.choose(ip("::ffff:127.0.0.1"), ip("::ffff:127.0.0.1")),
+            choice(&auto, "::ffff:127.0.0.1", "::ffff:127.0.0.1"),
             Some("reno")
         );
-        assert_eq!(auto.choose(ip("10.0.0.5"), ip("10.0.0.5")), Some("reno"));
-        assert_eq!(auto.choose(ip("10.0.0.5"), ip("10.0.0.6")), None);
-        assert_eq!(auto.choose(ip("198.18.0.1"), ip("198.18.0.2")), None);
-        assert_eq!(Congestion::Host.choose(ip("::1"), ip("::1")), None);
+        assert_eq!(choice(&auto, "10.0.0.5", "10.0.0.5"), Some("reno"));
+        assert_eq!(choice(&auto, "10.0.0.5", "10.0.0.6"), None);
+        assert_eq!(choice(&auto, "198.18.0.1", "198.18.0.2"), None);
+        assert_eq!(choice(&Congestion::Host, "::1", "::1"), None);
         let named = Congestion::Named("cubic".into());
-        assert_eq!(named.choose(ip("10.0.0.5"), ip("10.0.0.6")), Some("cubic"));
+        assert_eq!(choice(&named, "10.0.0.5", "10.0.0.6"), Some("cubic"));
+        // An unknown local address: only a loopback peer is known to stay on the host.
+        assert_eq!(auto.choose(ip("10.0.0.5"), || None), None);
+        // The local address is looked up only when the answer depends on it.
+        let never = || -> Option<IpAddr> { panic!("the local address was looked up") };
+        assert_eq!(auto.choose(ip("127.0.0.1"), never), Some("reno"));
+        assert_eq!(Congestion::Host.choose(ip("10.0.0.6"), never), None);
+        assert_eq!(named.choose(ip("10.0.0.6"), never), Some("cubic"));
     }
 
     #[test]
@@ -179,11 +199,11 @@ mod tests {
             client.local_addr().unwrap().ip(),
             client.peer_addr().unwrap().ip(),
         );
-        Congestion::Auto.apply(&client, local, peer);
+        Congestion::Auto.apply(&client, peer, || Some(local));
         assert_eq!(crate::sys::tcp_congestion(&client).unwrap(), "reno");
-        Congestion::Named("no_such_cc".into()).apply(&served, local, peer);
+        Congestion::Named("no_such_cc".into()).apply(&served, peer, || Some(local));
         assert_eq!(crate::sys::tcp_congestion(&served).unwrap(), before);
-        Congestion::Host.apply(&served, local, peer);
+        Congestion::Host.apply(&served, peer, || Some(local));
         assert_eq!(crate::sys::tcp_congestion(&served).unwrap(), before);
     }
 }

@@ -392,11 +392,9 @@ impl<P: Protocol> EventLoop<P> {
             }
             let slot = Slot(self.live.clone());
             let _ = stream.set_nodelay(true);
-            if self.congestion != crate::congestion::Congestion::Host {
-                if let Ok(local) = stream.local_addr() {
-                    self.congestion.apply(&stream, local.ip(), peer.ip());
-                }
-            }
+            self.congestion.apply(&stream, peer.ip(), || {
+                stream.local_addr().ok().map(|a| a.ip())
+            });
             let i = match self.deal {
                 Deal::RoundRobin => self.next_sibling % self.siblings.len(),
                 Deal::Gather => self.index,

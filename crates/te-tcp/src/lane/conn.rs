@@ -196,10 +196,10 @@ fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<
     }
     socket.set_tcp_nodelay(true)?;
     // The connect has chosen the local address (a same-host peer gets reno by default).
-    if let Ok(local) = socket.local_addr().map(|a| a.as_socket()) {
-        let local = local.map_or(peer.local_ip, |a| a.ip());
-        core.settings.congestion.apply(&socket, local, to.ip());
-    }
+    core.settings.congestion.apply(&socket, to.ip(), || {
+        let chosen = socket.local_addr().ok().and_then(|a| a.as_socket());
+        Some(chosen.map_or(peer.local_ip, |a| a.ip()))
+    });
     // For the exchanges a submitting thread makes with the socket blocking.
     socket.set_read_timeout(Some(core.settings.status_timeout))?;
     socket.set_write_timeout(Some(core.settings.status_timeout))?;
