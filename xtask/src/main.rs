@@ -127,14 +127,7 @@ fn publish() -> Result<(), String> {
     let docs = std::path::Path::new("docs/bench");
     std::fs::create_dir_all(docs).map_err(|e| e.to_string())?;
     // Charts of an earlier layout would linger next to the new ones.
-    for old in std::fs::read_dir(docs)
-        .map_err(|e| e.to_string())?
-        .flatten()
-    {
-        if old.path().extension().is_some_and(|x| x == "svg") {
-            let _ = std::fs::remove_file(old.path());
-        }
-    }
+    report::remove_charts(docs)?;
     for entry in std::fs::read_dir(&dir)
         .map_err(|e| e.to_string())?
         .flatten()

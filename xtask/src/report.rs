@@ -443,16 +443,25 @@ fn charts(records: &[Record]) -> Vec<(String, String, String)> {
 /// The reference name Mooncake's figures chart under.
 pub(crate) const MOONCAKE: &str = "Mooncake";
 
-/// Writes `report.json`, `report.md` and the charts into `dir`; returns the Markdown.
-pub(crate) fn write(dir: &Path) -> Result<String, String> {
-    let records = records();
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    // Charts of an earlier run whose names changed would be published with this run's.
+/// Removes the charts (`*.svg`) in `dir`, so a chart no longer drawn does not linger.
+///
+/// # Errors
+/// `dir` cannot be listed.
+pub(crate) fn remove_charts(dir: &Path) -> Result<(), String> {
     for old in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
         if old.path().extension().is_some_and(|x| x == "svg") {
             let _ = std::fs::remove_file(old.path());
         }
     }
+    Ok(())
+}
+
+/// Writes `report.json`, `report.md` and the charts into `dir`; returns the Markdown.
+pub(crate) fn write(dir: &Path) -> Result<String, String> {
+    let records = records();
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Charts of an earlier run whose names changed would be published with this run's.
+    remove_charts(dir)?;
     let charts = charts(&records);
     for (_, file, svg) in &charts {
         std::fs::write(dir.join(file), svg).map_err(|e| e.to_string())?;
