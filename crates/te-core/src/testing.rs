@@ -306,17 +306,22 @@ pub fn spawn_ready(cmd: &mut std::process::Command) -> (std::process::Child, Str
     (child, ready)
 }
 
+/// What `ss` (iproute2) prints with `args`.
+fn ss(args: &[&str]) -> String {
+    let out = std::process::Command::new("ss")
+        .args(args)
+        .output()
+        .expect("ss (iproute2) runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The backlog of the socket listening on `port`, as `ss` (iproute2) shows it: the Send-Q of
 /// each listening socket on that port (one, normally).
 ///
 /// # Panics
 /// When `ss` cannot run (a test helper).
 pub fn listen_backlog(port: u16) -> Vec<String> {
-    let out = std::process::Command::new("ss")
-        .args(["-ltnH", &format!("sport = :{port}")])
-        .output()
-        .expect("ss (iproute2) runs");
-    String::from_utf8_lossy(&out.stdout)
+    ss(&["-ltnH", &format!("sport = :{port}")])
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
         .collect()
@@ -328,18 +333,10 @@ pub fn listen_backlog(port: u16) -> Vec<String> {
 /// # Panics
 /// When `ss` cannot run (a test helper).
 pub fn connection_congestion(port: u16) -> Vec<String> {
-    let out = std::process::Command::new("ss")
-        .args([
-            "-tinH",
-            "state",
-            "established",
-            &format!("( sport = :{port} or dport = :{port} )"),
-        ])
-        .output()
-        .expect("ss (iproute2) runs");
+    let filter = format!("( sport = :{port} or dport = :{port} )");
     // Each connection is a line of addresses, then a line of details that starts with the
     // algorithm's name.
-    String::from_utf8_lossy(&out.stdout)
+    ss(&["-tinH", "state", "established", &filter])
         .lines()
         .filter(|l| l.starts_with(char::is_whitespace))
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
