@@ -8,7 +8,9 @@
 //! sockets; from the swarm, the longest it took at each point to open the segment and connect
 //! every lane (all peers starting at once). Then 1,024 peers' connections are held idle, to
 //! give the target's memory per idle connection (resident memory beyond the kernel's socket
-//! buffers, which are not in it).
+//! buffers, which are not in it). A control point runs with the sweep: 16 peers whose
+//! connections keep 64 WRITEs in flight each, as many bytes in flight as 1,024 peers at depth 2
+//! (512 MiB), so the report can tell what connections cost from what bytes in flight cost.
 //!
 //! Goals: at 1,024 peers te's aggregate is at least 90 % of its 16-peer figure; te's target
 //! threads do not grow with peers (at most 4 × cores + a fixed 8); under 64 KiB per idle
@@ -136,15 +138,29 @@ type Row = (usize, Result<f64, String>, Sample, f64);
 /// Runs per point; rounds go over every peer count in turn, so drift spreads over all points.
 const ROUNDS: usize = 3;
 
-fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64) -> Vec<Row> {
-    let mut figures: Vec<(Vec<f64>, Option<String>, Sample, f64)> = PEERS
+/// The sweep's points: peers at the swarm's depth of 2.
+fn points() -> Vec<(usize, usize)> {
+    PEERS.iter().map(|&p| (p, DEPTH)).collect()
+}
+
+/// The swarm's WRITEs in flight per connection at every point of the sweep.
+const DEPTH: usize = 2;
+
+/// The control point: 16 peers, each connection keeping as many WRITEs in flight as it takes
+/// for the bytes in flight to equal 1,024 peers' at [`DEPTH`] (512 MiB). Set beside the
+/// 1,024-peer figure, it tells the cost of connections from the cost of bytes in flight (the
+/// kernel's socket buffers, which outgrow the caches).
+const CONTROL: (usize, usize) = (16, 1024 / 16 * DEPTH);
+
+fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64, points: &[(usize, usize)]) -> Vec<Row> {
+    let mut figures: Vec<(Vec<f64>, Option<String>, Sample, f64)> = points
         .iter()
         .map(|_| (Vec::new(), None, Sample::default(), 0.0))
         .collect();
     let duration = format!("--duration={seconds}");
     let half = Duration::from_millis(seconds * 500);
     for _ in 0..ROUNDS {
-        for (i, peers) in PEERS.iter().enumerate() {
+        for (i, (peers, depth)) in points.iter().enumerate() {
             let point = &mut figures[i];
             if point.1.is_some() {
                 continue;
@@ -153,7 +169,7 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64) -> Vec<Row> {
                 bin,
                 segment,
                 *peers,
-                &[&duration, SLOTS],
+                &[&duration, SLOTS, &format!("--depth={depth}")],
                 "swarm: running",
                 half,
                 pid,
@@ -175,8 +191,9 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64) -> Vec<Row> {
             }
         }
     }
-    PEERS
+    points
         .iter()
+        .map(|(peers, _)| peers)
         .zip(figures)
         .map(|(peers, (runs, failure, s, connect))| match failure {
             Some(e) => (*peers, Err(e), s, connect),
@@ -213,7 +230,15 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
     eprintln!("  te target {te_name} (pid {te_pid})");
     // First, on the fresh target: what idle connections cost it.
     let idle = idle_bytes_per_connection(&bin, &te_name, te_pid);
-    let te_rows = sweep(&bin, &te_name, te_pid, seconds);
+    // The control point runs in the same rounds as the sweep, so drift spreads over both.
+    let mut te_rows = sweep(
+        &bin,
+        &te_name,
+        te_pid,
+        seconds,
+        &[points(), vec![CONTROL]].concat(),
+    );
+    let control = te_rows.pop().and_then(|r| r.1.ok());
     drop(te_target);
     let mc_rows = match crate::interop_bench::mooncake_bench()
         .and_then(|mc| crate::interop_bench::mooncake_target(&mc))
@@ -221,7 +246,7 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
         Ok((mc_target, mc_name)) => {
             let pid = mc_target.0.id();
             eprintln!("  Mooncake target {mc_name} (pid {pid})");
-            let rows = sweep(&bin, &mc_name, pid, seconds);
+            let rows = sweep(&bin, &mc_name, pid, seconds, &points());
             drop(mc_target);
             Some(rows)
         }
@@ -231,7 +256,7 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
         }
     };
     println!(
-        "one target, N peers x {LANES} lanes writing {} KiB blocks (4 MiB working set) over TCP loopback (te-bench --mode=swarm, 2 loops, depth 2, verified), median of {ROUNDS} runs of {seconds} s per point",
+        "one target, N peers x {LANES} lanes writing {} KiB blocks (4 MiB working set) over TCP loopback (te-bench --mode=swarm, 2 loops, depth {DEPTH}, verified), median of {ROUNDS} runs of {seconds} s per point",
         BLOCK >> 10
     );
     println!(
@@ -333,6 +358,25 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
                 share * 100.0
             ));
         }
+    }
+    if let (Some(c), Some(at1024)) = (control, te_at(1024)) {
+        let (peers, depth) = CONTROL;
+        println!(
+            "te at {peers} peers with 1,024 peers' bytes in flight (depth {depth}, {} MiB): {c:.3} GB/s; 1,024 peers: {:.0}% of it",
+            (1024 * LANES * DEPTH * (BLOCK as usize)) >> 20,
+            at1024 / c * 100.0
+        );
+        crate::report::record(crate::report::Record {
+            bench: "scale",
+            case: format!("1,024 peers vs {peers} peers with as many bytes in flight"),
+            series: None,
+            te: at1024,
+            unit: "GB/s",
+            reference: Some((format!("te, {peers} peers at depth {depth}"), c)),
+            goal: None,
+            met: None,
+            mooncake: None,
+        });
     }
     match idle {
         Ok(bytes) => {
