@@ -23,7 +23,9 @@
 //! queued replies and data go out in one send call when no further request is ready (or
 //! [`GATHER_READS`] READs or [`GATHER_READ_BYTES`] wait). Large requests keep the header-sized
 //! reads, so their bodies are never copied. Where GPU memory is registered a connection reads
-//! whole headers only and sends each READ at once: such a request leaves the loop.
+//! whole headers only and sends each READ at once: such a request leaves the loop. A connection
+//! that caught up after a request of at most [`HOT_REQUEST`] bytes has its loop poll briefly
+//! for the next one before sleeping.
 //!
 //! A request on GPU memory sends its connection to a thread of its own ([`crate::server`]),
 //! where staging may wait without holding anybody up.
@@ -56,6 +58,14 @@ const LOWAT_MAX: usize = 64 << 10;
 pub(crate) const BULK_BYTES: usize = 64 << 10;
 /// Parts one send call carries at most (the kernel takes up to 1,024).
 const MAX_PARTS: usize = 256;
+/// Requests of at most this many bytes make a connection that has caught up ask its loop to
+/// poll for the next one instead of sleeping ([`Step::BlockedHot`]). The poll pays where
+/// requests are tiny and a sleep and a wake-up would cost more than waiting; above that it
+/// takes the core the peer needs. Measured on 2 cores (TCP loopback, 128 requests two blocks
+/// apart, 4 alternating runs): polling after every request of at most 16 KiB, 16 KiB READs ran
+/// at 4.0-4.3 GB/s and WRITEs at 3.9-4.3, against 5.3-5.7 and 4.1-5.0 without the poll;
+/// 8 KiB READs and WRITEs gained 10-20 % without it; 4 KiB WRITEs lost 20 % without it.
+const HOT_REQUEST: u64 = 4 << 10;
 /// READs whose replies and data may wait to go out together.
 pub(crate) const GATHER_READS: usize = 32;
 /// Bytes of READ data that may wait to go out together.
@@ -116,8 +126,11 @@ pub(crate) struct TargetConn {
     read_bytes: usize,
     /// The last time bytes moved.
     progress: Instant,
-    /// The last request was small: its initiator's next one is likely due within microseconds.
+    /// The last request was small: the next headers are taken in bulk.
     last_small: bool,
+    /// The last request was at most [`HOT_REQUEST`] bytes: its initiator's next one is likely
+    /// due within microseconds, worth polling for once the connection has caught up.
+    last_tiny: bool,
     /// The request that sends this connection to a thread of its own (GPU memory).
     promoted: Option<Request>,
     /// `SO_RCVLOWAT` is raised (while a body arrives in pieces).
@@ -253,6 +266,7 @@ impl TargetConn {
             }
         };
         self.last_small = r.len <= SMALL_REQUEST;
+        self.last_tiny = r.len <= HOT_REQUEST;
         let state = &p.state;
         let checked = state.check(&r);
         let Ok(len) = usize::try_from(r.len) else {
@@ -314,7 +328,7 @@ impl TargetConn {
         match self.flush(stream) {
             Flush::Blocked => Step::BlockedSending,
             Flush::Failed => Step::Close,
-            Flush::Done if idle && self.last_small => Step::BlockedHot,
+            Flush::Done if idle && self.last_tiny => Step::BlockedHot,
             Flush::Done => Step::Blocked,
         }
     }
@@ -576,6 +590,7 @@ impl Protocol for TargetProtocol {
             read_bytes: 0,
             progress: Instant::now(),
             last_small: false,
+            last_tiny: false,
             promoted: None,
             lowat: false,
         }
