@@ -9,7 +9,7 @@
 //! every lane (all peers starting at once). Then 1,024 peers' connections are held idle, to
 //! give the target's memory per idle connection (resident memory beyond the kernel's socket
 //! buffers, which are not in it). A control point runs with the sweep: 16 peers whose
-//! connections keep 64 WRITEs in flight each, as many bytes in flight as 1,024 peers at depth 2
+//! connections keep 128 WRITEs in flight each, as many bytes in flight as 1,024 peers at depth 2
 //! (512 MiB), so the report can tell what connections cost from what bytes in flight cost.
 //!
 //! Goals: at 1,024 peers te's aggregate is at least 90 % of its 16-peer figure; te's target
@@ -238,7 +238,7 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
         seconds,
         &[points(), vec![CONTROL]].concat(),
     );
-    let control = te_rows.pop().and_then(|r| r.1.ok());
+    let control = te_rows.pop().map(|r| r.1);
     drop(te_target);
     let mc_rows = match crate::interop_bench::mooncake_bench()
         .and_then(|mc| crate::interop_bench::mooncake_target(&mc))
@@ -359,7 +359,10 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
             ));
         }
     }
-    if let (Some(c), Some(at1024)) = (control, te_at(1024)) {
+    if let Some(Err(e)) = &control {
+        notes.push(format!("the control point failed: {e}"));
+    }
+    if let (Some(Ok(c)), Some(at1024)) = (control, te_at(1024)) {
         let (peers, depth) = CONTROL;
         println!(
             "te at {peers} peers with 1,024 peers' bytes in flight (depth {depth}, {} MiB): {c:.3} GB/s; 1,024 peers: {:.0}% of it",
