@@ -24,6 +24,9 @@ pub(crate) struct Core {
     pub(crate) health: std::sync::Mutex<RailHealth>,
     pub(crate) health_clean: std::sync::atomic::AtomicBool,
     pub(crate) transports: RwLock<Vec<Arc<dyn Transport>>>,
+    /// Bumped whenever `transports` changes (under its write lock): a transport choice kept
+    /// from an older epoch is not used ([`RemoteSegment::chosen`](crate::segment::RemoteSegment)).
+    pub(crate) transports_epoch: std::sync::atomic::AtomicU64,
     pub(crate) notifier: std::sync::Mutex<Option<mpsc::Sender<PendingNotify>>>,
 }
 
@@ -89,6 +92,18 @@ impl Core {
         }
     }
 
+    /// Changes the installed transports with `change`, and the epoch with them.
+    pub(crate) fn change_transports<R>(
+        &self,
+        change: impl FnOnce(&mut Vec<Arc<dyn Transport>>) -> R,
+    ) -> R {
+        let mut list = self.transports.write().unwrap_or_else(|e| e.into_inner());
+        let out = change(&mut list);
+        self.transports_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        out
+    }
+
     /// A snapshot of the installed transports (the lock is not held while they are called).
     pub(crate) fn transports(&self) -> Vec<Arc<dyn Transport>> {
         self.transports
@@ -99,7 +114,26 @@ impl Core {
 
     /// The transport for a buffer: one that serves it better (same-host shared memory), else
     /// the one speaking the segment's protocol.
+    /// The choice is kept per buffer of the descriptor (see [`RemoteSegment::chosen`]): buffer
+    /// `index` of `seg`.
+    ///
+    /// [`RemoteSegment::chosen`]: crate::segment::RemoteSegment
     pub(crate) fn transport_for_buffer(
+        &self,
+        seg: &crate::segment::RemoteSegment,
+        index: usize,
+    ) -> Result<Arc<dyn Transport>> {
+        // Read before the list: a choice made from a list newer than this epoch is kept under
+        // the older epoch, and so never used.
+        let epoch = self
+            .transports_epoch
+            .load(std::sync::atomic::Ordering::Acquire);
+        seg.chosen(index, epoch, || {
+            self.choose_transport(seg, &seg.desc().buffers[index])
+        })
+    }
+
+    fn choose_transport(
         &self,
         seg: &crate::segment::RemoteSegment,
         buffer: &crate::segment::BufferDesc,
@@ -143,6 +177,11 @@ impl Core {
 }
 
 impl CompletionSink for Core {
+    fn complete_ok(&self, slice: SliceOp) {
+        self.record_rail(&slice, &Ok(()));
+        self.recorded(slice.token.record_ok(slice.len));
+    }
+
     fn complete(&self, mut slice: SliceOp, outcome: std::result::Result<(), SliceError>) {
         self.record_rail(&slice, &outcome);
         let outcome = match outcome {
@@ -178,15 +217,21 @@ impl CompletionSink for Core {
                 slice.target.mark_stale();
             }
         }
-        if let Some(notify) = slice.token.record(slice.len, outcome) {
-            if let Some(tx) = self
+        self.recorded(slice.token.record(slice.len, outcome));
+    }
+}
+
+impl Core {
+    /// Sends the notification a slice's record gave back (the batch it finished had one).
+    fn recorded(&self, notify: Option<PendingNotify>) {
+        if let Some(notify) = notify
+            && let Some(tx) = self
                 .notifier
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
-            {
-                let _ = tx.send(notify);
-            }
+        {
+            let _ = tx.send(notify);
         }
     }
 }

@@ -130,6 +130,15 @@ impl fmt::Display for SliceError {
 pub trait CompletionSink: Send + Sync {
     /// Reports `slice` as finished with `outcome`. Called exactly once per posted slice.
     fn complete(&self, slice: SliceOp, outcome: Result<(), SliceError>);
+
+    /// Reports `slice` as finished successfully: the same as `complete(slice, Ok(()))`, for a
+    /// transport that has just copied the slice's bytes on this thread. Passing no outcome
+    /// spares a read of one from memory behind the copy's stores: that read cannot be served
+    /// from the store just made and waits until every store of the copy has reached the cache
+    /// (about 0.1 µs after a 64 KiB copy).
+    fn complete_ok(&self, slice: SliceOp) {
+        self.complete(slice, Ok(()));
+    }
 }
 
 /// What a transport gets when it is installed into an engine.

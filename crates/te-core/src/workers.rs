@@ -185,7 +185,12 @@ impl CopyWorkers {
             true => Err(SliceError::Canceled),
             false => exec(&op),
         };
-        sink.complete(op, outcome);
+        match outcome {
+            // The copy's stores may still be on their way to the cache: no outcome is passed
+            // (see `complete_ok`).
+            Ok(()) => sink.complete_ok(op),
+            Err(e) => sink.complete(op, Err(e)),
+        }
     }
 
     /// As [`post`](Self::post) for a single slice, without making a list of it when it is

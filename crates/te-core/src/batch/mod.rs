@@ -491,36 +491,62 @@ impl SliceToken {
         len: u64,
         outcome: std::result::Result<(), SliceError>,
     ) -> Option<PendingNotify> {
+        let error = match outcome {
+            Ok(()) => return self.record_ok(len),
+            Err(e) => e,
+        };
         let riders = self.riders();
         if riders.is_empty() {
-            return self.record_for(&self.task, len, outcome);
+            return self.record_error(&self.task, error);
         }
-        let theirs: u64 = riders.iter().map(|(_, n)| n).sum();
-        let mut notify = self.record_for(&self.task, len.saturating_sub(theirs), outcome.clone());
-        for (task, n) in riders {
-            if let Some(n) = self.record_for(task, *n, outcome.clone()) {
+        let mut notify = self.record_error(&self.task, error.clone());
+        for (task, _) in riders {
+            if let Some(n) = self.record_error(task, error.clone()) {
                 notify = Some(n);
             }
         }
         notify
     }
 
-    fn record_for(
-        &self,
-        task: &TaskShared,
-        len: u64,
-        outcome: std::result::Result<(), SliceError>,
-    ) -> Option<PendingNotify> {
-        match outcome {
-            Ok(()) => {
-                task.transferred.fetch_add(len, Ordering::AcqRel);
+    /// As [`record`](Self::record) for a slice that succeeded. No outcome value is passed: a
+    /// copy made on this thread may have left its stores on their way to the cache, and
+    /// reading a just-made value back from memory would wait for all of them (see
+    /// [`CompletionSink::complete_ok`](crate::transport::CompletionSink::complete_ok)).
+    pub(crate) fn record_ok(&self, len: u64) -> Option<PendingNotify> {
+        let riders = self.riders();
+        if riders.is_empty() {
+            self.task.transferred.fetch_add(len, Ordering::AcqRel);
+            return self.count_out(&self.task);
+        }
+        let theirs: u64 = riders.iter().map(|(_, n)| n).sum();
+        self.task
+            .transferred
+            .fetch_add(len.saturating_sub(theirs), Ordering::AcqRel);
+        let mut notify = self.count_out(&self.task);
+        for (task, n) in riders {
+            task.transferred.fetch_add(*n, Ordering::AcqRel);
+            if let Some(n) = self.count_out(task) {
+                notify = Some(n);
             }
-            Err(SliceError::Canceled) => task.skipped.store(true, Ordering::Release),
-            Err(e) => {
+        }
+        notify
+    }
+
+    /// Records a failed (or canceled) slice on `task`.
+    fn record_error(&self, task: &TaskShared, error: SliceError) -> Option<PendingNotify> {
+        match error {
+            SliceError::Canceled => task.skipped.store(true, Ordering::Release),
+            e => {
                 lock(&task.error).get_or_insert(e);
                 task.failed.store(true, Ordering::Release);
             }
         }
+        self.count_out(task)
+    }
+
+    /// Counts one of `task`'s slices as done (its outcome recorded); the task ends with its
+    /// last.
+    fn count_out(&self, task: &TaskShared) -> Option<PendingNotify> {
         if task.slices_left.fetch_sub(1, Ordering::AcqRel) != 1 {
             // Some slices are done, not all. (A task's last slice goes straight to its end.)
             let _ = task.state.compare_exchange(

@@ -470,3 +470,38 @@ fn a_merged_slice_counts_for_every_task_it_carries() {
     }
     t.free(id).unwrap();
 }
+
+#[test]
+fn a_failed_merged_slice_fails_every_task_it_carries_and_counts_no_bytes() {
+    let regions = table_with_region();
+    let t = system_table();
+    let id = t.allocate(2).unwrap();
+    // Tasks of 10 bytes each in one merged slice, which fails.
+    let tasks = add(&t, &regions, id, &[1, 1], false);
+    let batch = t.get(id).unwrap();
+    let slice = SliceToken::merged(batch, tasks[0].clone(), vec![(tasks[1].clone(), 10)], 0);
+    assert!(
+        slice
+            .record(20, Err(SliceError::Path("reset".into())))
+            .is_none()
+    );
+    for i in 0..2 {
+        assert_eq!(
+            t.task_status(id, i).unwrap(),
+            TransferStatus {
+                state: TransferState::Failed,
+                transferred_bytes: 0
+            },
+            "task {i}"
+        );
+        assert_eq!(
+            t.task_error(id, i).unwrap(),
+            Some(SliceError::Path("reset".into()))
+        );
+    }
+    assert_eq!(
+        t.wait(id, Duration::from_secs(1)).unwrap().state,
+        TransferState::Failed
+    );
+    t.free(id).unwrap();
+}

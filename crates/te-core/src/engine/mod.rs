@@ -226,6 +226,7 @@ impl TransferEngine {
             )),
             health_clean: std::sync::atomic::AtomicBool::new(true),
             transports: RwLock::new(Vec::new()),
+            transports_epoch: std::sync::atomic::AtomicU64::new(0),
             notifier: std::sync::Mutex::new(Some(tx)),
         });
         let segments = Arc::new(SegmentCache::default());
@@ -355,11 +356,7 @@ impl TransferEngine {
                 return Err(e);
             }
         }
-        self.core
-            .transports
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(transport);
+        self.core.change_transports(|list| list.push(transport));
         self.publish()
     }
 
@@ -700,13 +697,7 @@ impl TransferEngine {
         if let Some(c) = control {
             c.shutdown();
         }
-        let transports = std::mem::take(
-            &mut *self
-                .core
-                .transports
-                .write()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let transports = self.core.change_transports(std::mem::take);
         for t in &transports {
             t.shutdown();
         }

@@ -227,7 +227,7 @@ impl TransferEngine {
                     last.transport.clone()
                 }
                 (_, Some(name)) => self.forced_transport(name, &seg, buffer)?,
-                (_, None) => self.core.transport_for_buffer(&seg, buffer)?,
+                (_, None) => self.core.transport_for_buffer(&seg, index)?,
             };
             // A request in the region of the one before is pinned without a look-up: that
             // request's pin keeps the region registered.

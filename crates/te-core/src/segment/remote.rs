@@ -35,6 +35,9 @@ pub struct RemoteSegment {
     owner_seen: std::sync::atomic::AtomicU64,
     /// Rail candidates per buffer (by index in the descriptor), worked out on first use.
     routes: Box<[std::sync::OnceLock<Arc<crate::router::Candidates>>]>,
+    /// The transport chosen per buffer (by index), with the epoch of the engine's transport
+    /// set it was chosen from ([`chosen`](Self::chosen)).
+    chosen: Box<[std::sync::OnceLock<Chosen>]>,
     /// When this descriptor was built from what the peer published.
     fetched: std::time::Instant,
     /// Whether it was fetched because a request named a range the previous one did not list,
@@ -76,9 +79,15 @@ impl RemoteSegment {
             .iter()
             .map(|_| std::sync::OnceLock::new())
             .collect();
+        let chosen = desc
+            .buffers
+            .iter()
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
         let same_host = desc.te_host_id.as_deref() == Some(host_id());
         RemoteSegment {
             id,
+            chosen,
             host,
             rpc_port,
             same_host,
@@ -243,6 +252,33 @@ impl RemoteSegment {
         Ok(buffer)
     }
 
+    /// The transport chosen for buffer `index` when the engine's transports were at `epoch`,
+    /// if one was; else `choose()`'s answer, kept for later asks at the same epoch. The choice
+    /// depends only on the descriptor and the transport set, so it is made once per buffer
+    /// instead of once per submit. A choice kept from an older epoch is never returned (nor
+    /// replaced: a transport installed after a segment is opened costs that segment the full
+    /// choice on every submit, which is what every submit cost before).
+    pub(crate) fn chosen(
+        &self,
+        index: usize,
+        epoch: u64,
+        choose: impl FnOnce() -> Result<Arc<dyn crate::transport::Transport>>,
+    ) -> Result<Arc<dyn crate::transport::Transport>> {
+        let slot = &self.chosen[index];
+        if let Some(kept) = slot.get()
+            && kept.epoch == epoch
+            && let Some(t) = kept.transport.upgrade()
+        {
+            return Ok(t);
+        }
+        let t = choose()?;
+        let _ = slot.set(Chosen {
+            epoch,
+            transport: Arc::downgrade(&t),
+        });
+        Ok(t)
+    }
+
     /// The rail candidates for buffer `index` (its location in the segment's priority matrix,
     /// among the rails it serves), worked out once per descriptor.
     pub(crate) fn candidates(&self, index: usize) -> &Arc<crate::router::Candidates> {
@@ -254,6 +290,14 @@ impl RemoteSegment {
             ))
         })
     }
+}
+
+/// A buffer's transport as chosen at one epoch of the engine's transport set. Weak: a
+/// transport may hold segments (its connections), and a segment must not keep it alive.
+#[derive(Debug)]
+struct Chosen {
+    epoch: u64,
+    transport: std::sync::Weak<dyn crate::transport::Transport>,
 }
 
 /// Opened segments by name and by id.
