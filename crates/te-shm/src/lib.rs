@@ -7,7 +7,10 @@
 //!   `shm_name`.
 //! - A peer on the same host (same boot and shared-memory mount, `te_host_id`) maps that file on
 //!   first use and relocates remote addresses into its mapping; the engine prefers this
-//!   transport over the segment's protocol for such buffers ([`Transport::serves`]).
+//!   transport over the segment's protocol for such buffers ([`Transport::serves`]). The
+//!   mapping is kept with the peer's descriptor ([`RemoteSegment::attached`]): found with no
+//!   lock by every later slice, unmapped when the descriptor is dropped (the segment closed or
+//!   fetched again) and its last slice is done.
 //! - Copies run through [`CopyWorkers`]: a post of up to 1 MiB on the submitting thread, a
 //!   larger one on worker threads; either way each slice completes through the engine's sink
 //!   like every transport's. Bounds and permissions are checked by the engine
@@ -36,52 +39,12 @@ const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Worker threads copying slices.
 const WORKERS: usize = 2;
 
-type Mappings = Mutex<Mapped>;
-
-/// Peers' files mapped here, by path, and the one used last (slices in a row nearly always go
-/// to one file: its path is compared, not hashed).
-#[derive(Default)]
-struct Mapped {
-    by_path: HashMap<String, Arc<HostBuffer>>,
-    last: Option<(String, Arc<HostBuffer>)>,
-}
-
-impl Mapped {
-    /// The mapping of `path` covering at least `len` bytes, if one is open.
-    fn get(&mut self, path: &str, len: u64) -> Option<Arc<HostBuffer>> {
-        let covers = |m: &Arc<HostBuffer>| m.len() as u64 >= len;
-        if let Some((p, m)) = &self.last
-            && p == path
-            && covers(m)
-        {
-            return Some(m.clone());
-        }
-        let m = self.by_path.get(path).filter(|m| covers(m))?.clone();
-        self.last = Some((path.to_string(), m.clone()));
-        Some(m)
-    }
-
-    fn insert(&mut self, path: &str, m: Arc<HostBuffer>) {
-        self.by_path.insert(path.to_string(), m.clone());
-        self.last = Some((path.to_string(), m));
-    }
-
-    fn remove(&mut self, path: &str) {
-        self.by_path.remove(path);
-        if self.last.as_ref().is_some_and(|(p, _)| p == path) {
-            self.last = None;
-        }
-    }
-}
-
 /// The shared-memory transport. Create it, install it (with TCP for other hosts), and allocate
 /// the segment's memory through it.
 pub struct ShmTransport {
     dir: PathBuf,
     /// Buffers this process allocated: start address → file.
     allocated: Mutex<HashMap<u64, String>>,
-    /// Peers' files mapped here, by path.
-    mappings: Arc<Mappings>,
     workers: CopyWorkers,
 }
 
@@ -105,7 +68,6 @@ impl ShmTransport {
         ShmTransport {
             dir: dir.to_path_buf(),
             allocated: Mutex::new(HashMap::new()),
-            mappings: Arc::new(Mutex::new(Mapped::default())),
             workers: CopyWorkers::new("shm"),
         }
     }
@@ -129,9 +91,9 @@ impl ShmTransport {
     }
 }
 
-/// Finds the published buffer holding `addr`.
-fn buffer_of(desc: &SegmentDesc, addr: u64, len: u64) -> Option<&BufferDesc> {
-    desc.buffers.iter().find(|b| {
+/// Finds the published buffer holding `addr`, with its index.
+fn buffer_of(desc: &SegmentDesc, addr: u64, len: u64) -> Option<(usize, &BufferDesc)> {
+    desc.buffers.iter().enumerate().find(|(_, b)| {
         addr >= b.addr
             && addr
                 .checked_add(len)
@@ -139,10 +101,19 @@ fn buffer_of(desc: &SegmentDesc, addr: u64, len: u64) -> Option<&BufferDesc> {
     })
 }
 
-/// Executes one slice: maps the peer's file if needed and copies.
-fn execute(mappings: &Mappings, op: &SliceOp) -> Result<(), SliceError> {
+/// Maps a peer's file.
+fn map(path: &str, len: u64, segment: &str) -> Result<HostBuffer, SliceError> {
+    let m = HostBuffer::open_shared(Path::new(path), len as usize)
+        .map_err(|e| SliceError::Path(format!("segment {segment}: {e}")))?;
+    debug!(path, len, "mapped a peer's shared memory");
+    Ok(m)
+}
+
+/// Executes one slice: maps the peer's file on first use (kept with the segment's descriptor,
+/// so later slices find it with no lock) and copies.
+fn execute(op: &SliceOp) -> Result<(), SliceError> {
     let desc = op.target.desc();
-    let buffer = buffer_of(desc, op.remote_addr, op.len).ok_or_else(|| {
+    let (index, buffer) = buffer_of(desc, op.remote_addr, op.len).ok_or_else(|| {
         SliceError::Path(format!(
             "{:#x}+{} is in no buffer of {}",
             op.remote_addr, op.len, desc.name
@@ -158,18 +129,16 @@ fn execute(mappings: &Mappings, op: &SliceOp) -> Result<(), SliceError> {
                 buffer.addr, desc.name
             ))
         })?;
-    let mapping = {
-        let mut maps = mappings.lock().unwrap_or_else(|e| e.into_inner());
-        match maps.get(path, buffer.length) {
-            Some(m) => m,
-            None => {
-                let m = HostBuffer::open_shared(Path::new(path), buffer.length as usize)
-                    .map_err(|e| SliceError::Path(format!("segment {}: {e}", desc.name)))?;
-                debug!(path, len = buffer.length, "mapped a peer's shared memory");
-                let m = Arc::new(m);
-                maps.insert(path, m.clone());
-                m
-            }
+    let kept = op
+        .target
+        .attached(index, || map(path, buffer.length, &desc.name))?;
+    // Another transport's state on this buffer (never te-shm's own): map for this slice only.
+    let once;
+    let mapping = match kept {
+        Some(m) => m,
+        None => {
+            once = map(path, buffer.length, &desc.name)?;
+            &once
         }
     };
     let offset = (op.remote_addr - buffer.addr) as usize;
@@ -200,12 +169,8 @@ impl Transport for ShmTransport {
         if reaped > 0 {
             info!(reaped, dir = %self.dir.display(), "removed shared memory left by dead processes");
         }
-        let mappings = self.mappings.clone();
-        self.workers.start(
-            WORKERS,
-            ctx.sink,
-            Arc::new(move |op: &SliceOp| execute(&mappings, op)),
-        )?;
+        self.workers
+            .start(WORKERS, ctx.sink, Arc::new(|op: &SliceOp| execute(op)))?;
         info!(dir = %self.dir.display(), segment = %ctx.local_name, "shm transport installed");
         Ok(())
     }
@@ -245,15 +210,6 @@ impl Transport for ShmTransport {
 
     fn post_one(&self, slice: SliceOp) {
         self.workers.post_live_one(slice);
-    }
-
-    fn close_segment(&self, segment: &RemoteSegment) {
-        let mut maps = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
-        for b in &segment.desc().buffers {
-            if let Some(path) = &b.shm_name {
-                maps.remove(path);
-            }
-        }
     }
 
     fn shutdown(&self) {

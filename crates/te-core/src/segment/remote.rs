@@ -38,6 +38,8 @@ pub struct RemoteSegment {
     /// The transport chosen per buffer (by index), with the epoch of the engine's transport
     /// set it was chosen from ([`chosen`](Self::chosen)).
     chosen: Box<[std::sync::OnceLock<Chosen>]>,
+    /// What a transport keeps per buffer (by index) of this descriptor ([`attached`](Self::attached)).
+    attached: Box<[std::sync::OnceLock<Attachment>]>,
     /// When this descriptor was built from what the peer published.
     fetched: std::time::Instant,
     /// Whether it was fetched because a request named a range the previous one did not list,
@@ -84,10 +86,16 @@ impl RemoteSegment {
             .iter()
             .map(|_| std::sync::OnceLock::new())
             .collect();
+        let attached = desc
+            .buffers
+            .iter()
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
         let same_host = desc.te_host_id.as_deref() == Some(host_id());
         RemoteSegment {
             id,
             chosen,
+            attached,
             host,
             rpc_port,
             same_host,
@@ -279,6 +287,34 @@ impl RemoteSegment {
         Ok(t)
     }
 
+    /// What a transport keeps for buffer `index` of this descriptor (te-shm's mapping of the
+    /// peer's file), made by `make` on first use and dropped with the descriptor: a look-up
+    /// that takes no lock and no reference count, for a transport that asks on every slice.
+    /// `None` when the buffer already holds something of another type (two transports
+    /// attaching to one buffer): the caller then does without. An out-of-range `index` is
+    /// `None` too.
+    ///
+    /// # Errors
+    /// `make`'s, when it fails; nothing is kept then, and the next call tries again.
+    pub fn attached<T, E>(
+        &self,
+        index: usize,
+        make: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<Option<&T>, E>
+    where
+        T: std::any::Any + Send + Sync,
+    {
+        let Some(slot) = self.attached.get(index) else {
+            return Ok(None);
+        };
+        if slot.get().is_none() {
+            let made: Attachment = Box::new(make()?);
+            // Two threads may make one at once: the first kept wins, the other is dropped.
+            let _ = slot.set(made);
+        }
+        Ok(slot.get().and_then(|a| a.downcast_ref::<T>()))
+    }
+
     /// The rail candidates for buffer `index` (its location in the segment's priority matrix,
     /// among the rails it serves), worked out once per descriptor.
     pub(crate) fn candidates(&self, index: usize) -> &Arc<crate::router::Candidates> {
@@ -291,6 +327,9 @@ impl RemoteSegment {
         })
     }
 }
+
+/// What a transport keeps for one buffer of a descriptor.
+type Attachment = Box<dyn std::any::Any + Send + Sync>;
 
 /// A buffer's transport as chosen at one epoch of the engine's transport set. Weak: a
 /// transport may hold segments (its connections), and a segment must not keep it alive.
@@ -396,6 +435,40 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(seg.owner_alive_within(Duration::ZERO), Some(false));
         assert_eq!(seg.owner_alive_within(HOUR), Some(false));
+    }
+
+    #[test]
+    fn an_attachment_is_made_once_per_buffer_kept_by_type_and_not_kept_on_failure() {
+        let desc = SegmentDesc::from_json(
+            br#"{"name":"h:1","protocol":"tcp","tcp_data_port":9,"buffers":[
+                {"name":"cpu:0","addr":4096,"length":4096,"lkey":[],"rkey":[]},
+                {"name":"cpu:0","addr":16384,"length":4096,"lkey":[],"rkey":[]}]}"#,
+        )
+        .unwrap();
+        let seg = RemoteSegment::new(1, "h".into(), 1, desc);
+        let made = std::cell::Cell::new(0);
+        let make = |v: u32| {
+            made.set(made.get() + 1);
+            Ok::<u32, String>(v)
+        };
+        // A failure keeps nothing: the next call makes it again.
+        assert_eq!(
+            seg.attached::<u32, _>(0, || Err("no file".to_string())),
+            Err("no file".into())
+        );
+        assert_eq!(seg.attached(0, || make(7)), Ok(Some(&7)));
+        assert_eq!(
+            seg.attached(0, || make(8)),
+            Ok(Some(&7)),
+            "kept, not made again"
+        );
+        assert_eq!(seg.attached(1, || make(9)), Ok(Some(&9)), "one per buffer");
+        assert_eq!(made.get(), 2);
+        // Another type on a taken buffer: none, and the kept one stays.
+        assert_eq!(seg.attached(0, || Ok::<u64, String>(1)), Ok(None));
+        assert_eq!(seg.attached(0, || make(10)), Ok(Some(&7)));
+        assert_eq!(seg.attached(2, || make(11)), Ok(None), "no buffer 2");
+        assert_eq!(made.get(), 2);
     }
 
     #[test]
