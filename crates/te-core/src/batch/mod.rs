@@ -209,6 +209,9 @@ pub(crate) struct BatchShared {
     raw_id: u64,
     capacity: usize,
     tasks: Mutex<Vec<Arc<TaskShared>>>,
+    /// Bytes of all its tasks (written under `tasks`' lock, before they are counted
+    /// unfinished): a batch whose tasks all completed has moved exactly this many.
+    total_len: AtomicU64,
     unfinished: AtomicUsize,
     any_failed: AtomicBool,
     freed: AtomicBool,
@@ -240,6 +243,7 @@ impl BatchShared {
             raw_id,
             capacity,
             tasks: Mutex::new(Vec::new()),
+            total_len: AtomicU64::new(0),
             unfinished: AtomicUsize::new(0),
             any_failed: AtomicBool::new(false),
             freed: AtomicBool::new(false),
@@ -294,6 +298,10 @@ impl BatchShared {
                 requested,
             });
         }
+        // Writers hold the lock: a load and a store, published by the count below.
+        let added = tasks.clone().fold(0u64, |n, t| n.saturating_add(t.len));
+        let total = self.total_len.load(Ordering::Relaxed).saturating_add(added);
+        self.total_len.store(total, Ordering::Relaxed);
         self.unfinished.fetch_add(tasks.len(), Ordering::AcqRel);
         if tasks.clone().any(|t| t.deadline.is_some()) {
             self.has_deadlines.store(true, Ordering::Release);
@@ -341,6 +349,21 @@ impl BatchShared {
             }
         }
         earliest
+    }
+
+    /// The status of a batch whose tasks have all completed, read without its tasks' lock;
+    /// `None` while a task runs or when one did not complete (then [`status`](Self::status)
+    /// tells which way it ended).
+    fn completed_status(&self) -> Option<TransferStatus> {
+        // Seeing no task unfinished (the last finishing task's count, or none added yet)
+        // makes every task's end and `total_len` visible.
+        if self.unfinished.load(Ordering::Acquire) != 0 || self.any_failed.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(TransferStatus {
+            state: TransferState::Completed,
+            transferred_bytes: self.total_len.load(Ordering::Relaxed),
+        })
     }
 
     fn status(&self) -> TransferStatus {

@@ -173,7 +173,8 @@ impl BatchTable {
     pub(crate) fn batch_status(&self, id: BatchId) -> Result<TransferStatus> {
         // Without deadlines (nearly always) the status is read in one look.
         let quick = self.look(id, |b| {
-            (!b.has_deadlines.load(Ordering::Acquire)).then(|| b.status())
+            (!b.has_deadlines.load(Ordering::Acquire))
+                .then(|| b.completed_status().unwrap_or_else(|| b.status()))
         })?;
         if let Some(status) = quick {
             return Ok(status);
@@ -198,7 +199,8 @@ impl BatchTable {
         // A batch already done (a copy made on the submitting thread, a poll that came late)
         // is answered in one look.
         let done = self.look(id, |b| {
-            (b.unfinished.load(Ordering::Acquire) == 0).then(|| b.status())
+            b.completed_status()
+                .or_else(|| (b.unfinished.load(Ordering::Acquire) == 0).then(|| b.status()))
         })?;
         if let Some(status) = done {
             return Ok(status);

@@ -454,6 +454,13 @@ fn a_merged_slice_counts_for_every_task_it_carries() {
         }
     );
     assert_eq!(t.task_status(id, 2).unwrap().state, TransferState::Waiting);
+    assert_eq!(
+        t.batch_status(id).unwrap(),
+        TransferStatus {
+            state: TransferState::Pending,
+            transferred_bytes: 14
+        }
+    );
     let notify = second.record(26, Ok(()));
     assert!(
         notify.is_some(),
@@ -468,6 +475,14 @@ fn a_merged_slice_counts_for_every_task_it_carries() {
             }
         );
     }
+    // Every task completed: the batch's status (read without its tasks' lock) and its wait
+    // give all 40 bytes.
+    let all = TransferStatus {
+        state: TransferState::Completed,
+        transferred_bytes: 40,
+    };
+    assert_eq!(t.batch_status(id).unwrap(), all);
+    assert_eq!(t.wait(id, Duration::from_secs(1)).unwrap(), all);
     t.free(id).unwrap();
 }
 
@@ -500,8 +515,12 @@ fn a_failed_merged_slice_fails_every_task_it_carries_and_counts_no_bytes() {
         );
     }
     assert_eq!(
-        t.wait(id, Duration::from_secs(1)).unwrap().state,
-        TransferState::Failed
+        t.wait(id, Duration::from_secs(1)).unwrap(),
+        TransferStatus {
+            state: TransferState::Failed,
+            transferred_bytes: 0
+        }
     );
+    assert_eq!(t.batch_status(id).unwrap().state, TransferState::Failed);
     t.free(id).unwrap();
 }

@@ -285,7 +285,12 @@ impl TransferEngine {
         let mut posts = Posts::default();
         // One list of shares, reused by every merged slice of the submit.
         let mut shares = Vec::new();
+        // Each slice's token holds the batch: the submit's own handle goes with its last slice
+        // (the last of the last run), the others take a reference each.
+        let mut runs_left = runs.as_ref().map_or(requests.len(), merge::Runs::len);
+        let mut handle = Some(batch);
         let mut slice_run = |run: &[usize]| {
+            runs_left -= 1;
             let first = run[0];
             let r = &requests[first];
             let Checked { seg, transport, .. } = &checked[first];
@@ -308,9 +313,17 @@ impl TransferEngine {
                     .for_each(|(n, &i)| checked[i].task.count_slices(n)),
             }
             let mut cover = merge::Cover::new(&lens);
-            for (seq, s) in slicer::plan(total, slice_size, fragment_limit).enumerate() {
+            let mut plan = slicer::plan(total, slice_size, fragment_limit)
+                .enumerate()
+                .peekable();
+            while let Some((seq, s)) = plan.next() {
+                let batch = match runs_left == 0 && plan.peek().is_none() {
+                    true => handle.take(),
+                    false => handle.clone(),
+                }
+                .expect("the batch handle is given away only with the submit's last slice");
                 let token = match run.len() {
-                    1 => SliceToken::new(batch.clone(), checked[first].task.clone(), seq as u64),
+                    1 => SliceToken::new(batch, checked[first].task.clone(), seq as u64),
                     _ => {
                         cover.shares(s.offset, s.len, &mut shares);
                         let riders = shares[1..]
@@ -318,7 +331,7 @@ impl TransferEngine {
                             .map(|&(k, n)| (checked[run[k]].task.clone(), n))
                             .collect();
                         let owner = checked[run[shares[0].0]].task.clone();
-                        SliceToken::merged(batch.clone(), owner, riders, seq as u64)
+                        SliceToken::merged(batch, owner, riders, seq as u64)
                     }
                 };
                 let (local_rail, remote_rail) = token.route().map_or((0, 0), |route| {
