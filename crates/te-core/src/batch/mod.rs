@@ -535,6 +535,7 @@ impl SliceToken {
     /// copy made on this thread may have left its stores on their way to the cache, and
     /// reading a just-made value back from memory would wait for all of them (see
     /// [`CompletionSink::complete_ok`](crate::transport::CompletionSink::complete_ok)).
+    #[inline]
     pub(crate) fn record_ok(&self, len: u64) -> Option<PendingNotify> {
         let riders = self.riders();
         if riders.is_empty() {
@@ -569,6 +570,7 @@ impl SliceToken {
 
     /// Counts one of `task`'s slices as done (its outcome recorded); the task ends with its
     /// last.
+    #[inline]
     fn count_out(&self, task: &TaskShared) -> Option<PendingNotify> {
         if task.slices_left.fetch_sub(1, Ordering::AcqRel) != 1 {
             // Some slices are done, not all. (A task's last slice goes straight to its end.)

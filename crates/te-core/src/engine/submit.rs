@@ -313,11 +313,9 @@ impl TransferEngine {
                     .for_each(|(n, &i)| checked[i].task.count_slices(n)),
             }
             let mut cover = merge::Cover::new(&lens);
-            let mut plan = slicer::plan(total, slice_size, fragment_limit)
-                .enumerate()
-                .peekable();
-            while let Some((seq, s)) = plan.next() {
-                let batch = match runs_left == 0 && plan.peek().is_none() {
+            for (seq, s) in slicer::plan(total, slice_size, fragment_limit).enumerate() {
+                // `count` is how many slices the plan makes (their tasks were counted so).
+                let batch = match runs_left == 0 && seq as u64 + 1 == count {
                     true => handle.take(),
                     false => handle.clone(),
                 }
