@@ -112,12 +112,11 @@ impl Core {
             .clone()
     }
 
-    /// The transport for a buffer: one that serves it better (same-host shared memory), else
-    /// the one speaking the segment's protocol.
-    /// The choice is kept per buffer of the descriptor (see [`RemoteSegment::chosen`]): buffer
-    /// `index` of `seg`.
+    /// The transport for buffer `index` of `seg`: one that serves it better (same-host shared
+    /// memory), else the one speaking the segment's protocol.
     ///
-    /// [`RemoteSegment::chosen`]: crate::segment::RemoteSegment
+    /// The choice is kept per buffer of the descriptor (`RemoteSegment::chosen`), for as long
+    /// as the installed transports stay as they were.
     pub(crate) fn transport_for_buffer(
         &self,
         seg: &crate::segment::RemoteSegment,

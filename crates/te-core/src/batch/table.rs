@@ -196,12 +196,9 @@ impl BatchTable {
 
     /// Blocks until every task of the batch is terminal, or `timeout` passes.
     pub(crate) fn wait(&self, id: BatchId, timeout: Duration) -> Result<TransferStatus> {
-        // A batch already done (a copy made on the submitting thread, a poll that came late)
-        // is answered in one look.
-        let done = self.look(id, |b| {
-            b.completed_status()
-                .or_else(|| (b.unfinished.load(Ordering::Acquire) == 0).then(|| b.status()))
-        })?;
+        // A batch already completed (a copy made on the submitting thread, a poll that came
+        // late) is answered in one look; any other is waited for below.
+        let done = self.look(id, BatchShared::completed_status)?;
         if let Some(status) = done {
             return Ok(status);
         }

@@ -76,21 +76,7 @@ impl RemoteSegment {
             true => vec!["default".to_string()],
             false => desc.te_rails.iter().map(|r| r.name.clone()).collect(),
         };
-        let routes = desc
-            .buffers
-            .iter()
-            .map(|_| std::sync::OnceLock::new())
-            .collect();
-        let chosen = desc
-            .buffers
-            .iter()
-            .map(|_| std::sync::OnceLock::new())
-            .collect();
-        let attached = desc
-            .buffers
-            .iter()
-            .map(|_| std::sync::OnceLock::new())
-            .collect();
+        let (routes, chosen, attached) = (per_buffer(&desc), per_buffer(&desc), per_buffer(&desc));
         let same_host = desc.te_host_id.as_deref() == Some(host_id());
         RemoteSegment {
             id,
@@ -326,6 +312,14 @@ impl RemoteSegment {
             ))
         })
     }
+}
+
+/// One empty slot per buffer of `desc`, filled on first use.
+fn per_buffer<T>(desc: &SegmentDesc) -> Box<[std::sync::OnceLock<T>]> {
+    desc.buffers
+        .iter()
+        .map(|_| std::sync::OnceLock::new())
+        .collect()
 }
 
 /// What a transport keeps for one buffer of a descriptor.
