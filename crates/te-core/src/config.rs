@@ -448,6 +448,7 @@ impl Config {
         "MC_TE_MAX_CONTROL_CONNECTIONS",
         "MC_TE_CONN_REPLY_BYTES",
         "MC_TE_CLIENT_THREADS",
+        "MC_TE_CLIENT_LINGER_US",
         "MC_TE_LISTEN_BACKLOG",
     ];
 }

@@ -5,6 +5,11 @@
 //! wake-up naming it), when a timer it asked for is due (a retry's backoff), and on a sweep
 //! every 100 ms while it has work (connect and stall timeouts).
 //!
+//! A hand-off writes a loop's waker only while the loop may block ([`Doorbell`]), and the last
+//! loop to run out of work waits `MC_TE_CLIENT_LINGER_US` for the next hand-off before it
+//! blocks, yielding its CPU meanwhile: a batch submitted right after the last one ended reaches
+//! an awake loop, so the submitting thread pays no wake-up and the slices wait for none.
+//!
 //! What a lane does when driven is the lane's ([`crate::lane`]); here are only the loops, the
 //! wake-ups, the timers and the shutdown (every lane's slices fail, so each posted slice is
 //! still reported once).
@@ -29,24 +34,86 @@ pub(crate) struct LoopShared {
     waker: Waker,
     registry: Registry,
     lanes: Mutex<HashMap<usize, Arc<LaneCore>>>,
-    ready: Mutex<Vec<usize>>,
+    bell: Doorbell,
     next_token: AtomicUsize,
+}
+
+/// The lanes handed to one loop, and whether handing it one must write its waker: only while
+/// the loop is in (or about to enter) a poll that may block. A loop that is awake looks at
+/// the hand-offs before it blocks again, so a hand-off to it costs no system call (on a
+/// virtual machine, waking a thread whose CPU is idle costs the waking thread about 10 µs).
+/// Pure bookkeeping: the caller writes the waker.
+#[derive(Default)]
+struct Doorbell {
+    ready: Mutex<Vec<usize>>,
+    /// The loop may block.
+    sleeping: AtomicBool,
+    /// Something was handed to the loop since it last took the hand-offs.
+    handed: AtomicBool,
+}
+
+impl Doorbell {
+    /// Hands lane `token` to the loop; whether the caller must write the waker (of several
+    /// callers while the loop sleeps, one must).
+    fn ring(&self, token: usize) -> bool {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(token);
+        self.handed.store(true, Ordering::Release);
+        // Pairs with the fence in `may_block`: either the loop sees the token before it
+        // blocks, or this sees it blocking.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.sleeping.swap(false, Ordering::SeqCst)
+    }
+
+    /// The loop is about to poll: whether it may block (nothing was handed to it).
+    fn may_block(&self) -> bool {
+        self.sleeping.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// The loop's poll returned: hand-offs from now on need no waker.
+    fn awake(&self) {
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// The lanes handed to the loop since it last took them.
+    fn take(&self) -> Vec<usize> {
+        self.handed.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *self.ready.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether something was handed to the loop since it last took the hand-offs.
+    fn handed(&self) -> bool {
+        self.handed.load(Ordering::Acquire)
+    }
 }
 
 impl LoopShared {
     /// Asks the loop to drive lane `token` soon.
     pub(crate) fn wake(&self, token: usize) {
-        self.ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(token);
-        let _ = self.waker.wake();
+        if self.bell.ring(token) {
+            let _ = self.waker.wake();
+        }
     }
 
     /// The loop's registry (lanes register their sockets from the loop thread).
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
+}
+
+/// What a transport's loops share about running out of work.
+struct Idle {
+    /// Loops with a lane holding slices.
+    working: AtomicUsize,
+    /// How long the last loop to run out of work waits for more before it sleeps.
+    linger: Duration,
 }
 
 /// How one peer's lanes are laid over the loops.
@@ -85,12 +152,20 @@ pub(crate) struct Dialer {
 }
 
 impl Dialer {
-    /// Starts `threads` loops.
+    /// Starts `threads` loops. The last loop to run out of work (no lane of any loop holding
+    /// slices) waits up to `linger` for the next hand-off before it sleeps, yielding its CPU
+    /// meanwhile: a submitting thread that hands slices to a loop that is awake writes no
+    /// wake-up, and the slices wait for none. Only the last: a loop that waited while its
+    /// siblings still sent would take their core.
     ///
     /// # Errors
     /// A loop could not be set up.
-    pub(crate) fn start(threads: usize) -> std::io::Result<Self> {
+    pub(crate) fn start(threads: usize, linger: Duration) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
+        let idle = Arc::new(Idle {
+            working: AtomicUsize::new(0),
+            linger,
+        });
         let mut loops = Vec::new();
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
@@ -99,13 +174,13 @@ impl Dialer {
                 waker: Waker::new(poll.registry(), WAKER)?,
                 registry: poll.registry().try_clone()?,
                 lanes: Mutex::new(HashMap::new()),
-                ready: Mutex::new(Vec::new()),
+                bell: Doorbell::default(),
                 next_token: AtomicUsize::new(0),
             });
-            let (s, st) = (shared.clone(), stop.clone());
+            let (s, st, w) = (shared.clone(), stop.clone(), idle.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("te-tcp-lanes{i}"))
-                .spawn(move || run(poll, &s, &st));
+                .spawn(move || run(poll, &s, &st, &w));
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -188,7 +263,27 @@ fn lane_of(shared: &LoopShared, token: usize) -> Option<Arc<LaneCore>> {
         .cloned()
 }
 
-fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool) {
+/// The wait of the last loop to run out of work (see [`Dialer::start`]): until the next
+/// hand-off or for `linger`, yielding its CPU each turn, so it takes no core another thread
+/// could use.
+fn linger(shared: &LoopShared, linger: Duration) {
+    if linger.is_zero() {
+        return;
+    }
+    let end = Instant::now() + linger;
+    // The clock is read every 8 turns: in a VM a clock read costs more than a turn.
+    for turn in 0u32.. {
+        if shared.bell.handed() {
+            return;
+        }
+        std::thread::yield_now();
+        if turn % 8 == 7 && Instant::now() >= end {
+            return;
+        }
+    }
+}
+
+fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool, idle: &Idle) {
     let mut events = Events::with_capacity(1024);
     let mut timers: Vec<(Instant, usize)> = Vec::new();
     let mut swept = Instant::now();
@@ -204,7 +299,14 @@ fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool) {
             .chain(sweep_at)
             .min()
             .map_or(Duration::from_secs(1), |t| t.saturating_duration_since(now));
-        if let Err(e) = poll.poll(&mut events, Some(wait)) {
+        let wait = if shared.bell.may_block() {
+            wait
+        } else {
+            Duration::ZERO
+        };
+        let polled = poll.poll(&mut events, Some(wait));
+        shared.bell.awake();
+        if let Err(e) = polled {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 error!(error = %e, "lane loop: poll failed; loop stopped");
                 break;
@@ -215,9 +317,7 @@ fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool) {
             .map(|e| e.token().0)
             .filter(|t| *t != WAKER.0)
             .collect();
-        due.extend(std::mem::take(
-            &mut *shared.ready.lock().unwrap_or_else(|e| e.into_inner()),
-        ));
+        due.extend(shared.bell.take());
         let now = Instant::now();
         timers.retain(|(at, token)| {
             let fire = *at <= now;
@@ -250,6 +350,15 @@ fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool) {
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&token);
             }
+        }
+        // The last loop to run out of work lingers: one whose siblings still send would take
+        // their core.
+        let working = !active.is_empty();
+        if working && !busy {
+            idle.working.fetch_add(1, Ordering::AcqRel);
+        }
+        if busy && !working && idle.working.fetch_sub(1, Ordering::AcqRel) == 1 {
+            linger(shared, idle.linger);
         }
     }
     // Stopped: what the lanes still hold fails (each posted slice is reported once).
@@ -286,8 +395,75 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_off_writes_the_waker_only_to_a_loop_that_may_block() {
+        let bell = Doorbell::default();
+        // Awake: the loop takes the hand-off before it next blocks; no waker.
+        assert!(!bell.ring(1));
+        assert!(bell.handed());
+        assert!(
+            !bell.may_block(),
+            "a hand-off is waiting: the poll must not block"
+        );
+        bell.awake();
+        assert_eq!(bell.take(), vec![1]);
+        assert!(!bell.handed());
+        // About to block with nothing handed: the first hand-off writes, later ones do not.
+        assert!(bell.may_block());
+        assert!(bell.ring(2));
+        assert!(!bell.ring(3));
+        bell.awake();
+        assert_eq!(bell.take(), vec![2, 3]);
+        // Woken for nothing (a timer): awake again, so a hand-off writes nothing.
+        assert!(bell.may_block());
+        bell.awake();
+        assert!(!bell.ring(4));
+        assert_eq!(bell.take(), vec![4]);
+    }
+
+    #[test]
+    fn no_hand_off_is_lost_between_threads() {
+        // A loop that blocks (on a channel standing for its poll) only when `may_block` says
+        // so, and senders that wake it only when `ring` says so: every hand-off is taken.
+        let bell = Arc::new(Doorbell::default());
+        let (waker, poll) = std::sync::mpsc::channel::<()>();
+        const SENDERS: usize = 4;
+        const EACH: usize = 20_000;
+        let senders: Vec<_> = (0..SENDERS)
+            .map(|s| {
+                let (bell, waker) = (bell.clone(), waker.clone());
+                std::thread::spawn(move || {
+                    for i in 0..EACH {
+                        if bell.ring(s * EACH + i) {
+                            waker.send(()).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut seen = vec![false; SENDERS * EACH];
+        let mut taken = 0;
+        while taken < SENDERS * EACH {
+            if bell.may_block() {
+                poll.recv_timeout(Duration::from_secs(10))
+                    .expect("a hand-off was made while the loop blocked, and no one woke it");
+            }
+            bell.awake();
+            for t in bell.take() {
+                assert!(
+                    !std::mem::replace(&mut seen[t], true),
+                    "token {t} taken twice"
+                );
+                taken += 1;
+            }
+        }
+        for s in senders {
+            s.join().unwrap();
+        }
+    }
+
+    #[test]
     fn a_te_peer_spreads_its_lanes_and_a_mooncake_peer_keeps_them_on_one_loop() {
-        let dialer = Dialer::start(4).unwrap();
+        let dialer = Dialer::start(4, Duration::ZERO).unwrap();
         let te = Placement::for_framing(Framing::Te);
         let mooncake = Placement::for_framing(Framing::Mooncake { acked: true });
         assert_eq!(te, Placement::Spread);

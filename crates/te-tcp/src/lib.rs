@@ -360,7 +360,9 @@ impl Transport for TcpTransport {
             ctx.config.endpoint_store,
         );
         let _ = self.sink.set(sink.clone());
-        let dialer = dialer::Dialer::start(ctx.config.limits.client_threads)
+        let limits = &ctx.config.limits;
+        let linger = std::time::Duration::from_micros(limits.client_linger_us as u64);
+        let dialer = dialer::Dialer::start(limits.client_threads, linger)
             .map_err(|e| err(format!("starting the lane loops: {e}")))?;
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
             sink,
