@@ -311,3 +311,18 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
     );
     drop(held);
 }
+
+#[test]
+fn a_loop_polls_after_a_small_request_always_and_after_a_large_one_only_when_alone() {
+    use super::{HOT_SPIN, poll_window};
+    for live in [0, 1, 2, 1000] {
+        assert_eq!(poll_window(Step::BlockedHot, live), Some(HOT_SPIN));
+        assert_eq!(poll_window(Step::Blocked, live), None);
+        assert_eq!(poll_window(Step::BlockedSending, live), None);
+        assert_eq!(poll_window(Step::Yield, live), None);
+        assert_eq!(poll_window(Step::Close, live), None);
+    }
+    assert_eq!(poll_window(Step::BlockedHotAlone, 1), Some(HOT_SPIN));
+    assert_eq!(poll_window(Step::BlockedHotAlone, 2), None);
+    assert_eq!(poll_window(Step::BlockedHotAlone, 1000), None);
+}
