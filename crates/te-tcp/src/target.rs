@@ -69,9 +69,10 @@ const MAX_PARTS: usize = 256;
 ///
 /// After a larger request a connection asks for the poll only while it is the server's only
 /// one ([`Step::BlockedHotAlone`]): a single peer's next batch is then the only work coming,
-/// and a sleeping core starts the loop tens of microseconds late. Measured the same way
-/// (5 alternating runs, 2 cores): 128 contiguous 4 KiB WRITEs (one connection) ran at
-/// 3.53 GB/s against 2.71 without the poll, READs at 3.28 against 2.59. Polling after every
+/// and a sleeping core starts the loop tens of microseconds late. Measured against the build
+/// without it (TCP loopback, batch 128, medians of 4 alternating runs, 2 cores): 128 contiguous
+/// 4 KiB WRITEs (one connection) ran at 3.29 GB/s against 2.66, READs at 3.33 against 2.52;
+/// 16 KiB with gaps, 64 KiB and 1 MiB (four connections) were unchanged. Polling after every
 /// larger request, whatever the connections, cost 64 KiB READs 16 % and 16 KiB WRITEs with
 /// gaps 5 % (four connections: the peer's lane loops needed the cores).
 const HOT_REQUEST: u64 = 4 << 10;
