@@ -117,6 +117,50 @@ fn bulk_writes_moved_between_loops_mid_body_land_whole_and_read_back() {
     }
 }
 
+/// 64 KiB READs make a connection bulk too: a second connection pipelining them is moved to
+/// the other loop while its replies are half sent, and every reply still arrives whole, in
+/// order, with the right bytes.
+#[test]
+fn bulk_reads_moved_between_loops_mid_reply_arrive_whole_and_in_order() {
+    let t = target(Duration::from_secs(30));
+    const LEN: usize = 64 << 10;
+    const READS: usize = 64;
+    let mem = buffer(READS * LEN);
+    register(&t, &mem, Permission::RemoteReadWrite);
+    let data = pattern(21, READS * LEN);
+    mem.write_at(0, &data).unwrap();
+    let (mut a, mut b) = (connect(&t), connect(&t));
+    // 4 MiB of READs on each connection before either reads a byte: the replies fill the
+    // sockets, so the second connection turns bulk with a reply half sent.
+    for s in [&mut a, &mut b] {
+        let mut wire = Vec::new();
+        for i in 0..READS {
+            wire.extend_from_slice(&header(
+                Opcode::Read,
+                mem.addr() + (i * LEN) as u64,
+                LEN as u64,
+            ));
+        }
+        s.write_all(&wire).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (c, s) in [&mut a, &mut b].into_iter().enumerate() {
+        let mut back = vec![0u8; LEN];
+        for i in 0..READS {
+            assert_eq!(
+                status(s),
+                encode_status(STATUS_OK),
+                "connection {c}, read {i}"
+            );
+            s.read_exact(&mut back).unwrap();
+            assert!(
+                back[..] == data[i * LEN..(i + 1) * LEN],
+                "connection {c}, read {i}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_stalled_peer_holds_up_nobody_and_is_closed_after_the_stall_timeout() {
     let t = target(Duration::from_secs(2));
