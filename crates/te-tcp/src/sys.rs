@@ -138,6 +138,45 @@ pub unsafe fn recv_some(sock: &impl AsRawFd, addr: u64, len: usize) -> io::Resul
     }
 }
 
+/// One receive into `[addr, addr+len)` and then `buf`, without waiting: the bytes received
+/// (0: the peer closed), the first `len` of them in the range; `WouldBlock` when none are
+/// waiting. One call where a receive into each would take two.
+///
+/// # Safety
+/// As [`recv_some`], for `[addr, addr+len)`.
+pub unsafe fn recv_then(
+    sock: &impl AsRawFd,
+    (addr, len): (u64, usize),
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        },
+        libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        },
+    ];
+    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: the caller guarantees `[addr, addr+len)` writable for the call; `buf` is an
+        // exclusively borrowed Rust slice; `msg` and `iov` outlive the call.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Sets how many bytes must be waiting before the socket reads as readable (`SO_RCVLOWAT`):
 /// an event loop receiving a body sleeps until the rest of it is there instead of waking for
 /// every segment.

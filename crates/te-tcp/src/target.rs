@@ -18,7 +18,9 @@
 //! Small requests are taken in bulk: after a request of at most [`SMALL_REQUEST`] bytes, one
 //! receive call reads up to [`BULK_BYTES`] into the loop's scratch buffer, and the headers and
 //! WRITE bodies in it are taken from there (a body's bytes copied into its pinned region, the
-//! rest of a body that did not come along received straight into memory). READs are answered
+//! rest of a body that did not come along received straight into memory, with the next bulk
+//! receive in the same call: one `recvmsg` into the region and then the scratch buffer, where
+//! two receives would do). READs are answered
 //! in bulk too: each READ's reply and a reference to its pinned data are queued, and the
 //! queued replies and data go out in one send call when no further request is ready (or
 //! [`GATHER_READS`] READs or [`GATHER_READ_BYTES`] wait). Large requests keep the header-sized
@@ -363,6 +365,71 @@ impl TargetConn {
         })
     }
 
+    /// The rest of a small WRITE's body straight into its region and, in the same receive
+    /// call, up to [`BULK_BYTES`] more into the loop's scratch buffer, taken through the phases
+    /// as [`receive_bulk`](Self::receive_bulk) takes them: one call where the body's rest and
+    /// the next bulk receive would take two. The bytes received, and the step the drive ends
+    /// with if one of them calls for it.
+    fn receive_rest_then_bulk(
+        &mut self,
+        p: &TargetProtocol,
+        stream: &mio::net::TcpStream,
+    ) -> std::io::Result<(usize, Option<Step>)> {
+        let Phase::Body { addr, left, .. } = self.phase else {
+            return Ok((0, Some(Step::Close)));
+        };
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            if scratch.len() < BULK_BYTES {
+                scratch.resize(BULK_BYTES, 0);
+            }
+            // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered (hence
+            // allocated, by the registration contract); the range was checked to lie inside one
+            // region that permits remote writes; the scratch buffer is the loop's own.
+            let n = unsafe { sys::recv_then(stream, (addr, left), &mut scratch[..]) }?;
+            let body = n.min(left);
+            self.body_received(stream, body);
+            let step = self.absorb(p, &scratch[..n - body]);
+            Ok((n, step))
+        })
+    }
+
+    /// `n` more bytes of a WRITE's body are in its region; the whole body acknowledged.
+    fn body_received(&mut self, stream: &mio::net::TcpStream, n: usize) {
+        let Phase::Body {
+            addr,
+            left,
+            request_id,
+            ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        *addr += n as u64;
+        *left -= n;
+        if *left == 0 {
+            // The bytes are in memory: now the acknowledgement.
+            let id = *request_id;
+            self.queue(id, Status::Ok);
+            self.phase = fresh();
+            if self.lowat {
+                self.lowat = false;
+                let _ = sys::set_recv_lowat(stream, 1);
+            }
+        }
+    }
+
+    /// Part of a body is still on its way: the socket reads as readable once the rest (up to a
+    /// piece) is there, not at every segment.
+    fn await_rest(&mut self, stream: &mio::net::TcpStream) {
+        if let Phase::Body { left, .. } = self.phase {
+            let want = left.min(LOWAT_MAX);
+            if want > 1 && sys::set_recv_lowat(stream, want).is_ok() {
+                self.lowat = true;
+            }
+        }
+    }
+
     /// Takes bytes received in bulk through the phases: headers (each request started as it
     /// completes), WRITE bodies (copied into their pinned regions, acknowledged when whole),
     /// refused bodies (dropped). Returns a step that ends the drive, if one is called for.
@@ -463,6 +530,25 @@ impl TargetConn {
                 self.progress = Instant::now();
                 continue;
             }
+            if let Phase::Body { .. } = self.phase
+                && !backlog
+                && self.last_small
+                && !p.state.staging.any()
+            {
+                let moved = match self.receive_rest_then_bulk(p, stream) {
+                    Ok((0, _)) => return Step::Close,
+                    Ok((_, Some(step))) => return step,
+                    Ok((n, None)) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        self.await_rest(stream);
+                        return Step::Blocked;
+                    }
+                    Err(_) => return Step::Close,
+                };
+                turn += moved;
+                self.progress = Instant::now();
+                continue;
+            }
             let moved = match &mut self.phase {
                 Phase::Closing => {
                     return match self.flush(stream) {
@@ -509,39 +595,18 @@ impl TargetConn {
                         Err(_) => return Step::Close,
                     }
                 }
-                Phase::Body {
-                    addr,
-                    left,
-                    request_id,
-                    ..
-                } => {
+                Phase::Body { addr, left, .. } => {
                     // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
                     // (hence allocated, by the registration contract); the range was checked to
                     // lie inside one region that permits remote writes.
                     match unsafe { sys::recv_some(stream, *addr, (*left).min(RECV_PIECE)) } {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
-                            *addr += n as u64;
-                            *left -= n;
-                            if *left == 0 {
-                                // The bytes are in memory: now the acknowledgement.
-                                let id = *request_id;
-                                self.queue(id, Status::Ok);
-                                self.phase = fresh();
-                                if self.lowat {
-                                    self.lowat = false;
-                                    let _ = sys::set_recv_lowat(stream, 1);
-                                }
-                            }
+                            self.body_received(stream, n);
                             n
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            // Part of the body is still on its way: wake when the rest (up to
-                            // a piece) is there, not for every segment.
-                            let want = (*left).min(LOWAT_MAX);
-                            if want > 1 && sys::set_recv_lowat(stream, want).is_ok() {
-                                self.lowat = true;
-                            }
+                            self.await_rest(stream);
                             return Step::Blocked;
                         }
                         Err(_) => return Step::Close,
