@@ -21,6 +21,20 @@ fn last_error_of(e: io::Error) -> io::Error {
     }
 }
 
+/// Runs a socket call until it is not interrupted: its byte count, or the error it set.
+fn uninterrupted(mut call: impl FnMut() -> isize) -> io::Result<usize> {
+    loop {
+        let n = call();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Sends every byte of `parts` (address, length pairs) on `sock`, without SIGPIPE.
 ///
 /// # Safety
@@ -71,18 +85,9 @@ unsafe fn sendmsg(sock: &impl AsRawFd, parts: &[(u64, usize)], flags: i32) -> io
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len() as _;
-    loop {
-        // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov`
-        // outlive the call; the kernel only reads from them.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, flags) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov` outlive
+    // the call; the kernel only reads from them.
+    uninterrupted(|| unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, flags) })
 }
 
 /// Receives exactly `len` bytes from `sock` into `[addr, addr+len)`.
@@ -118,24 +123,15 @@ pub unsafe fn recv_exact(sock: &impl AsRawFd, mut addr: u64, mut len: usize) -> 
 /// The range must be writable memory that stays valid for the call and that nothing else relies
 /// on while the kernel writes into it.
 pub unsafe fn recv_some(sock: &impl AsRawFd, addr: u64, len: usize) -> io::Result<usize> {
-    loop {
-        // SAFETY: the caller guarantees `[addr, addr+len)` is writable for the call.
-        let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                addr as *mut libc::c_void,
-                len,
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: the caller guarantees `[addr, addr+len)` is writable for the call.
+    uninterrupted(|| unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            addr as *mut libc::c_void,
+            len,
+            libc::MSG_DONTWAIT,
+        )
+    })
 }
 
 /// One receive into `[addr, addr+len)` and then `buf`, without waiting: the bytes received
@@ -163,18 +159,9 @@ pub unsafe fn recv_then(
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len() as _;
-    loop {
-        // SAFETY: the caller guarantees `[addr, addr+len)` writable for the call; `buf` is an
-        // exclusively borrowed Rust slice; `msg` and `iov` outlive the call.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: the caller guarantees `[addr, addr+len)` writable for the call; `buf` is an
+    // exclusively borrowed Rust slice; `msg` and `iov` outlive the call.
+    uninterrupted(|| unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) })
 }
 
 /// Sets how many bytes must be waiting before the socket reads as readable (`SO_RCVLOWAT`):

@@ -348,47 +348,37 @@ impl TargetConn {
 
     /// One receive of up to [`BULK_BYTES`] into the loop's scratch buffer, taken through the
     /// phases ([`absorb`](Self::absorb)): the bytes received, and the step the drive ends with
-    /// if one of them calls for it.
+    /// if one of them calls for it. While a WRITE's body is being received, the same call first
+    /// puts the rest of the body straight into its region (one call where the body's rest and
+    /// the next bulk receive would take two).
     fn receive_bulk(
         &mut self,
         p: &TargetProtocol,
         stream: &mio::net::TcpStream,
     ) -> std::io::Result<(usize, Option<Step>)> {
-        SCRATCH.with(|cell| {
-            let mut scratch = cell.borrow_mut();
-            if scratch.len() < BULK_BYTES {
-                scratch.resize(BULK_BYTES, 0);
-            }
-            let n = sys::recv_now(stream, &mut scratch[..])?;
-            let step = self.absorb(p, &scratch[..n]);
-            Ok((n, step))
-        })
-    }
-
-    /// The rest of a small WRITE's body straight into its region and, in the same receive
-    /// call, up to [`BULK_BYTES`] more into the loop's scratch buffer, taken through the phases
-    /// as [`receive_bulk`](Self::receive_bulk) takes them: one call where the body's rest and
-    /// the next bulk receive would take two. The bytes received, and the step the drive ends
-    /// with if one of them calls for it.
-    fn receive_rest_then_bulk(
-        &mut self,
-        p: &TargetProtocol,
-        stream: &mio::net::TcpStream,
-    ) -> std::io::Result<(usize, Option<Step>)> {
-        let Phase::Body { addr, left, .. } = self.phase else {
-            return Ok((0, Some(Step::Close)));
+        let rest = match self.phase {
+            Phase::Body { addr, left, .. } => Some((addr, left)),
+            _ => None,
         };
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             if scratch.len() < BULK_BYTES {
                 scratch.resize(BULK_BYTES, 0);
             }
-            // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered (hence
-            // allocated, by the registration contract); the range was checked to lie inside one
-            // region that permits remote writes; the scratch buffer is the loop's own.
-            let n = unsafe { sys::recv_then(stream, (addr, left), &mut scratch[..]) }?;
-            let body = n.min(left);
-            self.body_received(stream, body);
+            let (n, body) = match rest {
+                Some(range) => {
+                    // SAFETY: the pin held in the Body phase keeps the range registered (hence
+                    // allocated, by the registration contract); it was checked to lie inside
+                    // one region that permits remote writes; the scratch buffer is the loop's
+                    // own.
+                    let n = unsafe { sys::recv_then(stream, range, &mut scratch[..]) }?;
+                    let body = n.min(range.1);
+                    self.body_received(stream, body);
+                    (n, body)
+                }
+                None => (sys::recv_now(stream, &mut scratch[..])?, 0),
+            };
+            // The scratch buffer holds what came after the body.
             let step = self.absorb(p, &scratch[..n - body]);
             Ok((n, step))
         })
@@ -535,7 +525,7 @@ impl TargetConn {
                 && self.last_small
                 && !p.state.staging.any()
             {
-                let moved = match self.receive_rest_then_bulk(p, stream) {
+                let moved = match self.receive_bulk(p, stream) {
                     Ok((0, _)) => return Step::Close,
                     Ok((_, Some(step))) => return step,
                     Ok((n, None)) => n,
