@@ -75,7 +75,15 @@ pub(crate) struct State {
     pub(crate) plans: Vec<(RequestFacts, Arc<Plan>)>,
     /// Buffers `post` reuses from round to round (empty between rounds).
     pub(crate) scratch: crate::progress::Scratch,
+    /// Freed batches, emptied, whose task and SubBatch lists the next batches reuse (at most
+    /// [`SPARE_BATCHES`]): a batch of one task then allocates nothing of its own.
+    pub(crate) spare: Vec<Batch>,
 }
+
+/// Freed batches kept for reuse.
+const SPARE_BATCHES: usize = 16;
+/// A freed batch whose task list grew past this many entries is not kept.
+const SPARE_TASKS: usize = 1024;
 
 /// Plans kept for reuse: requests mostly fall into a few kinds, and a lookup among this many
 /// costs less than a policy run.
@@ -170,6 +178,7 @@ impl TentEngine {
                 memory: BTreeMap::new(),
                 plans: Vec::new(),
                 scratch: Default::default(),
+                spare: Vec::new(),
             }),
             core,
             config,
@@ -414,15 +423,16 @@ impl TentEngine {
         let mut s = self.inner.lock();
         let id = s.next_batch;
         s.next_batch += 1;
-        s.batches.insert(
-            id,
-            Batch {
+        let batch = match s.spare.pop() {
+            Some(spare) => Batch { capacity, ..spare },
+            None => Batch {
                 capacity,
                 tasks: Vec::new(),
                 subs: Vec::new(),
                 notify: None,
             },
-        );
+        };
+        s.batches.insert(id, batch);
         Ok(TentBatchId(id))
     }
 
@@ -431,30 +441,37 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::BatchBusy`].
     pub fn free_batch(&self, batch: TentBatchId) -> Result<()> {
-        let ended = |s: &State| {
-            s.batches.get(&batch.0).is_none_or(|b| {
-                b.tasks
-                    .iter()
-                    .all(|t| matches!(t.state, TaskState::Done(_)))
-            })
+        let ended = |b: &Batch| {
+            b.tasks
+                .iter()
+                .all(|t| matches!(t.state, TaskState::Done(_)))
         };
-        if !ended(&self.inner.lock()) {
-            self.inner.pump();
-        }
         let mut s = self.inner.lock();
-        let b = s.batch(batch)?;
-        if b.tasks
-            .iter()
-            .any(|t| !matches!(t.state, TaskState::Done(_)))
-        {
-            return Err(TentError::BatchBusy(batch.0));
+        // A batch whose tasks ended on their transports but were not reaped yet gets one round
+        // of progress first.
+        if !ended(s.batch(batch)?) {
+            drop(s);
+            self.inner.pump();
+            s = self.inner.lock();
+            if !ended(s.batch(batch)?) {
+                return Err(TentError::BatchBusy(batch.0));
+            }
         }
-        let b = s.batches.remove(&batch.0).expect("present");
-        drop(s);
-        for (_, sub, _) in b.subs {
-            self.inner.core.free_batch(sub)?;
+        let mut b = s.batches.remove(&batch.0).expect("present");
+        // Under the runtime's lock, as every call into te-core from here is (SubBatches are
+        // allocated and submitted under it too): every SubBatch is freed, the first refusal
+        // reported.
+        let freed = b
+            .subs
+            .drain(..)
+            .map(|(_, sub, _)| self.inner.core.free_batch(sub))
+            .fold(Ok(()), te_core::Result::and);
+        if s.spare.len() < SPARE_BATCHES && b.tasks.capacity() <= SPARE_TASKS {
+            b.tasks.clear();
+            b.notify = None;
+            s.spare.push(b);
         }
-        Ok(())
+        Ok(freed?)
     }
 
     /// Submits `requests` as new tasks of `batch`. Each is planned (policy, capabilities)
@@ -581,28 +598,37 @@ impl TentEngine {
             .then(Instant::now);
         let busy = {
             let mut guard = self.inner.lock();
-            let s = &mut *guard;
-            // Planned under the lock (no copy of the memory table); nothing is queued unless
-            // every request plans.
-            let mut memo = PlanMemo::default();
-            let plans = requests
-                .iter()
-                .map(|r| self.plan(r, &s.memory, &s.installed, &mut s.plans, &mut memo))
-                .collect::<Result<Vec<_>>>()?;
-            let (b, dispatcher) = s.batch_and_queue(batch)?;
+            let State {
+                batches,
+                dispatcher,
+                memory,
+                installed,
+                plans,
+                ..
+            } = &mut *guard;
+            let b = batches
+                .get_mut(&batch.0)
+                .ok_or(TentError::InvalidBatch(batch.0))?;
             if b.tasks.len() + requests.len() > b.capacity {
                 return Err(TentError::TooManyRequests {
                     batch: batch.0,
                     capacity: b.capacity,
                 });
             }
-            if notify.is_some() {
-                b.notify = notify;
-            }
+            // Planned under the lock (no copy of the memory table), each task added as it
+            // plans; nothing is queued unless every request plans (the added ones are taken
+            // back).
+            let first = b.tasks.len();
             b.tasks.reserve(requests.len());
-            for (r, plan) in requests.iter().zip(plans) {
-                let index = b.tasks.len();
-                dispatcher.push(r.priority, (batch.0, index));
+            let mut memo = PlanMemo::default();
+            for r in requests {
+                let plan = match self.plan(r, memory, installed, plans, &mut memo) {
+                    Ok(plan) => plan,
+                    Err(e) => {
+                        b.tasks.truncate(first);
+                        return Err(e);
+                    }
+                };
                 b.tasks.push(Task {
                     deadline: r.deadline.zip(now).map(|(d, now)| now + d),
                     request: r.clone(),
@@ -613,8 +639,14 @@ impl TentEngine {
                     canceled: false,
                 });
             }
-            self.inner.post(s);
-            needs_progress(s)
+            if notify.is_some() {
+                b.notify = notify;
+            }
+            for (index, r) in (first..).zip(requests) {
+                dispatcher.push(r.priority, (batch.0, index));
+            }
+            self.inner.post(&mut guard);
+            needs_progress(&guard)
         };
         // The progress thread is needed only while tasks wait, are staged, or a notification
         // is owed.
@@ -684,23 +716,27 @@ impl TentEngine {
         // by the first round of progress (its SubBatches done, only their reaping left).
         let mut until: Option<Instant> = None;
         let mut pumped = false;
+        let ended = |b: &Batch| {
+            b.tasks
+                .iter()
+                .all(|t| matches!(t.state, TaskState::Done(_)))
+        };
         loop {
             let (subs, left): (Vec<te_core::BatchId>, Duration) = {
-                let s = self.inner.lock();
-                let b = s
-                    .batches
-                    .get(&batch.0)
-                    .ok_or(TentError::InvalidBatch(batch.0))?;
-                let ended = b
-                    .tasks
-                    .iter()
-                    .all(|t| matches!(t.state, TaskState::Done(_)));
-                if !ended && !pumped {
-                    drop(s);
+                let mut s = self.inner.lock();
+                // A batch not ended yet gets one round of progress first, under the same hold
+                // of the lock (its tasks may have ended on their transports, unreaped).
+                if !pumped && !ended(s.batch(batch)?) {
                     pumped = true;
-                    self.inner.pump();
-                    continue;
+                    let notices = self.inner.progress(&mut s);
+                    if !notices.is_empty() {
+                        drop(s);
+                        self.inner.send_notices(notices);
+                        s = self.inner.lock();
+                    }
                 }
+                let b = s.batch(batch)?;
+                let ended = ended(b);
                 let left = match ended {
                     true => None,
                     false => {

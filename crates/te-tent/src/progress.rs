@@ -15,6 +15,9 @@ use crate::policy::Plan;
 use crate::queue::Dispatcher;
 use crate::staging::{self, StagedMove};
 
+/// A notification due for a batch: (batch, (target segment, notification)).
+pub(crate) type Notice = (u64, (te_core::SegmentId, te_core::Notification));
+
 /// Tasks posted together: (batch, transport, deadline).
 type GroupKey = (u64, &'static str, Option<Instant>);
 
@@ -144,30 +147,44 @@ impl Inner {
 
     /// One round of progress; whether anything still needs the progress thread.
     pub(crate) fn pump(&self) -> bool {
-        let mut notices = Vec::new();
-        let busy = {
+        let (busy, notices) = {
             let mut s = self.lock();
-            self.reap(&mut s);
-            self.expire(&mut s);
-            self.post(&mut s);
-            for (id, b) in s.batches.iter_mut() {
-                let ended = b
+            let notices = self.progress(&mut s);
+            (needs_progress(&s), notices)
+        };
+        self.send_notices(notices);
+        busy
+    }
+
+    /// One round of progress under the lock the caller holds; the notifications now due,
+    /// for [`send_notices`](Self::send_notices) once the lock is released.
+    pub(crate) fn progress(&self, s: &mut State) -> Vec<Notice> {
+        self.reap(s);
+        self.expire(s);
+        self.post(s);
+        let mut notices = Vec::new();
+        for (id, b) in s.batches.iter_mut() {
+            // Most batches owe no notification: their tasks are not looked at.
+            if b.notify.is_none()
+                || !b
                     .tasks
                     .iter()
-                    .all(|t| matches!(t.state, TaskState::Done(_)));
-                if !ended || b.notify.is_none() {
-                    continue;
-                }
-                let all_ok = b.tasks.iter().all(|t| {
-                    matches!(&t.state, TaskState::Done(st) if st.state == TransferState::Completed)
-                });
-                if let Some(n) = b.notify.take().filter(|_| all_ok) {
-                    notices.push((*id, n));
-                }
+                    .all(|t| matches!(t.state, TaskState::Done(_)))
+            {
+                continue;
             }
-            needs_progress(&s)
-        };
-        // Sent outside the lock: the data they announce is complete.
+            let all_ok = b.tasks.iter().all(
+                |t| matches!(&t.state, TaskState::Done(st) if st.state == TransferState::Completed),
+            );
+            if let Some(n) = b.notify.take().filter(|_| all_ok) {
+                notices.push((*id, n));
+            }
+        }
+        notices
+    }
+
+    /// Sends `notices` (outside the lock: the data they announce is complete).
+    pub(crate) fn send_notices(&self, notices: Vec<Notice>) {
         for (batch, (target, n)) in notices {
             let sent = self
                 .core
@@ -177,7 +194,6 @@ impl Inner {
                 warn!(batch, error = %e, "notification not delivered");
             }
         }
-        busy
     }
 
     /// Polls live tasks: ended ones finish or fail over.

@@ -77,7 +77,7 @@ pub(crate) fn start(core: Arc<TransferEngine>, m: StagedMove) -> Arc<Job> {
 fn hop(
     core: &TransferEngine,
     r: TransferRequest,
-    transport: &str,
+    transport: &'static str,
     deadline: Option<Instant>,
 ) -> Result<(), (TransferState, String)> {
     let fail = |e: te_core::Error| (TransferState::Failed, e.to_string());

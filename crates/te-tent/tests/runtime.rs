@@ -363,3 +363,51 @@ fn each_request_of_a_batch_is_checked_against_its_own_buffer_and_opcode() {
         .unwrap();
     assert_eq!(r.tent.task_statuses(batch).unwrap().len(), 3);
 }
+
+#[test]
+fn a_batch_after_a_freed_one_starts_empty_with_its_own_capacity() {
+    let r = rig("{}");
+    let first = r.tent.allocate_batch(4).unwrap();
+    r.tent.submit(first, &[r.write(0), r.write(1)]).unwrap();
+    // Every try fails (te-core retries a while, with back-off, before the task fails).
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !r.tent.batch_status(first).unwrap().state.is_terminal() {
+        assert!(std::time::Instant::now() < until, "the batch never failed");
+        r.finish_all(&r.a, Err(SliceError::Path("down".into())));
+        r.finish_all(&r.b, Err(SliceError::Path("down too".into())));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        r.tent.wait(first, Duration::from_secs(10)).unwrap().state,
+        TransferState::Failed
+    );
+    assert!(!r.tent.task_errors(first, 0).unwrap().is_empty());
+    r.tent.free_batch(first).unwrap();
+    assert!(r.tent.task_statuses(first).is_err(), "the freed handle");
+
+    // The next batch (made from the freed one's lists) has no task, no error and the
+    // capacity it was asked for.
+    let second = r.tent.allocate_batch(1).unwrap();
+    assert_ne!(second, first);
+    assert!(r.tent.task_statuses(second).unwrap().is_empty());
+    assert!(r.tent.task_errors(second, 0).is_err(), "no task 0 yet");
+    assert!(
+        r.tent.submit(second, &[r.write(2), r.write(3)]).is_err(),
+        "capacity 1, not the freed batch's 4"
+    );
+    r.tent.submit(second, &[r.write(2)]).unwrap();
+    assert_eq!(
+        [r.slots(&r.a), r.slots(&r.b)].concat(),
+        vec![2],
+        "the new task alone is posted"
+    );
+    r.finish_all(&r.a, Ok(()));
+    r.finish_all(&r.b, Ok(()));
+    let done = r.tent.wait(second, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (done.state, done.transferred_bytes),
+        (TransferState::Completed, 4 * KIB)
+    );
+    assert!(r.tent.task_errors(second, 0).unwrap().is_empty());
+    r.tent.free_batch(second).unwrap();
+}

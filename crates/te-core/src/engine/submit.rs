@@ -20,7 +20,8 @@ use crate::transport::{SliceOp, Transport};
 #[non_exhaustive]
 pub struct SubmitOptions {
     /// The installed transport to post through (its name), instead of the engine's choice.
-    pub transport: Option<String>,
+    /// A name known at compile time (as every transport's is) is kept without a copy.
+    pub transport: Option<std::borrow::Cow<'static, str>>,
     /// Tasks not done this long after submit end TIMEOUT (instead of `MC_SLICE_TIMEOUT`).
     pub timeout: Option<std::time::Duration>,
     /// The submitting thread waits for the batch right after submitting it (a synchronous
@@ -33,9 +34,10 @@ pub struct SubmitOptions {
 }
 
 impl SubmitOptions {
-    /// Post through transport `name`.
-    pub fn via(mut self, name: &str) -> Self {
-        self.transport = Some(name.to_string());
+    /// Post through transport `name` (a `&'static str`, as transports name themselves, is not
+    /// copied: te-tent names one on every submit).
+    pub fn via(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.transport = Some(name.into());
         self
     }
 
