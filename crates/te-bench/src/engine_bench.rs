@@ -117,7 +117,7 @@ pub fn run_tent(config: Config, f: &Flags) -> BenchResult<()> {
             t.free_batch(b).map_err(|e| e.to_string())?;
             done += 1;
         }
-        Ok((done, Vec::new()))
+        Ok((done, Default::default()))
     })?;
     let batch_us = driven.elapsed * 1e6 / driven.batches.max(1) as f64 * f.threads as f64;
     let tasks = driven.batches * f.batch_size as u64;

@@ -10,6 +10,7 @@
 
 mod engine_bench;
 mod flags;
+mod latency;
 mod memory;
 mod pattern;
 mod report;
@@ -21,6 +22,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use flags::Flags;
+use latency::Latencies;
 use memory::BenchMemory;
 use te_core::{Config, Opcode, Permission, TransferEngine, TransferRequest, TransferState};
 use transports::start_engine;
@@ -96,7 +98,7 @@ fn start_target(config: Config, flags: &Flags) -> BenchResult<(TransferEngine, B
 struct Measured {
     elapsed: f64,
     batches: u64,
-    latencies_us: Vec<f64>,
+    latencies: Latencies,
     verified_bytes: Option<u64>,
 }
 
@@ -107,7 +109,7 @@ fn run_thread(
     local: u64,
     remote: (u64, u64),
     end: Instant,
-) -> BenchResult<(u64, Vec<f64>)> {
+) -> BenchResult<(u64, Latencies)> {
     let op = if f.operation == "write" {
         Opcode::Write
     } else {
@@ -127,7 +129,7 @@ fn run_thread(
         })
         .collect();
     let mut batches = 0;
-    let mut latencies = Vec::new();
+    let mut latencies = Latencies::default();
     // Up to `--inflight` batches outstanding: the oldest is waited for, freed and replaced.
     let mut flying: std::collections::VecDeque<(te_core::BatchId, Instant)> =
         std::collections::VecDeque::new();
@@ -160,7 +162,7 @@ fn run_thread(
         }
         e.free_batch(b).map_err(|e| e.to_string())?;
         now = Instant::now();
-        latencies.push((now - started).as_secs_f64() * 1e6);
+        latencies.record(now - started);
         batches += 1;
     }
     Ok((batches, latencies))
@@ -170,7 +172,7 @@ fn run_thread(
 pub(crate) struct Driven {
     pub(crate) elapsed: f64,
     pub(crate) batches: u64,
-    pub(crate) latencies_us: Vec<f64>,
+    pub(crate) latencies: Latencies,
 }
 
 /// Runs `--threads` threads of batches (see `run_thread`) for `--duration`; sums what they did.
@@ -190,12 +192,12 @@ pub(crate) fn drive(
 pub(crate) fn fan_out(
     threads: usize,
     seconds: f64,
-    thread: impl Fn(usize, Instant) -> BenchResult<(u64, Vec<f64>)> + Sync,
+    thread: impl Fn(usize, Instant) -> BenchResult<(u64, Latencies)> + Sync,
 ) -> BenchResult<Driven> {
     let started = Instant::now();
     let end = started + Duration::from_secs_f64(seconds);
     let thread = &thread;
-    let results: Vec<BenchResult<(u64, Vec<f64>)>> = std::thread::scope(|s| {
+    let results: Vec<BenchResult<(u64, Latencies)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|tid| s.spawn(move || thread(tid, end)))
             .collect();
@@ -210,12 +212,12 @@ pub(crate) fn fan_out(
     let mut driven = Driven {
         elapsed: started.elapsed().as_secs_f64(),
         batches: 0,
-        latencies_us: Vec::new(),
+        latencies: Latencies::default(),
     };
     for r in results {
         let (b, l) = r?;
         driven.batches += b;
-        driven.latencies_us.extend(l);
+        driven.latencies.merge(&l);
     }
     Ok(driven)
 }
@@ -319,9 +321,8 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
     let Driven {
         elapsed,
         batches,
-        mut latencies_us,
+        latencies,
     } = drive(e, f, local.addr(), (segment, remote.addr))?;
-    latencies_us.sort_by(|a, b| a.total_cmp(b));
     let verified_bytes = if f.verify {
         let covered = f.covered(f.block_size, f.batch_size, f.threads);
         let mismatch = if f.operation == "write" {
@@ -342,7 +343,7 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
     Ok(Measured {
         elapsed,
         batches,
-        latencies_us,
+        latencies,
         verified_bytes,
     })
 }
@@ -350,7 +351,7 @@ fn run_initiator(e: &TransferEngine, f: &Flags, target: &str) -> BenchResult<Mea
 fn print_report(f: &Flags, m: &Measured) {
     let bytes = m.batches * f.batch_size as u64 * f.block_size;
     let rate = bytes as f64 / m.elapsed;
-    let p = |q| report::percentile(&m.latencies_us, q);
+    let p = |q| m.latencies.percentile_us(q);
     println!(
         "te-bench: {} {}{}, block {} B, batch {}, {} thread(s); batch latency p50 {:.0} us, p99 {:.0} us, p999 {:.0} us",
         f.protocol,

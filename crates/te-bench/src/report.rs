@@ -1,4 +1,5 @@
-//! Figures and their printing: Mooncake's final line, percentiles, and the JSON object.
+//! Figures and their printing: Mooncake's final line and report units (percentiles are
+//! [`crate::latency`]'s).
 
 /// Bytes per unit for `--report_unit` (bit units count bytes ×8).
 pub fn unit_scale(unit: &str) -> Option<f64> {
@@ -14,15 +15,6 @@ pub fn unit_scale(unit: &str) -> Option<f64> {
         "Kb" => 1e3 / 8.0,
         _ => return None,
     })
-}
-
-/// The value at quantile `q` of sorted samples.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 /// Mooncake's `Test completed: duration D, batch count N, throughput X GB/s` line.
@@ -53,7 +45,5 @@ mod tests {
             completed_line(1.0, 1, 1e9, "Gb", 1),
             "Test completed: duration 1.00, batch count 1, throughput 8.0 Gb/s"
         );
-        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.5), 3.0);
-        assert_eq!(percentile(&[], 0.99), 0.0);
     }
 }

@@ -10,7 +10,6 @@ use te_core::{Config, HostBuffer, Opcode, Permission, TransferState};
 use te_tent::{MemoryOptions, Request, TentConfig, TentEngine, TentFile};
 
 use crate::flags::{Flags, powers};
-use crate::report::percentile;
 use crate::{BenchResult, pattern};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -53,7 +52,7 @@ struct Case {
     block: u64,
     batch: usize,
     threads: usize,
-    /// What the threads did (latencies sorted).
+    /// What the threads did.
     run: crate::Driven,
 }
 
@@ -76,7 +75,7 @@ fn run_case(
             })
             .collect();
         let mut done = 0;
-        let mut lat = Vec::new();
+        let mut lat = crate::latency::Latencies::default();
         // One clock read per batch, as the classic engine's loop: the moment a batch is freed
         // ends its latency and starts the next.
         let mut t0 = Instant::now();
@@ -90,28 +89,26 @@ fn run_case(
             }
             t.free_batch(b).map_err(|e| e.to_string())?;
             let now = Instant::now();
-            lat.push((now - t0).as_secs_f64() * 1e6);
+            lat.record(now - t0);
             t0 = now;
             done += 1;
         }
         Ok((done, lat))
     })?;
-    let mut case = Case {
+    Ok(Case {
         block,
         batch,
         threads,
         run: driven,
-    };
-    case.run.latencies_us.sort_by(|a, b| a.total_cmp(b));
-    Ok(case)
+    })
 }
 
 fn print_case(f: &Flags, c: &Case) {
     let run = &c.run;
     let bytes = run.batches * c.batch as u64 * c.block;
     let gbps = bytes as f64 / run.elapsed / 1e9;
-    let avg = run.latencies_us.iter().sum::<f64>() / run.latencies_us.len().max(1) as f64;
-    let p = |q| percentile(&run.latencies_us, q);
+    let avg = run.latencies.mean_us();
+    let p = |q| run.latencies.percentile_us(q);
     if f.json {
         let row = serde_json::json!({
             "backend": "tent", "protocol": f.protocol, "operation": f.operation,
