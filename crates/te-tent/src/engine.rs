@@ -21,105 +21,8 @@ use crate::policy::{Plan, RequestFacts, select};
 use crate::progress::{needs_progress, overall};
 use crate::queue::Dispatcher;
 use crate::request::{MemoryOptions, Request, TentBatchId};
-use crate::staging::Job;
+use crate::state::{Batch, PLAN_CACHE, State, Task, TaskState};
 use crate::{Result, TentError};
-
-pub(crate) enum TaskState {
-    Queued,
-    Posted { sub: te_core::BatchId, index: usize },
-    Staged(Arc<Job>),
-    Done(TransferStatus),
-}
-
-pub(crate) struct Task {
-    pub(crate) request: Request,
-    /// Shared with the plan cache and the batch's other tasks of the same kind.
-    pub(crate) plan: Arc<Plan>,
-    /// Index of the transport in the plan now (or next) in use.
-    pub(crate) choice: usize,
-    pub(crate) state: TaskState,
-    pub(crate) deadline: Option<Instant>,
-    pub(crate) errors: Vec<String>,
-    pub(crate) canceled: bool,
-}
-
-impl Task {
-    pub(crate) fn transport(&self) -> Option<&'static str> {
-        match &*self.plan {
-            Plan::Direct(order) => order.get(self.choice).copied(),
-            Plan::Staged { .. } => None,
-        }
-    }
-}
-
-pub(crate) struct Batch {
-    pub(crate) capacity: usize,
-    pub(crate) tasks: Vec<Task>,
-    /// SubBatches: (transport, te-core batch, tasks used).
-    pub(crate) subs: Vec<(&'static str, te_core::BatchId, usize)>,
-    pub(crate) notify: Option<(SegmentId, Notification)>,
-}
-
-pub(crate) struct State {
-    pub(crate) batches: HashMap<u64, Batch, te_core::hashing::IdHashing>,
-    pub(crate) next_batch: u64,
-    pub(crate) dispatcher: Dispatcher<(u64, usize)>,
-    /// Posted and staged tasks, to poll.
-    pub(crate) live: Vec<(u64, usize)>,
-    /// The installed transports and their capabilities (refreshed at each install).
-    pub(crate) installed: Vec<(&'static str, Capabilities)>,
-    /// Registered memory: start → (length, kind).
-    pub(crate) memory: BTreeMap<u64, (u64, MemoryKind)>,
-    /// Plans already made, by the facts they were made for (at most [`PLAN_CACHE`]; emptied
-    /// when a transport is installed). A policy's choice depends on nothing else.
-    pub(crate) plans: Vec<(RequestFacts, Arc<Plan>)>,
-    /// Buffers `post` reuses from round to round (empty between rounds).
-    pub(crate) scratch: crate::progress::Scratch,
-    /// Freed batches, emptied, whose task and SubBatch lists the next batches reuse (at most
-    /// [`SPARE_BATCHES`]): a batch of one task then allocates nothing of its own.
-    pub(crate) spare: Vec<Batch>,
-}
-
-/// Freed batches kept for reuse.
-const SPARE_BATCHES: usize = 16;
-/// A freed batch whose task list grew past this many entries is not kept.
-const SPARE_TASKS: usize = 1024;
-
-/// Plans kept for reuse: requests mostly fall into a few kinds, and a lookup among this many
-/// costs less than a policy run.
-pub(crate) const PLAN_CACHE: usize = 32;
-
-impl State {
-    /// Batch `batch`.
-    pub(crate) fn batch(&self, batch: TentBatchId) -> Result<&Batch> {
-        self.batches
-            .get(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))
-    }
-
-    /// Batch `batch`, writable, and the runtime queue beside it.
-    pub(crate) fn batch_and_queue(
-        &mut self,
-        batch: TentBatchId,
-    ) -> Result<(&mut Batch, &mut Dispatcher<(u64, usize)>)> {
-        let b = self
-            .batches
-            .get_mut(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
-        Ok((b, &mut self.dispatcher))
-    }
-
-    /// Task `task` of batch `batch`.
-    pub(crate) fn task(&self, batch: TentBatchId, task: usize) -> Result<&Task> {
-        self.batch(batch)?
-            .tasks
-            .get(task)
-            .ok_or(TentError::InvalidTask {
-                batch: batch.0,
-                task,
-            })
-    }
-}
 
 pub(crate) struct Inner {
     pub(crate) core: Arc<TransferEngine>,
@@ -423,15 +326,7 @@ impl TentEngine {
         let mut s = self.inner.lock();
         let id = s.next_batch;
         s.next_batch += 1;
-        let batch = match s.spare.pop() {
-            Some(spare) => Batch { capacity, ..spare },
-            None => Batch {
-                capacity,
-                tasks: Vec::new(),
-                subs: Vec::new(),
-                notify: None,
-            },
-        };
+        let batch = s.fresh_batch(capacity);
         s.batches.insert(id, batch);
         Ok(TentBatchId(id))
     }
@@ -466,11 +361,7 @@ impl TentEngine {
             .drain(..)
             .map(|(_, sub, _)| self.inner.core.free_batch(sub))
             .fold(Ok(()), te_core::Result::and);
-        if s.spare.len() < SPARE_BATCHES && b.tasks.capacity() <= SPARE_TASKS {
-            b.tasks.clear();
-            b.notify = None;
-            s.spare.push(b);
-        }
+        s.keep_spare(b);
         Ok(freed?)
     }
 

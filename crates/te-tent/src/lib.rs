@@ -25,6 +25,7 @@ mod progress;
 pub mod queue;
 mod request;
 mod staging;
+mod state;
 
 pub use config::{TentConfig, TentFile};
 pub use engine::TentEngine;

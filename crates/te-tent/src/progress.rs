@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use te_core::{SubmitOptions, TransferRequest, TransferState, TransferStatus};
 use tracing::{debug, warn};
 
-use crate::engine::{Inner, State, Task, TaskState};
+use crate::engine::Inner;
 use crate::policy::Plan;
 use crate::queue::Dispatcher;
 use crate::staging::{self, StagedMove};
+use crate::state::{State, Task, TaskState};
 
 /// A notification due for a batch: (batch, (target segment, notification)).
 pub(crate) type Notice = (u64, (te_core::SegmentId, te_core::Notification));
