@@ -21,7 +21,7 @@ use crate::policy::{Plan, RequestFacts, select};
 use crate::progress::{needs_progress, overall};
 use crate::queue::Dispatcher;
 use crate::request::{MemoryOptions, Request, TentBatchId};
-use crate::state::{Batch, PLAN_CACHE, State, Task, TaskState};
+use crate::state::{PLAN_CACHE, State, Task, TaskState};
 use crate::{Result, TentError};
 
 pub(crate) struct Inner {
@@ -336,19 +336,14 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::BatchBusy`].
     pub fn free_batch(&self, batch: TentBatchId) -> Result<()> {
-        let ended = |b: &Batch| {
-            b.tasks
-                .iter()
-                .all(|t| matches!(t.state, TaskState::Done(_)))
-        };
         let mut s = self.inner.lock();
         // A batch whose tasks ended on their transports but were not reaped yet gets one round
         // of progress first.
-        if !ended(s.batch(batch)?) {
+        if !s.batch(batch)?.ended() {
             drop(s);
             self.inner.pump();
             s = self.inner.lock();
-            if !ended(s.batch(batch)?) {
+            if !s.batch(batch)?.ended() {
                 return Err(TentError::BatchBusy(batch.0));
             }
         }
@@ -607,17 +602,12 @@ impl TentEngine {
         // by the first round of progress (its SubBatches done, only their reaping left).
         let mut until: Option<Instant> = None;
         let mut pumped = false;
-        let ended = |b: &Batch| {
-            b.tasks
-                .iter()
-                .all(|t| matches!(t.state, TaskState::Done(_)))
-        };
         loop {
             let (subs, left): (Vec<te_core::BatchId>, Duration) = {
                 let mut s = self.inner.lock();
                 // A batch not ended yet gets one round of progress first, under the same hold
                 // of the lock (its tasks may have ended on their transports, unreaped).
-                if !pumped && !ended(s.batch(batch)?) {
+                if !pumped && !s.batch(batch)?.ended() {
                     pumped = true;
                     let notices = self.inner.progress(&mut s);
                     if !notices.is_empty() {
@@ -627,7 +617,7 @@ impl TentEngine {
                     }
                 }
                 let b = s.batch(batch)?;
-                let ended = ended(b);
+                let ended = b.ended();
                 let left = match ended {
                     true => None,
                     false => {

@@ -166,12 +166,7 @@ impl Inner {
         let mut notices = Vec::new();
         for (id, b) in s.batches.iter_mut() {
             // Most batches owe no notification: their tasks are not looked at.
-            if b.notify.is_none()
-                || !b
-                    .tasks
-                    .iter()
-                    .all(|t| matches!(t.state, TaskState::Done(_)))
-            {
+            if b.notify.is_none() || !b.ended() {
                 continue;
             }
             let all_ok = b.tasks.iter().all(

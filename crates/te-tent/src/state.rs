@@ -53,6 +53,15 @@ pub(crate) struct Batch {
     pub(crate) notify: Option<(SegmentId, Notification)>,
 }
 
+impl Batch {
+    /// Whether every task has ended and been reaped (`TaskState::Done`, whatever its outcome).
+    pub(crate) fn ended(&self) -> bool {
+        self.tasks
+            .iter()
+            .all(|t| matches!(t.state, TaskState::Done(_)))
+    }
+}
+
 pub(crate) struct State {
     pub(crate) batches: HashMap<u64, Batch, te_core::hashing::IdHashing>,
     pub(crate) next_batch: u64,
