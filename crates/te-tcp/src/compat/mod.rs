@@ -18,11 +18,13 @@
 //! request in flight per connection over several connections, so for requests of up to
 //! [`conn::BULK`] a wake-up costs more than the copy: every connection starts on the first
 //! loop, which serves them all with the fewest wake-ups (as Mooncake's own target serves them
-//! on one thread). A connection whose latest request is larger, or is a READ of at least
-//! [`conn::BULK_READ`] (its data is copied into the socket on the loop), is bulk, and the
-//! reactor spreads bulk connections over the loops, where their copies run side by side
-//! ([`conn::is_bulk`]). A connection whose request
-//! touches GPU memory leaves the loops for a thread of its own ([`blocking`]), where staging may
+//! on one thread). A connection whose latest request is a larger WRITE from a peer on another
+//! host, or a READ of at least [`conn::BULK_READ`] (its data is copied into the socket on the
+//! loop), is bulk, and the reactor spreads bulk connections over the loops, where their copies
+//! run side by side ([`conn::is_bulk`]). A loopback peer's WRITEs stay gathered unless
+//! `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`: its sending side works on this host's cores. A
+//! connection whose request touches GPU memory leaves the loops for a thread of its own
+//! ([`blocking`]), where staging may
 //! wait without holding anybody up.
 //!
 //! Not here: the descriptor served to Mooncake peers (te-core's control listener), and any
@@ -131,7 +133,7 @@ impl Protocol for CompatState {
     }
 
     fn open(&self, peer: SocketAddr) -> conn::Conn {
-        conn::Conn::new(peer)
+        conn::Conn::new(peer, self.compat.spread_local_writes)
     }
 
     fn drive(&self, c: &mut conn::Conn, stream: &mio::net::TcpStream) -> Step {
