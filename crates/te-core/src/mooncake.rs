@@ -131,12 +131,12 @@ pub struct MooncakeCompat {
     /// Event-loop threads serving Mooncake connections (`MC_TE_MOONCAKE_THREADS`, 1–64;
     /// default 2), however many connections there are.
     pub threads: usize,
-    /// Spread the connections of loopback peers moving large WRITEs over the loops too
-    /// (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`). Off by default: a loopback peer's sending side
-    /// does its TCP work on this host's cores, and a second loop waking for each piece of a
-    /// WRITE takes cores from it (Mooncake's 1 MiB WRITEs to te over loopback, 2 cores: 1.50
-    /// GB/s spread against 1.73 gathered, 1.73 to Mooncake's own target). A peer on another
-    /// host has its WRITEs spread whatever this says.
+    /// Spread the connections of peers on this host (a loopback address, or this host's own)
+    /// moving large WRITEs over the loops too (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`). Off by
+    /// default: such a peer's sending side does its TCP work on this host's cores, and a second
+    /// loop waking for each piece of a WRITE takes cores from it (Mooncake's 1 MiB WRITEs to te
+    /// over loopback, 2 cores: 1.50 GB/s spread against 1.73 gathered, 1.73 to Mooncake's own
+    /// target). A peer on another host has its WRITEs spread whatever this says.
     pub spread_local_writes: bool,
 }
 

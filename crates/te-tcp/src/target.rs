@@ -646,7 +646,7 @@ impl Protocol for TargetProtocol {
         "te-tcp-data"
     }
 
-    fn open(&self, peer: SocketAddr) -> TargetConn {
+    fn open(&self, peer: SocketAddr, _stream: &mio::net::TcpStream) -> TargetConn {
         TargetConn {
             peer,
             phase: fresh(),

@@ -17,7 +17,7 @@ fn target(stall: Duration) -> TransferEngine {
     target_with(stall, false)
 }
 
-/// A target whose loopback peers' large WRITEs are spread over the loops or not
+/// A target whose same-host peers' large WRITEs are spread over the loops or not
 /// (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES`).
 fn target_with(stall: Duration, spread_local_writes: bool) -> TransferEngine {
     let mut c = config();

@@ -151,7 +151,7 @@ impl Protocol for ControlProtocol {
         "te-control"
     }
 
-    fn open(&self, peer: SocketAddr) -> ControlConn {
+    fn open(&self, peer: SocketAddr, _stream: &mio::net::TcpStream) -> ControlConn {
         ControlConn {
             peer,
             input: Vec::new(),

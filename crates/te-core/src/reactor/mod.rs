@@ -84,8 +84,9 @@ pub trait Protocol: Send + Sync + 'static {
         true
     }
 
-    /// The state of a newly accepted connection.
-    fn open(&self, peer: SocketAddr) -> Self::Conn;
+    /// The state of a newly accepted connection from `peer` over `stream` (for what its
+    /// local end tells, such as whether the peer is on this host).
+    fn open(&self, peer: SocketAddr, stream: &mio::net::TcpStream) -> Self::Conn;
 
     /// Moves the connection on as far as its socket allows, without blocking.
     fn drive(&self, conn: &mut Self::Conn, stream: &mio::net::TcpStream) -> Step;
@@ -454,7 +455,7 @@ impl<P: Protocol> EventLoop<P> {
             let name = self.protocol.name();
             return warn!(server = name, %peer, error = %e, "cannot watch a connection");
         }
-        let conn = conn.unwrap_or_else(|| self.protocol.open(peer));
+        let conn = conn.unwrap_or_else(|| self.protocol.open(peer, &stream));
         let bulk = self.protocol.bulk(&conn);
         if bulk {
             self.siblings[self.index]

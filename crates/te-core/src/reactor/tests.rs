@@ -26,7 +26,7 @@ impl Protocol for Echo {
     fn admits(&self, peer: SocketAddr) -> bool {
         peer.ip().is_loopback()
     }
-    fn open(&self, _peer: SocketAddr) -> EchoConn {
+    fn open(&self, _peer: SocketAddr, _stream: &mio::net::TcpStream) -> EchoConn {
         EchoConn {
             last: Some(Instant::now()),
             ..EchoConn::default()
@@ -263,7 +263,7 @@ impl Protocol for Gate {
         }
         true
     }
-    fn open(&self, _peer: SocketAddr) {}
+    fn open(&self, _peer: SocketAddr, _stream: &mio::net::TcpStream) {}
     fn drive(&self, _c: &mut (), _s: &mio::net::TcpStream) -> Step {
         Step::Blocked
     }

@@ -21,7 +21,7 @@
 //! on one thread). A connection whose latest request is a larger WRITE from a peer on another
 //! host, or a READ of at least [`conn::BULK_READ`] (its data is copied into the socket on the
 //! loop), is bulk, and the reactor spreads bulk connections over the loops, where their copies
-//! run side by side ([`conn::is_bulk`]). A loopback peer's WRITEs stay gathered unless
+//! run side by side ([`conn::is_bulk`]). A peer on this host keeps its WRITEs gathered unless
 //! `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`: its sending side works on this host's cores. A
 //! connection whose request touches GPU memory leaves the loops for a thread of its own
 //! ([`blocking`]), where staging may
@@ -132,8 +132,10 @@ impl Protocol for CompatState {
         ok
     }
 
-    fn open(&self, peer: SocketAddr) -> conn::Conn {
-        conn::Conn::new(peer, self.compat.spread_local_writes)
+    fn open(&self, peer: SocketAddr, stream: &mio::net::TcpStream) -> conn::Conn {
+        let local = stream.local_addr().ok().map(|a| a.ip());
+        let spread = conn::spreads_writes(self.compat.spread_local_writes, local, peer.ip());
+        conn::Conn::new(peer, spread)
     }
 
     fn drive(&self, c: &mut conn::Conn, stream: &mio::net::TcpStream) -> Step {
