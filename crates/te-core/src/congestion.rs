@@ -79,11 +79,7 @@ impl Congestion {
     /// lookup, not its result.
     pub fn choose(&self, peer: IpAddr, local: impl FnOnce() -> Option<IpAddr>) -> Option<&str> {
         match self {
-            Congestion::Auto => {
-                let stays = peer.to_canonical().is_loopback()
-                    || local().is_some_and(|local| same_host(local, peer));
-                stays.then_some(SAME_HOST)
-            }
+            Congestion::Auto => stays_on_host(peer, local).then_some(SAME_HOST),
             Congestion::Host => None,
             Congestion::Named(name) => Some(name),
         }
@@ -117,6 +113,13 @@ impl Congestion {
 pub fn same_host(local: IpAddr, peer: IpAddr) -> bool {
     let peer = peer.to_canonical();
     peer.is_loopback() || peer == local.to_canonical()
+}
+
+/// As [`same_host`], with the local address asked for (`local`, `None`: unknown) only when the
+/// answer depends on it: a loopback peer stays on this host whatever the local end; with the
+/// local end unknown, no other peer is taken to.
+pub fn stays_on_host(peer: IpAddr, local: impl FnOnce() -> Option<IpAddr>) -> bool {
+    peer.to_canonical().is_loopback() || local().is_some_and(|local| same_host(local, peer))
 }
 
 #[cfg(test)]

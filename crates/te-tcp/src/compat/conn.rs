@@ -51,17 +51,19 @@ pub(super) fn is_bulk(opcode: Opcode, size: u64, spread_writes: bool) -> bool {
     }
 }
 
-/// Whether a connection from `peer`, accepted on `local` (`None`: unknown), may have its
-/// WRITEs spread: a peer on another host, or any with `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES`
-/// (`spread_local`). A peer on this host is one te-core's [`same_host`] says is (a loopback
-/// address, or this end's own address, which Linux routes over loopback too); with the local
-/// end unknown, a loopback peer still is.
+/// Whether a connection from `peer` may have its WRITEs spread: a peer on another host, or any
+/// with `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES` (`spread_local`). A peer on this host is one
+/// te-core's [`stays_on_host`] says is (a loopback address, or this end's own address, which
+/// Linux routes over loopback too); `local`, the end the connection was accepted on (`None`:
+/// unknown), is asked for only when the answer depends on it.
 ///
-/// [`same_host`]: te_core::congestion::same_host
-pub(super) fn spreads_writes(spread_local: bool, local: Option<IpAddr>, peer: IpAddr) -> bool {
-    // The unspecified address is no peer's: with it, only a loopback peer is on this host.
-    let local = local.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    spread_local || !te_core::congestion::same_host(local, peer)
+/// [`stays_on_host`]: te_core::congestion::stays_on_host
+pub(super) fn spreads_writes(
+    spread_local: bool,
+    peer: IpAddr,
+    local: impl FnOnce() -> Option<IpAddr>,
+) -> bool {
+    spread_local || !te_core::congestion::stays_on_host(peer, local)
 }
 
 enum Phase {
@@ -322,7 +324,7 @@ mod tests {
     #[test]
     fn peers_on_this_host_gather_their_writes_unless_told_to_spread_them() {
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
-        let here = Some(ip("198.18.0.1"));
+        let here = || Some(ip("198.18.0.1"));
         // Loopback addresses (an IPv4-mapped one included), and this end's own address.
         for local in [
             "127.0.0.1",
@@ -332,14 +334,18 @@ mod tests {
             "198.18.0.1",
             "::ffff:198.18.0.1",
         ] {
-            assert!(!spreads_writes(false, here, ip(local)), "{local}");
-            assert!(spreads_writes(true, here, ip(local)), "{local}");
+            assert!(!spreads_writes(false, ip(local), here), "{local}");
+            assert!(spreads_writes(true, ip(local), here), "{local}");
         }
         for remote in ["198.18.0.2", "fd00::2", "::ffff:198.18.0.2"] {
-            assert!(spreads_writes(false, here, ip(remote)), "{remote}");
+            assert!(spreads_writes(false, ip(remote), here), "{remote}");
         }
         // With the local end unknown, only a loopback peer is taken to be on this host.
-        assert!(!spreads_writes(false, None, ip("127.0.0.1")));
-        assert!(spreads_writes(false, None, ip("198.18.0.1")));
+        assert!(!spreads_writes(false, ip("127.0.0.1"), || None));
+        assert!(spreads_writes(false, ip("198.18.0.1"), || None));
+        // The local end is not asked for where the answer does not depend on it.
+        let unasked = || -> Option<IpAddr> { panic!("local address asked for") };
+        assert!(!spreads_writes(false, ip("::ffff:127.0.0.1"), unasked));
+        assert!(spreads_writes(true, ip("198.18.0.2"), unasked));
     }
 }

@@ -133,8 +133,8 @@ impl Protocol for CompatState {
     }
 
     fn open(&self, peer: SocketAddr, stream: &mio::net::TcpStream) -> conn::Conn {
-        let local = stream.local_addr().ok().map(|a| a.ip());
-        let spread = conn::spreads_writes(self.compat.spread_local_writes, local, peer.ip());
+        let local = || stream.local_addr().ok().map(|a| a.ip());
+        let spread = conn::spreads_writes(self.compat.spread_local_writes, peer.ip(), local);
         conn::Conn::new(peer, spread)
     }
 
