@@ -451,6 +451,8 @@ impl Config {
         "MC_TE_CLIENT_THREADS",
         "MC_TE_CLIENT_LINGER_US",
         "MC_TE_LISTEN_BACKLOG",
+        "MC_TE_CROWD_CONNECTIONS",
+        "MC_TE_CROWD_RCVBUF",
     ];
 }
 

@@ -232,6 +232,67 @@ pub fn set_tcp_congestion(sock: &impl std::os::fd::AsRawFd, name: &str) -> std::
     }
 }
 
+/// Fixes the receive buffer of the socket `sock` at `bytes` (`SO_RCVBUF`; the kernel doubles
+/// it for its bookkeeping and stops autotuning it).
+///
+/// # Errors
+/// `setsockopt` refused.
+pub fn set_receive_buffer(sock: &impl std::os::fd::AsRawFd, bytes: usize) -> std::io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, v)
+}
+
+/// Sets the integer socket option `name` of `level` on `sock` to `value` (`setsockopt`).
+///
+/// # Errors
+/// `setsockopt` refused.
+pub fn set_socket_int(
+    sock: &impl std::os::fd::AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
+    // SAFETY: the kernel reads the live `c_int` `value` for its size; the descriptor is the
+    // borrowed socket's.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// The receive buffer of the socket `sock`, in bytes (`SO_RCVBUF`, as the kernel keeps it).
+///
+/// # Errors
+/// `getsockopt` refused.
+pub fn receive_buffer(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into the live `c_int` `v` and its length
+    // into `len`; the descriptor is the borrowed socket's.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw mut v).cast(),
+            &raw mut len,
+        )
+    };
+    match rc {
+        0 => Ok(usize::try_from(v).unwrap_or(0)),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// The congestion-control algorithm of the TCP connection `sock`.
 ///
 /// # Errors

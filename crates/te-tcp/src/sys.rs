@@ -172,20 +172,7 @@ pub unsafe fn recv_then(
 /// `setsockopt` refused.
 pub fn set_recv_lowat(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `v` is a live c_int, read by the call for its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&raw const v).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    match rc {
-        0 => Ok(()),
-        _ => Err(last_error()),
-    }
+    te_core::sys::set_socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
 }
 
 /// One send of `parts` (address, length pairs) without waiting and without SIGPIPE: the bytes

@@ -719,6 +719,7 @@ pub(crate) fn start(
         deal: te_core::reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
         congestion: congestion.clone(),
+        receive_buffer: limits.data_receive_buffer(),
     };
     Server::start(listener, protocol, settings)
 }

@@ -150,6 +150,7 @@ pub fn start_server(
         backlog: limits.listen_backlog,
         // Control frames are small: nothing to pace, so the host's default stays.
         congestion: crate::congestion::Congestion::Host,
+        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     Server::start(
         listener,

@@ -154,6 +154,8 @@ pub struct ServerSettings {
     pub backlog: usize,
     /// The congestion control each accepted connection gets.
     pub congestion: crate::congestion::Congestion,
+    /// How accepted connections' receive buffers are sized.
+    pub receive_buffer: crate::limits::ReceiveBuffer,
 }
 
 /// A connection on its way to a loop: its state too when it moves from another loop.
@@ -222,6 +224,8 @@ impl Server {
                 max_connections: settings.max_connections.max(1),
                 deal: settings.deal,
                 congestion: settings.congestion.clone(),
+                receive_buffer: settings.receive_buffer,
+                receive_buffer_refused: false,
                 siblings: siblings.clone(),
                 conns: HashMap::new(),
                 next_token: 0,
@@ -330,6 +334,9 @@ struct EventLoop<P: Protocol> {
     max_connections: usize,
     deal: Deal,
     congestion: crate::congestion::Congestion,
+    receive_buffer: crate::limits::ReceiveBuffer,
+    /// Whether fixing a receive buffer has been refused (and said).
+    receive_buffer_refused: bool,
     /// Every loop, this one included.
     siblings: Arc<Vec<Sibling<P::Conn>>>,
     conns: HashMap<usize, Entry<P::Conn>>,
@@ -404,7 +411,8 @@ impl<P: Protocol> EventLoop<P> {
             if !self.protocol.admits(peer) {
                 continue;
             }
-            if self.live.fetch_add(1, Ordering::AcqRel) >= self.max_connections {
+            let held = self.live.fetch_add(1, Ordering::AcqRel) + 1;
+            if held > self.max_connections {
                 self.live.fetch_sub(1, Ordering::AcqRel);
                 let max = self.max_connections;
                 warn!(server = name, %peer, max, "connection cap reached; connection refused");
@@ -414,6 +422,9 @@ impl<P: Protocol> EventLoop<P> {
             }
             let slot = Slot(self.live.clone());
             let _ = stream.set_nodelay(true);
+            if let Some(bytes) = self.receive_buffer.fixed(held) {
+                self.fix_receive_buffer(&stream, bytes);
+            }
             self.congestion.apply(&stream, peer.ip(), || {
                 stream.local_addr().ok().map(|a| a.ip())
             });
@@ -425,6 +436,19 @@ impl<P: Protocol> EventLoop<P> {
             match i == self.index {
                 true => self.adopt(stream, peer, slot, None),
                 false => self.hand_over(i, (stream, peer, slot, None)),
+            }
+        }
+    }
+
+    /// Fixes an accepted connection's receive buffer (the server is crowded); a refusal is
+    /// said once per loop, and the connection keeps the kernel's buffer.
+    fn fix_receive_buffer(&mut self, stream: &mio::net::TcpStream, bytes: usize) {
+        if let Err(e) = crate::sys::set_receive_buffer(stream, bytes) {
+            if !self.receive_buffer_refused {
+                self.receive_buffer_refused = true;
+                warn!(server = self.protocol.name(), bytes, error = %e,
+                    "cannot fix a connection's receive buffer (MC_TE_CROWD_RCVBUF); \
+                     the kernel sizes it");
             }
         }
     }

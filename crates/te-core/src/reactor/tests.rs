@@ -110,6 +110,7 @@ fn start_dealing(threads: usize, max: usize, deal: Deal) -> (Server, Arc<Echo>) 
         deal,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
+        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     (Server::start(l, echo.clone(), settings).unwrap(), echo)
 }
@@ -283,6 +284,7 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
         deal: Deal::RoundRobin,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
+        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = Server::start(l, gate.clone(), settings).unwrap();
@@ -310,6 +312,64 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
         "all accepted once the loop is free"
     );
     drop(held);
+}
+
+/// Notes the receive buffer of every connection it opens, in the order opened.
+struct Sizer {
+    sizes: Mutex<Vec<usize>>,
+}
+
+impl Protocol for Sizer {
+    type Conn = ();
+    fn name(&self) -> &'static str {
+        "sizer"
+    }
+    fn admits(&self, _peer: SocketAddr) -> bool {
+        true
+    }
+    fn open(&self, _peer: SocketAddr, stream: &mio::net::TcpStream) {
+        let size = crate::sys::receive_buffer(stream).unwrap();
+        self.sizes.lock().unwrap().push(size);
+    }
+    fn drive(&self, _c: &mut (), _s: &mio::net::TcpStream) -> Step {
+        Step::Blocked
+    }
+    fn expired(&self, _c: &(), _now: Instant) -> bool {
+        false
+    }
+}
+
+#[test]
+fn connections_accepted_into_a_crowd_get_the_fixed_receive_buffer() {
+    let sizer = Arc::new(Sizer {
+        sizes: Mutex::new(Vec::new()),
+    });
+    let bytes = 300_000;
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 100,
+        deal: Deal::RoundRobin,
+        backlog: 128,
+        congestion: crate::congestion::Congestion::Host,
+        receive_buffer: crate::limits::ReceiveBuffer::FixedWhenCrowded { from: 3, bytes },
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = Server::start(l, sizer.clone(), settings).unwrap();
+    let mut held = Vec::new();
+    for n in 1..=4 {
+        held.push(TcpStream::connect(server.local_addr()).unwrap());
+        assert_eq!(settled(&server, n), n);
+    }
+    let sizes = sizer.sizes.lock().unwrap().clone();
+    // Linux doubles what it is given, for its bookkeeping.
+    let fixed = 2 * bytes;
+    assert_eq!(sizes.len(), 4);
+    assert_ne!(
+        sizes[0], fixed,
+        "the first two keep the kernel's buffer: {sizes:?}"
+    );
+    assert_ne!(sizes[1], fixed, "{sizes:?}");
+    assert_eq!(&sizes[2..], &[fixed, fixed], "{sizes:?}");
 }
 
 #[test]

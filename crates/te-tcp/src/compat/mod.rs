@@ -192,6 +192,7 @@ pub(crate) fn start(
         deal: Deal::Gather,
         backlog: limits.listen_backlog,
         congestion: congestion.clone(),
+        receive_buffer: limits.data_receive_buffer(),
     };
     Server::start(listener, state, settings)
 }
