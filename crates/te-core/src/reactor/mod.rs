@@ -6,11 +6,13 @@
 //! The reactor owns the sockets and their lifecycle: loop 0 accepts and deals connections out
 //! (round-robin, or all to itself, as [`Deal`] says), a connection whose protocol says it moves
 //! bulk ([`Protocol::bulk`]) is handed to a loop with fewer such connections, the connection
-//! cap (shared by all loops) refuses more with the protocol's own refusal, a connection whose
-//! turn ran out is driven again before the loop sleeps, one waiting to send is watched for room
-//! only while it waits, expired connections are swept every second, and shutdown closes
-//! everything. What is spoken on a connection, and when it counts as idle or
-//! stalled, is the [`Protocol`]'s: the reactor calls it whenever a socket may have moved.
+//! cap (shared by all loops) refuses more with the protocol's own refusal, each accepted
+//! connection gets its socket settings (`TCP_NODELAY`, the congestion control, and a fixed
+//! receive buffer once the server is crowded: [`ServerSettings::receive_buffer`]), a connection
+//! whose turn ran out is driven again before the loop sleeps, one waiting to send is watched
+//! for room only while it waits, expired connections are swept every second, and shutdown
+//! closes everything. What is spoken on a connection, and when it counts as idle or stalled,
+//! is the [`Protocol`]'s: the reactor calls it whenever a socket may have moved.
 //!
 //! Not here: blocking work. A protocol whose connection must wait on something other than its
 //! socket (a GPU copy) [promotes](Step::Promote) it to a thread of its own.
