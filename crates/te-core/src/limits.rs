@@ -124,7 +124,8 @@ impl ServerLimits {
                 n @ 1..0x10000 => {
                     return Err(Error::InvalidConfig {
                         name: "MC_TE_CROWD_RCVBUF".into(),
-                        value: n.to_string(),
+                        // The text as given, as every other variable's refusal quotes it.
+                        value: get("MC_TE_CROWD_RCVBUF").unwrap_or_else(|| n.to_string()),
                         reason: "must be 0 (the kernel sizes every buffer) or between 65536 and \
                                  67108864"
                             .into(),
@@ -313,6 +314,7 @@ mod tests {
             ("MC_TE_CLIENT_LINGER_US", "-1"),
             ("MC_TE_CROWD_CONNECTIONS", "0"),
             ("MC_TE_CROWD_RCVBUF", "4096"),
+            ("MC_TE_CROWD_RCVBUF", "04096"),
             ("MC_TE_CROWD_RCVBUF", "67108865"),
         ] {
             match with(&[(name, bad)]) {
