@@ -49,6 +49,18 @@ pub(crate) fn median(mut runs: Vec<f64>) -> f64 {
     runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// The order in which round `round` runs its `points` (bench points, or the legs of a case):
+/// forward in even rounds, backward in odd ones. This host speeds up and slows down by tens of
+/// percent over minutes; with one fixed order the point run last in every round would always
+/// meet the host at its fastest (or slowest) and the comparison would lean its way, while
+/// alternating the direction cancels a steady drift.
+pub(crate) fn round_order(round: usize, points: usize) -> Vec<usize> {
+    match round % 2 {
+        0 => (0..points).collect(),
+        _ => (0..points).rev().collect(),
+    }
+}
+
 /// µs per batch of `backend` over the instant transport (`--mode=engine`), `batch` tasks of
 /// `block` bytes.
 pub(crate) fn engine_cost(
@@ -596,7 +608,22 @@ pub(crate) fn engine(args: &[&str]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::json_number;
+    use super::{json_number, round_order};
+
+    #[test]
+    fn rounds_alternate_direction_so_each_point_runs_first_and_last() {
+        assert_eq!(round_order(0, 3), [0, 1, 2]);
+        assert_eq!(round_order(1, 3), [2, 1, 0]);
+        assert_eq!(round_order(2, 3), [0, 1, 2]);
+        assert!(round_order(5, 0).is_empty());
+        // Over two rounds every point has the same mean position.
+        let mean = |p| {
+            (0..2)
+                .map(|r| round_order(r, 5).iter().position(|&x| x == p).unwrap())
+                .sum::<usize>()
+        };
+        assert!((0..5).all(|p| mean(p) == 4));
+    }
 
     #[test]
     fn reads_numbers_from_json_text() {

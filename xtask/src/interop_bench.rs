@@ -3,11 +3,12 @@
 //! each other over TCP loopback with P2PHANDSHAKE, in one run: te → Mooncake (te-bench against
 //! Mooncake's `transfer_engine_bench` target), Mooncake → te (Mooncake's initiator against a
 //! te-bench target with `MC_TE_MOONCAKE_COMPAT=1`) and Mooncake → Mooncake, WRITE and READ at
-//! 64 KiB and 1 MiB, batch 128, one thread. Each case runs the three legs in turn, three times,
-//! and compares medians (this machine drifts more between runs than the legs differ). WRITE
-//! cases run first, so both targets' pages are touched before they are read (an untouched
-//! Mooncake buffer reads as the kernel's zero page, which flatters it). Goal: neither te leg
-//! slower than Mooncake → Mooncake in the same case.
+//! 64 KiB and 1 MiB, batch 128, one thread. Each case runs the three legs in turn, three times
+//! (every other time backward, so steady drift favours no leg), and compares medians (this
+//! machine drifts more between runs than the legs differ). WRITE cases run first, so both
+//! targets' pages are touched before they are read (an untouched Mooncake buffer reads as the
+//! kernel's zero page, which flatters it). Goal: neither te leg slower than Mooncake →
+//! Mooncake in the same case.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -191,10 +192,14 @@ pub(crate) fn interop(args: &[&str]) -> Result<(), String> {
     let mut rows = Vec::new();
     for case in CASES {
         let (mut base, mut te_to_mc, mut mc_to_te) = (vec![], vec![], vec![]);
-        for _ in 0..RUNS {
-            base.push(mooncake_initiator(&mc, &mc_name, case, seconds)?);
-            te_to_mc.push(te_initiator(&te, &mc_name, case, seconds)?);
-            mc_to_te.push(mooncake_initiator(&mc, &te_name, case, seconds)?);
+        for run in 0..RUNS {
+            for leg in crate::bench::round_order(run, 3) {
+                match leg {
+                    0 => base.push(mooncake_initiator(&mc, &mc_name, case, seconds)?),
+                    1 => te_to_mc.push(te_initiator(&te, &mc_name, case, seconds)?),
+                    _ => mc_to_te.push(mooncake_initiator(&mc, &te_name, case, seconds)?),
+                }
+            }
         }
         rows.push((case, median(base), median(te_to_mc), median(mc_to_te)));
     }

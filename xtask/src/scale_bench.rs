@@ -1,7 +1,7 @@
 //! `cargo xtask bench scale [--duration S]`: one target, many peers. te-bench's swarm
 //! (`--mode=swarm`, one process standing for every peer, real sockets) writes 64 KiB blocks
 //! (a working set of 4 MiB each side at every point) over TCP loopback with 1, 16, 256 and
-//! 1,024 peers of 4 lanes each, median of 3 interleaved rounds, first at a te-bench
+//! 1,024 peers of 4 lanes each, median of 3 interleaved rounds (every other one backward), first at a te-bench
 //! target, then at Mooncake's `transfer_engine_bench` target (the wheel, as in
 //! `bench interop`), every run byte-verified by reading each block back. Sampled from the
 //! target's `/proc` while the swarm writes: its threads, its resident memory and its open
@@ -159,8 +159,9 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64, points: &[(usize, usi
         .collect();
     let duration = format!("--duration={seconds}");
     let half = Duration::from_millis(seconds * 500);
-    for _ in 0..ROUNDS {
-        for (i, (peers, depth)) in points.iter().enumerate() {
+    for round in 0..ROUNDS {
+        for i in crate::bench::round_order(round, points.len()) {
+            let (peers, depth) = &points[i];
             let point = &mut figures[i];
             if point.1.is_some() {
                 continue;
