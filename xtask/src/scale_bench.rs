@@ -1,9 +1,9 @@
 //! `cargo xtask bench scale [--duration S]`: one target, many peers. te-bench's swarm
 //! (`--mode=swarm`, one process standing for every peer, real sockets) writes 64 KiB blocks
 //! (a working set of 4 MiB each side at every point) over TCP loopback with 1, 16, 256 and
-//! 1,024 peers of 4 lanes each, median of 3 interleaved rounds (every other one backward), first at a te-bench
-//! target, then at Mooncake's `transfer_engine_bench` target (the wheel, as in
-//! `bench interop`), every run byte-verified by reading each block back. Sampled from the
+//! 1,024 peers of 4 lanes each, median of 3 interleaved rounds (every other one backward),
+//! first at a te-bench target, then at Mooncake's `transfer_engine_bench` target (the wheel, as
+//! in `bench interop`), every run byte-verified by reading each block back. Sampled from the
 //! target's `/proc` while the swarm writes: its threads, its resident memory and its open
 //! sockets; from the swarm, the longest it took at each point to open the segment and connect
 //! every lane (all peers starting at once). Then 1,024 peers' connections are held idle, to
