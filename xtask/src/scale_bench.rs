@@ -8,11 +8,9 @@
 //! sockets; from the swarm, the longest it took at each point to open the segment and connect
 //! every lane (all peers starting at once). Then 1,024 peers' connections are held idle, to
 //! give the target's memory per idle connection (resident memory beyond the kernel's socket
-//! buffers, which are not in it). The swarm runs at niceness 19 ([`SWARM_NICE`]): it stands for
-//! peers on other hosts, so it runs on the CPU the target leaves. A control point runs with the
-//! sweep: 16 peers whose connections keep 128 WRITEs in flight each, as many bytes in flight as
-//! 1,024 peers at depth 2 (512 MiB), so the report can tell what connections cost from what
-//! requests outstanding cost.
+//! buffers, which are not in it). A control point runs with the sweep: 16 peers whose
+//! connections keep 128 WRITEs in flight each, as many bytes in flight as 1,024 peers at depth 2
+//! (512 MiB), so the report can tell what connections cost from what bytes in flight cost.
 //!
 //! Goals: at 1,024 peers te's aggregate is at least 90 % of its 16-peer figure; te's target
 //! threads do not grow with peers (at most 4 × cores + a fixed 8); under 64 KiB per idle
@@ -33,19 +31,6 @@ const BUFFER: &str = "--buffer_size=268435456";
 /// The sweep's working set: 64 blocks of 64 KiB (4 MiB) on each side at every point, which
 /// lanes share, so the sweep measures connections, not how much of it fits in the caches.
 const SLOTS: &str = "--slots=64";
-
-/// The swarm's niceness. The swarm stands for peers on other hosts, whose CPU is not the
-/// target's; here it shares two cores with the target. At niceness 0 its CPU per byte moved grew
-/// with peers (`perf`, 16 to 1,024 peers: 73 % more, most of it its sends' copies, against 17 %
-/// more for the target), and it took the target's: the target's share of the samples fell from
-/// 44 to 35 %. At the lowest priority it runs on what the target leaves. Measured here: in 6
-/// alternating rounds, 1,024 peers moved 87 % of 16 peers' figure at niceness 0, 95 % at 10 and
-/// 101 % at 19; four whole sweeps alternating 0 and 19 gave 79 and 95 % at 0, 95 and 91 % at 19
-/// (one more sweep at 19: 93 %).
-/// Mooncake's target meets the same swarm. On loopback the kernel's receive path for each
-/// segment runs in the sender's system call, so that share of the target's TCP work runs at the
-/// swarm's priority too.
-const SWARM_NICE: &str = "19";
 
 /// What `/proc` says of the target.
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,8 +77,7 @@ fn swarm(
     pid: u32,
 ) -> Result<(String, Sample), String> {
     let mut child = KillOnDrop(
-        Command::new("nice")
-            .args(["-n", SWARM_NICE, bin])
+        Command::new(bin)
             .args(["--mode=swarm", "--threads=2", "--verify", "--json"])
             .arg(format!("--segment_id={segment}"))
             .arg(format!("--peers={peers}"))
@@ -164,10 +148,8 @@ const DEPTH: usize = 2;
 
 /// The control point: 16 peers, each connection keeping as many WRITEs in flight as it takes
 /// for the bytes in flight to equal 1,024 peers' at [`DEPTH`] (512 MiB). Set beside the
-/// 1,024-peer figure, it tells the cost of connections from the cost of requests outstanding.
-/// They are not the same bytes queued in the kernel: sampled with `ss` mid-run (swarm at
-/// niceness 0), the control point's sockets held tens of MiB, up to 160, and 1,024 peers' a few
-/// MiB, as most of their requests outstanding were answered and waited on the swarm.
+/// 1,024-peer figure, it tells the cost of connections from the cost of bytes in flight (the
+/// kernel's socket buffers, which outgrow the caches).
 const CONTROL: (usize, usize) = (16, 1024 / 16 * DEPTH);
 
 fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64, points: &[(usize, usize)]) -> Vec<Row> {
@@ -275,7 +257,7 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
         }
     };
     println!(
-        "one target, N peers x {LANES} lanes writing {} KiB blocks (4 MiB working set) over TCP loopback (te-bench --mode=swarm at nice {SWARM_NICE}, 2 loops, depth {DEPTH}, verified), median of {ROUNDS} runs of {seconds} s per point",
+        "one target, N peers x {LANES} lanes writing {} KiB blocks (4 MiB working set) over TCP loopback (te-bench --mode=swarm, 2 loops, depth {DEPTH}, verified), median of {ROUNDS} runs of {seconds} s per point",
         BLOCK >> 10
     );
     println!(
