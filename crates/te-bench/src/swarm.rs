@@ -59,6 +59,8 @@ struct Outcome {
     failure: Option<String>,
     /// The connections, kept open for `--hold`.
     lanes: Vec<Lane>,
+    /// When this loop began writing.
+    started: Option<Instant>,
     /// When the last WRITE of this loop was acknowledged.
     finished: Option<Instant>,
 }
@@ -185,13 +187,22 @@ impl Lane {
     }
 
     /// Sends and receives as far as the socket allows; `issue` says whether to start new
-    /// WRITEs. Returns whether anything moved.
+    /// WRITEs, at most `depth` of them in one call, so that a connection whose target answers as
+    /// fast as it sends cannot keep its loop from the others (nor from the clock). Returns
+    /// whether it stopped at that budget with more to start: the caller comes back to it.
     fn pump(&mut self, issue: bool, depth: usize) -> Result<bool, String> {
-        let mut moved = false;
+        let mut started = 0;
+        let mut more = false;
         loop {
             let mut progress = false;
             if self.sending.is_none() && issue && self.in_flight < depth {
-                self.sending = Some(self.request(Opcode::Write));
+                match started < depth {
+                    true => {
+                        started += 1;
+                        self.sending = Some(self.request(Opcode::Write));
+                    }
+                    false => more = true,
+                }
             }
             if let Some(s) = self.sending.as_mut() {
                 let body: &[u8] = if s.body { &self.block } else { &[] };
@@ -239,9 +250,8 @@ impl Lane {
                 }
             }
             if !progress {
-                return Ok(moved);
+                return Ok(more);
             }
-            moved = true;
         }
     }
 }
@@ -369,7 +379,8 @@ fn target_of(
     })
 }
 
-/// One event loop's share of the lanes: connects them, writes until `stop`, drains, verifies.
+/// One event loop's share of the lanes: connects them, writes for `--duration` or until `stop`,
+/// drains, verifies.
 fn run_loop(
     target: &Target,
     lanes: &[usize],
@@ -433,14 +444,21 @@ fn run_loop(
     if out.failure.is_some() {
         return out;
     }
+    let started = Instant::now();
+    out.started = Some(started);
     let mut events = Events::with_capacity(1024);
     let depth = flags.depth;
     // Writes until told to stop, then until nothing is in flight; every connection writes at
     // least once (its block is then the one it verifies), even one whose turn came late.
     let mut phase = |conns: &mut Vec<Lane>, issue: &dyn Fn() -> bool| -> Result<(), String> {
-        for c in conns.iter_mut() {
+        // Connections that stopped at their budget with more to start: their turn comes again
+        // after the events of the next poll, which then does not wait.
+        let mut again: Vec<usize> = Vec::new();
+        for (i, c) in conns.iter_mut().enumerate() {
             let first = c.writes == 0;
-            c.pump(issue() || first, depth)?;
+            if c.pump(issue() || first, depth)? {
+                again.push(i);
+            }
         }
         let mut draining: Option<Instant> = None;
         loop {
@@ -459,12 +477,19 @@ fn run_loop(
                     DRAIN_MAX.as_secs()
                 ));
             }
-            poll.poll(&mut events, Some(Duration::from_millis(100)))
+            let wait = match again.is_empty() {
+                true => Duration::from_millis(100),
+                false => Duration::ZERO,
+            };
+            poll.poll(&mut events, Some(wait))
                 .map_err(|e| format!("poll: {e}"))?;
-            for ev in events.iter() {
-                let c = &mut conns[ev.token().0];
+            let turns = std::mem::take(&mut again);
+            for i in events.iter().map(|ev| ev.token().0).chain(turns) {
+                let c = &mut conns[i];
                 let first = c.writes == 0;
-                c.pump(issuing || first, depth)?;
+                if c.pump(issuing || first, depth)? {
+                    again.push(i);
+                }
             }
             if !issuing {
                 // Edge-triggered: drive everything once more so nothing waits on a missed edge.
@@ -475,7 +500,13 @@ fn run_loop(
             }
         }
     };
-    if let Err(e) = phase(&mut conns, &|| !stop.load(Ordering::Acquire)) {
+    // Each loop keeps the time itself: on a busy host (a swarm at a low priority under a busy
+    // target) the main thread can wake seconds late and the run would go on past `--duration`;
+    // the flag still stops it early (a signal).
+    let deadline = started + Duration::from_secs_f64(flags.duration);
+    if let Err(e) = phase(&mut conns, &|| {
+        !stop.load(Ordering::Acquire) && Instant::now() < deadline
+    }) {
         out.failure = Some(e);
         return out;
     }
@@ -588,16 +619,29 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
         total.failure = total.failure.or(o.failure);
         total.lanes.extend(o.lanes);
         total.finished = total.finished.max(o.finished);
+        total.started = match (total.started, o.started) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     if let Some(signal) = crate::interrupted() {
         return Err(crate::stopped_by(signal));
     }
-    // From the start to the last acknowledgement (the read-back of --verify not counted).
+    // From the first loop's start to the last acknowledgement (the read-back of --verify not
+    // counted), as the loops saw them: this thread may run late at a low priority.
+    let began = total.started.unwrap_or(began);
     let secs = total
         .finished
         .unwrap_or_else(Instant::now)
         .duration_since(began)
         .as_secs_f64();
+    // How evenly the connections were served (the verifying READ is not a write).
+    let per_connection =
+        |pick: fn(u64, u64) -> u64| total.lanes.iter().map(|l| l.writes).reduce(pick);
+    let (writes_min, writes_max) = (
+        per_connection(u64::min).unwrap_or(0),
+        per_connection(u64::max).unwrap_or(0),
+    );
     if flags.hold > 0.0 && total.failure.is_none() {
         eprintln!("swarm: holding {} idle connections", total.lanes.len());
         crate::pause(Duration::from_secs_f64(flags.hold));
@@ -631,6 +675,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
                 "framing": framing, "block_size": flags.block_size, "depth": flags.depth, "slots": slots,
                 "gbps": gbps, "writes": total.writes, "seconds": secs, "verified": total.verified,
                 "connect_seconds": connect_secs,
+                "writes_per_connection_min": writes_min, "writes_per_connection_max": writes_max,
             })
         );
     }

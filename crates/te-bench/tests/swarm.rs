@@ -109,6 +109,15 @@ fn a_thousand_connections_on_a_fixed_pool_of_threads_every_block_verified() {
         "every block read back equal"
     );
     assert!(json_field(&out, "writes") >= 1024, "{out}");
+    // Every connection wrote (its block is the one it verifies), and the per-connection counts
+    // add up to no more than the total.
+    let (least, most) = (
+        json_field(&out, "writes_per_connection_min"),
+        json_field(&out, "writes_per_connection_max"),
+    );
+    assert!(least >= 1 && least <= most, "{out}");
+    assert!(least * 1024 <= json_field(&out, "writes"), "{out}");
+    assert!(most <= json_field(&out, "writes"), "{out}");
     let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     let connect = v["connect_seconds"].as_f64().expect("connect_seconds");
     assert!(
