@@ -43,17 +43,29 @@ fn ensure_iperf3() -> Result<(), String> {
     ensure_tool("iperf3", "--version", "iperf3")
 }
 
-/// The median of some runs' figures (the upper middle for an even count); NaN for none.
+/// The median of some runs' figures (the mean of the two middle ones for an even count); NaN
+/// for none.
 pub(crate) fn median(mut runs: Vec<f64>) -> f64 {
     runs.sort_by(|a, b| a.total_cmp(b));
-    runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN)
+    let half = runs.len() / 2;
+    match runs.len() % 2 {
+        1 => runs[half],
+        _ if runs.is_empty() => f64::NAN,
+        _ => (runs[half - 1] + runs[half]) / 2.0,
+    }
 }
 
 /// The order in which round `round` runs its `points` (bench points, or the legs of a case):
 /// forward in even rounds, backward in odd ones. This host speeds up and slows down by tens of
 /// percent over minutes; with one fixed order the point run last in every round would always
 /// meet the host at its fastest (or slowest) and the comparison would lean its way, while
-/// alternating the direction cancels a steady drift.
+/// alternating the direction cancels a steady drift. It cancels only over an even number of
+/// rounds: over an odd number the forward order runs once more than the backward one, and a
+/// point's median meets the host at a different time from another's (with three rounds of
+/// three legs, the first leg's median run is the sixth of nine, the middle leg's the fifth and
+/// the last leg's the fourth). Over an even number, every point runs as often in each place and
+/// follows the point before it as often as the point after it, and the mean of its two middle
+/// runs sits at the same time for all.
 pub(crate) fn round_order(round: usize, points: usize) -> Vec<usize> {
     match round % 2 {
         0 => (0..points).collect(),
@@ -608,7 +620,7 @@ pub(crate) fn engine(args: &[&str]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_number, round_order};
+    use super::{json_number, median, round_order};
 
     #[test]
     fn rounds_alternate_direction_so_each_point_runs_first_and_last() {
@@ -623,6 +635,42 @@ mod tests {
                 .sum::<usize>()
         };
         assert!((0..5).all(|p| mean(p) == 4));
+    }
+
+    #[test]
+    fn medians_take_the_middle_and_the_mean_of_two_middles() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![7.0]), 7.0);
+        assert!(median(vec![]).is_nan());
+    }
+
+    /// Each point's figure in a host that drifts steadily: the slot it ran in.
+    fn drifted_medians(rounds: usize, points: usize) -> Vec<f64> {
+        let mut slots = vec![vec![]; points];
+        for r in 0..rounds {
+            for (i, p) in round_order(r, points).into_iter().enumerate() {
+                slots[p].push((r * points + i) as f64);
+            }
+        }
+        slots.into_iter().map(median).collect()
+    }
+
+    #[test]
+    fn an_even_number_of_alternating_rounds_cancels_a_steady_drift() {
+        for points in [2, 3, 4, 5] {
+            for rounds in [2, 4, 6] {
+                let m = drifted_medians(rounds, points);
+                assert!(
+                    m.iter().all(|&x| x == m[0]),
+                    "{rounds} rounds of {points}: {m:?}"
+                );
+            }
+        }
+        // With three rounds the first and last legs of three meet the host at different times.
+        assert_eq!(drifted_medians(3, 3), [5.0, 4.0, 3.0]);
+        const { assert!(crate::interop_bench::RUNS % 2 == 0) };
+        const { assert!(crate::scale_bench::ROUNDS % 2 == 0) };
     }
 
     #[test]

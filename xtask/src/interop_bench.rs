@@ -3,7 +3,7 @@
 //! each other over TCP loopback with P2PHANDSHAKE, in one run: te → Mooncake (te-bench against
 //! Mooncake's `transfer_engine_bench` target), Mooncake → te (Mooncake's initiator against a
 //! te-bench target with `MC_TE_MOONCAKE_COMPAT=1`) and Mooncake → Mooncake, WRITE and READ at
-//! 64 KiB and 1 MiB, batch 128, one thread. Each case runs the three legs in turn, three times
+//! 64 KiB and 1 MiB, batch 128, one thread. Each case runs the three legs in turn, four times
 //! (every other time backward, so steady drift favours no leg), and compares medians (this
 //! machine drifts more between runs than the legs differ). WRITE cases run first, so both
 //! targets' pages are touched before they are read (an untouched Mooncake buffer reads as the
@@ -32,8 +32,10 @@ const CASES: [(&str, u64); 4] = [
 ];
 /// Every buffer of the run: 128 blocks of 1 MiB, twice over.
 const BUFFER: &str = "--buffer_size=268435456";
-/// Runs of each leg per case; the median is compared.
-const RUNS: usize = 3;
+/// Runs of each leg per case; the median is compared. Even, so that alternating the order
+/// balances it ([`crate::bench::round_order`]): every leg runs first, in the middle and last
+/// equally often, and each follows the others equally often.
+pub(crate) const RUNS: usize = 4;
 
 /// Mooncake's native `transfer_engine_bench` inside the wheel's package, not the `bin/`
 /// wrapper: the wrapper runs the binary as a child, and killing the wrapper at the end of the

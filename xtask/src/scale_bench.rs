@@ -1,7 +1,7 @@
 //! `cargo xtask bench scale [--duration S]`: one target, many peers. te-bench's swarm
 //! (`--mode=swarm`, one process standing for every peer, real sockets) writes 64 KiB blocks
 //! (a working set of 4 MiB each side at every point) over TCP loopback with 1, 16, 256 and
-//! 1,024 peers of 4 lanes each, median of 3 interleaved rounds (every other one backward),
+//! 1,024 peers of 4 lanes each, median of 4 interleaved rounds (every other one backward),
 //! first at a te-bench target, then at Mooncake's `transfer_engine_bench` target (the wheel, as
 //! in `bench interop`), every run byte-verified by reading each block back. Sampled from the
 //! target's `/proc` while the swarm writes: its threads, its resident memory and its open
@@ -136,7 +136,8 @@ fn swarm(
 type Row = (usize, Result<f64, String>, Sample, f64);
 
 /// Runs per point; rounds go over every peer count in turn, so drift spreads over all points.
-const ROUNDS: usize = 3;
+/// Even, so that alternating the order balances it ([`crate::bench::round_order`]).
+pub(crate) const ROUNDS: usize = 4;
 
 /// The sweep's points: peers at the swarm's depth of 2.
 fn points() -> Vec<(usize, usize)> {
