@@ -1,12 +1,15 @@
-//! Socket I/O straight from and into registered memory: the only unsafe code of te-tcp.
+//! Socket I/O straight from and into registered memory, and a pipe per thread that puts a
+//! reply's head into a socket ahead of its payload ([`send_head`]): te-tcp's system calls.
 //!
 //! Registered memory is shared with the application and with peers, so no Rust reference to it is
 //! ever formed; the kernel copies between the socket and raw addresses. Callers guarantee that
-//! each range lies in a region pinned for the duration of the call.
+//! each range lies in a region pinned for the duration of the call. Registered memory is never
+//! spliced: the socket would keep referring to its pages after the call, past the pin.
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 fn last_error() -> io::Error {
     last_error_of(io::Error::last_os_error())
@@ -185,6 +188,128 @@ pub unsafe fn send_some(sock: &impl AsRawFd, parts: &[(u64, usize)]) -> io::Resu
     unsafe { sendmsg(sock, parts, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) }
 }
 
+/// A pipe of one thread's own that carries a reply's head (a few bytes ahead of a payload) into
+/// a socket, so that the head takes no room in the page the kernel copies this thread's sent
+/// bytes into. That page is shared by all of a thread's sockets and filled byte after byte, so
+/// an 8-byte head sent with a payload puts the payload 8 bytes off the alignment of the memory
+/// it is copied from; the kernel's copy (and the peer's, out of the same page) then runs
+/// several times slower per byte than between ranges aligned alike. Written into the pipe, the
+/// head sits in a page of the pipe's own, which the socket takes by reference, and every
+/// payload lands as aligned as its source (Mooncake's initiator reading 64 KiB blocks from a
+/// C target on 2 cores beside a spinning thread: 1.70-1.95 GB/s against 1.25-1.44).
+///
+/// Only the head goes this way: its bytes are the caller's own, copied into the pipe, so
+/// nothing of registered memory is ever referenced past the call.
+struct HeadPipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+thread_local! {
+    /// This thread's pipe: made at first use, `None` when it could not be (or broke).
+    static HEAD_PIPE: RefCell<Option<HeadPipe>> = RefCell::new(HeadPipe::open());
+}
+
+impl HeadPipe {
+    /// A non-blocking pipe; `None` (heads go the ordinary way) when none can be had.
+    ///
+    /// It also blocks SIGPIPE for the calling thread, an event loop of te's own: a splice
+    /// into a socket whose peer has gone raises it (a send can say `MSG_NOSIGNAL`, a splice
+    /// cannot), and the loop learns of the peer from the call's `EPIPE` as it does for sends.
+    fn open() -> Option<HeadPipe> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` is a two-element array the call fills.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "no pipe for reply heads");
+            return None;
+        }
+        // SAFETY: `pipe2` returned two fresh descriptors that nothing else owns.
+        let pipe = unsafe {
+            HeadPipe {
+                read: OwnedFd::from_raw_fd(fds[0]),
+                write: OwnedFd::from_raw_fd(fds[1]),
+            }
+        };
+        // SAFETY: `set` is a local signal set, initialised by `sigemptyset` before use; the
+        // mask changed is the calling thread's only.
+        let blocked = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) == 0
+        };
+        blocked.then_some(pipe)
+    }
+
+    /// Moves `head` into `sock` through the pipe: what the socket took (or why it failed),
+    /// and whether the pipe is empty and usable again.
+    fn send(&self, sock: &impl AsRawFd, head: &[u8]) -> (io::Result<usize>, bool) {
+        // SAFETY: `head` is a borrowed Rust slice, readable for the call.
+        let put = uninterrupted(|| unsafe {
+            libc::write(self.write.as_raw_fd(), head.as_ptr().cast(), head.len())
+        });
+        let Ok(put) = put else {
+            return (Ok(0), false);
+        };
+        // SAFETY: both descriptors are open for the call; no offsets (a pipe and a socket).
+        let moved = uninterrupted(|| unsafe {
+            libc::splice(
+                self.read.as_raw_fd(),
+                std::ptr::null_mut(),
+                sock.as_raw_fd(),
+                std::ptr::null_mut(),
+                put,
+                libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MORE,
+            )
+        });
+        let sent = moved.as_ref().map_or(0, |n| *n);
+        let healthy = self.drain(put - sent);
+        (moved, healthy)
+    }
+
+    /// Reads back the `left` bytes the socket did not take; whether that emptied the pipe.
+    fn drain(&self, mut left: usize) -> bool {
+        let mut scratch = [0u8; 64];
+        while left > 0 {
+            let step = left.min(scratch.len());
+            // SAFETY: `scratch` is a local array, writable for the call.
+            let got = uninterrupted(|| unsafe {
+                libc::read(self.read.as_raw_fd(), scratch.as_mut_ptr().cast(), step)
+            });
+            match got {
+                Ok(n) if n > 0 => left -= n,
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Sends `head`, the first bytes of a reply whose payload the caller sends next, through this
+/// thread's [`HeadPipe`], without waiting: the bytes the socket took. `Ok(0)` when the socket
+/// is full or the thread has no pipe; the caller then sends the rest of the head the ordinary
+/// way.
+///
+/// # Errors
+/// The socket failed (its peer gone, say).
+pub fn send_head(sock: &impl AsRawFd, head: &[u8]) -> io::Result<usize> {
+    HEAD_PIPE.with(|cell| {
+        let mut pipe = cell.borrow_mut();
+        let Some(p) = pipe.as_ref() else {
+            return Ok(0);
+        };
+        let (moved, healthy) = p.send(sock, head);
+        if !healthy {
+            tracing::debug!("reply-head pipe broke; heads go the ordinary way");
+            *pipe = None;
+        }
+        match moved {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            other => other,
+        }
+    })
+}
+
 /// Receives exactly `buf.len()` bytes into an ordinary buffer.
 pub fn recv_buf(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<()> {
     // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.
@@ -271,4 +396,96 @@ pub fn spin_until_readable(sock: &impl AsRawFd, spin: std::time::Duration) -> bo
 pub unsafe fn copy_to(addr: u64, bytes: &[u8]) {
     // SAFETY: the caller guarantees the destination writable, valid and disjoint from `bytes`.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    /// Fills `sock` (non-blocking) until it takes no more: the bytes it took.
+    fn fill(sock: &UnixStream) -> usize {
+        let block = [7u8; 4096];
+        let mut total = 0;
+        loop {
+            // SAFETY: a local array, readable for the call.
+            match unsafe { send_some(sock, &[(block.as_ptr() as u64, block.len())]) } {
+                Ok(n) => total += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return total,
+                Err(e) => panic!("filling: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_head_through_the_pipe_arrives_whole_before_its_payload() {
+        let (tx, mut rx) = UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let payload: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(send_head(&tx, b"HEAD0001").unwrap(), 8);
+        let sent = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut got = vec![0u8; 8 + payload.len()];
+                rx.read_exact(&mut got).unwrap();
+                got
+            });
+            let mut left = payload.as_slice();
+            while !left.is_empty() {
+                // SAFETY: a borrowed slice, readable for the call.
+                match unsafe { send_some(&tx, &[(left.as_ptr() as u64, left.len())]) } {
+                    Ok(n) => left = &left[n..],
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            reader.join().unwrap()
+        });
+        assert_eq!(&sent[..8], b"HEAD0001");
+        assert_eq!(&sent[8..], payload.as_slice());
+    }
+
+    #[test]
+    fn a_full_socket_takes_no_head_and_the_pipe_is_left_empty() {
+        let (tx, mut rx) = UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let filled = fill(&tx);
+        assert!(filled > 0);
+        // The socket takes nothing: the caller is told so and sends the head itself later.
+        assert_eq!(send_head(&tx, b"STALE!!!").unwrap(), 0);
+        let mut got = vec![0u8; filled];
+        rx.read_exact(&mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 7));
+        // Nothing of the refused head was left in the pipe to come out ahead of the next one.
+        assert_eq!(send_head(&tx, b"FRESH!!!").unwrap(), 8);
+        tx.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        rx.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"FRESH!!!");
+    }
+
+    #[test]
+    fn a_gone_peer_fails_the_head_without_a_signal() {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        drop(rx);
+        let e = send_head(&tx, b"HEAD0002").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPIPE), "{e}");
+        // SIGPIPE is blocked on the thread that has a pipe, so even a process that has not
+        // ignored it survives a peer gone mid-splice.
+        // SAFETY: `set` is a local signal set the call fills with this thread's mask.
+        let blocked = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+            libc::sigismember(&set, libc::SIGPIPE)
+        };
+        assert_eq!(blocked, 1);
+        // The thread's pipe is left empty and serves the next socket.
+        let (tx2, mut rx2) = UnixStream::pair().unwrap();
+        tx2.set_nonblocking(true).unwrap();
+        assert_eq!(send_head(&tx2, b"HEAD0003").unwrap(), 8);
+        let mut got = [0u8; 8];
+        rx2.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"HEAD0003");
+    }
 }

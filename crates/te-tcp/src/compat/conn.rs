@@ -209,6 +209,20 @@ impl Conn {
                         };
                         continue;
                     }
+                    // A status ahead of READ data goes through the loop's pipe, so the data
+                    // lands in the socket as aligned as it lies in memory (`sys::send_head`).
+                    if *status_left == STATUS_LEN && body.1 > 0 {
+                        match sys::send_head(stream, head) {
+                            Ok(0) => {}
+                            Ok(n) => {
+                                *status_left -= n;
+                                turn += n;
+                                self.progress = Instant::now();
+                                continue;
+                            }
+                            Err(_) => return Step::Close,
+                        }
+                    }
                     // SAFETY: the status is this phase's own array; the data range is held by
                     // its pin and was checked to lie inside one region that permits reads.
                     match unsafe { sys::send_some(stream, &parts) } {
