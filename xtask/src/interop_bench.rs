@@ -33,8 +33,9 @@ const CASES: [(&str, u64); 4] = [
 /// Every buffer of the run: 128 blocks of 1 MiB, twice over.
 const BUFFER: &str = "--buffer_size=268435456";
 /// Runs of each leg per case; the median is compared. Even, so that alternating the order
-/// balances it ([`crate::bench::round_order`]): every leg runs first, in the middle and last
-/// equally often, and each follows the others equally often.
+/// balances it ([`crate::bench::round_order`]): every leg runs as often in its forward place
+/// as in its backward one, the first and the last leg each follow the middle one in half the
+/// runs, and a steady drift gives every leg's median the same moment.
 pub(crate) const RUNS: usize = 4;
 
 /// Mooncake's native `transfer_engine_bench` inside the wheel's package, not the `bin/`
