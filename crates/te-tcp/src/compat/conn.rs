@@ -210,35 +210,37 @@ impl Conn {
                         continue;
                     }
                     // A status ahead of READ data goes through the loop's pipe, so the data
-                    // lands in the socket as aligned as it lies in memory (`sys::send_head`).
-                    if *status_left == STATUS_LEN && body.1 > 0 {
-                        match sys::send_head(stream, head) {
-                            Ok(0) => {}
+                    // lands in the socket as aligned as it lies in memory (`sys::send_head`);
+                    // what the pipe did not move goes out with the data below.
+                    let spliced = match *status_left == STATUS_LEN && body.1 > 0 {
+                        true => match sys::send_head(stream, head) {
+                            Ok(n) => n,
+                            Err(_) => return Step::Close,
+                        },
+                        false => 0,
+                    };
+                    if spliced > 0 {
+                        *status_left -= spliced;
+                        spliced
+                    } else {
+                        // SAFETY: the status is this phase's own array; the data range is held
+                        // by its pin and was checked to lie inside one region that permits
+                        // reads.
+                        match unsafe { sys::send_some(stream, &parts) } {
                             Ok(n) => {
-                                *status_left -= n;
-                                turn += n;
-                                self.progress = Instant::now();
-                                continue;
+                                let from_head = n.min(*status_left);
+                                *status_left -= from_head;
+                                if let Some((_, a, l)) = data.as_mut() {
+                                    *a += (n - from_head) as u64;
+                                    *l -= n - from_head;
+                                }
+                                n
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                return Step::BlockedSending;
                             }
                             Err(_) => return Step::Close,
                         }
-                    }
-                    // SAFETY: the status is this phase's own array; the data range is held by
-                    // its pin and was checked to lie inside one region that permits reads.
-                    match unsafe { sys::send_some(stream, &parts) } {
-                        Ok(n) => {
-                            let from_head = n.min(*status_left);
-                            *status_left -= from_head;
-                            if let Some((_, a, l)) = data.as_mut() {
-                                *a += (n - from_head) as u64;
-                                *l -= n - from_head;
-                            }
-                            n
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            return Step::BlockedSending;
-                        }
-                        Err(_) => return Step::Close,
                     }
                 }
             };
