@@ -36,7 +36,11 @@ const BUFFER: &str = "--buffer_size=268435456";
 /// balances it ([`crate::bench::round_order`]): every leg runs as often in its forward place
 /// as in its backward one, the first and the last leg each follow the middle one in half the
 /// runs, and a steady drift gives every leg's median the same moment.
-pub(crate) const RUNS: usize = 4;
+const RUNS: usize = 4;
+const _: () = assert!(
+    RUNS % 2 == 0,
+    "an odd count leaves the alternation unbalanced"
+);
 
 /// Mooncake's native `transfer_engine_bench` inside the wheel's package, not the `bin/`
 /// wrapper: the wrapper runs the binary as a child, and killing the wrapper at the end of the

@@ -137,7 +137,11 @@ type Row = (usize, Result<f64, String>, Sample, f64);
 
 /// Runs per point; rounds go over every peer count in turn, so drift spreads over all points.
 /// Even, so that alternating the order balances it ([`crate::bench::round_order`]).
-pub(crate) const ROUNDS: usize = 4;
+const ROUNDS: usize = 4;
+const _: () = assert!(
+    ROUNDS % 2 == 0,
+    "an odd count leaves the alternation unbalanced"
+);
 
 /// The sweep's points: peers at the swarm's depth of 2.
 fn points() -> Vec<(usize, usize)> {
