@@ -424,21 +424,14 @@ mod tests {
         tx.set_nonblocking(true).unwrap();
         let payload: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
         assert_eq!(send_head(&tx, b"HEAD0001").unwrap(), 8);
+        tx.set_nonblocking(false).unwrap();
         let sent = std::thread::scope(|s| {
             let reader = s.spawn(|| {
                 let mut got = vec![0u8; 8 + payload.len()];
                 rx.read_exact(&mut got).unwrap();
                 got
             });
-            let mut left = payload.as_slice();
-            while !left.is_empty() {
-                // SAFETY: a borrowed slice, readable for the call.
-                match unsafe { send_some(&tx, &[(left.as_ptr() as u64, left.len())]) } {
-                    Ok(n) => left = &left[n..],
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
-                    Err(e) => panic!("{e}"),
-                }
-            }
+            send_buf(&tx, &payload).unwrap();
             reader.join().unwrap()
         });
         assert_eq!(&sent[..8], b"HEAD0001");
