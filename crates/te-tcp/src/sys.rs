@@ -178,6 +178,19 @@ pub fn set_recv_lowat(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     te_core::sys::set_socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
 }
 
+/// Sends the acknowledgement the kernel is holding back for `sock`, now, and takes the socket
+/// out of the kernel's interactive ("pingpong") mode (`TCP_QUICKACK`). A connection that
+/// answers every request looks interactive to the kernel, which then delays the ACKs of a
+/// request's body until the answer can carry them; a sender bounded by its congestion window
+/// (bbr on loopback is) then waits for this end's every read before sending more. The mode
+/// comes back with the next answer sent, so a receiver pushes after each read of a body.
+///
+/// # Errors
+/// `setsockopt` refused (not a TCP socket).
+pub fn push_ack(sock: &impl AsRawFd) -> io::Result<()> {
+    te_core::sys::set_socket_int(sock, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+}
+
 /// One send of `parts` (address, length pairs) without waiting and without SIGPIPE: the bytes
 /// sent, or `WouldBlock` when the socket buffer is full.
 ///
@@ -480,5 +493,61 @@ mod tests {
         let mut got = [0u8; 8];
         rx2.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"HEAD0003");
+    }
+
+    /// Whether the kernel acknowledges `sock`'s data at once (`TCP_QUICKACK` read back: 0 while
+    /// the socket is in interactive mode, whose ACKs wait for an answer to carry them).
+    fn acks_at_once(sock: &std::net::TcpStream) -> bool {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: the kernel writes one `c_int` into the live local `value`, whose size it is
+        // given in `len`.
+        let rc = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&raw mut value).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        value != 0
+    }
+
+    #[test]
+    fn an_answering_receiver_delays_its_acks_until_it_pushes_them() {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        assert!(
+            acks_at_once(&server),
+            "a fresh connection acknowledges at once"
+        );
+        // Requests answered at once, as a target answers Mooncake's: the kernel takes the
+        // connection for an interactive one (within a few exchanges, however slow the host).
+        let mut request = [0u8; 1000];
+        let mut answer = [0u8; 8];
+        let mut exchanges = 0;
+        while acks_at_once(&server) && exchanges < 200 {
+            client.write_all(&request).unwrap();
+            server.read_exact(&mut request).unwrap();
+            server.write_all(&answer).unwrap();
+            client.read_exact(&mut answer).unwrap();
+            exchanges += 1;
+        }
+        assert!(
+            !acks_at_once(&server),
+            "no interactive mode after {exchanges} exchanges"
+        );
+        push_ack(&server).unwrap();
+        assert!(
+            acks_at_once(&server),
+            "pushed, the socket acknowledges at once again"
+        );
+        // Not a TCP socket: a clear error.
+        let (unix, _) = UnixStream::pair().unwrap();
+        assert!(push_ack(&unix).is_err());
     }
 }

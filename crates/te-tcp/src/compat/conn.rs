@@ -183,6 +183,12 @@ impl Conn {
                         Ok(n) => {
                             *addr += n as u64;
                             *left -= n;
+                            if *left > 0 {
+                                // The body's sender may be waiting for this read's ACK, which
+                                // the kernel holds back on a connection that answers requests
+                                // (`sys::push_ack`). The last piece's ACK goes with the status.
+                                let _ = sys::push_ack(stream);
+                            }
                             if *left == 0 {
                                 // The bytes are in memory: now the acknowledgement (v2).
                                 let ok = acked.then(|| mooncake_wire::encode_status(STATUS_OK));
