@@ -566,6 +566,12 @@ impl LaneCore {
                             match received {
                                 Ok(0) => return Err(closed()),
                                 Ok(n) => {
+                                    if direct && n < left {
+                                        // The target's sending may wait on this read's ACK,
+                                        // which the kernel holds back on a lane that sends
+                                        // requests as it reads (`sys::push_ack`).
+                                        let _ = sys::push_ack(&*c.stream);
+                                    }
                                     c.data_at += if direct { n } else { 0 };
                                     c.since = now;
                                     progress = true;
