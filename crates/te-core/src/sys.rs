@@ -274,6 +274,18 @@ pub fn set_socket_int(
 /// # Errors
 /// `getsockopt` refused.
 pub fn receive_buffer(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<usize> {
+    socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF).map(|v| usize::try_from(v).unwrap_or(0))
+}
+
+/// The integer socket option `name` of `level` on `sock` (`getsockopt`).
+///
+/// # Errors
+/// `getsockopt` refused.
+pub fn socket_int(
+    sock: &impl std::os::fd::AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> std::io::Result<libc::c_int> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into the live `c_int` `v` and its length
@@ -281,14 +293,14 @@ pub fn receive_buffer(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<usize
     let rc = unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
+            level,
+            name,
             (&raw mut v).cast(),
             &raw mut len,
         )
     };
     match rc {
-        0 => Ok(usize::try_from(v).unwrap_or(0)),
+        0 => Ok(v),
         _ => Err(std::io::Error::last_os_error()),
     }
 }

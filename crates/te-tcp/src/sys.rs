@@ -498,21 +498,7 @@ mod tests {
     /// Whether the kernel acknowledges `sock`'s data at once (`TCP_QUICKACK` read back: 0 while
     /// the socket is in interactive mode, whose ACKs wait for an answer to carry them).
     fn acks_at_once(sock: &std::net::TcpStream) -> bool {
-        let mut value: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: the kernel writes one `c_int` into the live local `value`, whose size it is
-        // given in `len`.
-        let rc = unsafe {
-            libc::getsockopt(
-                sock.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_QUICKACK,
-                (&raw mut value).cast(),
-                &mut len,
-            )
-        };
-        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
-        value != 0
+        te_core::sys::socket_int(sock, libc::IPPROTO_TCP, libc::TCP_QUICKACK).unwrap() != 0
     }
 
     #[test]
