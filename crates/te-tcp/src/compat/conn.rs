@@ -183,16 +183,16 @@ impl Conn {
                         Ok(n) => {
                             *addr += n as u64;
                             *left -= n;
-                            if *left > 0 {
-                                // The body's sender may be waiting for this read's ACK, which
-                                // the kernel holds back on a connection that answers requests
-                                // (`sys::push_ack`). The last piece's ACK goes with the status.
-                                let _ = sys::push_ack(stream);
-                            }
                             if *left == 0 {
-                                // The bytes are in memory: now the acknowledgement (v2).
+                                // The bytes are in memory: now the acknowledgement (v2), which
+                                // also carries the last piece's ACK.
                                 let ok = acked.then(|| mooncake_wire::encode_status(STATUS_OK));
                                 self.phase = reply(ok, None, false);
+                            } else {
+                                // The body's sender may be waiting for this read's ACK, which
+                                // the kernel holds back on a connection that answers requests
+                                // (`sys::push_ack`).
+                                let _ = sys::push_ack(stream);
                             }
                             n
                         }
