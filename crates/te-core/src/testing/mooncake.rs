@@ -228,6 +228,45 @@ impl MooncakePeer {
         r["rc"].as_i64().unwrap_or(i64::MIN)
     }
 
+    /// Starts `batch_transfer_sync_{write,read}` of `items` (as [`batch`](Self::batch)), runs
+    /// `meanwhile` while Mooncake moves the bytes, then kills the peer's process (SIGKILL): its
+    /// sockets close as a crash closes them. Returns the call's return code if it had ended
+    /// before the kill, `None` if the kill cut it short.
+    pub fn batch_then_kill(
+        mut self,
+        write: bool,
+        target: &str,
+        items: &[(u64, u64, usize)],
+        meanwhile: impl FnOnce(),
+    ) -> Option<i64> {
+        let request = json!({
+            "op": "batch", "opcode": if write { "write" } else { "read" }, "target": target,
+            "locals": items.iter().map(|i| i.0).collect::<Vec<_>>(),
+            "remotes": items.iter().map(|i| i.1).collect::<Vec<_>>(),
+            "lens": items.iter().map(|i| i.2).collect::<Vec<_>>(),
+        });
+        writeln!(self.stdin, "{request}")
+            .and_then(|()| self.stdin.flush())
+            .unwrap_or_else(|e| panic!("the Mooncake peer died: {e}\n{}", self.log()));
+        meanwhile();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // A reply written before the kill is still in the pipe; otherwise the pipe is at its end.
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(n) if n > 0 => serde_json::from_str::<Value>(&line)
+                .ok()
+                .and_then(|r| r["rc"].as_i64()),
+            _ => None,
+        }
+    }
+
+    /// Kills the peer's process at once (SIGKILL), as a crash would end it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// `transfer_sync(target, local, remote, len, Write, TransferNotify(name, msg))`: a WRITE
     /// whose notification follows its data.
     pub fn write_with_notify(

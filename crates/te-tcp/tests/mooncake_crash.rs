@@ -1,0 +1,180 @@
+//! te and the real Mooncake engine (PyPI wheel) when the Mooncake side dies mid-transfer
+//! (SIGKILL, as a crash ends it): no task is left hanging or reported done wholesale, no pin
+//! outlives the connection, and te goes on moving bytes with the next peer, every byte
+//! compared.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use te_core::testing::assert_same_bytes;
+use te_core::testing::mooncake::MooncakePeer;
+use te_core::{Error, Opcode, Permission, TransferState};
+
+const MIB: usize = 1 << 20;
+
+/// te writes a batch to a Mooncake target that is killed right after the submit: the batch
+/// ends (no hang) FAILED with every task terminal and not all of them done, te's source region
+/// is free to unregister once the batch is freed, and a new Mooncake target is written and
+/// read back in full.
+#[test]
+fn a_mooncake_target_killed_mid_batch_fails_the_batch_and_te_goes_on() {
+    let blocks = 256;
+    let te = engine();
+    let local = buffer(blocks * MIB);
+    local.write_at(0, &pattern(61, blocks * MIB)).unwrap();
+    register(&te, &local, Permission::LocalOnly);
+
+    let mut doomed = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let remote = doomed.alloc(blocks * MIB);
+    let seg = te.open_segment(&doomed.name).unwrap();
+    let writes: Vec<_> = (0..blocks)
+        .map(|i| {
+            let off = (i * MIB) as u64;
+            request(
+                Opcode::Write,
+                local.addr() + off,
+                seg,
+                remote + off,
+                MIB as u64,
+            )
+        })
+        .collect();
+    let batch = te.allocate_batch(blocks).unwrap();
+    te.submit(batch, &writes).unwrap();
+    doomed.kill();
+
+    let status = te.wait(batch, WAIT).expect("the batch ends, not hangs");
+    assert_eq!(
+        status.state,
+        TransferState::Failed,
+        "a batch whose target died cannot have completed"
+    );
+    let done = (0..blocks)
+        .filter(|&i| {
+            let task = te.task_status(batch, i).unwrap();
+            assert!(
+                matches!(task.state, TransferState::Completed | TransferState::Failed),
+                "task {i} is {:?} after the batch ended",
+                task.state
+            );
+            task.state == TransferState::Completed
+        })
+        .count();
+    assert!(done < blocks, "every task reported done by a dead target");
+    te.free_batch(batch).unwrap();
+    te.unregister_memory(local.addr())
+        .expect("no failed task keeps te's region pinned");
+
+    // The next Mooncake target: written and read back whole.
+    register(&te, &local, Permission::LocalOnly);
+    let mut next = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let len = 8 * MIB;
+    let remote = next.alloc(len);
+    let seg = te.open_segment(&next.name).unwrap();
+    let data = pattern(62, len);
+    local.write_at(0, &data).unwrap();
+    let write = request(Opcode::Write, local.addr(), seg, remote, len as u64);
+    assert_eq!(run(&te, &[write]), TransferState::Completed);
+    assert_same_bytes(&next.get(remote, len), &data, "the next target's memory");
+    let back = pattern(63, len);
+    next.put(remote, &back);
+    let read = request(Opcode::Read, local.addr(), seg, remote, len as u64);
+    assert_eq!(run(&te, &[read]), TransferState::Completed);
+    assert_same_bytes(&local.to_vec(0, len).unwrap(), &back, "read back by te");
+}
+
+/// A te target with the opt-in (`MC_TE_MOONCAKE_COMPAT=1`) for loopback peers.
+fn compat_target() -> te_core::TransferEngine {
+    let mut c = config();
+    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
+        "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
+        "MC_TE_MOONCAKE_ALLOW" => Some("127.0.0.0/8".into()),
+        _ => None,
+    })
+    .unwrap();
+    engine_with(c)
+}
+
+/// A Mooncake initiator killed while its batch streams between its memory and a te target's
+/// (the opt-in listener), WRITEs or READs: te's connections end with it, so the region is free
+/// to unregister within seconds (no pin left behind), and the next Mooncake initiator writes
+/// and reads te's memory in full.
+fn initiator_killed_mid_batch(write: bool) {
+    let blocks = 64;
+    let target = compat_target();
+    let remote = buffer(blocks * MIB);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let te_name = target.segment_name().to_string();
+
+    let mut doomed = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let local = doomed.alloc(MIB);
+    doomed.put(local, &pattern(71, MIB));
+    // Every block to or from the same MiB of Mooncake's: a WRITE leaves no byte of te's
+    // buffer zero; READs go round te's buffer 16 times (a batch that lasts).
+    let rounds = if write { 1 } else { 16 };
+    let items: Vec<_> = (0..blocks * rounds)
+        .map(|i| (local, remote.addr() + ((i % blocks) * MIB) as u64, MIB))
+        .collect();
+    let landed = || (0..blocks).any(|i| remote.to_vec(i * MIB, 64).unwrap() != vec![0u8; 64]);
+    let ended = doomed.batch_then_kill(write, &te_name, &items, || {
+        // Killed once the first bytes are in te's memory (a WRITE), or some milliseconds into
+        // the READs (a second at most either way).
+        let deadline = Instant::now() + Duration::from_secs(1);
+        match write {
+            true => {
+                while !landed() && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+            }
+            false => std::thread::sleep(Duration::from_millis(30)),
+        }
+    });
+    assert_eq!(
+        ended, None,
+        "the kill came after the batch: nothing was cut short"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match target.unregister_memory(remote.addr()) {
+            Ok(()) => break,
+            Err(Error::RegionBusy { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("the region stays pinned after its peer died: {e}"),
+        }
+    }
+
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let mut next = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let len = 8 * MIB;
+    let local = next.alloc(len);
+    let data = pattern(72, len);
+    next.put(local, &data);
+    assert_eq!(next.write(&te_name, local, remote.addr(), len), 0);
+    assert_same_bytes(
+        &remote.to_vec(0, len).unwrap(),
+        &data,
+        "te holds what the next initiator wrote",
+    );
+    let back = pattern(73, len);
+    remote.write_at(0, &back).unwrap();
+    assert_eq!(next.read(&te_name, local, remote.addr(), len), 0);
+    assert_same_bytes(
+        &next.get(local, len),
+        &back,
+        "the next initiator read te's bytes",
+    );
+}
+
+#[test]
+fn a_mooncake_initiator_killed_mid_write_leaves_no_pin_and_te_goes_on() {
+    initiator_killed_mid_batch(true);
+}
+
+#[test]
+fn a_mooncake_initiator_killed_mid_read_leaves_no_pin_and_te_goes_on() {
+    initiator_killed_mid_batch(false);
+}
