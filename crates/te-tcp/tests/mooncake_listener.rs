@@ -266,3 +266,67 @@ fn malformed_and_refused_requests_get_mooncakes_refusal_and_a_close() {
     s.write_all(&header(Opcode::Read, mem.addr(), 64)).unwrap();
     assert_eq!(status(&mut s), encode_status(STATUS_OK));
 }
+
+/// A peer that goes away in the middle of a request (a WRITE's body half sent, or a large
+/// READ's reply half read) takes its pin with it: both regions unregister long before the stall
+/// timeout, and the listener serves the next connection.
+#[test]
+fn a_peer_gone_mid_body_or_mid_reply_leaves_no_pin() {
+    let t = target(Duration::from_secs(60));
+    let written = buffer(1 << 20);
+    let read = buffer(64 << 20);
+    register(&t, &written, Permission::RemoteReadWrite);
+    register(&t, &read, Permission::RemoteReadWrite);
+
+    let mut half_body = connect(&t);
+    half_body
+        .write_all(&header(Opcode::Write, written.addr(), 8192))
+        .unwrap();
+    half_body.write_all(&[7u8; 4096]).unwrap();
+    // 64 MiB asked for, a little read: the rest fills the sockets and te's send waits.
+    let mut half_reply = connect(&t);
+    half_reply
+        .write_all(&header(Opcode::Read, read.addr(), 64 << 20))
+        .unwrap();
+    assert_eq!(status(&mut half_reply), encode_status(STATUS_OK));
+    let mut some = vec![0u8; 1 << 20];
+    half_reply.read_exact(&mut some).unwrap();
+    // Both regions are pinned while their requests are under way.
+    for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
+        assert!(
+            matches!(
+                t.unregister_memory(b.addr()),
+                Err(te_core::Error::RegionBusy { .. })
+            ),
+            "{what}: pinned while the request is under way"
+        );
+    }
+    drop(half_body);
+    drop(half_reply);
+
+    for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match t.unregister_memory(b.addr()) {
+                Ok(()) => break,
+                Err(te_core::Error::RegionBusy { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{what}: the region stays pinned after its peer left: {e}"),
+            }
+        }
+    }
+
+    register(&t, &written, Permission::RemoteReadWrite);
+    let data = pattern(9, 4096);
+    let mut next = connect(&t);
+    next.write_all(&header(Opcode::Write, written.addr(), 4096))
+        .unwrap();
+    next.write_all(&data).unwrap();
+    assert_eq!(status(&mut next), encode_status(STATUS_OK));
+    assert_eq!(
+        written.to_vec(0, 4096).unwrap(),
+        data,
+        "the next WRITE landed"
+    );
+}

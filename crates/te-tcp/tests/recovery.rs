@@ -112,3 +112,89 @@ fn a_task_past_its_deadline_ends_timeout() {
     assert_eq!(s.transferred_bytes, 0);
     e.free_batch(b).unwrap();
 }
+
+/// A peer that goes away in the middle of a request on te's data port (a WRITE's body half
+/// sent, or a large READ's data half read) takes its pin with it: both regions unregister
+/// long before the stall timeout, and the target serves the next transfer.
+#[test]
+fn a_peer_gone_mid_body_or_mid_reply_leaves_no_pin() {
+    use te_tcp::wire::{REPLY_LEN, Reply, Request, Status};
+
+    let mut cfg = config();
+    cfg.tcp_status_timeout = Duration::from_secs(60);
+    let target = engine_with(cfg);
+    let initiator = engine();
+    let written = buffer(1 << 20);
+    let read = buffer(64 << 20);
+    register(&target, &written, Permission::RemoteReadWrite);
+    register(&target, &read, Permission::RemoteReadWrite);
+    let seg = initiator.open_segment(target.segment_name()).unwrap();
+    let desc = initiator.segment(seg).unwrap();
+    let (port, secret) = (desc.desc().te_rails[0].port, desc.secret().to_bytes());
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    };
+    let header = |opcode, addr, len| Request {
+        opcode,
+        request_id: 1,
+        addr,
+        len,
+        secret,
+    };
+
+    let mut half_body = connect();
+    half_body
+        .write_all(&header(Opcode::Write, written.addr(), 8192).encode())
+        .unwrap();
+    half_body.write_all(&[7u8; 4096]).unwrap();
+    // 64 MiB asked for, a little read: the rest fills the sockets and the target's send waits.
+    let mut half_reply = connect();
+    half_reply
+        .write_all(&header(Opcode::Read, read.addr(), 64 << 20).encode())
+        .unwrap();
+    let mut head = [0u8; REPLY_LEN];
+    half_reply.read_exact(&mut head).unwrap();
+    assert_eq!(Reply::decode(&head).unwrap().status, Status::Ok);
+    let mut some = vec![0u8; 1 << 20];
+    half_reply.read_exact(&mut some).unwrap();
+    for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
+        assert!(
+            matches!(
+                target.unregister_memory(b.addr()),
+                Err(te_core::Error::RegionBusy { .. })
+            ),
+            "{what}: pinned while the request is under way"
+        );
+    }
+    drop(half_body);
+    drop(half_reply);
+
+    for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match target.unregister_memory(b.addr()) {
+                Ok(()) => break,
+                Err(te_core::Error::RegionBusy { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{what}: the region stays pinned after its peer left: {e}"),
+            }
+        }
+    }
+
+    register(&target, &written, Permission::RemoteReadWrite);
+    let local = buffer(1 << 20);
+    register(&initiator, &local, Permission::LocalOnly);
+    let seg = initiator.open_segment(target.segment_name()).unwrap();
+    let data = pattern(5, 1 << 20);
+    local.write_at(0, &data).unwrap();
+    let write = request(Opcode::Write, local.addr(), seg, written.addr(), 1 << 20);
+    assert_eq!(run(&initiator, &[write]), TransferState::Completed);
+    assert_eq!(
+        written.to_vec(0, 1 << 20).unwrap(),
+        data,
+        "the next WRITE landed"
+    );
+}
