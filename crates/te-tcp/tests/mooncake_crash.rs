@@ -14,12 +14,11 @@ use te_core::{Error, Opcode, Permission, TransferState};
 
 const MIB: usize = 1 << 20;
 
-/// te writes a batch to a Mooncake target that is killed right after the submit: the batch
-/// ends (no hang) FAILED with every task terminal and not all of them done, te's source region
-/// is free to unregister once the batch is freed, and a new Mooncake target is written and
-/// read back in full.
-#[test]
-fn a_mooncake_target_killed_mid_batch_fails_the_batch_and_te_goes_on() {
+/// te writes (or reads) a batch to (from) a Mooncake target that is killed right after the
+/// submit: the batch ends (no hang) FAILED with every task terminal and not all of them done,
+/// te's region is free to unregister once the batch is freed, and a new Mooncake target is
+/// written and read back in full.
+fn target_killed_mid_batch(opcode: Opcode) {
     let blocks = 256;
     let te = engine();
     let local = buffer(blocks * MIB);
@@ -29,20 +28,14 @@ fn a_mooncake_target_killed_mid_batch_fails_the_batch_and_te_goes_on() {
     let mut doomed = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
     let remote = doomed.alloc(blocks * MIB);
     let seg = te.open_segment(&doomed.name).unwrap();
-    let writes: Vec<_> = (0..blocks)
+    let batch_requests: Vec<_> = (0..blocks)
         .map(|i| {
             let off = (i * MIB) as u64;
-            request(
-                Opcode::Write,
-                local.addr() + off,
-                seg,
-                remote + off,
-                MIB as u64,
-            )
+            request(opcode, local.addr() + off, seg, remote + off, MIB as u64)
         })
         .collect();
     let batch = te.allocate_batch(blocks).unwrap();
-    te.submit(batch, &writes).unwrap();
+    te.submit(batch, &batch_requests).unwrap();
     doomed.kill();
 
     let status = te.wait(batch, WAIT).expect("the batch ends, not hangs");
@@ -83,6 +76,16 @@ fn a_mooncake_target_killed_mid_batch_fails_the_batch_and_te_goes_on() {
     let read = request(Opcode::Read, local.addr(), seg, remote, len as u64);
     assert_eq!(run(&te, &[read]), TransferState::Completed);
     assert_same_bytes(&local.to_vec(0, len).unwrap(), &back, "read back by te");
+}
+
+#[test]
+fn a_mooncake_target_killed_mid_write_batch_fails_the_batch_and_te_goes_on() {
+    target_killed_mid_batch(Opcode::Write);
+}
+
+#[test]
+fn a_mooncake_target_killed_mid_read_batch_fails_the_batch_and_te_goes_on() {
+    target_killed_mid_batch(Opcode::Read);
 }
 
 /// A te target with the opt-in (`MC_TE_MOONCAKE_COMPAT=1`) for loopback peers.
@@ -177,4 +180,41 @@ fn a_mooncake_initiator_killed_mid_write_leaves_no_pin_and_te_goes_on() {
 #[test]
 fn a_mooncake_initiator_killed_mid_read_leaves_no_pin_and_te_goes_on() {
     initiator_killed_mid_batch(false);
+}
+
+/// A te target shut down (its engine dropped) while a Mooncake initiator's batch of WRITEs
+/// streams into it: the shutdown does not wait on the peer, and Mooncake's call returns an
+/// error, never success, for a batch te did not finish.
+#[test]
+fn a_te_target_shut_down_mid_batch_fails_the_mooncake_call() {
+    let blocks = 64;
+    let target = compat_target();
+    let remote = buffer(blocks * MIB);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let te_name = target.segment_name().to_string();
+
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let local = mooncake.alloc(MIB);
+    mooncake.put(local, &pattern(81, MIB));
+    // 1 GiB: 16 rounds over te's 64 MiB, a batch that lasts.
+    let items: Vec<_> = (0..blocks * 16)
+        .map(|i| (local, remote.addr() + ((i % blocks) * MIB) as u64, MIB))
+        .collect();
+    let caller = std::thread::spawn(move || {
+        let rc = mooncake.batch(true, &te_name, &items);
+        (rc, mooncake)
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while remote.to_vec(0, 64).unwrap() == vec![0u8; 64] && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(Instant::now() < deadline, "no byte from Mooncake arrived");
+    drop(target);
+
+    let (rc, _mooncake) = caller.join().expect("the Mooncake call returns");
+    assert_ne!(rc, 0, "a batch te did not finish reported done");
+    assert!(
+        rc < 0 && rc != i64::MIN,
+        "Mooncake's call answers with its error code, got {rc}"
+    );
 }
