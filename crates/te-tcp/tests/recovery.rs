@@ -113,6 +113,44 @@ fn a_task_past_its_deadline_ends_timeout() {
     e.free_batch(b).unwrap();
 }
 
+/// A peer that takes bytes into its socket buffers and then nothing more (hung: it accepts,
+/// never reads, never answers) fails a large batch after the status timeout and its retries,
+/// whatever the batch's size: a stalled connection fails the slices queued behind it too, so
+/// each attempt costs every lane one connection and one timeout, not one per socket-buffer-ful
+/// of the batch.
+#[test]
+fn a_hung_peer_fails_a_large_batch_in_one_stall_per_attempt() {
+    let mut cfg = config();
+    cfg.tcp_status_timeout = Duration::from_secs(1);
+    cfg.retry_cnt = 1;
+    let lanes = cfg.tcp_lanes_per_peer;
+    let e = engine_with(cfg);
+    let len = 128 << 20;
+    let local = buffer(len);
+    register(&e, &local, Permission::LocalOnly);
+    let (_control, name, blackhole) = silent_segment(len as u64);
+    let seg = e.open_segment(&name).unwrap();
+    let writes: Vec<_> = (0..128u64)
+        .map(|i| {
+            request(
+                Opcode::Write,
+                local.addr() + (i << 20),
+                seg,
+                4096 + (i << 20),
+                1 << 20,
+            )
+        })
+        .collect();
+    assert_eq!(run(&e, &writes), TransferState::Failed);
+    // Every connection the lanes made is waiting in the hung peer's backlog.
+    blackhole.set_nonblocking(true).unwrap();
+    let connections = std::iter::from_fn(|| blackhole.accept().ok()).count();
+    assert!(
+        (1..=lanes * 2).contains(&connections),
+        "{connections} connections for {lanes} lanes and one retry"
+    );
+}
+
 /// A peer that goes away in the middle of a request on te's data port (a WRITE's body half
 /// sent, or a large READ's data half read) takes its pin with it: both regions unregister
 /// long before the stall timeout, and the target serves the next transfer.

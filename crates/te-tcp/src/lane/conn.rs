@@ -8,7 +8,9 @@
 //! is reported only once its request is wholly sent (its memory is the application's again
 //! after that). Whatever breaks the connection (a send or receive error, a reply out of order,
 //! the peer closing, no progress for the status timeout, a Mooncake refusal) fails what is in
-//! flight as path errors; queued slices wait for the next connection.
+//! flight as path errors; queued slices wait for the next connection, except after no progress
+//! for the status timeout, which fails them too (a hung peer would have each new connection
+//! fill its buffers and wait the timeout out again).
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -318,21 +320,33 @@ impl LaneCore {
                     }
                 }
             }
-            let broken = self.pump(st, now, done).err().or_else(|| {
-                let c = st.conn.as_ref()?;
-                let stalled =
-                    c.busy() && now.duration_since(c.since) > self.settings.status_timeout;
-                stalled.then(|| {
-                    format!(
-                        "lane failed: no progress for {} s (MC_TCP_STATUS_TIMEOUT_SEC)",
-                        self.settings.status_timeout.as_secs()
-                    )
-                })
-            });
-            if let Some(why) = broken {
+            let broken = self
+                .pump(st, now, done)
+                .err()
+                .map(|why| (why, false))
+                .or_else(|| {
+                    let c = st.conn.as_ref()?;
+                    let stalled =
+                        c.busy() && now.duration_since(c.since) > self.settings.status_timeout;
+                    stalled.then(|| {
+                        let why = format!(
+                            "lane failed: no progress for {} s (MC_TCP_STATUS_TIMEOUT_SEC)",
+                            self.settings.status_timeout.as_secs()
+                        );
+                        (why, true)
+                    })
+                });
+            if let Some((why, stalled)) = broken {
                 tracing::debug!(peer = %self.peer.host, port = self.peer.port, reason = %why, "lane connection ended");
                 if let Some(c) = st.conn.take() {
                     c.fail_all(home, &why, done);
+                }
+                if stalled {
+                    // The peer took nothing and answered nothing for the whole timeout: on a
+                    // new connection the slices queued behind would fill its socket buffers and
+                    // wait the timeout out again, one buffer-ful at a time. They fail now, and
+                    // each retry costs one timeout however large the batch.
+                    self.fail_queued(st, &format!("{why}; not sent"), done);
                 }
                 continue;
             }
@@ -375,6 +389,14 @@ impl LaneCore {
         for op in st.queue.drain(..) {
             self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
             done.push((op, Err(connect_fault(e, msg.clone()))));
+        }
+    }
+
+    /// Fails every queued slice as a path error (`why`), to be retried as the engine decides.
+    fn fail_queued(&self, st: &mut LaneState, why: &str, done: &mut Done) {
+        for op in st.queue.drain(..) {
+            self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
+            done.push((op, Err(SliceError::Path(why.to_string()))));
         }
     }
 
