@@ -218,3 +218,63 @@ fn a_te_target_shut_down_mid_batch_fails_the_mooncake_call() {
         "Mooncake's call answers with its error code, got {rc}"
     );
 }
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// A Mooncake target that stops answering (SIGSTOP) mid-batch: te's batch ends FAILED once the
+/// status timeout and its retry have passed, instead of waiting for ever; once the target runs
+/// again (SIGCONT), te writes to it and reads back every byte.
+#[test]
+fn a_stopped_mooncake_target_fails_the_batch_after_the_status_timeout() {
+    let blocks = 64;
+    let mut cfg = config();
+    cfg.tcp_status_timeout = Duration::from_secs(2);
+    cfg.retry_cnt = 1;
+    let te = engine_with(cfg);
+    let local = buffer(blocks * MIB);
+    local.write_at(0, &pattern(91, blocks * MIB)).unwrap();
+    register(&te, &local, Permission::LocalOnly);
+
+    let mut stopped = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let remote = stopped.alloc(blocks * MIB);
+    let seg = te.open_segment(&stopped.name).unwrap();
+    let writes: Vec<_> = (0..blocks)
+        .map(|i| {
+            let off = (i * MIB) as u64;
+            request(
+                Opcode::Write,
+                local.addr() + off,
+                seg,
+                remote + off,
+                MIB as u64,
+            )
+        })
+        .collect();
+    signal(stopped.pid(), "STOP");
+    let batch = te.allocate_batch(blocks).unwrap();
+    te.submit(batch, &writes).unwrap();
+    let status = te.wait(batch, WAIT);
+    signal(stopped.pid(), "CONT");
+    let status = status.expect("the batch ends, not hangs");
+    assert_eq!(status.state, TransferState::Failed);
+    te.free_batch(batch).unwrap();
+
+    let len = 8 * MIB;
+    let data = pattern(92, len);
+    local.write_at(0, &data).unwrap();
+    let write = request(Opcode::Write, local.addr(), seg, remote, len as u64);
+    assert_eq!(run(&te, &[write]), TransferState::Completed);
+    assert_same_bytes(
+        &stopped.get(remote, len),
+        &data,
+        "the resumed target's memory",
+    );
+}

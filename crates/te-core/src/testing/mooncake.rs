@@ -261,6 +261,11 @@ impl MooncakePeer {
         }
     }
 
+    /// The peer's process id (to stop and continue it with signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the peer's process at once (SIGKILL), as a crash would end it.
     pub fn kill(mut self) {
         let _ = self.child.kill();
