@@ -215,9 +215,21 @@ pub fn request(
     if let Some(key) = key {
         auth::client_handshake(&mut s, key, &format!("{host}:{port}"))?;
     }
-    write_frame(&mut s, kind, payload).map_err(|e| Error::socket(ctx("writing to"), e))?;
+    // A read or write that runs out of time reports `WouldBlock`: said as the wait it was.
+    let io_error = |what: &str, e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::socket(
+            format!(
+                "{}: no answer within {} s",
+                ctx(what),
+                io_timeout.as_secs_f64()
+            ),
+            std::io::ErrorKind::TimedOut.into(),
+        ),
+        _ => Error::socket(ctx(what), e),
+    };
+    write_frame(&mut s, kind, payload).map_err(|e| io_error("writing to", e))?;
     let (reply_kind, reply) = read_frame(&mut s, max_payload).map_err(|e| match e {
-        FrameError::Io(io) => Error::socket(ctx("reading from"), io),
+        FrameError::Io(io) => io_error("reading from", io),
         other => Error::MalformedMessage(format!("reply from {host}:{port}: {other}")),
     })?;
     debug!(host, port, ?kind, bytes = reply.len(), "control reply");
@@ -338,6 +350,31 @@ mod tests {
             resolve(&host, port).unwrap()[0],
             "[::1]:12001".parse().unwrap()
         );
+    }
+
+    /// A peer that accepts and never answers (a stopped process: the kernel still accepts for
+    /// it) ends the request after the time allowed, with an error that says so.
+    #[test]
+    fn a_peer_that_never_answers_is_a_timeout_that_says_so() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let err = request(
+            "127.0.0.1",
+            port,
+            FrameType::Metadata,
+            b"{}",
+            Duration::from_millis(100),
+            1 << 20,
+            None,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(&err, Error::Socket { source, .. } if source.kind() == std::io::ErrorKind::TimedOut),
+            "{text}"
+        );
+        let want = format!("reading from 127.0.0.1:{port}: no answer within 5 s");
+        assert!(text.contains(&want), "{text}");
     }
 
     #[test]
