@@ -12,7 +12,8 @@
 //!
 //! What a lane does when driven is the lane's ([`crate::lane`]); here are only the loops, the
 //! wake-ups, the timers and the shutdown (every lane's slices fail, so each posted slice is
-//! still reported once).
+//! still reported once). Every 5 s a loop also closes its lanes' idle connections whose peers
+//! closed them (idle connections are not watched).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,6 +29,9 @@ use crate::lane::LaneCore;
 const WAKER: Token = Token(usize::MAX);
 /// How often a loop with work looks at every lane (timeouts).
 const SWEEP: Duration = Duration::from_millis(100);
+/// How often a loop looks at its lanes' idle connections for peers that closed them
+/// ([`LaneCore::reap_idle`]): one `recv` peek per idle connection.
+const IDLE_SWEEP: Duration = Duration::from_secs(5);
 
 /// What submitting threads share with one loop.
 pub(crate) struct LoopShared {
@@ -287,6 +291,7 @@ fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool, idle: &Idle) {
     let mut events = Events::with_capacity(1024);
     let mut timers: Vec<(Instant, usize)> = Vec::new();
     let mut swept = Instant::now();
+    let mut reaped = swept;
     // Lanes holding slices or a connection to watch over: swept for timeouts.
     let mut active: HashSet<usize> = HashSet::new();
     while !stop.load(Ordering::Acquire) {
@@ -349,6 +354,19 @@ fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool, idle: &Idle) {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&token);
+            }
+        }
+        if now >= reaped + IDLE_SWEEP {
+            reaped = now;
+            let lanes: Vec<Arc<LaneCore>> = shared
+                .lanes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            for lane in lanes {
+                lane.reap_idle(shared);
             }
         }
         // The last loop to run out of work lingers: one whose siblings still send would take

@@ -236,3 +236,54 @@ fn a_peer_gone_mid_body_or_mid_reply_leaves_no_pin() {
         "the next WRITE landed"
     );
 }
+
+/// This host's TCP sockets whose remote end is port `port` (from `/proc/net/tcp{,6}`).
+fn sockets_to(port: u16) -> usize {
+    let port = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter(|l| {
+                    l.split_whitespace()
+                        .nth(2)
+                        .is_some_and(|r| r.ends_with(&port))
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// Idle lane connections are not watched, yet one whose peer went away is closed within
+/// seconds, not kept (in CLOSE_WAIT, a descriptor each) until the lane is next used: a decode
+/// node that talked to many short-lived peers does not pile up their sockets.
+#[test]
+fn idle_connections_to_a_peer_that_went_away_are_closed() {
+    let p = pair(4 << 20);
+    let port = p.initiator.segment(p.segment).unwrap().desc().te_rails[0].port;
+    let data = pattern(8, 4 << 20);
+    p.local.write_at(0, &data).unwrap();
+    let w = request(
+        Opcode::Write,
+        p.local.addr(),
+        p.segment,
+        p.remote.addr(),
+        data.len() as u64,
+    );
+    assert_eq!(run(&p.initiator, &[w]), TransferState::Completed);
+    assert!(sockets_to(port) > 0, "the lanes' connections are open");
+
+    drop(p.target);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sockets_to(port) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        sockets_to(port),
+        0,
+        "connections to a peer that went away are closed"
+    );
+}
