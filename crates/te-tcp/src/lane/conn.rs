@@ -396,20 +396,19 @@ impl LaneCore {
     /// thread on it) and its peer has closed it, reset it or sent bytes nobody asked for: an
     /// idle connection is not watched, so without this one to a peer that went away (or a
     /// target that closed it after its idle timeout) would hold its descriptor until the lane
-    /// is next used. Whether it closed one.
-    pub(crate) fn reap_idle(&self, home: &LoopShared) -> bool {
+    /// is next used.
+    pub(crate) fn reap_idle(&self, home: &LoopShared) {
         let mut st = self.lock();
-        let idle = !st.inline && st.queue.is_empty() && st.conn.as_ref().is_some_and(Conn::idle);
-        if !idle {
-            return false;
+        if st.inline || !st.queue.is_empty() {
+            return;
         }
-        let Some(c) = st.conn.as_ref() else {
-            return false;
+        let Some(c) = st.conn.as_ref().filter(|c| c.idle()) else {
+            return;
         };
         let left = match c.stream.peek(&mut [0u8; 1]) {
             Ok(0) => "the peer closed it",
             Ok(_) => "bytes nobody asked for",
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
             Err(_) => "a socket error",
         };
         tracing::debug!(peer = %self.peer.host, port = self.peer.port, reason = left, "idle lane connection closed");
@@ -417,7 +416,6 @@ impl LaneCore {
             // Idle: nothing in flight to fail.
             c.fail_all(home, left, &mut Vec::new());
         }
-        true
     }
 
     /// Fails every queued slice as a path error (`why`), to be retried as the engine decides.
