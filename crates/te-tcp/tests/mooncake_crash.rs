@@ -19,7 +19,7 @@ const MIB: usize = 1 << 20;
 /// te's region is free to unregister once the batch is freed, and a new Mooncake target is
 /// written and read back in full.
 fn target_killed_mid_batch(opcode: Opcode) {
-    let blocks = 256;
+    let blocks = 64;
     let te = engine();
     let local = buffer(blocks * MIB);
     local.write_at(0, &pattern(61, blocks * MIB)).unwrap();
@@ -28,13 +28,15 @@ fn target_killed_mid_batch(opcode: Opcode) {
     let mut doomed = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
     let remote = doomed.alloc(blocks * MIB);
     let seg = te.open_segment(&doomed.name).unwrap();
-    let batch_requests: Vec<_> = (0..blocks)
+    // 1 GiB, 16 times round both buffers: a batch that outlasts a slow kill.
+    let tasks = blocks * 16;
+    let batch_requests: Vec<_> = (0..tasks)
         .map(|i| {
-            let off = (i * MIB) as u64;
+            let off = ((i % blocks) * MIB) as u64;
             request(opcode, local.addr() + off, seg, remote + off, MIB as u64)
         })
         .collect();
-    let batch = te.allocate_batch(blocks).unwrap();
+    let batch = te.allocate_batch(tasks).unwrap();
     te.submit(batch, &batch_requests).unwrap();
     doomed.kill();
 
@@ -44,7 +46,7 @@ fn target_killed_mid_batch(opcode: Opcode) {
         TransferState::Failed,
         "a batch whose target died cannot have completed"
     );
-    let done = (0..blocks)
+    let done = (0..tasks)
         .filter(|&i| {
             let task = te.task_status(batch, i).unwrap();
             assert!(
@@ -55,7 +57,7 @@ fn target_killed_mid_batch(opcode: Opcode) {
             task.state == TransferState::Completed
         })
         .count();
-    assert!(done < blocks, "every task reported done by a dead target");
+    assert!(done < tasks, "every task reported done by a dead target");
     te.free_batch(batch).unwrap();
     te.unregister_memory(local.addr())
         .expect("no failed task keeps te's region pinned");
@@ -114,10 +116,9 @@ fn initiator_killed_mid_batch(write: bool) {
     let mut doomed = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
     let local = doomed.alloc(MIB);
     doomed.put(local, &pattern(71, MIB));
-    // Every block to or from the same MiB of Mooncake's: a WRITE leaves no byte of te's
-    // buffer zero; READs go round te's buffer 16 times (a batch that lasts).
-    let rounds = if write { 1 } else { 16 };
-    let items: Vec<_> = (0..blocks * rounds)
+    // Every block to or from the same MiB of Mooncake's (a WRITE leaves no byte of te's buffer
+    // zero), 16 times round te's buffer: 1 GiB, a batch that outlasts a slow kill.
+    let items: Vec<_> = (0..blocks * 16)
         .map(|i| (local, remote.addr() + ((i % blocks) * MIB) as u64, MIB))
         .collect();
     let landed = || (0..blocks).any(|i| remote.to_vec(i * MIB, 64).unwrap() != vec![0u8; 64]);
