@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use te_core::testing::assert_same_bytes;
 use te_core::testing::mooncake::MooncakePeer;
-use te_core::{Error, Opcode, Permission, TransferState};
+use te_core::{Opcode, Permission, TransferState};
 
 const MIB: usize = 1 << 20;
 
@@ -140,16 +140,12 @@ fn initiator_killed_mid_batch(write: bool) {
         "the kill came after the batch: nothing was cut short"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match target.unregister_memory(remote.addr()) {
-            Ok(()) => break,
-            Err(Error::RegionBusy { .. }) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("the region stays pinned after its peer died: {e}"),
-        }
-    }
+    let what = if write {
+        "killed mid-WRITE"
+    } else {
+        "killed mid-READ"
+    };
+    unregister_once_unpinned(&target, remote.addr(), Duration::from_secs(30), what);
 
     register(&target, &remote, Permission::RemoteReadWrite);
     let mut next = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);

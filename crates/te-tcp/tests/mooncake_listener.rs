@@ -293,28 +293,13 @@ fn a_peer_gone_mid_body_or_mid_reply_leaves_no_pin() {
     half_reply.read_exact(&mut some).unwrap();
     // Both regions are pinned while their requests are under way.
     for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
-        assert!(
-            matches!(
-                t.unregister_memory(b.addr()),
-                Err(te_core::Error::RegionBusy { .. })
-            ),
-            "{what}: pinned while the request is under way"
-        );
+        assert_pinned(&t, b.addr(), what);
     }
     drop(half_body);
     drop(half_reply);
 
     for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            match t.unregister_memory(b.addr()) {
-                Ok(()) => break,
-                Err(te_core::Error::RegionBusy { .. }) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => panic!("{what}: the region stays pinned after its peer left: {e}"),
-            }
-        }
+        unregister_once_unpinned(&t, b.addr(), Duration::from_secs(10), what);
     }
 
     register(&t, &written, Permission::RemoteReadWrite);

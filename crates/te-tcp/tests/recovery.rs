@@ -198,28 +198,13 @@ fn a_peer_gone_mid_body_or_mid_reply_leaves_no_pin() {
     let mut some = vec![0u8; 1 << 20];
     half_reply.read_exact(&mut some).unwrap();
     for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
-        assert!(
-            matches!(
-                target.unregister_memory(b.addr()),
-                Err(te_core::Error::RegionBusy { .. })
-            ),
-            "{what}: pinned while the request is under way"
-        );
+        assert_pinned(&target, b.addr(), what);
     }
     drop(half_body);
     drop(half_reply);
 
     for (what, b) in [("mid-body", &written), ("mid-reply", &read)] {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            match target.unregister_memory(b.addr()) {
-                Ok(()) => break,
-                Err(te_core::Error::RegionBusy { .. }) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => panic!("{what}: the region stays pinned after its peer left: {e}"),
-            }
-        }
+        unregister_once_unpinned(&target, b.addr(), Duration::from_secs(10), what);
     }
 
     register(&target, &written, Permission::RemoteReadWrite);

@@ -120,3 +120,29 @@ pub fn silent_segment(len: u64) -> (te_core::reactor::Server, String, std::net::
     let (control, name) = serve_descriptor(desc);
     (control, name, blackhole)
 }
+
+/// Asserts that `addr`'s region is pinned now (a request on it under way); `what` names the case.
+pub fn assert_pinned(e: &TransferEngine, addr: u64, what: &str) {
+    assert!(
+        matches!(
+            e.unregister_memory(addr),
+            Err(te_core::Error::RegionBusy { .. })
+        ),
+        "{what}: pinned while the request is under way"
+    );
+}
+
+/// Unregisters `addr`'s region once nothing pins it, within `within`; panics (naming `what`)
+/// if it stays pinned that long, as it would if a closed connection kept its pin.
+pub fn unregister_once_unpinned(e: &TransferEngine, addr: u64, within: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match e.unregister_memory(addr) {
+            Ok(()) => return,
+            Err(te_core::Error::RegionBusy { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(err) => panic!("{what}: the region stays pinned after its peer left: {err}"),
+        }
+    }
+}
