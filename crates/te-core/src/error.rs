@@ -191,4 +191,48 @@ impl Error {
             source,
         }
     }
+
+    /// This error, said as the wait it was when it is a socket read or write that ran out of
+    /// `timeout` (a socket's timeout reports `WouldBlock`, "Resource temporarily unavailable"):
+    /// "no answer within N s", with a `TimedOut` source. Any other error is returned as it is.
+    pub(crate) fn timed_out_within(self, timeout: std::time::Duration) -> Self {
+        match self {
+            Error::Socket { context, source }
+                if matches!(
+                    source.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Error::Socket {
+                    context: format!("{context}: no answer within {} s", timeout.as_secs_f64()),
+                    source: io::ErrorKind::TimedOut.into(),
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_timeout_is_said_as_one_and_other_errors_pass_unchanged() {
+        let wait = std::time::Duration::from_millis(1500);
+        let e = Error::socket("reading from x", io::ErrorKind::WouldBlock.into())
+            .timed_out_within(wait);
+        assert!(
+            matches!(&e, Error::Socket { source, .. } if source.kind() == io::ErrorKind::TimedOut)
+        );
+        assert_eq!(
+            e.to_string(),
+            "reading from x: no answer within 1.5 s: timed out"
+        );
+        let refused = Error::socket("connecting to x", io::ErrorKind::ConnectionRefused.into());
+        let text = refused.to_string();
+        assert_eq!(refused.timed_out_within(wait).to_string(), text);
+        let other = Error::InvalidArgument("y".into()).timed_out_within(wait);
+        assert!(matches!(other, Error::InvalidArgument(ref s) if s == "y"));
+    }
 }

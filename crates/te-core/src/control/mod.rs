@@ -215,18 +215,8 @@ pub fn request(
     if let Some(key) = key {
         auth::client_handshake(&mut s, key, &format!("{host}:{port}"))?;
     }
-    // A read or write that runs out of time reports `WouldBlock`: said as the wait it was.
-    let io_error = |what: &str, e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::socket(
-            format!(
-                "{}: no answer within {} s",
-                ctx(what),
-                io_timeout.as_secs_f64()
-            ),
-            std::io::ErrorKind::TimedOut.into(),
-        ),
-        _ => Error::socket(ctx(what), e),
-    };
+    let io_error =
+        |what: &str, e: std::io::Error| Error::socket(ctx(what), e).timed_out_within(io_timeout);
     write_frame(&mut s, kind, payload).map_err(|e| io_error("writing to", e))?;
     let (reply_kind, reply) = read_frame(&mut s, max_payload).map_err(|e| match e {
         FrameError::Io(io) => io_error("reading from", io),

@@ -247,15 +247,17 @@ impl HttpStore {
             .write_all(&req)
             .map_err(|e| fail(format!("sending: {e}")))?;
         let mut reader = BufReader::new(stream);
-        let head =
-            read_head(&mut reader)?.ok_or_else(|| fail("closed without an answer".into()))?;
+        let head = read_head(&mut reader)
+            .map_err(|e| e.timed_out_within(self.timeout))?
+            .ok_or_else(|| fail("closed without an answer".into()))?;
         let status: u16 = head
             .first_line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| bad(format!("bad HTTP status line {:?}", head.first_line)))?;
-        let body = read_body(&mut reader, &head, self.max_len, true)?;
+        let body = read_body(&mut reader, &head, self.max_len, true)
+            .map_err(|e| e.timed_out_within(self.timeout))?;
         Ok((status, body))
     }
 }

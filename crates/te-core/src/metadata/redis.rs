@@ -232,7 +232,7 @@ impl RedisStore {
             .get_mut()
             .write_all(&encode(args))
             .map_err(|e| self.fail(format!("sending: {e}")))?;
-        read_reply(&mut conn.reader, self.max_len)
+        read_reply(&mut conn.reader, self.max_len).map_err(|e| e.timed_out_within(self.timeout))
     }
 
     /// Runs one command, reconnecting once if the kept connection has gone bad.
