@@ -346,7 +346,8 @@ impl LaneCore {
                     // new connection the slices queued behind would fill its socket buffers and
                     // wait the timeout out again, one buffer-ful at a time. They fail now, and
                     // each retry costs one timeout however large the batch.
-                    self.fail_queued(st, &format!("{why}; not sent"), done);
+                    let not_sent = format!("{why}; not sent");
+                    self.fail_queued(st, || SliceError::Path(not_sent.clone()), done);
                 }
                 continue;
             }
@@ -386,10 +387,7 @@ impl LaneCore {
             "connecting from {} to {}:{}: {e}",
             self.peer.local_ip, self.peer.host, self.peer.port
         );
-        for op in st.queue.drain(..) {
-            self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
-            done.push((op, Err(connect_fault(e, msg.clone()))));
-        }
+        self.fail_queued(st, || connect_fault(e, msg.clone()), done);
     }
 
     /// Closes the lane's connection if it is idle (nothing queued, out or awaited, no submitting
@@ -418,11 +416,16 @@ impl LaneCore {
         }
     }
 
-    /// Fails every queued slice as a path error (`why`), to be retried as the engine decides.
-    fn fail_queued(&self, st: &mut LaneState, why: &str, done: &mut Done) {
+    /// Fails every queued slice with `error()`, to be retried as the engine decides.
+    pub(crate) fn fail_queued(
+        &self,
+        st: &mut LaneState,
+        error: impl Fn() -> SliceError,
+        done: &mut Done,
+    ) {
         for op in st.queue.drain(..) {
             self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
-            done.push((op, Err(SliceError::Path(why.to_string()))));
+            done.push((op, Err(error())));
         }
     }
 

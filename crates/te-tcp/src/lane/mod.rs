@@ -183,11 +183,8 @@ impl LaneCore {
         let mut done = Vec::new();
         {
             let mut st = self.lock();
-            let queued: Vec<SliceOp> = st.queue.drain(..).collect();
-            for op in queued {
-                self.queued_bytes.fetch_sub(op.len, Ordering::Relaxed);
-                done.push((op, Err(SliceError::Path("tcp transport shut down".into()))));
-            }
+            let shut = || SliceError::Path("tcp transport shut down".into());
+            self.fail_queued(&mut st, shut, &mut done);
             if !st.inline {
                 if let Some(c) = st.conn.take() {
                     c.fail_all(home, "tcp transport shut down", &mut done);
