@@ -102,35 +102,76 @@ fn compat_target() -> te_core::TransferEngine {
     engine_with(c)
 }
 
+/// A te target (the opt-in listener) with a 64 MiB region, and a Mooncake peer with 1 MiB of
+/// pattern `seed` and a batch's items for it: every block to or from that MiB (a WRITE leaves
+/// no byte of te's region zero), 16 times round te's region, 1 GiB, a batch that outlasts a
+/// slow kill.
+struct Streaming {
+    target: te_core::TransferEngine,
+    remote: std::sync::Arc<te_core::HostBuffer>,
+    te_name: String,
+    mooncake: MooncakePeer,
+    items: Vec<(u64, u64, usize)>,
+}
+
+const STREAM_BLOCKS: usize = 64;
+
+fn streaming(seed: u64) -> Streaming {
+    let target = compat_target();
+    let remote = buffer(STREAM_BLOCKS * MIB);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let te_name = target.segment_name().to_string();
+    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
+    let local = mooncake.alloc(MIB);
+    mooncake.put(local, &pattern(seed, MIB));
+    let items = (0..STREAM_BLOCKS * 16)
+        .map(|i| {
+            (
+                local,
+                remote.addr() + ((i % STREAM_BLOCKS) * MIB) as u64,
+                MIB,
+            )
+        })
+        .collect();
+    Streaming {
+        target,
+        remote,
+        te_name,
+        mooncake,
+        items,
+    }
+}
+
+/// Whether the first bytes of some block of `remote` were written within `within`.
+fn landed_within(remote: &te_core::HostBuffer, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        let landed = (0..STREAM_BLOCKS).any(|i| remote.to_vec(i * MIB, 64).unwrap() != [0u8; 64]);
+        if landed || Instant::now() >= deadline {
+            return landed;
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// A Mooncake initiator killed while its batch streams between its memory and a te target's
 /// (the opt-in listener), WRITEs or READs: te's connections end with it, so the region is free
 /// to unregister within seconds (no pin left behind), and the next Mooncake initiator writes
 /// and reads te's memory in full.
 fn initiator_killed_mid_batch(write: bool) {
-    let blocks = 64;
-    let target = compat_target();
-    let remote = buffer(blocks * MIB);
-    register(&target, &remote, Permission::RemoteReadWrite);
-    let te_name = target.segment_name().to_string();
-
-    let mut doomed = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
-    let local = doomed.alloc(MIB);
-    doomed.put(local, &pattern(71, MIB));
-    // Every block to or from the same MiB of Mooncake's (a WRITE leaves no byte of te's buffer
-    // zero), 16 times round te's buffer: 1 GiB, a batch that outlasts a slow kill.
-    let items: Vec<_> = (0..blocks * 16)
-        .map(|i| (local, remote.addr() + ((i % blocks) * MIB) as u64, MIB))
-        .collect();
-    let landed = || (0..blocks).any(|i| remote.to_vec(i * MIB, 64).unwrap() != vec![0u8; 64]);
+    let Streaming {
+        target,
+        remote,
+        te_name,
+        mooncake: doomed,
+        items,
+    } = streaming(71);
     let ended = doomed.batch_then_kill(write, &te_name, &items, || {
         // Killed once the first bytes are in te's memory (a WRITE), or some milliseconds into
         // the READs (a second at most either way).
-        let deadline = Instant::now() + Duration::from_secs(1);
         match write {
             true => {
-                while !landed() && Instant::now() < deadline {
-                    std::thread::yield_now();
-                }
+                let _ = landed_within(&remote, Duration::from_secs(1));
             }
             false => std::thread::sleep(Duration::from_millis(30)),
         }
@@ -184,28 +225,21 @@ fn a_mooncake_initiator_killed_mid_read_leaves_no_pin_and_te_goes_on() {
 /// error, never success, for a batch te did not finish.
 #[test]
 fn a_te_target_shut_down_mid_batch_fails_the_mooncake_call() {
-    let blocks = 64;
-    let target = compat_target();
-    let remote = buffer(blocks * MIB);
-    register(&target, &remote, Permission::RemoteReadWrite);
-    let te_name = target.segment_name().to_string();
-
-    let mut mooncake = MooncakePeer::start("127.0.0.1", "P2PHANDSHAKE", &[]);
-    let local = mooncake.alloc(MIB);
-    mooncake.put(local, &pattern(81, MIB));
-    // 1 GiB: 16 rounds over te's 64 MiB, a batch that lasts.
-    let items: Vec<_> = (0..blocks * 16)
-        .map(|i| (local, remote.addr() + ((i % blocks) * MIB) as u64, MIB))
-        .collect();
+    let Streaming {
+        target,
+        remote,
+        te_name,
+        mut mooncake,
+        items,
+    } = streaming(81);
     let caller = std::thread::spawn(move || {
         let rc = mooncake.batch(true, &te_name, &items);
         (rc, mooncake)
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while remote.to_vec(0, 64).unwrap() == vec![0u8; 64] && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    assert!(Instant::now() < deadline, "no byte from Mooncake arrived");
+    assert!(
+        landed_within(&remote, Duration::from_secs(10)),
+        "no byte from Mooncake arrived"
+    );
     drop(target);
 
     let (rc, _mooncake) = caller.join().expect("the Mooncake call returns");

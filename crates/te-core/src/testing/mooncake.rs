@@ -219,12 +219,7 @@ impl MooncakePeer {
 
     /// `batch_transfer_sync_{write,read}` of `(local, remote, len)` triples: the return code.
     pub fn batch(&mut self, write: bool, target: &str, items: &[(u64, u64, usize)]) -> i64 {
-        let r = self.call(json!({
-            "op": "batch", "opcode": if write { "write" } else { "read" }, "target": target,
-            "locals": items.iter().map(|i| i.0).collect::<Vec<_>>(),
-            "remotes": items.iter().map(|i| i.1).collect::<Vec<_>>(),
-            "lens": items.iter().map(|i| i.2).collect::<Vec<_>>(),
-        }));
+        let r = self.call(batch_request(write, target, items));
         r["rc"].as_i64().unwrap_or(i64::MIN)
     }
 
@@ -239,18 +234,12 @@ impl MooncakePeer {
         items: &[(u64, u64, usize)],
         meanwhile: impl FnOnce(),
     ) -> Option<i64> {
-        let request = json!({
-            "op": "batch", "opcode": if write { "write" } else { "read" }, "target": target,
-            "locals": items.iter().map(|i| i.0).collect::<Vec<_>>(),
-            "remotes": items.iter().map(|i| i.1).collect::<Vec<_>>(),
-            "lens": items.iter().map(|i| i.2).collect::<Vec<_>>(),
-        });
+        let request = batch_request(write, target, items);
         writeln!(self.stdin, "{request}")
             .and_then(|()| self.stdin.flush())
             .unwrap_or_else(|e| panic!("the Mooncake peer died: {e}\n{}", self.log()));
         meanwhile();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.end();
         // A reply written before the kill is still in the pipe; otherwise the pipe is at its end.
         let mut line = String::new();
         match self.stdout.read_line(&mut line) {
@@ -268,6 +257,11 @@ impl MooncakePeer {
 
     /// Kills the peer's process at once (SIGKILL), as a crash would end it.
     pub fn kill(mut self) {
+        self.end();
+    }
+
+    /// SIGKILL, and the process reaped.
+    fn end(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -314,6 +308,16 @@ impl MooncakePeer {
     }
 }
 
+/// The peer's request for `batch_transfer_sync_{write,read}` of `(local, remote, len)` items.
+fn batch_request(write: bool, target: &str, items: &[(u64, u64, usize)]) -> Value {
+    json!({
+        "op": "batch", "opcode": if write { "write" } else { "read" }, "target": target,
+        "locals": items.iter().map(|i| i.0).collect::<Vec<_>>(),
+        "remotes": items.iter().map(|i| i.1).collect::<Vec<_>>(),
+        "lens": items.iter().map(|i| i.2).collect::<Vec<_>>(),
+    })
+}
+
 impl Drop for MooncakePeer {
     fn drop(&mut self) {
         let _ = writeln!(self.stdin, "{{\"op\":\"quit\"}}");
@@ -325,8 +329,7 @@ impl Drop for MooncakePeer {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.end();
         let _ = std::fs::remove_file(&self.log);
     }
 }
