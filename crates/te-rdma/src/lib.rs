@@ -28,9 +28,11 @@
 
 #![deny(unsafe_code)]
 
+mod connect;
 pub mod failover;
 mod handshake;
 mod mooncake;
+mod refusals;
 pub mod route;
 pub mod verbs;
 mod worker;
@@ -40,17 +42,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use handshake::{Handshake, MAX_QPS_PER_EP, Request, check_shape, hex, parse_request};
+use handshake::{Handshake, MAX_QPS_PER_EP, Request, check_shape, parse_request};
 use serde_json::json;
 use te_core::Config;
-use te_core::control::frame::FrameType;
-use te_core::control::{self, ControlState};
+use te_core::control::ControlState;
 use te_core::endpoints::EndpointStore;
 use te_core::memory::Region;
 use te_core::segment::{DeviceDesc, RemoteSegment, SegmentDesc, SegmentSecret};
-use te_core::transport::{
-    Capabilities, CompletionSink, InstallContext, Rejection, SliceError, SliceOp, Transport,
-};
+use te_core::transport::{Capabilities, CompletionSink, InstallContext, SliceOp, Transport};
 use tracing::{debug, error, info, warn};
 use verbs::{DeviceEvent, Endpoint, Mr, Nic, QpInfo, VerbsOptions};
 
@@ -175,6 +174,8 @@ struct State {
     stop: AtomicBool,
     /// Devices and remote devices paused after errors.
     pauses: Mutex<failover::Pauses>,
+    /// Endpoint set-ups that failed, so the slices behind one do not each try again.
+    refusals: Mutex<refusals::Refusals<RemoteSegment>>,
 }
 
 /// The RDMA transport.
@@ -324,99 +325,6 @@ impl State {
         .unwrap_or_default()
     }
 
-    /// The endpoint from device `nic`'s lane `lane` to remote device `rdev` of `target`,
-    /// connecting on first use.
-    fn endpoint(
-        &self,
-        nic: usize,
-        rdev: usize,
-        lane: usize,
-        target: &RemoteSegment,
-    ) -> Result<Group, SliceError> {
-        if target.desc().is_mooncake() {
-            return self.mooncake_endpoint(nic, rdev, target);
-        }
-        let key = (target.id(), nic, rdev, lane);
-        if let Some(group) = self
-            .endpoints
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(group.clone());
-        }
-        let remote_dev = &target.desc().devices[rdev].name;
-        let count = (self.config.num_qp_per_ep as usize).clamp(1, MAX_QPS_PER_EP);
-        let group = (0..count)
-            .map(|_| self.nics[nic].endpoint_on(lane))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(SliceError::LocalPath)?;
-        let infos: Vec<QpInfo> = group.iter().map(Endpoint::info).collect();
-        let req = Handshake {
-            local_nic_path: format!("{}@{}", self.local_name, self.nics[nic].name),
-            peer_nic_path: format!("{}@{remote_dev}", target.name()),
-            qp_num: infos.iter().map(|q| q.qp_num).collect(),
-            reply_msg: String::new(),
-            te_qps: infos,
-            te_secret: Some(hex(&target.secret().to_bytes())),
-            te_lane: lane as u32,
-            ..Handshake::default()
-        };
-        let reply = self.handshake(target, &req, self.control.cluster_key.as_deref())?;
-        let remote = match (reply.reply_msg.is_empty(), reply.te_qps) {
-            (true, qps) if qps.len() == group.len() => qps,
-            _ if reply.reply_msg.contains("secret") => {
-                return Err(SliceError::Rejected(Rejection::BadSecret));
-            }
-            _ => {
-                return Err(SliceError::Path(format!(
-                    "RDMA handshake refused: {}",
-                    reply.reply_msg
-                )));
-            }
-        };
-        for (ep, r) in group.iter().zip(&remote) {
-            // Connecting is local work (the route from this device, the QP's transitions): a
-            // failure here blames this device.
-            ep.connect(r).map_err(SliceError::LocalPath)?;
-        }
-        let group: Group = Arc::new(group.into_iter().map(Arc::new).collect());
-        let evicted = self
-            .endpoints
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, group.clone());
-        // Slices in flight on an evicted endpoint keep its queue pairs until they complete.
-        if !evicted.is_empty() {
-            debug!(evicted = evicted.len(), "RDMA endpoints evicted");
-        }
-        info!(target = target.name(), local = %self.nics[nic].name, remote = %remote_dev, qps = group.len(), "RDMA endpoint connected");
-        Ok(group)
-    }
-
-    /// Sends handshake `req` to `target`'s control listener (authenticated with `key` when
-    /// given) and decodes the reply; connection and decoding failures are path errors.
-    fn handshake(
-        &self,
-        target: &RemoteSegment,
-        req: &Handshake,
-        key: Option<&control::auth::ClusterKey>,
-    ) -> Result<Handshake, SliceError> {
-        let payload = serde_json::to_vec(req).map_err(|e| SliceError::Path(e.to_string()))?;
-        let reply = control::request(
-            target.host(),
-            target.rpc_port(),
-            FrameType::Connection,
-            &payload,
-            self.config.handshake_connect_timeout,
-            self.config.handshake_max_length,
-            key,
-        )
-        .map_err(|e| SliceError::Path(format!("RDMA handshake with {}: {e}", target.name())))?;
-        serde_json::from_slice(&reply)
-            .map_err(|e| SliceError::Path(format!("RDMA handshake reply: {e}")))
-    }
-
     fn pause_remote(&self, segment: u64, dev: usize) {
         warn!(segment, dev, "pausing a remote RDMA device after an error");
         self.pauses
@@ -431,25 +339,6 @@ impl State {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pause_local(nic, std::time::Instant::now());
-    }
-
-    /// Drops the endpoint from device `nic`'s lane `lane` to `target`'s device `rdev` (its QPs
-    /// are in error, or were refused): the next slice reconnects.
-    fn forget(&self, target: &RemoteSegment, nic: usize, rdev: usize, lane: usize) {
-        if target.desc().is_mooncake() {
-            if let Some(dev) = target.desc().devices.get(rdev) {
-                let key = mooncake::key(&format!("{}@{}", target.name(), dev.name), nic);
-                self.passive
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key);
-            }
-            return;
-        }
-        self.endpoints
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(target.id(), nic, rdev, lane));
     }
 }
 
@@ -566,6 +455,7 @@ impl Transport for RdmaTransport {
             secret: ctx.secret,
             control: ctx.control.clone(),
             pauses: Mutex::new(failover::Pauses::new(nics_len, ctx.config.rail_pause)),
+            refusals: Mutex::default(),
             config: ctx.config,
             stop: AtomicBool::new(false),
         });

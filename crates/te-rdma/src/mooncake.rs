@@ -93,10 +93,26 @@ impl State {
         Ok(Arc::new(group))
     }
 
-    /// The endpoint to Mooncake target `target`'s device `rdev` from device `nic`: the QP set
-    /// that peer already shares with us (made by its handshake or ours), or a new one made by a
-    /// handshake in Mooncake's dialect. Always on lane 0: one QP set per (device, peer path).
-    pub(crate) fn mooncake_endpoint(
+    /// The QP set Mooncake target `target`'s device `rdev` already shares with device `nic`
+    /// (made by its handshake or ours), if any. Always on lane 0: one QP set per (device, peer
+    /// path).
+    pub(crate) fn mooncake_cached(
+        &self,
+        nic: usize,
+        rdev: usize,
+        target: &RemoteSegment,
+    ) -> Option<Group> {
+        let remote_dev = &target.desc().devices.get(rdev)?.name;
+        self.passive
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key(&format!("{}@{remote_dev}", target.name()), nic))
+            .cloned()
+    }
+
+    /// A new QP set to Mooncake target `target`'s device `rdev` from device `nic`, made by a
+    /// handshake in Mooncake's dialect.
+    pub(crate) fn mooncake_connect(
         &self,
         nic: usize,
         rdev: usize,
@@ -105,14 +121,6 @@ impl State {
         let remote_dev = &target.desc().devices[rdev].name;
         let peer_path = format!("{}@{remote_dev}", target.name());
         let key = key(&peer_path, nic);
-        if let Some(group) = self
-            .passive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(group.clone());
-        }
         let count = (self.config.num_qp_per_ep as usize).clamp(1, MAX_QPS_PER_EP);
         let mine = (0..count)
             .map(|_| self.nics[nic].endpoint_with(0, Some(0)))

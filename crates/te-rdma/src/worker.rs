@@ -103,18 +103,10 @@ fn start(
             _ => return Err((op, SliceError::Rejected(Rejection::Malformed))),
         }
     }
-    let group = match state.endpoint(nic, rdev, lane, &op.target) {
+    // A failed set-up pauses what it blames itself (once, not per slice behind it).
+    let group = match state.endpoint(nic, rdev, lane, &op.target, op.token.attempt()) {
         Ok(g) => g,
-        Err(e) => {
-            match &e {
-                // The handshake failed: the remote device (or its owner) is suspect.
-                SliceError::Path(_) => state.pause_remote(op.target.id(), rdev),
-                // This device could not make or connect a QP (a port down, no route from it).
-                SliceError::LocalPath(_) => state.pause_local(nic),
-                _ => {}
-            }
-            return Err((op, e));
-        }
+        Err(e) => return Err((op, e)),
     };
     // Queue pairs in turn: each keeps its own order, together they fill the device. The
     // pieces of one slice share a queue pair.
