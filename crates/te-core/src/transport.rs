@@ -150,6 +150,8 @@ pub struct InstallContext {
     pub local_name: String,
     /// The address the engine's listeners bind to.
     pub bind_ip: std::net::IpAddr,
+    /// The control listener's address (its IP unspecified when it listens on every address).
+    pub control_addr: std::net::SocketAddr,
     /// The local region table (checked by targets on every request).
     pub regions: Arc<RegionTable>,
     /// The local segment's secret (requests must carry it).
