@@ -109,6 +109,7 @@ impl State {
             te_qps: infos,
             te_secret: Some(hex(&target.secret().to_bytes())),
             te_lane: lane as u32,
+            te_control: Some(self.control_addr.to_string()),
             ..Handshake::default()
         };
         let reply = self.handshake(target, &req, self.control.cluster_key.as_deref())?;

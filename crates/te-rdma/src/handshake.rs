@@ -37,6 +37,10 @@ pub(crate) struct Handshake {
     /// its own.
     #[serde(default)]
     pub(crate) te_lane: u32,
+    /// te: the initiator's control listener (`ip:port`, the IP unspecified when it listens on
+    /// every address), which the target dials to learn that the initiator is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) te_control: Option<String>,
 }
 
 /// Queue pairs one handshake may ask for.
@@ -58,6 +62,9 @@ pub(crate) fn parse_request(payload: &[u8]) -> Result<Request, &'static str> {
     let req = serde_json::from_slice::<Handshake>(payload).map_err(|_| "malformed handshake")?;
     if req.local_nic_path.len() > MAX_FIELD || req.peer_nic_path.len() > MAX_FIELD {
         return Err("NIC path too long");
+    }
+    if req.te_control.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
+        return Err("control address too long");
     }
     if req.te_secret.is_none() && req.te_qps.is_empty() {
         let qps = mooncake_qps(&req)?;
@@ -181,6 +188,26 @@ mod tests {
         ] {
             assert!(parse_request(bad.as_bytes()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn te_requests_carry_the_initiators_control_address_bounded() {
+        let req = |control: &str| {
+            format!(
+                r#"{{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","te_qps":[{{"qp_num":5,"psn":1,"gid":"::1","lid":0}}],"te_secret":"000102030405060708090a0b0c0d0e0f","te_control":"{control}"}}"#
+            )
+        };
+        let Ok(Request::Te(h, _)) = parse_request(req("198.18.0.1:16001").as_bytes()) else {
+            panic!("a te request")
+        };
+        assert_eq!(h.te_control.as_deref(), Some("198.18.0.1:16001"));
+        assert_eq!(
+            parse_request(req(&"9".repeat(MAX_FIELD + 1)).as_bytes()).err(),
+            Some("control address too long")
+        );
+        // Older te peers send none; replies carry none.
+        let json = serde_json::to_value(Handshake::default()).unwrap();
+        assert!(json.get("te_control").is_none());
     }
 
     /// Fuzz target (`cargo xtask fuzz rdma-handshake --secs N`): the handshake decoder refuses

@@ -31,6 +31,7 @@
 mod connect;
 pub mod failover;
 mod handshake;
+pub mod liveness;
 mod mooncake;
 mod refusals;
 pub mod route;
@@ -62,6 +63,9 @@ pub struct RdmaOptions {
     pub verbs: VerbsOptions,
     /// Largest memory region (`MC_MAX_MR_SIZE`); larger regions register in pieces.
     pub max_mr_size: u64,
+    /// How often a target dials the initiators it keeps queue pairs for, to let go of those
+    /// that are gone (`MC_TE_RDMA_PEER_SWEEP_SECS`, default 30; [`liveness`]).
+    pub peer_sweep: Duration,
 }
 
 impl Default for RdmaOptions {
@@ -71,13 +75,15 @@ impl Default for RdmaOptions {
             verbs: VerbsOptions::default(),
             // Mooncake's default: 1 TiB.
             max_mr_size: 1 << 40,
+            peer_sweep: Duration::from_secs(30),
         }
     }
 }
 
 impl RdmaOptions {
     /// Defaults overridden by `MC_IB_PORT`, `MC_GID_INDEX`, `MC_MAX_WR`, `MC_IB_SL`, `MC_IB_TC`,
-    /// `MC_MTU`, `MC_NUM_CQ_PER_CTX`, `MC_MAX_MR_SIZE` and te's `MC_IB_TIMEOUT`.
+    /// `MC_MTU`, `MC_NUM_CQ_PER_CTX`, `MC_MAX_MR_SIZE` and te's `MC_IB_TIMEOUT` and
+    /// `MC_TE_RDMA_PEER_SWEEP_SECS`.
     ///
     /// # Errors
     /// [`te_core::Error::InvalidConfig`] naming a bad variable.
@@ -118,6 +124,9 @@ impl RdmaOptions {
         }
         if let Some(m) = num("MC_MAX_MR_SIZE", 4096, u64::MAX)? {
             o.max_mr_size = m;
+        }
+        if let Some(s) = num("MC_TE_RDMA_PEER_SWEEP_SECS", 1, 86_400)? {
+            o.peer_sweep = Duration::from_secs(s);
         }
         Ok(o)
     }
@@ -176,6 +185,10 @@ struct State {
     pauses: Mutex<failover::Pauses>,
     /// Endpoint set-ups that failed, so the slices behind one do not each try again.
     refusals: Mutex<refusals::Refusals<RemoteSegment>>,
+    /// This engine's control listener, which te's handshakes name (`te_control`).
+    control_addr: std::net::SocketAddr,
+    /// The initiators behind the passive groups of te peers, dialled by the sweep.
+    initiators: Mutex<liveness::Initiators>,
 }
 
 /// The RDMA transport.
@@ -306,11 +319,33 @@ impl State {
             "{}>{}#{}",
             req.local_nic_path, req.peer_nic_path, req.te_lane
         );
-        let _evicted = self
+        let evicted = self
             .passive
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Arc::new(group));
+            .insert(key.clone(), Arc::new(group));
+        // The initiator's control address, its IP taken from the connection when it listens
+        // on every address.
+        let control = req
+            .te_control
+            .as_deref()
+            .and_then(|c| c.parse::<std::net::SocketAddr>().ok())
+            .map(|mut a| {
+                if let Some(p) = peer.filter(|_| a.ip().is_unspecified()) {
+                    a.set_ip(p.ip());
+                }
+                a
+            });
+        {
+            let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
+            for (k, _) in &evicted {
+                initiators.remove(k);
+            }
+            match control {
+                Some(addr) => initiators.insert(key, addr),
+                None => initiators.remove(&key),
+            }
+        }
         debug!(peer = %req.local_nic_path, qps = infos.len(), "accepted an RDMA endpoint");
         serde_json::to_vec(&Handshake {
             local_nic_path: req.peer_nic_path,
@@ -353,6 +388,49 @@ fn filtered(devices: Vec<String>, filter: &te_topology::NicFilter) -> Vec<String
         .into_iter()
         .filter(|d| !filter.deny.contains(d) && allow.is_none_or(|a| a.contains(d)))
         .collect()
+}
+
+/// Every `every`, dials the control address of each te initiator the target keeps queue
+/// pairs for, and drops the groups of those that are gone ([`liveness`]); returns once the
+/// transport shuts down.
+fn sweep_initiators(state: &std::sync::Weak<State>, every: Duration) {
+    const DIAL: Duration = Duration::from_secs(2);
+    let mut last = std::time::Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100).min(every));
+        let Some(s) = state.upgrade() else { return };
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if last.elapsed() < every {
+            continue;
+        }
+        last = std::time::Instant::now();
+        let addrs = s
+            .initiators
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .addresses();
+        for addr in addrs {
+            let probe = match std::net::TcpStream::connect_timeout(&addr, DIAL) {
+                Ok(_) => liveness::Probe::Alive,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    liveness::Probe::Refused
+                }
+                Err(_) => liveness::Probe::Silent,
+            };
+            let gone = s
+                .initiators
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .observe(addr, probe);
+            if !gone.is_empty() {
+                let mut passive = s.passive.lock().unwrap_or_else(|e| e.into_inner());
+                gone.iter().for_each(|k| drop(passive.remove(k)));
+                info!(initiator = %addr, groups = gone.len(), "dropped the queue pairs of an initiator that is gone");
+            }
+        }
+    }
 }
 
 /// Reads device `nic`'s async events until shutdown: a port down or a fatal error marks it
@@ -456,6 +534,8 @@ impl Transport for RdmaTransport {
             control: ctx.control.clone(),
             pauses: Mutex::new(failover::Pauses::new(nics_len, ctx.config.rail_pause)),
             refusals: Mutex::default(),
+            control_addr: ctx.control_addr,
+            initiators: Mutex::default(),
             config: ctx.config,
             stop: AtomicBool::new(false),
         });
@@ -480,6 +560,11 @@ impl Transport for RdmaTransport {
                 .spawn(move || watch_events(s, i))
                 .map_err(|e| fail(format!("spawning an event reader: {e}")))?;
         }
+        let (s, every) = (Arc::downgrade(&state), self.options.peer_sweep);
+        std::thread::Builder::new()
+            .name("te-rdma-sweep".into())
+            .spawn(move || sweep_initiators(&s, every))
+            .map_err(|e| fail(format!("spawning the initiator sweep: {e}")))?;
         info!(devices = ?names, lanes = verbs.lanes, "rdma transport installed");
         self.state
             .set(state)

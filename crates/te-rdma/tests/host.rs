@@ -39,6 +39,7 @@ fn environment_settings_are_checked() {
         ("MC_IB_TIMEOUT", "19"),
         ("MC_MAX_WR", "64"),
         ("MC_GID_INDEX", "3"),
+        ("MC_TE_RDMA_PEER_SWEEP_SECS", "7"),
     ];
     let child = |extra: Option<(&str, &str)>| {
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
@@ -71,6 +72,8 @@ fn environment_settings_are_checked() {
         String::from_utf8_lossy(&bad.stderr)
     );
     assert!(said.contains("MC_IB_TIMEOUT"), "{said}");
+    let bad = child(Some(("MC_TE_RDMA_PEER_SWEEP_SECS", "0")));
+    assert!(!bad.status.success(), "a sweep every 0 s is refused");
 }
 
 #[test]
@@ -79,4 +82,5 @@ fn child_reads_the_environment() {
     let o = RdmaOptions::from_env().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((o.verbs.port, o.verbs.timeout, o.verbs.max_wr), (2, 19, 64));
     assert_eq!(o.verbs.gid_index, Some(3));
+    assert_eq!(o.peer_sweep, std::time::Duration::from_secs(7));
 }
