@@ -602,3 +602,110 @@ fn a_killed_target_fails_the_batch_and_a_restarted_one_serves_again() {
     peer.kill().unwrap();
     peer.wait().unwrap();
 }
+
+/// Queue pairs open on `device` (all processes), as the kernel's `rdma resource` shows them.
+fn queue_pairs(device: &str) -> usize {
+    let out = std::process::Command::new("rdma")
+        .args(["resource", "show"])
+        .output()
+        .expect("rdma (iproute2) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains(&format!(" {device}: ")))
+        .unwrap_or_else(|| panic!("no {device} in {text}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "qp").expect("a qp count");
+    words[at + 1].parse().expect("a number")
+}
+
+#[test]
+#[ignore = "helper: started by a_target_lets_go_of_the_queue_pairs_of_an_initiator_that_is_gone"]
+fn child_rdma_initiator() {
+    let Ok(target) = std::env::var("TE_CHILD_RDMA_INITIATOR") else {
+        return;
+    };
+    let (name, remote) = target.split_once(',').unwrap();
+    let init = engine("rxe1");
+    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    local.write_at(0, &pattern(51, 1 << 20)).unwrap();
+    init.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = init.open_segment(name).unwrap();
+    let w = TransferRequest {
+        opcode: Opcode::Write,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: remote.parse().unwrap(),
+        length: 1 << 20,
+    };
+    assert_eq!(run(&init, w), (TransferState::Completed, None));
+    println!("READY written");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn a_target_lets_go_of_the_queue_pairs_of_an_initiator_that_is_gone() {
+    let mut c = Config::default();
+    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+    let target = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
+    let mut o = options("rxe0");
+    o.peer_sweep = Duration::from_secs(1);
+    target
+        .install_transport(Arc::new(RdmaTransport::new(o)))
+        .unwrap();
+    let tbuf = Arc::new(HostBuffer::new(2 << 20).unwrap());
+    target
+        .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let before = queue_pairs("rxe0");
+    // An initiator that stays: its queue pairs on the target must stay too.
+    let live = engine("rxe1");
+    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    local.write_at(0, &pattern(52, 1 << 20)).unwrap();
+    live.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = live.open_segment(target.segment_name()).unwrap();
+    let w = TransferRequest {
+        opcode: Opcode::Write,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: tbuf.addr() + (1 << 20),
+        length: 1 << 20,
+    };
+    assert_eq!(run(&live, w), (TransferState::Completed, None));
+    let with_live = queue_pairs("rxe0");
+    assert!(with_live > before, "the live initiator's queue pairs");
+
+    // An initiator process writes, then is killed: the target lets its queue pairs go.
+    let (mut child, _) = te_core::testing::spawn_ready(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(te_core::testing::self_test_args("child_rdma_initiator"))
+            .env(
+                "TE_CHILD_RDMA_INITIATOR",
+                format!("{},{}", target.segment_name(), tbuf.addr()),
+            ),
+    );
+    assert!(
+        tbuf.to_vec(0, 1 << 20).unwrap() == pattern(51, 1 << 20),
+        "the initiator process wrote"
+    );
+    assert!(
+        queue_pairs("rxe0") > with_live,
+        "its queue pairs on the target"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        eventually(|| queue_pairs("rxe0") == with_live),
+        "the gone initiator's queue pairs are destroyed: {} open, {with_live} expected",
+        queue_pairs("rxe0")
+    );
+    // Sweeps later the live initiator keeps its queue pairs, and they still carry its WRITEs.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(queue_pairs("rxe0"), with_live, "the live initiator's stay");
+    local.write_at(0, &pattern(53, 1 << 20)).unwrap();
+    assert_eq!(run(&live, w), (TransferState::Completed, None));
+    assert!(tbuf.to_vec(1 << 20, 1 << 20).unwrap() == pattern(53, 1 << 20));
+}
