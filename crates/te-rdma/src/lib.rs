@@ -324,18 +324,7 @@ impl State {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key.clone(), Arc::new(group));
-        // The initiator's control address, its IP taken from the connection when it listens
-        // on every address.
-        let control = req
-            .te_control
-            .as_deref()
-            .and_then(|c| c.parse::<std::net::SocketAddr>().ok())
-            .map(|mut a| {
-                if let Some(p) = peer.filter(|_| a.ip().is_unspecified()) {
-                    a.set_ip(p.ip());
-                }
-                a
-            });
+        let control = liveness::control_address(req.te_control.as_deref(), peer);
         {
             let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
             for (k, _) in &evicted {

@@ -24,6 +24,17 @@ pub const REFUSED_LIMIT: u32 = 2;
 /// Unanswered dials in a row after which an initiator counts as gone.
 pub const SILENT_LIMIT: u32 = 4;
 
+/// The address to dial for an initiator that announced `announced` over a handshake that
+/// came from `peer`: the announced port on the connection's IP. An announced IP must be that
+/// IP (or unspecified, for a listener on every address), so a handshake cannot send the
+/// sweep to dial someone else; anything else, or no peer address, is not dialled.
+pub fn control_address(announced: Option<&str>, peer: Option<SocketAddr>) -> Option<SocketAddr> {
+    let announced: SocketAddr = announced?.parse().ok()?;
+    let from = peer?.ip().to_canonical();
+    let ip = announced.ip().to_canonical();
+    (ip.is_unspecified() || ip == from).then(|| SocketAddr::new(from, announced.port()))
+}
+
 /// What dialling an initiator's control address found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Probe {
@@ -161,6 +172,33 @@ mod tests {
         }
         assert_eq!(i.observe(addr(1), Probe::Silent), ["a#0"]);
         assert!(i.is_empty());
+    }
+
+    #[test]
+    fn only_the_handshakes_own_host_is_dialled() {
+        let peer = Some(SocketAddr::from(([198, 18, 0, 1], 40_000)));
+        assert_eq!(
+            control_address(Some("198.18.0.1:16001"), peer),
+            Some(addr(16001))
+        );
+        assert_eq!(
+            control_address(Some("0.0.0.0:16001"), peer),
+            Some(addr(16001)),
+            "a listener on every address: the connection's IP"
+        );
+        let mapped = Some("[::ffff:198.18.0.1]:40000".parse().unwrap());
+        assert_eq!(
+            control_address(Some("198.18.0.1:16001"), mapped),
+            Some(addr(16001))
+        );
+        assert_eq!(
+            control_address(Some("10.0.0.9:16001"), peer),
+            None,
+            "another host is never dialled"
+        );
+        assert_eq!(control_address(Some("not an address"), peer), None);
+        assert_eq!(control_address(None, peer), None);
+        assert_eq!(control_address(Some("198.18.0.1:16001"), None), None);
     }
 
     #[test]
