@@ -401,6 +401,9 @@ fn sweep_initiators(state: &std::sync::Weak<State>, every: Duration) {
             .unwrap_or_else(|e| e.into_inner())
             .addresses();
         for addr in addrs {
+            if s.stop.load(Ordering::Acquire) {
+                return;
+            }
             let probe = match std::net::TcpStream::connect_timeout(&addr, DIAL) {
                 Ok(_) => liveness::Probe::Alive,
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
