@@ -493,10 +493,7 @@ fn rdma_target(name: &str) -> (std::process::Child, u64) {
 #[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
 fn a_killed_target_fails_the_batch_and_a_restarted_one_serves_again() {
     // The target restarts on the same control port: one below the ephemeral range.
-    let port = (0..1000u32)
-        .map(|i| 20000 + ((std::process::id() + i * 7919) % 12000) as u16)
-        .find(|p| std::net::TcpListener::bind(("198.18.0.1", *p)).is_ok())
-        .expect("a free port in 20000..32000");
+    let port = te_core::testing::services::free_port_on("198.18.0.1");
     let name = format!("198.18.0.1:{port}");
     let (mut peer, remote) = rdma_target(&name);
     let mut c = Config::default();

@@ -131,10 +131,7 @@ fn idle_target(name: &str) -> (std::process::Child, u64) {
 fn a_killed_peer_fails_fast_and_a_restarted_one_serves_again() {
     // The peer restarts on the same port later: take one below the kernel's ephemeral range
     // (32768 and up), so no outgoing connection of a parallel test can hold it meanwhile.
-    let port = (0..1000u32)
-        .map(|i| 20000 + ((std::process::id() + i * 7919) % 12000) as u16)
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        .expect("a free port in 20000..32000");
+    let port = te_core::testing::services::free_port();
     let name = format!("127.0.0.1:{port}");
     let (mut peer, remote) = idle_target(&name);
     let mut cfg = config();

@@ -75,12 +75,21 @@ pub fn exit_within(child: &mut Child, within: Duration) -> std::process::ExitSta
     }
 }
 
-/// A port nobody listens on right now, below the kernel's ephemeral range (32768 and up), so a
-/// server restarted on it cannot find it taken by some test's outgoing connection.
+/// A port nobody listens on right now on 127.0.0.1, below the kernel's ephemeral range (32768
+/// and up), so a server restarted on it cannot find it taken by some test's outgoing
+/// connection.
 ///
 /// # Panics
 /// When no port in 20000..32000 can be bound (a test helper).
 pub fn free_port() -> u16 {
+    free_port_on("127.0.0.1")
+}
+
+/// [`free_port`] on address `ip` (a namespace's or a guest's address).
+///
+/// # Panics
+/// When no port in 20000..32000 can be bound there (a test helper).
+pub fn free_port_on(ip: &str) -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     (0..12000)
@@ -88,7 +97,7 @@ pub fn free_port() -> u16 {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             20000 + ((std::process::id().wrapping_mul(7919) + n * 104_729) % 12000) as u16
         })
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .find(|p| std::net::TcpListener::bind((ip, *p)).is_ok())
         .expect("a free port in 20000..32000")
 }
 
