@@ -171,8 +171,8 @@ impl State {
     /// are in error, or were refused): the next slice reconnects.
     pub(crate) fn forget(&self, target: &RemoteSegment, nic: usize, rdev: usize, lane: usize) {
         if target.desc().is_mooncake() {
-            if let Some(dev) = target.desc().devices.get(rdev) {
-                let key = mooncake::key(&format!("{}@{}", target.name(), dev.name), nic);
+            if let Some(path) = mooncake::nic_path(target, rdev) {
+                let key = mooncake::key(&path, nic);
                 self.passive
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())

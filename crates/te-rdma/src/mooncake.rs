@@ -24,6 +24,13 @@ pub(crate) fn key(peer_nic_path: &str, nic: usize) -> String {
     format!("mooncake|{peer_nic_path}|{nic}")
 }
 
+/// `target`'s NIC path for its device `rdev` (`name@device`, as handshakes of both dialects
+/// name it), if the descriptor lists that device.
+pub(crate) fn nic_path(target: &RemoteSegment, rdev: usize) -> Option<String> {
+    let dev = target.desc().devices.get(rdev)?;
+    Some(format!("{}@{}", target.name(), dev.name))
+}
+
 /// The priority matrix Mooncake peers read: Mooncake picks a device by the place its name first
 /// takes in the matrix and uses that place to index `devices[]` and each buffer's `rkey[]`, so
 /// every location (of the engine's matrix and of every buffer) lists every device, in
@@ -102,11 +109,11 @@ impl State {
         rdev: usize,
         target: &RemoteSegment,
     ) -> Option<Group> {
-        let remote_dev = &target.desc().devices.get(rdev)?.name;
+        let key = key(&nic_path(target, rdev)?, nic);
         self.passive
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key(&format!("{}@{remote_dev}", target.name()), nic))
+            .get(&key)
             .cloned()
     }
 
