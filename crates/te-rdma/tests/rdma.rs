@@ -37,10 +37,20 @@ fn engine(device: &str) -> TransferEngine {
 }
 
 fn engine_with(device: &str) -> (TransferEngine, Arc<RdmaTransport>) {
+    engine_from(config(), "198.18.0.1", options(device))
+}
+
+/// The engines' configuration: listeners on eth0's address in the guest.
+fn config() -> Config {
     let mut c = Config::default();
     c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
-    let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
-    let t = Arc::new(RdmaTransport::new(options(device)));
+    c
+}
+
+/// An engine from `c` serving as `name`, with an RDMA transport of options `o`.
+fn engine_from(c: Config, name: &str, o: RdmaOptions) -> (TransferEngine, Arc<RdmaTransport>) {
+    let e = TransferEngine::init(c, "P2PHANDSHAKE", name).unwrap();
+    let t = Arc::new(RdmaTransport::new(o));
     e.install_transport(t.clone()).unwrap();
     (e, t)
 }
@@ -251,16 +261,13 @@ fn a_device_taken_down_mid_transfer_fails_over() {
     // rxe1) and keeps eth0 (rxe0) for when eth1 is not usable.
     let topo = std::env::temp_dir().join(format!("te-failover-topo-{}.json", std::process::id()));
     std::fs::write(&topo, r#"{"*": [["eth1"], ["eth0"]]}"#).unwrap();
-    let mut c = Config::default();
-    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+    let mut c = config();
     c.rails = Some(vec!["eth1".into(), "eth0".into()]);
     c.custom_topo_json = Some(topo.display().to_string());
-    let init = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
-    let _ = std::fs::remove_file(&topo);
     let mut o = options("rxe1");
     o.devices = Some(vec!["rxe1".into(), "rxe0".into()]);
-    let transport = Arc::new(RdmaTransport::new(o));
-    init.install_transport(transport.clone()).unwrap();
+    let (init, transport) = engine_from(c, "198.18.0.1", o);
+    let _ = std::fs::remove_file(&topo);
     assert_eq!(transport.active_devices(), ["rxe1", "rxe0"]);
     let local = Arc::new(HostBuffer::new(len).unwrap());
     let data = pattern(77, len);
@@ -356,15 +363,11 @@ fn regions_split_at_the_memory_region_limit_still_move_every_byte() {
     // Both sides register in 1 MiB memory regions; slices of 3 MiB + 7 at odd offsets cross
     // piece boundaries on both sides, at different places.
     let split = |device: &str| {
-        let mut c = Config::default();
-        c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+        let mut c = config();
         c.slice_size = 3 << 20;
-        let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
         let mut o = options(device);
         o.max_mr_size = 1 << 20;
-        let t = Arc::new(RdmaTransport::new(o));
-        e.install_transport(t.clone()).unwrap();
-        (e, t)
+        engine_from(c, "198.18.0.1", o)
     };
     let len = (8 << 20) + 5;
     let (target, tt) = split("rxe0");
@@ -410,13 +413,9 @@ fn regions_split_at_the_memory_region_limit_still_move_every_byte() {
 #[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
 fn with_a_cluster_secret_the_queue_pair_handshake_is_authenticated() {
     let secured = |secret: &str| {
-        let mut c = Config::default();
-        c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+        let mut c = config();
         c.cluster_secret = Some(te_core::config::Redacted(secret.into()));
-        let e = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
-        e.install_transport(Arc::new(RdmaTransport::new(options("rxe0"))))
-            .unwrap();
-        e
+        engine_from(c, "198.18.0.1", options("rxe0")).0
     };
     let target = secured("rdma cluster");
     let tbuf = Arc::new(HostBuffer::new(1 << 16).unwrap());
@@ -462,11 +461,7 @@ fn child_rdma_target() {
     let Ok(name) = std::env::var("TE_CHILD_RDMA_TARGET") else {
         return;
     };
-    let mut c = Config::default();
-    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
-    let e = TransferEngine::init(c, "P2PHANDSHAKE", &name).unwrap();
-    e.install_transport(Arc::new(RdmaTransport::new(options("rxe0"))))
-        .unwrap();
+    let (e, _) = engine_from(config(), &name, options("rxe0"));
     let buf = Arc::new(HostBuffer::new(RESTART_LEN).unwrap());
     e.register_buffer(&buf, "*", Permission::RemoteReadWrite)
         .unwrap();
@@ -496,14 +491,11 @@ fn a_killed_target_fails_the_batch_and_a_restarted_one_serves_again() {
     let port = te_core::testing::services::free_port_on("198.18.0.1");
     let name = format!("198.18.0.1:{port}");
     let (mut peer, remote) = rdma_target(&name);
-    let mut c = Config::default();
-    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
+    let mut c = config();
     c.retry_cnt = 1;
-    let init = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
     let mut o = options("rxe1");
     o.verbs.retry_cnt = 2;
-    init.install_transport(Arc::new(RdmaTransport::new(o)))
-        .unwrap();
+    let (init, _) = engine_from(c, "198.18.0.1", o);
     let local = Arc::new(HostBuffer::new(RESTART_LEN).unwrap());
     local.write_at(0, &pattern(41, RESTART_LEN)).unwrap();
     init.register_buffer(&local, "*", Permission::LocalOnly)
@@ -644,14 +636,9 @@ fn child_rdma_initiator() {
 #[test]
 #[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
 fn a_target_lets_go_of_the_queue_pairs_of_an_initiator_that_is_gone() {
-    let mut c = Config::default();
-    c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
-    let target = TransferEngine::init(c, "P2PHANDSHAKE", "198.18.0.1").unwrap();
     let mut o = options("rxe0");
     o.peer_sweep = Duration::from_secs(1);
-    target
-        .install_transport(Arc::new(RdmaTransport::new(o)))
-        .unwrap();
+    let (target, _) = engine_from(config(), "198.18.0.1", o);
     let tbuf = Arc::new(HostBuffer::new(2 << 20).unwrap());
     target
         .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
