@@ -25,6 +25,8 @@
 //!   NIC path) serves both directions, as in Mooncake. Published GIDs are in Mooncake's text
 //!   form; with the opt-in, the priority matrix names every device at every location, in
 //!   `devices[]` order, which is how Mooncake indexes devices and keys.
+//! - A sweep thread (`sweep.rs`) dials the initiators a target keeps queue pairs for, te's and
+//!   Mooncake's, and drops the queue pairs of those that are gone ([`liveness`]).
 
 #![deny(unsafe_code)]
 
@@ -35,6 +37,7 @@ pub mod liveness;
 mod mooncake;
 mod refusals;
 pub mod route;
+mod sweep;
 pub mod verbs;
 mod worker;
 
@@ -187,7 +190,7 @@ struct State {
     refusals: Mutex<refusals::Refusals<RemoteSegment>>,
     /// This engine's control listener, which te's handshakes name (`te_control`).
     control_addr: std::net::SocketAddr,
-    /// The initiators behind the passive groups of te peers, dialled by the sweep.
+    /// The initiators behind the passive groups, dialled by the sweep.
     initiators: Mutex<liveness::Initiators>,
 }
 
@@ -319,22 +322,9 @@ impl State {
             "{}>{}#{}",
             req.local_nic_path, req.peer_nic_path, req.te_lane
         );
-        let evicted = self
-            .passive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), Arc::new(group));
-        let control = liveness::control_address(req.te_control.as_deref(), peer);
-        {
-            let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
-            for (k, _) in &evicted {
-                initiators.remove(k);
-            }
-            match control {
-                Some(addr) => initiators.insert(key, addr),
-                None => initiators.remove(&key),
-            }
-        }
+        self.keep_passive(key.clone(), Arc::new(group));
+        let control = liveness::control_address(req.te_control.as_deref(), peer, is_local_ip);
+        self.track(key, control.map(|a| (a, liveness::Listener::Te)));
         debug!(peer = %req.local_nic_path, qps = infos.len(), "accepted an RDMA endpoint");
         serde_json::to_vec(&Handshake {
             local_nic_path: req.peer_nic_path,
@@ -355,6 +345,30 @@ impl State {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pause_remote(segment, dev, std::time::Instant::now());
+    }
+
+    /// Keeps `group` in the passive store under `key`; the groups the store evicts for it
+    /// are no longer the sweep's concern.
+    fn keep_passive(&self, key: String, group: Group) {
+        let evicted = self
+            .passive
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), group);
+        let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, _) in evicted.iter().filter(|(k, _)| *k != key) {
+            initiators.remove(k);
+        }
+    }
+
+    /// Has the sweep watch the initiator behind the group under `key` at `initiator`, or no
+    /// one when it is `None`.
+    fn track(&self, key: String, initiator: Option<(std::net::SocketAddr, liveness::Listener)>) {
+        let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
+        match initiator {
+            Some((addr, listener)) => initiators.insert(key, addr, listener),
+            None => initiators.remove(&key),
+        }
     }
 
     fn pause_local(&self, nic: usize) {
@@ -379,50 +393,12 @@ fn filtered(devices: Vec<String>, filter: &te_topology::NicFilter) -> Vec<String
         .collect()
 }
 
-/// Every `every`, dials the control address of each te initiator the target keeps queue
-/// pairs for, and drops the groups of those that are gone ([`liveness`]); returns once the
-/// transport shuts down.
-fn sweep_initiators(state: &std::sync::Weak<State>, every: Duration) {
-    const DIAL: Duration = Duration::from_secs(2);
-    let mut last = std::time::Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(100).min(every));
-        let Some(s) = state.upgrade() else { return };
-        if s.stop.load(Ordering::Acquire) {
-            return;
-        }
-        if last.elapsed() < every {
-            continue;
-        }
-        last = std::time::Instant::now();
-        let addrs = s
-            .initiators
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .addresses();
-        for addr in addrs {
-            if s.stop.load(Ordering::Acquire) {
-                return;
-            }
-            let probe = match std::net::TcpStream::connect_timeout(&addr, DIAL) {
-                Ok(_) => liveness::Probe::Alive,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    liveness::Probe::Refused
-                }
-                Err(_) => liveness::Probe::Silent,
-            };
-            let gone = s
-                .initiators
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .observe(addr, probe);
-            if !gone.is_empty() {
-                let mut passive = s.passive.lock().unwrap_or_else(|e| e.into_inner());
-                gone.iter().for_each(|k| drop(passive.remove(k)));
-                info!(initiator = %addr, groups = gone.len(), "dropped the queue pairs of an initiator that is gone");
-            }
-        }
-    }
+/// Whether `ip` is one of this host's addresses (a loopback one, or an interface's).
+fn is_local_ip(ip: std::net::IpAddr) -> bool {
+    ip.is_loopback()
+        || te_core::sys::interface_addrs()
+            .iter()
+            .any(|a| a.ip.to_canonical() == ip)
 }
 
 /// Reads device `nic`'s async events until shutdown: a port down or a fatal error marks it
@@ -555,7 +531,7 @@ impl Transport for RdmaTransport {
         let (s, every) = (Arc::downgrade(&state), self.options.peer_sweep);
         std::thread::Builder::new()
             .name("te-rdma-sweep".into())
-            .spawn(move || sweep_initiators(&s, every))
+            .spawn(move || sweep::run(&s, every))
             .map_err(|e| fail(format!("spawning the initiator sweep: {e}")))?;
         info!(devices = ?names, lanes = verbs.lanes, "rdma transport installed");
         self.state

@@ -7,6 +7,8 @@
 //! [`key`], te's own slices to such a peer use them (always on lane 0, whose completion queues
 //! the set reports to), and QPs start at PSN 0 on both sides, as Mooncake's. A handshake
 //! without te's segment secret is admitted only under the Mooncake opt-in and its allow-list.
+//! A Mooncake initiator named by its handshake listener's `ip:port` (P2PHANDSHAKE) is watched
+//! by the sweep like a te initiator, so its sets go when it does ([`crate::liveness`]).
 
 use std::sync::Arc;
 
@@ -79,10 +81,16 @@ impl State {
             .ok_or_else(|| format!("no device {dev} here"))?;
         let group = self.mooncake_group(nic, remote)?;
         let infos: Vec<QpInfo> = group.iter().map(|e| e.info()).collect();
-        self.passive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key(&req.local_nic_path, nic), group);
+        let key = key(&req.local_nic_path, nic);
+        self.keep_passive(key.clone(), group);
+        // Its name, when it is the `ip:port` of its handshake listener (P2PHANDSHAKE), lets the
+        // sweep tell when it is gone; a guess until that listener answers.
+        let name = req.local_nic_path.rsplit_once('@').map(|(n, _)| n);
+        let listener = crate::liveness::control_address(name, peer, crate::is_local_ip);
+        self.track(
+            key,
+            listener.map(|a| (a, crate::liveness::Listener::Mooncake)),
+        );
         info!(peer = %req.local_nic_path, device = dev, qps = infos.len(), "accepted a Mooncake RDMA endpoint");
         let reply = handshake::mooncake(req.peer_nic_path, req.local_nic_path, &infos);
         serde_json::to_vec(&reply).map_err(|e| e.to_string())
@@ -159,10 +167,7 @@ impl State {
             ep.connect(r).map_err(SliceError::LocalPath)?;
         }
         let group: Group = Arc::new(mine.into_iter().map(Arc::new).collect());
-        self.passive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, group.clone());
+        self.keep_passive(key, group.clone());
         info!(target = target.name(), local = %self.nics[nic].name, remote = %remote_dev, qps = group.len(), "Mooncake RDMA endpoint connected");
         Ok(group)
     }

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::sent_packets;
+use common::{eventually, queue_pairs, sent_packets};
 
 use te_core::testing::assert_same_bytes;
 use te_core::testing::mooncake::MooncakePeer;
@@ -22,6 +22,11 @@ use te_rdma::{RdmaOptions, RdmaTransport};
 const WAIT: Duration = Duration::from_secs(300);
 
 fn te_engine(compat: bool) -> (TransferEngine, Arc<RdmaTransport>) {
+    te_engine_sweeping(compat, RdmaOptions::default().peer_sweep)
+}
+
+/// As [`te_engine`], dialling the initiators it keeps queue pairs for every `sweep`.
+fn te_engine_sweeping(compat: bool, sweep: Duration) -> (TransferEngine, Arc<RdmaTransport>) {
     let mut c = Config::default();
     c.tcp_bind_address = Some("198.18.0.1".parse().unwrap());
     if compat {
@@ -40,6 +45,7 @@ fn te_engine(compat: bool) -> (TransferEngine, Arc<RdmaTransport>) {
             timeout: 18,
             ..VerbsOptions::default()
         },
+        peer_sweep: sweep,
         ..RdmaOptions::default()
     }));
     e.install_transport(t.clone()).unwrap();
@@ -201,6 +207,56 @@ fn without_the_opt_in_a_mooncake_engine_gets_no_queue_pair() {
         &mem.to_vec(0, 1 << 20).unwrap(),
         &vec![0u8; 1 << 20],
         "untouched",
+    );
+}
+
+/// A Mooncake initiator (P2PHANDSHAKE: named by its handshake listener) that is killed loses
+/// its queue pairs on the te target, found gone by the sweep's probes; one that stays keeps
+/// its own, and they still carry its WRITEs.
+#[test]
+#[ignore = "needs an RDMA device and Mooncake's wheel: runs in the Soft-RoCE guest"]
+fn a_te_target_lets_go_of_the_queue_pairs_of_a_mooncake_initiator_that_is_gone() {
+    let (te, _) = te_engine_sweeping(true, Duration::from_secs(1));
+    let len = 1 << 20;
+    let mem = Arc::new(HostBuffer::new(2 * len).unwrap());
+    te.register_buffer(&mem, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let name = te.segment_name().to_string();
+    let before = queue_pairs("rxe0");
+    let mut stays = mooncake_peer();
+    let stays_buf = stays.alloc(len);
+    stays.put(stays_buf, &pattern(11, len));
+    assert_eq!(stays.write(&name, stays_buf, mem.addr(), len), 0);
+    assert_same_bytes(&mem.to_vec(0, len).unwrap(), &pattern(11, len), "first");
+    let with_stays = queue_pairs("rxe0");
+    assert!(with_stays > before, "the staying initiator's queue pairs");
+
+    let mut goes = mooncake_peer();
+    let goes_buf = goes.alloc(len);
+    goes.put(goes_buf, &pattern(12, len));
+    let second = mem.addr() + len as u64;
+    assert_eq!(goes.write(&name, goes_buf, second, len), 0);
+    assert_same_bytes(&mem.to_vec(len, len).unwrap(), &pattern(12, len), "second");
+    assert!(queue_pairs("rxe0") > with_stays, "its queue pairs on te");
+    goes.kill();
+    assert!(
+        eventually(|| queue_pairs("rxe0") == with_stays),
+        "the gone initiator's queue pairs are destroyed: {} open, {with_stays} expected",
+        queue_pairs("rxe0")
+    );
+    // Sweeps later the staying initiator keeps its queue pairs, and they carry its WRITEs.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        queue_pairs("rxe0"),
+        with_stays,
+        "the staying initiator's stay"
+    );
+    stays.put(stays_buf, &pattern(13, len));
+    assert_eq!(stays.write(&name, stays_buf, mem.addr(), len), 0);
+    assert_same_bytes(&mem.to_vec(0, len).unwrap(), &pattern(13, len), "again");
+    assert!(
+        !stays.log().contains("incomplete handshake length"),
+        "the sweep asks with a probe frame, which Mooncake answers without a warning"
     );
 }
 

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::sent_packets;
+use common::{eventually, queue_pairs, sent_packets};
 
 use te_core::testing::pattern;
 use te_core::transport::SliceError;
@@ -345,18 +345,6 @@ fn a_device_taken_down_mid_transfer_fails_over() {
     );
 }
 
-/// Whether `f` holds within 20 s.
-fn eventually(f: impl Fn() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while std::time::Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
-
 #[test]
 #[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
 fn regions_split_at_the_memory_region_limit_still_move_every_byte() {
@@ -590,22 +578,6 @@ fn a_killed_target_fails_the_batch_and_a_restarted_one_serves_again() {
     );
     peer.kill().unwrap();
     peer.wait().unwrap();
-}
-
-/// Queue pairs open on `device` (all processes), as the kernel's `rdma resource` shows them.
-fn queue_pairs(device: &str) -> usize {
-    let out = std::process::Command::new("rdma")
-        .args(["resource", "show"])
-        .output()
-        .expect("rdma (iproute2) runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains(&format!(" {device}: ")))
-        .unwrap_or_else(|| panic!("no {device} in {text}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let at = words.iter().position(|w| *w == "qp").expect("a qp count");
-    words[at + 1].parse().expect("a number")
 }
 
 #[test]

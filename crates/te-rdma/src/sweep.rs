@@ -1,0 +1,113 @@
+//! The sweep thread: dials the initiators a target keeps queue pairs for and drops the groups
+//! of those that are gone. What counts as gone is decided in [`crate::liveness`]; this module
+//! only dials and applies the answer.
+//!
+//! A te initiator's control listener is asked with a bare connection (accepted means alive).
+//! A Mooncake initiator's handshake listener is asked with a probe frame, as Mooncake's own
+//! `send_probe` does: it answers `{"status":"success"}` without logging, where a connection
+//! closed unasked makes it log a warning. A Mooncake address is a guess until it has answered
+//! once; guesses are dialled within a tenth of a second of their handshake, the rest every
+//! sweep period.
+//!
+//! Not here: which address a handshake names ([`crate::liveness::control_address`]), the
+//! handshakes themselves.
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Weak;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use te_core::control::frame::{FrameType, read_frame, write_frame};
+use tracing::info;
+
+use crate::State;
+use crate::liveness::{Listener, Probe};
+
+/// How long one dial (and a Mooncake listener's answer) may take.
+const DIAL: Duration = Duration::from_secs(2);
+
+/// Largest probe answer read: Mooncake's is a few bytes.
+const MAX_ANSWER: usize = 4096;
+
+/// Every `every`, dials each initiator the target keeps queue pairs for, and drops the groups
+/// of those that are gone; guesses not yet confirmed are dialled on the next tick. Returns
+/// once the transport shuts down or is dropped.
+pub(crate) fn run(state: &Weak<State>, every: Duration) {
+    let mut last = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100).min(every));
+        let Some(s) = state.upgrade() else { return };
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let fresh = s
+            .initiators
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unconfirmed();
+        if !dial_all(&s, fresh) {
+            return;
+        }
+        if last.elapsed() < every {
+            continue;
+        }
+        last = Instant::now();
+        let all = s
+            .initiators
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .addresses();
+        if !dial_all(&s, all) {
+            return;
+        }
+    }
+}
+
+/// Dials each of `peers` and applies what it found; false once the transport stops.
+fn dial_all(s: &State, peers: Vec<(SocketAddr, Listener)>) -> bool {
+    for (addr, listener) in peers {
+        if s.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let probe = dial(addr, listener);
+        let gone = s
+            .initiators
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(addr, probe);
+        if !gone.is_empty() {
+            let mut passive = s.passive.lock().unwrap_or_else(|e| e.into_inner());
+            gone.iter().for_each(|k| drop(passive.remove(k)));
+            info!(initiator = %addr, ?listener, groups = gone.len(), "dropped the queue pairs of an initiator that is gone");
+        }
+    }
+    true
+}
+
+/// What dialling `addr` finds.
+fn dial(addr: SocketAddr, listener: Listener) -> Probe {
+    let stream = match TcpStream::connect_timeout(&addr, DIAL) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Probe::Refused,
+        Err(_) => return Probe::Silent,
+    };
+    match listener {
+        Listener::Te => Probe::Alive,
+        Listener::Mooncake if answers_probe(&stream) => Probe::Alive,
+        Listener::Mooncake => Probe::Silent,
+    }
+}
+
+/// Whether the listener on `stream` answers a probe frame as Mooncake's does.
+fn answers_probe(stream: &TcpStream) -> bool {
+    let mut s = stream;
+    let asked = stream
+        .set_read_timeout(Some(DIAL))
+        .and_then(|()| stream.set_write_timeout(Some(DIAL)))
+        .and_then(|()| write_frame(&mut s, FrameType::Probe, b"{}"));
+    asked.is_ok()
+        && read_frame(&mut s, MAX_ANSWER).is_ok_and(|(_, answer)| {
+            serde_json::from_slice::<serde_json::Value>(&answer)
+                .is_ok_and(|v| v["status"] == "success")
+        })
+}
