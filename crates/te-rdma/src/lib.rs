@@ -158,6 +158,16 @@ struct LocalKeys {
     keys: Vec<u32>,
 }
 
+/// Whom the sweep watches for a passive group ([`State::keep_passive`]).
+enum Watch {
+    /// As before (te's own use of a set it shares with a Mooncake peer).
+    Unchanged,
+    /// No one: the initiator named no listener that may be dialled.
+    Nobody,
+    /// The initiator listening there.
+    At(std::net::SocketAddr, liveness::Listener),
+}
+
 /// Endpoint key: (segment id, local device, remote device, lane).
 type EndpointKey = (u64, usize, usize, usize);
 
@@ -322,9 +332,9 @@ impl State {
             "{}>{}#{}",
             req.local_nic_path, req.peer_nic_path, req.te_lane
         );
-        self.keep_passive(key.clone(), Arc::new(group));
         let control = liveness::control_address(req.te_control.as_deref(), peer, is_local_ip);
-        self.track(key, control.map(|a| (a, liveness::Listener::Te)));
+        let watch = control.map_or(Watch::Nobody, |a| Watch::At(a, liveness::Listener::Te));
+        self.keep_passive(key, Arc::new(group), watch);
         debug!(peer = %req.local_nic_path, qps = infos.len(), "accepted an RDMA endpoint");
         serde_json::to_vec(&Handshake {
             local_nic_path: req.peer_nic_path,
@@ -347,27 +357,24 @@ impl State {
             .pause_remote(segment, dev, std::time::Instant::now());
     }
 
-    /// Keeps `group` in the passive store under `key`; the groups the store evicts for it
-    /// are no longer the sweep's concern.
-    fn keep_passive(&self, key: String, group: Group) {
+    /// Keeps `group` in the passive store under `key`, with whom the sweep watches for it
+    /// (`watch`); the groups the store evicts for it are no longer the sweep's concern. Both
+    /// change under the initiators' lock, which the sweep holds while it drops groups, so it
+    /// never drops a group that replaced the one it found gone.
+    fn keep_passive(&self, key: String, group: Group, watch: Watch) {
+        let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
         let evicted = self
             .passive
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key.clone(), group);
-        let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
         for (k, _) in evicted.iter().filter(|(k, _)| *k != key) {
             initiators.remove(k);
         }
-    }
-
-    /// Has the sweep watch the initiator behind the group under `key` at `initiator`, or no
-    /// one when it is `None`.
-    fn track(&self, key: String, initiator: Option<(std::net::SocketAddr, liveness::Listener)>) {
-        let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
-        match initiator {
-            Some((addr, listener)) => initiators.insert(key, addr, listener),
-            None => initiators.remove(&key),
+        match watch {
+            Watch::Unchanged => {}
+            Watch::Nobody => initiators.remove(&key),
+            Watch::At(addr, listener) => initiators.insert(key, addr, listener),
         }
     }
 

@@ -17,8 +17,9 @@ use te_core::transport::SliceError;
 use tracing::{info, warn};
 
 use crate::handshake::{self, Handshake, MAX_QPS_PER_EP};
+use crate::liveness::Listener;
 use crate::verbs::{Endpoint, QpInfo};
-use crate::{Group, State};
+use crate::{Group, State, Watch};
 
 /// Where the QP set shared with a Mooncake peer is kept: by the peer's NIC path and the local
 /// device (Mooncake's own key), in the passive store.
@@ -81,16 +82,12 @@ impl State {
             .ok_or_else(|| format!("no device {dev} here"))?;
         let group = self.mooncake_group(nic, remote)?;
         let infos: Vec<QpInfo> = group.iter().map(|e| e.info()).collect();
-        let key = key(&req.local_nic_path, nic);
-        self.keep_passive(key.clone(), group);
         // Its name, when it is the `ip:port` of its handshake listener (P2PHANDSHAKE), lets the
         // sweep tell when it is gone; a guess until that listener answers.
         let name = req.local_nic_path.rsplit_once('@').map(|(n, _)| n);
-        let listener = crate::liveness::control_address(name, peer, crate::is_local_ip);
-        self.track(
-            key,
-            listener.map(|a| (a, crate::liveness::Listener::Mooncake)),
-        );
+        let watch = crate::liveness::control_address(name, peer, crate::is_local_ip)
+            .map_or(Watch::Nobody, |a| Watch::At(a, Listener::Mooncake));
+        self.keep_passive(key(&req.local_nic_path, nic), group, watch);
         info!(peer = %req.local_nic_path, device = dev, qps = infos.len(), "accepted a Mooncake RDMA endpoint");
         let reply = handshake::mooncake(req.peer_nic_path, req.local_nic_path, &infos);
         serde_json::to_vec(&reply).map_err(|e| e.to_string())
@@ -167,7 +164,7 @@ impl State {
             ep.connect(r).map_err(SliceError::LocalPath)?;
         }
         let group: Group = Arc::new(mine.into_iter().map(Arc::new).collect());
-        self.keep_passive(key, group.clone());
+        self.keep_passive(key, group.clone(), Watch::Unchanged);
         info!(target = target.name(), local = %self.nics[nic].name, remote = %remote_dev, qps = group.len(), "Mooncake RDMA endpoint connected");
         Ok(group)
     }

@@ -70,15 +70,18 @@ fn dial_all(s: &State, peers: Vec<(SocketAddr, Listener)>) -> bool {
             return false;
         }
         let probe = dial(addr, listener);
-        let gone = s
-            .initiators
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .observe(addr, probe);
+        // The groups are dropped under the initiators' lock, as they are replaced under it.
+        let mut initiators = s.initiators.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = initiators.observe(addr, probe);
         if !gone.is_empty() {
-            let mut passive = s.passive.lock().unwrap_or_else(|e| e.into_inner());
-            gone.iter().for_each(|k| drop(passive.remove(k)));
+            let dropped: Vec<_> = {
+                let mut passive = s.passive.lock().unwrap_or_else(|e| e.into_inner());
+                gone.iter().filter_map(|k| passive.remove(k)).collect()
+            };
+            drop(initiators);
             info!(initiator = %addr, ?listener, groups = gone.len(), "dropped the queue pairs of an initiator that is gone");
+            // Their queue pairs are destroyed here, with no lock held.
+            drop(dropped);
         }
     }
     true
