@@ -7,8 +7,9 @@
 //! went. A sweep dials each initiator's listener now and then and reports here what it found.
 //! An initiator whose port refuses twice in a row (its host answers, nothing listens: the
 //! process is gone), or that does not answer four times in a row (its host is gone), loses its
-//! groups; any answer in between starts the count again. Dropping the groups of an initiator
-//! that is in fact alive costs it one failed attempt and a new handshake, never a byte.
+//! groups; any answer or handshake in between starts the count again. Dropping the groups of
+//! an initiator that is in fact alive costs it one failed attempt and a new handshake, never
+//! a byte.
 //!
 //! Where an initiator listens ([`Listener`]): a te initiator announces its control address in
 //! its handshake (`te_control`). A Mooncake initiator announces nothing, but its NIC path
@@ -110,6 +111,8 @@ impl Initiators {
                 silent: 0,
             };
         }
+        // A handshake just came from it: misses counted before are no longer in a row.
+        (peer.refused, peer.silent) = (0, 0);
     }
 
     /// Forgets the group under `key` (evicted or replaced by the store).
@@ -226,8 +229,14 @@ mod tests {
         gone.sort();
         assert_eq!(gone, ["a#0", "a#1"]);
         assert_eq!(i.addresses(), te(&[2]), "the other initiator stays");
+        assert!(i.observe(addr(2), Probe::Refused).is_empty());
+        i.insert("b#1".into(), addr(2), Listener::Te);
+        assert!(
+            i.observe(addr(2), Probe::Refused).is_empty(),
+            "a handshake in between starts the count again"
+        );
         assert!(i.observe(addr(2), Probe::Alive).is_empty());
-        assert_eq!(i.len(), 1);
+        assert_eq!(i.len(), 2);
     }
 
     #[test]
