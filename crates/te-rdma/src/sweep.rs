@@ -5,7 +5,7 @@
 //! A te initiator's control listener is asked with a bare connection (accepted means alive).
 //! A Mooncake initiator's handshake listener is asked with a probe frame, as Mooncake's own
 //! `send_probe` does: it answers `{"status":"success"}` without logging, where a connection
-//! closed unasked makes it log a warning. A Mooncake address is a guess until it has answered
+//! closed unasked makes it log two warnings. A Mooncake address is a guess until it has answered
 //! once; guesses are dialled within a tenth of a second of their handshake, the rest every
 //! sweep period.
 //!
@@ -40,24 +40,19 @@ pub(crate) fn run(state: &Weak<State>, every: Duration) {
         if s.stop.load(Ordering::Acquire) {
             return;
         }
-        let fresh = s
-            .initiators
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unconfirmed();
-        if !dial_all(&s, fresh) {
-            return;
+        let due = last.elapsed() >= every;
+        if due {
+            last = Instant::now();
         }
-        if last.elapsed() < every {
-            continue;
-        }
-        last = Instant::now();
-        let all = s
-            .initiators
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .addresses();
-        if !dial_all(&s, all) {
+        let peers = {
+            let initiators = s.initiators.lock().unwrap_or_else(|e| e.into_inner());
+            let mut peers = initiators.unconfirmed();
+            if due {
+                peers.extend(initiators.addresses());
+            }
+            peers
+        };
+        if !dial_all(&s, peers) {
             return;
         }
     }
