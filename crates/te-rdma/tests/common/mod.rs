@@ -11,20 +11,36 @@ pub fn sent_packets(device: &str) -> u64 {
     .unwrap_or(0)
 }
 
-/// Queue pairs open on `device` (all processes), as the kernel's `rdma resource` shows them.
-pub fn queue_pairs(device: &str) -> usize {
+/// The numbers of the queue pairs open on `device` (all processes), as the kernel's `rdma
+/// resource` lists them. Soft-RoCE hands out QP numbers in turn, so the queue pairs a step makes
+/// are the numbers that were not there before it, whatever other processes' queue pairs do
+/// meanwhile (a count would mix them in).
+pub fn queue_pairs(device: &str) -> std::collections::BTreeSet<u32> {
     let out = std::process::Command::new("rdma")
-        .args(["resource", "show"])
+        .args(["resource", "show", "qp"])
         .output()
         .expect("rdma (iproute2) runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains(&format!(" {device}: ")))
-        .unwrap_or_else(|| panic!("no {device} in {text}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let at = words.iter().position(|w| *w == "qp").expect("a qp count");
-    words[at + 1].parse().expect("a number")
+    let port = format!("{device}/");
+    text.lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let link = words.iter().position(|w| *w == "link")?;
+            let lqpn = words.iter().position(|w| *w == "lqpn")?;
+            match words.get(link + 1)?.starts_with(&port) {
+                true => words.get(lqpn + 1)?.parse().ok(),
+                false => None,
+            }
+        })
+        .collect()
+}
+
+/// The queue pairs in `now` that are not in `then`.
+pub fn made_since(
+    then: &std::collections::BTreeSet<u32>,
+    now: &std::collections::BTreeSet<u32>,
+) -> std::collections::BTreeSet<u32> {
+    now.difference(then).copied().collect()
 }
 
 /// Whether `f` holds within 20 s.
