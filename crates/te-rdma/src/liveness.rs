@@ -84,6 +84,18 @@ struct Peer {
     silent: u32,
 }
 
+impl Peer {
+    /// A peer just heard from: a te listener is known to be there, a Mooncake one is a guess.
+    fn new(listener: Listener) -> Peer {
+        Peer {
+            listener,
+            confirmed: listener == Listener::Te,
+            refused: 0,
+            silent: 0,
+        }
+    }
+}
+
 /// The initiators behind the target's queue-pair groups: group key → listener address.
 #[derive(Debug, Default)]
 pub struct Initiators {
@@ -96,20 +108,10 @@ impl Initiators {
     pub fn insert(&mut self, key: String, addr: SocketAddr, listener: Listener) {
         self.remove(&key);
         self.by_key.insert(key, addr);
-        let peer = self.peers.entry(addr).or_insert(Peer {
-            listener,
-            confirmed: listener == Listener::Te,
-            refused: 0,
-            silent: 0,
-        });
+        let peer = self.peers.entry(addr).or_insert(Peer::new(listener));
         if peer.listener != listener {
             // Another engine on that address now (a restart): what it is decides.
-            *peer = Peer {
-                listener,
-                confirmed: listener == Listener::Te,
-                refused: 0,
-                silent: 0,
-            };
+            *peer = Peer::new(listener);
         }
         // A handshake just came from it: misses counted before are no longer in a row.
         (peer.refused, peer.silent) = (0, 0);
