@@ -362,20 +362,26 @@ impl State {
     /// change under the initiators' lock, which the sweep holds while it drops groups, so it
     /// never drops a group that replaced the one it found gone.
     fn keep_passive(&self, key: String, group: Group, watch: Watch) {
-        let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
-        let evicted = self
-            .passive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), group);
-        for (k, _) in evicted.iter().filter(|(k, _)| *k != key) {
-            initiators.remove(k);
-        }
-        match watch {
-            Watch::Unchanged => {}
-            Watch::Nobody => initiators.remove(&key),
-            Watch::At(addr, listener) => initiators.insert(key, addr, listener),
-        }
+        let evicted = {
+            let mut initiators = self.initiators.lock().unwrap_or_else(|e| e.into_inner());
+            let evicted = self
+                .passive
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone(), group);
+            for (k, _) in evicted.iter().filter(|(k, _)| *k != key) {
+                initiators.remove(k);
+            }
+            match watch {
+                Watch::Unchanged => {}
+                Watch::Nobody => initiators.remove(&key),
+                Watch::At(addr, listener) => initiators.insert(key, addr, listener),
+            }
+            evicted
+        };
+        // Out of the store and the sweep's sight: their queue pairs are destroyed here, with
+        // no lock held, so handshakes and the sweep do not wait on the device.
+        drop(evicted);
     }
 
     fn pause_local(&self, nic: usize) {
