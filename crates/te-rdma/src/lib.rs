@@ -31,6 +31,7 @@
 #![deny(unsafe_code)]
 
 mod connect;
+mod events;
 pub mod failover;
 mod handshake;
 pub mod liveness;
@@ -54,8 +55,8 @@ use te_core::endpoints::EndpointStore;
 use te_core::memory::Region;
 use te_core::segment::{DeviceDesc, RemoteSegment, SegmentDesc, SegmentSecret};
 use te_core::transport::{Capabilities, CompletionSink, InstallContext, SliceOp, Transport};
-use tracing::{debug, error, info, warn};
-use verbs::{DeviceEvent, Endpoint, Mr, Nic, QpInfo, VerbsOptions};
+use tracing::{debug, info, warn};
+use verbs::{Endpoint, Mr, Nic, QpInfo, VerbsOptions};
 
 /// Settings of the RDMA transport.
 #[derive(Clone, Debug)]
@@ -194,6 +195,8 @@ struct State {
     control: Arc<ControlState>,
     config: Arc<Config>,
     stop: AtomicBool,
+    /// Raised at shutdown: wakes the event readers out of their wait.
+    stopping: verbs::Signal,
     /// Devices and remote devices paused after errors.
     pauses: Mutex<failover::Pauses>,
     /// Endpoint set-ups that failed, so the slices behind one do not each try again.
@@ -208,6 +211,9 @@ struct State {
 pub struct RdmaTransport {
     options: RdmaOptions,
     state: OnceLock<Arc<State>>,
+    /// The workers and event readers, joined at shutdown: they hold the state, and with it
+    /// every queue pair and memory region.
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for RdmaTransport {
@@ -224,6 +230,7 @@ impl RdmaTransport {
         RdmaTransport {
             options,
             state: OnceLock::new(),
+            threads: Mutex::default(),
         }
     }
 
@@ -414,41 +421,6 @@ fn is_local_ip(ip: std::net::IpAddr) -> bool {
             .any(|a| a.ip.to_canonical() == ip)
 }
 
-/// Reads device `nic`'s async events until shutdown: a port down or a fatal error marks it
-/// inactive and fails its queue pairs (their requests flush and retry on other devices); the
-/// port coming back marks it active and lifts its pause.
-fn watch_events(state: Arc<State>, nic: usize) {
-    let device = state.nics[nic].clone();
-    while !state.stop.load(Ordering::Acquire) {
-        match device.next_event(Duration::from_millis(200)) {
-            Some(event @ (DeviceEvent::PortDown | DeviceEvent::Fatal)) => {
-                let fatal = event == DeviceEvent::Fatal;
-                device.set_active(false);
-                error!(device = %device.name, fatal, "RDMA device down: failing over to others");
-                let groups = state
-                    .endpoints
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove_where(|k| k.1 == nic);
-                for ep in groups.iter().flat_map(|(_, g)| g.iter()) {
-                    ep.fail();
-                }
-            }
-            Some(DeviceEvent::PortActive) => {
-                device.set_active(true);
-                state
-                    .pauses
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .resume_local(nic);
-                info!(device = %device.name, "RDMA device active again");
-            }
-            Some(DeviceEvent::Other(what)) => debug!(device = %device.name, %what, "RDMA event"),
-            None => {}
-        }
-    }
-}
-
 impl Transport for RdmaTransport {
     fn name(&self) -> &'static str {
         "rdma"
@@ -519,6 +491,7 @@ impl Transport for RdmaTransport {
             initiators: Mutex::default(),
             config: ctx.config,
             stop: AtomicBool::new(false),
+            stopping: verbs::Signal::new().map_err(fail)?,
         });
         let handler_state = Arc::downgrade(&state);
         ctx.control.set_connection_handler(Arc::new(
@@ -527,20 +500,24 @@ impl Transport for RdmaTransport {
                 None => br#"{"reply_msg":"rdma transport is shut down"}"#.to_vec(),
             },
         ));
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         for (i, nic) in state.nics.iter().enumerate() {
             for lane in 0..nic.lanes() {
                 let s = state.clone();
-                std::thread::Builder::new()
+                let worker = std::thread::Builder::new()
                     .name(format!("te-rdma-{}-{lane}", nic.name))
                     .spawn(move || worker::run(s, i, lane))
                     .map_err(|e| fail(format!("spawning a worker: {e}")))?;
+                threads.push(worker);
             }
             let s = state.clone();
-            std::thread::Builder::new()
+            let reader = std::thread::Builder::new()
                 .name(format!("te-rdma-{}-ev", nic.name))
-                .spawn(move || watch_events(s, i))
+                .spawn(move || events::watch(s, i))
                 .map_err(|e| fail(format!("spawning an event reader: {e}")))?;
+            threads.push(reader);
         }
+        drop(threads);
         let (s, every) = (Arc::downgrade(&state), self.options.peer_sweep);
         std::thread::Builder::new()
             .name("te-rdma-sweep".into())
@@ -685,11 +662,21 @@ impl Transport for RdmaTransport {
         }
         for (i, lanes) in per.into_iter().enumerate() {
             for (lane, ops) in lanes.into_iter().enumerate().filter(|(_, o)| !o.is_empty()) {
-                state.queues[i][lane]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(ops);
+                let queue = &state.queues[i][lane];
+                queue.lock().unwrap_or_else(|e| e.into_inner()).extend(ops);
                 state.nics[i].wake(lane);
+                // Queued after the lane's worker left at shutdown: nobody else will fail them.
+                if state.stop.load(Ordering::SeqCst) {
+                    let left: Vec<SliceOp> = (queue.lock())
+                        .unwrap_or_else(|e| e.into_inner())
+                        .drain(..)
+                        .collect();
+                    for op in left {
+                        let shut =
+                            te_core::transport::SliceError::Path("rdma transport shut down".into());
+                        state.sink.complete(op, Err(shut));
+                    }
+                }
             }
         }
     }
@@ -704,13 +691,48 @@ impl Transport for RdmaTransport {
         }
     }
 
+    /// Stops the transport and returns once its threads are gone: slices queued and not yet
+    /// posted fail, every queue pair moves to the error state so what is in flight flushes at
+    /// once (a dead peer's would otherwise wait out its retries), and the workers and event
+    /// readers are joined. The queue pairs, and with the last handle on the transport its
+    /// memory regions, are then destroyed on the caller's thread, before it goes on: nothing
+    /// of the engine touches registered memory after it closed. The sweep is not joined (it
+    /// may be in a dial of up to two seconds); it holds the state only between dials.
     fn shutdown(&self) {
-        if let Some(state) = self.state.get() {
-            state.stop.store(true, Ordering::Release);
-            for nic in &state.nics {
-                (0..nic.lanes()).for_each(|lane| nic.wake(lane));
+        let Some(state) = self.state.get() else {
+            return;
+        };
+        state.stop.store(true, Ordering::SeqCst);
+        let mut groups: Vec<Group> = (state.endpoints.lock())
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .into_iter()
+            .map(|(_, g)| g)
+            .collect();
+        groups.extend(
+            (state.passive.lock())
+                .unwrap_or_else(|e| e.into_inner())
+                .drain()
+                .into_iter()
+                .map(|(_, g)| g),
+        );
+        for ep in groups.iter().flat_map(|g| g.iter()) {
+            ep.fail();
+        }
+        for nic in &state.nics {
+            (0..nic.lanes()).for_each(|lane| nic.wake(lane));
+        }
+        state.stopping.raise();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        // A worker that shuts the engine down from a completion cannot wait for itself.
+        for t in threads.into_iter().filter(|t| t.thread().id() != me) {
+            if t.join().is_err() {
+                warn!("an RDMA worker had panicked");
             }
         }
+        // The groups' queue pairs are destroyed here, now that no worker polls them.
+        drop(groups);
     }
 }
 

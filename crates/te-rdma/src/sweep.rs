@@ -13,8 +13,8 @@
 //! handshakes themselves.
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Weak;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use te_core::control::frame::{FrameType, read_frame, write_frame};
@@ -31,20 +31,19 @@ const MAX_ANSWER: usize = 4096;
 
 /// Every `every`, dials each initiator the target keeps queue pairs for, and drops the groups
 /// of those that are gone; guesses not yet confirmed are dialled on the next tick. Returns
-/// once the transport shuts down or is dropped.
+/// once the transport shuts down or is dropped. The state is held only to list whom to dial
+/// and to apply each answer, never across a dial (up to two seconds), so a shutdown does not
+/// wait on a dial to release the state.
 pub(crate) fn run(state: &Weak<State>, every: Duration) {
     let mut last = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(100).min(every));
-        let Some(s) = state.upgrade() else { return };
-        if s.stop.load(Ordering::Acquire) {
-            return;
-        }
         let due = last.elapsed() >= every;
         if due {
             last = Instant::now();
         }
         let peers = {
+            let Some(s) = live(state) else { return };
             let initiators = s.initiators.lock().unwrap_or_else(|e| e.into_inner());
             let mut peers = initiators.unconfirmed();
             if due {
@@ -52,20 +51,23 @@ pub(crate) fn run(state: &Weak<State>, every: Duration) {
             }
             peers
         };
-        if !dial_all(&s, peers) {
+        if !dial_all(state, peers) {
             return;
         }
     }
 }
 
+/// The state, while the transport runs.
+fn live(state: &Weak<State>) -> Option<Arc<State>> {
+    state.upgrade().filter(|s| !s.stop.load(Ordering::Acquire))
+}
+
 /// Dials each of `peers` and applies what it found; false once the transport stops.
-fn dial_all(s: &State, peers: Vec<(SocketAddr, Listener)>) -> bool {
+fn dial_all(state: &Weak<State>, peers: Vec<(SocketAddr, Listener)>) -> bool {
     for (addr, listener) in peers {
-        if s.stop.load(Ordering::Acquire) {
-            return false;
-        }
         let probe = dial(addr, listener);
-        // The groups are dropped under the initiators' lock, as they are replaced under it.
+        let Some(s) = live(state) else { return false };
+        // The groups are taken out under the initiators' lock, as they are replaced under it.
         let mut initiators = s.initiators.lock().unwrap_or_else(|e| e.into_inner());
         let gone = initiators.observe(addr, probe);
         if !gone.is_empty() {

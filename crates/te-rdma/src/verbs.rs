@@ -32,7 +32,7 @@ use te_core::Permission;
 mod lane;
 
 use lane::set_nonblocking;
-pub use lane::{DeviceEvent, Lane};
+pub use lane::{DeviceEvent, Lane, Signal};
 
 /// Settings of the verbs layer (`MC_IB_PORT`, `MC_GID_INDEX`, `MC_MAX_WR`, te's
 /// `MC_IB_TIMEOUT`).

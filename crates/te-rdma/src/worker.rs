@@ -196,9 +196,16 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
             ops.drain(..n).collect()
         };
         let mut progressed = !batch.is_empty();
+        let stopping = state.stop.load(Ordering::SeqCst);
         for op in batch {
             if op.is_canceled() {
                 state.sink.complete(op, Err(SliceError::Canceled));
+                continue;
+            }
+            if stopping {
+                // Shutting down: nothing new goes on the wire (nor dials a peer).
+                let shut = SliceError::Path("rdma transport shut down".into());
+                state.sink.complete(op, Err(shut));
                 continue;
             }
             next_wr = next_wr.wrapping_add(1);
@@ -222,7 +229,7 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
             std::thread::yield_now();
             continue;
         }
-        if inflight.is_empty() && state.stop.load(Ordering::Acquire) {
+        if inflight.is_empty() && state.stop.load(Ordering::SeqCst) {
             let empty = queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
             if empty {
                 return;
@@ -233,7 +240,10 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
         device.prepare_sleep(lane);
         device.poll_lane(lane, &mut done);
         let queued = !queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
-        if done.is_empty() && !queued {
+        // Read after the sleeping mark (both SeqCst): a shutdown that raced past the check
+        // above either sees the mark and wakes this lane, or is seen here.
+        let stopping = state.stop.load(Ordering::SeqCst) && inflight.is_empty();
+        if done.is_empty() && !queued && !stopping {
             let limit = match inflight.is_empty() {
                 true => SLEEP_IDLE,
                 false => SLEEP_BUSY,

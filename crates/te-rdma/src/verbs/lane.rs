@@ -22,7 +22,7 @@ pub struct Lane {
     pub(super) next_cq: AtomicUsize,
     /// Serialises polls (one worker polls a lane; tests may poll too).
     pub(super) poll: Mutex<()>,
-    pub(super) wake: OwnedFd,
+    pub(super) wake: Signal,
     /// The worker is about to sleep or sleeping: posting must wake it.
     pub(super) sleeping: AtomicBool,
 }
@@ -85,7 +85,7 @@ impl Nic {
                 revents: 0,
             },
             libc::pollfd {
-                fd: lane.wake.as_raw_fd(),
+                fd: lane.wake.0.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -99,7 +99,7 @@ impl Nic {
             // SAFETY: reads 8 bytes into a u64 from the lane's eventfd (nonblocking).
             unsafe {
                 libc::read(
-                    lane.wake.as_raw_fd(),
+                    lane.wake.0.as_raw_fd(),
                     (&mut count as *mut u64).cast(),
                     std::mem::size_of::<u64>(),
                 )
@@ -124,33 +124,27 @@ impl Nic {
     pub fn wake(&self, lane: usize) {
         let lane = &self.lanes[lane % self.lanes.len()];
         if lane.sleeping.load(Ordering::SeqCst) {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a u64 to the lane's eventfd.
-            unsafe {
-                libc::write(
-                    lane.wake.as_raw_fd(),
-                    (&one as *const u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
+            lane.wake.raise();
         }
     }
 
-    /// The device's next async event, waiting up to `timeout` (`None`: nothing came).
-    pub fn next_event(&self, timeout: Duration) -> Option<DeviceEvent> {
+    /// The device's next async event, waiting up to `timeout` or until `stop` is raised
+    /// (`None`: nothing came).
+    pub fn next_event(&self, timeout: Duration, stop: &Signal) -> Option<DeviceEvent> {
         use rdma_mummy_sys::ibv_event_type as T;
         // SAFETY: the context is open while `self.ctx` lives.
         let raw = unsafe { self.ctx.context().as_ptr() };
         // SAFETY: as above; only the fd is read.
         let fd = unsafe { (*raw).async_fd };
-        let mut pfd = libc::pollfd {
+        let mut fds = [fd, stop.0.as_raw_fd()].map(|fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
-        };
+        });
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the call.
-        if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+        // SAFETY: two valid pollfds for the call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if ready <= 0 || fds[0].revents & libc::POLLIN == 0 {
             return None;
         }
         // SAFETY: an all-zero `ibv_async_event` is a valid out-parameter (pointers and ints).
@@ -188,20 +182,47 @@ impl Lane {
                 builder.build().map_err(|e| format!("creating a CQ: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // SAFETY: eventfd has no memory arguments; a non-negative result is a new fd we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-        }
         Ok(Lane {
             channel,
             cqs,
             next_cq: AtomicUsize::new(0),
             poll: Mutex::new(()),
-            // SAFETY: `fd` was just created and is owned by nothing else.
-            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+            wake: Signal::new()?,
             sleeping: AtomicBool::new(false),
         })
+    }
+}
+
+/// An eventfd that a thread raises to wake another out of `poll(2)`. Reading it (as a lane's
+/// sleep does) lowers it again; one never read stays raised.
+pub struct Signal(OwnedFd);
+
+impl Signal {
+    /// A new, lowered signal.
+    ///
+    /// # Errors
+    /// The eventfd could not be made.
+    pub fn new() -> Result<Signal, String> {
+        // SAFETY: eventfd has no memory arguments; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        Ok(Signal(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Raises it: whoever polls it wakes.
+    pub fn raise(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a u64 to the eventfd.
+        unsafe {
+            libc::write(
+                self.0.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
     }
 }
 

@@ -16,8 +16,23 @@ pub fn sent_packets(device: &str) -> u64 {
 /// are the numbers that were not there before it, whatever other processes' queue pairs do
 /// meanwhile (a count would mix them in).
 pub fn queue_pairs(device: &str) -> std::collections::BTreeSet<u32> {
+    resources("qp", "lqpn", device)
+}
+
+/// The numbers of the memory regions registered on `device` (all processes), likewise.
+#[allow(
+    dead_code,
+    reason = "each test binary compiles this module; one uses it"
+)]
+pub fn memory_regions(device: &str) -> std::collections::BTreeSet<u32> {
+    resources("mr", "mrn", device)
+}
+
+/// The `id` numbers of the `kind` resources on `device` (its lines name it as `link DEV/PORT`
+/// or `dev DEV`).
+fn resources(kind: &str, id: &str, device: &str) -> std::collections::BTreeSet<u32> {
     let out = std::process::Command::new("rdma")
-        .args(["resource", "show", "qp"])
+        .args(["resource", "show", kind])
         .output()
         .expect("rdma (iproute2) runs");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -25,17 +40,21 @@ pub fn queue_pairs(device: &str) -> std::collections::BTreeSet<u32> {
     text.lines()
         .filter_map(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
-            let link = words.iter().position(|w| *w == "link")?;
-            let lqpn = words.iter().position(|w| *w == "lqpn")?;
-            match words.get(link + 1)?.starts_with(&port) {
-                true => words.get(lqpn + 1)?.parse().ok(),
+            let after = |name: &str| {
+                let at = words.iter().position(|w| *w == name)?;
+                words.get(at + 1).copied()
+            };
+            let on =
+                after("link").is_some_and(|l| l.starts_with(&port)) || after("dev") == Some(device);
+            match on {
+                true => after(id)?.parse().ok(),
                 false => None,
             }
         })
         .collect()
 }
 
-/// The queue pairs in `now` that are not in `then`.
+/// The resources in `now` that are not in `then`.
 pub fn made_since(
     then: &std::collections::BTreeSet<u32>,
     now: &std::collections::BTreeSet<u32>,
