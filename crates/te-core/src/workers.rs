@@ -12,6 +12,9 @@
 //! A worker that runs out of slices polls for a short while (`SPIN`) before it sleeps, so a
 //! slice posted right after another is picked up without a wake-up; a quiet transport costs no
 //! CPU. The copy itself is the transport's executor; this module moves no bytes.
+//!
+//! [`CopyWorkers::shutdown`] fails what is still queued and joins the workers: once it returns
+//! no copy of the engine's is under way, so an application may free its buffers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -40,8 +43,11 @@ pub struct CopyWorkers {
     name: &'static str,
     queues: Mutex<Option<Vec<Sender<SliceOp>>>>,
     /// Started and not shut down (what `queues` holding senders says, read without its lock
-    /// by posts copied on the posting thread).
-    running: AtomicBool,
+    /// by posts copied on the posting thread, and by the workers, which fail what is left in
+    /// their queues once it is false).
+    running: Arc<AtomicBool>,
+    /// The workers, joined at shutdown.
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     sink: OnceLock<Arc<dyn CompletionSink>>,
     exec: OnceLock<Arc<Executor>>,
 }
@@ -77,7 +83,8 @@ impl CopyWorkers {
         CopyWorkers {
             name,
             queues: Mutex::new(None),
-            running: AtomicBool::new(false),
+            running: Arc::new(AtomicBool::new(false)),
+            threads: Mutex::default(),
             sink: OnceLock::new(),
             exec: OnceLock::new(),
         }
@@ -102,22 +109,32 @@ impl CopyWorkers {
             .map_err(|_| fail("already installed in an engine".into()))?;
         let _ = self.exec.set(exec.clone());
         let mut queues = Vec::with_capacity(count.max(1));
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         for i in 0..count.max(1) {
             let (tx, rx) = mpsc::channel::<SliceOp>();
             let (sink, exec) = (sink.clone(), exec.clone());
+            let (running, name) = (self.running.clone(), self.name);
             // Worker 0 polls before sleeping (a large transfer's next post comes soon); the
             // others sleep at once, so at most one thread polls.
             let spin = i == 0;
-            std::thread::Builder::new()
+            let worker = std::thread::Builder::new()
                 .name(format!("te-{}-{i}", self.name))
                 .spawn(move || {
                     while let Some(op) = next(&rx, spin) {
-                        CopyWorkers::run(&exec, &sink, op);
+                        match running.load(Ordering::Acquire) {
+                            true => CopyWorkers::run(&exec, &sink, op),
+                            false => {
+                                let shut = format!("{name} transport is shut down");
+                                sink.complete(op, Err(SliceError::Path(shut)));
+                            }
+                        }
                     }
                 })
                 .map_err(|e| fail(format!("spawning a worker: {e}")))?;
+            threads.push(worker);
             queues.push(tx);
         }
+        drop(threads);
         *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = Some(queues);
         self.running.store(true, Ordering::Release);
         Ok(())
@@ -259,9 +276,19 @@ impl CopyWorkers {
         }
     }
 
-    /// Takes no more slices; queued ones are still executed and reported.
+    /// Takes no more slices, fails the queued ones and returns once the workers are gone: a
+    /// copy under way finishes, and after that nothing touches the engine's memory (an
+    /// application may free a buffer as soon as its engine is closed). Called from a worker
+    /// (a completion that closed the engine), that worker is not waited for.
     pub fn shutdown(&self) {
         self.running.store(false, Ordering::Release);
         self.queues.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        for t in threads.into_iter().filter(|t| t.thread().id() != me) {
+            if t.join().is_err() {
+                tracing::warn!(transport = self.name, "a copy worker had panicked");
+            }
+        }
     }
 }

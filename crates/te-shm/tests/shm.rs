@@ -180,3 +180,57 @@ fn a_crashed_owner_leaves_nothing_behind() {
         "a live buffer's file stays"
     );
 }
+
+/// An engine closed while shared-memory copies are queued: the close fails what is queued and
+/// returns only once no copy is under way, so the application may free its buffer at once;
+/// nothing lands in it afterwards, and the task ends failed, naming the shutdown.
+#[test]
+fn a_closed_engine_copies_nothing_more_into_its_memory() {
+    let len = 512 << 20;
+    let (owner, shm) = engine();
+    let shared = shm.allocate(len).unwrap();
+    shared.write_at(0, &vec![0xa5; len]).unwrap();
+    owner
+        .register_buffer(&shared, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let (e, _shm) = engine();
+    let local = Arc::new(HostBuffer::new(len).unwrap());
+    e.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = e.open_segment(owner.segment_name()).unwrap();
+    assert!(e.segment(seg).unwrap().same_host());
+    let r = TransferRequest {
+        opcode: Opcode::Read,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: shared.addr(),
+        length: len as u64,
+    };
+    let b = e.allocate_batch(1).unwrap();
+    e.submit(b, &[r]).unwrap();
+    // 512 copies of 1 MiB, dealt to the workers: most are still queued here.
+    e.shutdown();
+    // Read from the end back, ahead of where copies still under way would go next.
+    let snapshot = || -> Vec<Vec<u8>> {
+        let mib = 1 << 20;
+        (0..len / mib)
+            .rev()
+            .map(|i| local.to_vec(i * mib, mib).unwrap())
+            .collect()
+    };
+    let after_close = snapshot();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        snapshot() == after_close,
+        "bytes landed in the buffer after its engine was closed"
+    );
+    let status = e.wait(b, Duration::from_secs(60)).unwrap();
+    assert_eq!(status.state, TransferState::Failed, "{status:?}");
+    assert!(status.transferred_bytes < len as u64, "{status:?}");
+    match e.task_error(b, 0).unwrap() {
+        Some(te_core::transport::SliceError::Path(why)) => {
+            assert!(why.contains("shut down"), "{why}")
+        }
+        other => panic!("the task's error names the shutdown: {other:?}"),
+    }
+}
