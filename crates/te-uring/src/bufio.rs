@@ -129,13 +129,16 @@ impl Transport for BufIoTransport {
         self.shared.install(ctx.sink)?;
         for i in 0..self.shared.options.workers {
             let shared = self.shared.clone();
-            std::thread::Builder::new()
+            let handle = std::thread::Builder::new()
                 .name(format!("te-bufio-{i}"))
                 .spawn(move || worker(shared))
                 .map_err(|e| te_core::Error::Transport {
                     transport: "bufio",
                     reason: format!("spawning a worker: {e}"),
                 })?;
+            (self.shared.threads.lock())
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
         }
         info!(
             workers = self.shared.options.workers,
@@ -157,6 +160,6 @@ impl Transport for BufIoTransport {
     }
 
     fn shutdown(&self) {
-        self.shared.queue.close();
+        self.shared.shutdown();
     }
 }

@@ -27,7 +27,7 @@ mod queue;
 mod uring;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use te_core::transport::{CompletionSink, SliceError, SliceOp, Transport};
 use tracing::{error, info};
@@ -132,6 +132,8 @@ pub(crate) struct Shared {
     pub(crate) queue: SliceQueue,
     pub(crate) options: FileOptions,
     sink: OnceLock<Arc<dyn CompletionSink>>,
+    /// The workers, joined at shutdown.
+    pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -147,6 +149,7 @@ impl Shared {
                 ..options
             },
             sink: OnceLock::new(),
+            threads: Mutex::default(),
         }
     }
 
@@ -163,6 +166,25 @@ impl Shared {
                 refused,
                 Err(SliceError::Path("file transport is shut down".into())),
             );
+        }
+    }
+
+    /// Refuses new slices, fails the queued ones and returns once the workers are gone: the
+    /// requests they had taken finish (those already in the kernel must), and after that
+    /// nothing touches the engine's memory (an application may free a buffer as soon as its
+    /// engine is closed). Called from a worker, that worker is not waited for.
+    pub(crate) fn shutdown(&self) {
+        let left = self.queue.close();
+        self.report(
+            left,
+            Err(SliceError::Path("file transport is shut down".into())),
+        );
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let me = std::thread::current().id();
+        for t in threads.into_iter().filter(|t| t.thread().id() != me) {
+            if t.join().is_err() {
+                error!("a file worker had panicked");
+            }
         }
     }
 

@@ -1,6 +1,6 @@
 //! The queue between `post` (any thread) and a transport's workers: slices wait here until a
-//! worker takes them as coalesced groups. Closing it refuses new slices; queued ones are still
-//! taken, so each is reported exactly once.
+//! worker takes them as coalesced groups. Closing it refuses new slices and hands the queued
+//! ones back (the closer reports them), so each is reported exactly once.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
@@ -73,9 +73,15 @@ impl SliceQueue {
         self.ready.notify_all();
     }
 
-    /// Refuses new slices and wakes every waiting worker.
-    pub fn close(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+    /// Refuses new slices, wakes every waiting worker, and hands back the slices no worker
+    /// took.
+    pub fn close(&self) -> Vec<SliceOp> {
+        let left = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.closed = true;
+            std::mem::take(&mut state.ops)
+        };
         self.ready.notify_all();
+        left.into()
     }
 }

@@ -355,10 +355,13 @@ impl Transport for UringTransport {
         self.shared.install(ctx.sink)?;
         for (i, ring) in rings.into_iter().enumerate() {
             let (shared, regions) = (self.shared.clone(), self.regions.clone());
-            std::thread::Builder::new()
+            let handle = std::thread::Builder::new()
                 .name(format!("te-uring-{i}"))
                 .spawn(move || worker(shared, regions, ring))
                 .map_err(|e| fail(format!("spawning a worker: {e}")))?;
+            (self.shared.threads.lock())
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
         }
         info!(
             workers = self.shared.options.workers,
@@ -396,6 +399,6 @@ impl Transport for UringTransport {
     }
 
     fn shutdown(&self) {
-        self.shared.queue.close();
+        self.shared.shutdown();
     }
 }

@@ -148,6 +148,66 @@ fn bufio_round_trips_across_sizes_and_alignments() {
     assert!(c.buffered > 0 && c.direct == 0, "{c:?}");
 }
 
+/// An engine closed while a large READ from a file is queued: the close fails what no worker
+/// took and returns only once the workers are gone, so the application may free its buffer at
+/// once; nothing lands in it afterwards, and the task ends failed, naming the shutdown.
+fn closed_mid_read(transport: Arc<dyn Transport>, tag: &str) {
+    let len: usize = 256 << 20;
+    let path = scratch(tag);
+    std::fs::write(&path, vec![0xa5; len]).unwrap();
+    let e = engine(transport);
+    let seg = e.open_file_segment(&path, FileAccess::ReadOnly).unwrap();
+    let mem = Arc::new(HostBuffer::new(len).unwrap());
+    e.register_buffer(&mem, "cpu:0", Permission::LocalOnly)
+        .unwrap();
+    let r = TransferRequest {
+        opcode: Opcode::Read,
+        source: mem.addr(),
+        target_id: seg,
+        target_offset: 0,
+        length: len as u64,
+    };
+    let b = e.allocate_batch(1).unwrap();
+    e.submit(b, &[r]).unwrap();
+    e.shutdown();
+    // Read from the end back, ahead of where reads still under way would go next.
+    let snapshot = || -> Vec<Vec<u8>> {
+        let mib = 1 << 20;
+        (0..len / mib)
+            .rev()
+            .map(|i| mem.to_vec(i * mib, mib).unwrap())
+            .collect()
+    };
+    let after_close = snapshot();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        snapshot() == after_close,
+        "bytes landed in the buffer after its engine was closed"
+    );
+    let status = e.wait(b, Duration::from_secs(60)).unwrap();
+    assert_eq!(status.state, TransferState::Failed, "{status:?}");
+    assert!(status.transferred_bytes < len as u64, "{status:?}");
+    match e.task_error(b, 0).unwrap() {
+        Some(SliceError::Path(why)) => assert!(why.contains("shut down"), "{why}"),
+        other => panic!("the task's error names the shutdown: {other:?}"),
+    }
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn uring_closed_mid_read_writes_nothing_more() {
+    let t = UringTransport::new(FileOptions::default()).expect("io_uring on this kernel");
+    closed_mid_read(Arc::new(t), "uring-closed");
+}
+
+#[test]
+fn bufio_closed_mid_read_writes_nothing_more() {
+    closed_mid_read(
+        Arc::new(BufIoTransport::new(FileOptions::default())),
+        "bufio-closed",
+    );
+}
+
 #[test]
 fn many_tasks_in_one_batch_fill_the_ring() {
     let t = Arc::new(
