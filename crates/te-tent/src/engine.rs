@@ -36,6 +36,8 @@ pub(crate) struct Inner {
 /// TENT's engine: say what to move; the runtime picks transports, orders, retries and stages.
 pub struct TentEngine {
     inner: Arc<Inner>,
+    /// The progress thread, joined on drop.
+    progress: Option<std::thread::JoinHandle<()>>,
     owned: Mutex<HashMap<u64, Arc<HostBuffer>>>,
     #[cfg(feature = "shm")]
     shm: Option<Arc<te_shm::ShmTransport>>,
@@ -90,13 +92,14 @@ impl TentEngine {
             stop: AtomicBool::new(false),
         });
         let progress = inner.clone();
-        std::thread::Builder::new()
+        let progress = std::thread::Builder::new()
             .name("te-tent-progress".into())
             .spawn(move || progress.run_progress())
             .map_err(|e| TentError::InvalidArgument(format!("progress thread: {e}")))?;
         #[allow(unused_mut)]
         let mut engine = TentEngine {
             inner,
+            progress: Some(progress),
             owned: Mutex::new(HashMap::new()),
             #[cfg(feature = "shm")]
             shm: None,
@@ -705,8 +708,20 @@ impl TentEngine {
 }
 
 impl Drop for TentEngine {
+    /// Stops the progress thread and waits for it, then shuts the core engine down here (a
+    /// staging job may still hold it): once the drop returns, nothing of the engine moves bytes
+    /// any more, and the application may free its buffers.
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Release);
-        self.inner.work.notify_all();
+        {
+            let _state = self.inner.lock();
+            self.inner.work.notify_all();
+        }
+        if let Some(progress) = self.progress.take()
+            && progress.thread().id() != std::thread::current().id()
+        {
+            let _ = progress.join();
+        }
+        self.inner.core.shutdown();
     }
 }

@@ -135,6 +135,10 @@ impl Inner {
         while !self.stop.load(Ordering::Acquire) {
             let busy = self.pump();
             let s = self.lock();
+            // Looked at again under the lock, which a drop takes to wake this thread.
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
             let pause = match busy {
                 true => Duration::from_millis(1),
                 false => Duration::from_millis(100),

@@ -159,6 +159,51 @@ fn notifications_arrive_after_their_data() {
     assert_eq!(n.notify_msg, "direct");
 }
 
+/// An engine dropped while a large READ over TCP is under way: the drop returns only once
+/// nothing of the engine moves bytes any more, so the application may free its buffer at once,
+/// and nothing lands in it afterwards.
+#[test]
+fn a_dropped_engine_moves_nothing_more_into_its_memory() {
+    let len: usize = 256 << 20;
+    let target = tent(r#"{"transports": {"shm": {"enable": false}}}"#);
+    let tbuf = Arc::new(HostBuffer::new(len).unwrap());
+    tbuf.write_at(0, &vec![0xa5; len]).unwrap();
+    target
+        .register_memory(&tbuf, &MemoryOptions::default())
+        .unwrap();
+    let init = tent(r#"{"transports": {"shm": {"enable": false}}}"#);
+    let local = Arc::new(HostBuffer::new(len).unwrap());
+    init.register_memory(&local, &private()).unwrap();
+    let seg = init.open_segment(target.segment_name()).unwrap();
+    let batch = init.allocate_batch(1).unwrap();
+    let read = Request::new(Opcode::Read, local.addr(), seg, tbuf.addr(), len as u64);
+    init.submit(batch, &[read]).unwrap();
+    // Under way: the first bytes are in.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while local.to_vec(0, 1).unwrap()[0] != 0xa5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the READ never started"
+        );
+        std::thread::yield_now();
+    }
+    drop(init);
+    // Read from the end back, ahead of where data still coming would go next.
+    let snapshot = || -> Vec<Vec<u8>> {
+        let mib = 1 << 20;
+        (0..len / mib)
+            .rev()
+            .map(|i| local.to_vec(i * mib, mib).unwrap())
+            .collect()
+    };
+    let after_drop = snapshot();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        snapshot() == after_drop,
+        "bytes landed in the buffer after its engine was dropped"
+    );
+}
+
 /// Copies between memory of this process: the device hop of staging (a GPU copy engine's
 /// part, which this machine has none of).
 #[derive(Default)]
