@@ -272,3 +272,49 @@ fn idle_connections_to_a_peer_that_went_away_are_closed() {
         "connections to a peer that went away are closed"
     );
 }
+
+/// An engine closed while a large READ is coming in: the close fails what is left and returns
+/// only once its lanes are gone, so nothing lands in its memory afterwards (the application may
+/// free its buffer at once), and the task ends failed.
+#[test]
+fn a_closed_engine_receives_nothing_more_into_its_memory() {
+    let len: usize = 256 << 20;
+    let p = pair(len);
+    p.remote.write_at(0, &vec![0xa5; len]).unwrap();
+    let b = p.initiator.allocate_batch(1).unwrap();
+    let r = te_core::TransferRequest {
+        opcode: Opcode::Read,
+        source: p.local.addr(),
+        target_id: p.segment,
+        target_offset: p.remote.addr(),
+        length: len as u64,
+    };
+    p.initiator.submit(b, &[r]).unwrap();
+    // Under way: the first bytes are in.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while p.local.to_vec(0, 1).unwrap()[0] != 0xa5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the READ never started"
+        );
+        std::thread::yield_now();
+    }
+    p.initiator.shutdown();
+    // Read from the end back, ahead of where data still coming would go next.
+    let snapshot = || -> Vec<Vec<u8>> {
+        let mib = 1 << 20;
+        (0..len / mib)
+            .rev()
+            .map(|i| p.local.to_vec(i * mib, mib).unwrap())
+            .collect()
+    };
+    let after_close = snapshot();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        snapshot() == after_close,
+        "bytes landed in the buffer after its engine was closed"
+    );
+    let status = p.initiator.wait(b, Duration::from_secs(60)).unwrap();
+    assert_eq!(status.state, TransferState::Failed, "{status:?}");
+    assert!(status.transferred_bytes < len as u64, "{status:?}");
+}
