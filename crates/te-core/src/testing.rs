@@ -274,6 +274,42 @@ pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
     }
 }
 
+/// Waits, up to 30 s, until the first byte of `buf` is `byte`: a transfer filling it with that
+/// byte is under way.
+pub fn wait_for_first_byte(buf: &crate::HostBuffer, byte: u8) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while buf.to_vec(0, 1).expect("a readable buffer")[0] != byte {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the transfer never started"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Asserts that nothing writes into the first `len` bytes of `buf` any more (`after` says since
+/// when): a snapshot read 1 MiB at a time from the end back, ahead of where writes still under
+/// way would go next, equals another taken 300 ms later.
+pub fn assert_nothing_lands(buf: &crate::HostBuffer, len: usize, after: &str) {
+    let snapshot = || -> Vec<Vec<u8>> {
+        let mib = 1 << 20;
+        (0..len.div_ceil(mib))
+            .rev()
+            .map(|i| {
+                let at = i * mib;
+                buf.to_vec(at, mib.min(len - at))
+                    .expect("a readable buffer")
+            })
+            .collect()
+    };
+    let first = snapshot();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        snapshot() == first,
+        "bytes landed in the buffer after {after}"
+    );
+}
+
 /// Arguments that make a test binary run only its ignored test `test`: how multi-process tests
 /// start themselves again as a helper process.
 pub fn self_test_args(test: &str) -> [&str; 5] {

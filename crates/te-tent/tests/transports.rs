@@ -178,30 +178,9 @@ fn a_dropped_engine_moves_nothing_more_into_its_memory() {
     let batch = init.allocate_batch(1).unwrap();
     let read = Request::new(Opcode::Read, local.addr(), seg, tbuf.addr(), len as u64);
     init.submit(batch, &[read]).unwrap();
-    // Under way: the first bytes are in.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while local.to_vec(0, 1).unwrap()[0] != 0xa5 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the READ never started"
-        );
-        std::thread::yield_now();
-    }
+    te_core::testing::wait_for_first_byte(&local, 0xa5);
     drop(init);
-    // Read from the end back, ahead of where data still coming would go next.
-    let snapshot = || -> Vec<Vec<u8>> {
-        let mib = 1 << 20;
-        (0..len / mib)
-            .rev()
-            .map(|i| local.to_vec(i * mib, mib).unwrap())
-            .collect()
-    };
-    let after_drop = snapshot();
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        snapshot() == after_drop,
-        "bytes landed in the buffer after its engine was dropped"
-    );
+    te_core::testing::assert_nothing_lands(&local, len, "its engine was dropped");
 }
 
 /// Copies between memory of this process: the device hop of staging (a GPU copy engine's
