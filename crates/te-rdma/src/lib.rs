@@ -694,7 +694,8 @@ impl Transport for RdmaTransport {
     /// Stops the transport and returns once its threads are gone: slices queued and not yet
     /// posted fail, every queue pair moves to the error state so what is in flight flushes at
     /// once (a dead peer's would otherwise wait out its retries), and the workers and event
-    /// readers are joined. The queue pairs, and with the last handle on the transport its
+    /// readers are joined (a worker whose requests do not flush within 5 s, a device no longer
+    /// answering, reports them failed with an error logged, so the close cannot hang). The queue pairs, and with the last handle on the transport its
     /// memory regions, are then destroyed on the caller's thread, before it goes on: nothing
     /// of the engine touches registered memory after it closed. The sweep is not joined (it
     /// may be in a dial of up to two seconds); it holds the state only between dials.

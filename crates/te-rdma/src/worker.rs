@@ -26,6 +26,9 @@ const SPIN: Duration = Duration::from_micros(100);
 const SLEEP_BUSY: Duration = Duration::from_millis(100);
 /// Longest sleep with nothing to do (to notice shutdown).
 const SLEEP_IDLE: Duration = Duration::from_millis(500);
+/// How long a worker waits at shutdown for what it has in flight, its queue pairs moved to
+/// ERROR: they flush at once on a working device, so past this the device is not answering.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(5);
 
 /// A slice on the wire: its work requests share its `wr_id`.
 struct Flight {
@@ -168,6 +171,8 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
     let mut done = Vec::new();
     let mut next_wr: u64 = 0;
     let mut last_progress = Instant::now();
+    // When this worker first saw the shutdown with requests still in flight.
+    let mut stopped: Option<Instant> = None;
     let complete = |inflight: &mut HashMap<u64, Flight>,
                     wrs: &mut usize,
                     done: &mut Vec<(u64, Result<(), WcError>)>| {
@@ -235,6 +240,14 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
                 return;
             }
         }
+        if !inflight.is_empty() && state.stop.load(Ordering::SeqCst) {
+            let since = *stopped.get_or_insert_with(Instant::now);
+            if since.elapsed() > SHUTDOWN_FLUSH {
+                abandon(&state, nic, &mut inflight);
+                wrs = 0;
+                continue;
+            }
+        }
         watch_stalls(&state, nic, lane, &mut inflight);
         // Arm, look once more (a completion before arming raises no event), then sleep.
         device.prepare_sleep(lane);
@@ -254,6 +267,22 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
         }
         complete(&mut inflight, &mut wrs, &mut done);
         last_progress = Instant::now();
+    }
+}
+
+/// Shutting down, requests whose queue pairs did not flush: they are reported failed so the
+/// close does not hang on a device that stopped answering, loudly, since the device may still
+/// touch their memory.
+fn abandon(state: &State, nic: usize, inflight: &mut HashMap<u64, Flight>) {
+    tracing::error!(
+        device = %state.nics[nic].name,
+        requests = inflight.len(),
+        "RDMA requests did not complete within {SHUTDOWN_FLUSH:?} of shutdown (their queue pairs \
+         did not flush); failing them, though the device may still write their memory"
+    );
+    for (_, f) in inflight.drain() {
+        let why = SliceError::Path("rdma transport shut down; the request never completed".into());
+        state.sink.complete(f.op, Err(why));
     }
 }
 
