@@ -14,7 +14,8 @@
 //! CPU. The copy itself is the transport's executor; this module moves no bytes.
 //!
 //! [`CopyWorkers::shutdown`] fails what is still queued and joins the workers: once it returns
-//! no copy of the engine's is under way, so an application may free its buffers.
+//! no copy of the engine's is under way, so an application may free its buffers. [`Threads`]
+//! is how it, and other transports' shutdowns, wait for their threads.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -47,7 +48,7 @@ pub struct CopyWorkers {
     /// their queues once it is false).
     running: Arc<AtomicBool>,
     /// The workers, joined at shutdown.
-    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    threads: Threads,
     sink: OnceLock<Arc<dyn CompletionSink>>,
     exec: OnceLock<Arc<Executor>>,
 }
@@ -84,7 +85,7 @@ impl CopyWorkers {
             name,
             queues: Mutex::new(None),
             running: Arc::new(AtomicBool::new(false)),
-            threads: Mutex::default(),
+            threads: Threads::default(),
             sink: OnceLock::new(),
             exec: OnceLock::new(),
         }
@@ -109,7 +110,6 @@ impl CopyWorkers {
             .map_err(|_| fail("already installed in an engine".into()))?;
         let _ = self.exec.set(exec.clone());
         let mut queues = Vec::with_capacity(count.max(1));
-        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         for i in 0..count.max(1) {
             let (tx, rx) = mpsc::channel::<SliceOp>();
             let (sink, exec) = (sink.clone(), exec.clone());
@@ -131,10 +131,9 @@ impl CopyWorkers {
                     }
                 })
                 .map_err(|e| fail(format!("spawning a worker: {e}")))?;
-            threads.push(worker);
+            self.threads.push(worker);
             queues.push(tx);
         }
-        drop(threads);
         *self.queues.lock().unwrap_or_else(|e| e.into_inner()) = Some(queues);
         self.running.store(true, Ordering::Release);
         Ok(())
@@ -283,11 +282,33 @@ impl CopyWorkers {
     pub fn shutdown(&self) {
         self.running.store(false, Ordering::Release);
         self.queues.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        self.threads.join_all(self.name);
+    }
+}
+
+/// Threads a transport started, joined when it shuts down: what they hold (queue pairs, the
+/// memory they copy into) is let go before the shutdown returns.
+#[derive(Debug, Default)]
+pub struct Threads(Mutex<Vec<std::thread::JoinHandle<()>>>);
+
+impl Threads {
+    /// Keeps `thread` to join at shutdown.
+    pub fn push(&self, thread: std::thread::JoinHandle<()>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(thread);
+    }
+
+    /// Joins every thread kept, but the calling one (a shutdown from one of them, such as a
+    /// completion that closed the engine, cannot wait for itself); one that panicked is
+    /// logged, naming `owner`.
+    pub fn join_all(&self, owner: &str) {
+        let threads = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
         let me = std::thread::current().id();
         for t in threads.into_iter().filter(|t| t.thread().id() != me) {
             if t.join().is_err() {
-                tracing::warn!(transport = self.name, "a copy worker had panicked");
+                tracing::warn!(owner, "a thread had panicked");
             }
         }
     }

@@ -213,7 +213,7 @@ pub struct RdmaTransport {
     state: OnceLock<Arc<State>>,
     /// The workers and event readers, joined at shutdown: they hold the state, and with it
     /// every queue pair and memory region.
-    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    threads: te_core::workers::Threads,
 }
 
 impl std::fmt::Debug for RdmaTransport {
@@ -230,7 +230,7 @@ impl RdmaTransport {
         RdmaTransport {
             options,
             state: OnceLock::new(),
-            threads: Mutex::default(),
+            threads: te_core::workers::Threads::default(),
         }
     }
 
@@ -413,6 +413,11 @@ fn filtered(devices: Vec<String>, filter: &te_topology::NicFilter) -> Vec<String
         .collect()
 }
 
+/// What a slice gets that is not posted because the transport shuts down.
+fn shut_down() -> te_core::transport::SliceError {
+    te_core::transport::SliceError::Path("rdma transport shut down".into())
+}
+
 /// Whether `ip` is one of this host's addresses (a loopback one, or an interface's).
 fn is_local_ip(ip: std::net::IpAddr) -> bool {
     ip.is_loopback()
@@ -500,7 +505,6 @@ impl Transport for RdmaTransport {
                 None => br#"{"reply_msg":"rdma transport is shut down"}"#.to_vec(),
             },
         ));
-        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         for (i, nic) in state.nics.iter().enumerate() {
             for lane in 0..nic.lanes() {
                 let s = state.clone();
@@ -508,16 +512,15 @@ impl Transport for RdmaTransport {
                     .name(format!("te-rdma-{}-{lane}", nic.name))
                     .spawn(move || worker::run(s, i, lane))
                     .map_err(|e| fail(format!("spawning a worker: {e}")))?;
-                threads.push(worker);
+                self.threads.push(worker);
             }
             let s = state.clone();
             let reader = std::thread::Builder::new()
                 .name(format!("te-rdma-{}-ev", nic.name))
                 .spawn(move || events::watch(s, i))
                 .map_err(|e| fail(format!("spawning an event reader: {e}")))?;
-            threads.push(reader);
+            self.threads.push(reader);
         }
-        drop(threads);
         let (s, every) = (Arc::downgrade(&state), self.options.peer_sweep);
         std::thread::Builder::new()
             .name("te-rdma-sweep".into())
@@ -672,9 +675,7 @@ impl Transport for RdmaTransport {
                         .drain(..)
                         .collect();
                     for op in left {
-                        let shut =
-                            te_core::transport::SliceError::Path("rdma transport shut down".into());
-                        state.sink.complete(op, Err(shut));
+                        state.sink.complete(op, Err(shut_down()));
                     }
                 }
             }
@@ -695,9 +696,10 @@ impl Transport for RdmaTransport {
     /// posted fail, every queue pair moves to the error state so what is in flight flushes at
     /// once (a dead peer's would otherwise wait out its retries), and the workers and event
     /// readers are joined (a worker whose requests do not flush within 5 s, a device no longer
-    /// answering, reports them failed with an error logged, so the close cannot hang). The queue pairs, and with the last handle on the transport its
-    /// memory regions, are then destroyed on the caller's thread, before it goes on: nothing
-    /// of the engine touches registered memory after it closed. The sweep is not joined (it
+    /// answering, reports them failed with an error logged, so the close cannot hang). The
+    /// queue pairs, and with the last handle on the transport its memory regions, are then
+    /// destroyed on the caller's thread, before it goes on: nothing of the engine touches
+    /// registered memory after it closed. The sweep is not joined (it
     /// may be in a dial of up to two seconds); it holds the state only between dials.
     fn shutdown(&self) {
         let Some(state) = self.state.get() else {
@@ -724,14 +726,7 @@ impl Transport for RdmaTransport {
             (0..nic.lanes()).for_each(|lane| nic.wake(lane));
         }
         state.stopping.raise();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        let me = std::thread::current().id();
-        // A worker that shuts the engine down from a completion cannot wait for itself.
-        for t in threads.into_iter().filter(|t| t.thread().id() != me) {
-            if t.join().is_err() {
-                warn!("an RDMA worker had panicked");
-            }
-        }
+        self.threads.join_all("rdma transport");
         // The groups' queue pairs are destroyed here, now that no worker polls them.
         drop(groups);
     }

@@ -209,8 +209,7 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
             }
             if stopping {
                 // Shutting down: nothing new goes on the wire (nor dials a peer).
-                let shut = SliceError::Path("rdma transport shut down".into());
-                state.sink.complete(op, Err(shut));
+                state.sink.complete(op, Err(crate::shut_down()));
                 continue;
             }
             next_wr = next_wr.wrapping_add(1);

@@ -37,7 +37,7 @@ pub(crate) struct Inner {
 pub struct TentEngine {
     inner: Arc<Inner>,
     /// The progress thread, joined on drop.
-    progress: Option<std::thread::JoinHandle<()>>,
+    progress: te_core::workers::Threads,
     owned: Mutex<HashMap<u64, Arc<HostBuffer>>>,
     #[cfg(feature = "shm")]
     shm: Option<Arc<te_shm::ShmTransport>>,
@@ -92,14 +92,17 @@ impl TentEngine {
             stop: AtomicBool::new(false),
         });
         let progress = inner.clone();
-        let progress = std::thread::Builder::new()
-            .name("te-tent-progress".into())
-            .spawn(move || progress.run_progress())
-            .map_err(|e| TentError::InvalidArgument(format!("progress thread: {e}")))?;
+        let threads = te_core::workers::Threads::default();
+        threads.push(
+            std::thread::Builder::new()
+                .name("te-tent-progress".into())
+                .spawn(move || progress.run_progress())
+                .map_err(|e| TentError::InvalidArgument(format!("progress thread: {e}")))?,
+        );
         #[allow(unused_mut)]
         let mut engine = TentEngine {
             inner,
-            progress: Some(progress),
+            progress: threads,
             owned: Mutex::new(HashMap::new()),
             #[cfg(feature = "shm")]
             shm: None,
@@ -717,11 +720,7 @@ impl Drop for TentEngine {
             let _state = self.inner.lock();
             self.inner.work.notify_all();
         }
-        if let Some(progress) = self.progress.take()
-            && progress.thread().id() != std::thread::current().id()
-        {
-            let _ = progress.join();
-        }
+        self.progress.join_all("tent engine");
         self.inner.core.shutdown();
     }
 }

@@ -136,9 +136,7 @@ impl Transport for BufIoTransport {
                     transport: "bufio",
                     reason: format!("spawning a worker: {e}"),
                 })?;
-            (self.shared.threads.lock())
-                .unwrap_or_else(|e| e.into_inner())
-                .push(handle);
+            self.shared.threads.push(handle);
         }
         info!(
             workers = self.shared.options.workers,

@@ -27,7 +27,7 @@ mod queue;
 mod uring;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use te_core::transport::{CompletionSink, SliceError, SliceOp, Transport};
 use tracing::{error, info};
@@ -125,6 +125,11 @@ impl Counters {
     }
 }
 
+/// What a slice gets that no worker will run because the transport shuts down.
+fn shut_down() -> SliceError {
+    SliceError::Path("file transport is shut down".into())
+}
+
 /// What both file transports share: open files, the queue, the sink.
 pub(crate) struct Shared {
     pub(crate) counters: Counters,
@@ -133,7 +138,7 @@ pub(crate) struct Shared {
     pub(crate) options: FileOptions,
     sink: OnceLock<Arc<dyn CompletionSink>>,
     /// The workers, joined at shutdown.
-    pub(crate) threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    pub(crate) threads: te_core::workers::Threads,
 }
 
 impl Shared {
@@ -149,7 +154,7 @@ impl Shared {
                 ..options
             },
             sink: OnceLock::new(),
-            threads: Mutex::default(),
+            threads: te_core::workers::Threads::default(),
         }
     }
 
@@ -162,10 +167,7 @@ impl Shared {
 
     pub(crate) fn post(&self, slices: Vec<SliceOp>) {
         if let Err(refused) = self.queue.push(slices) {
-            self.report(
-                refused,
-                Err(SliceError::Path("file transport is shut down".into())),
-            );
+            self.report(refused, Err(shut_down()));
         }
     }
 
@@ -175,17 +177,8 @@ impl Shared {
     /// engine is closed). Called from a worker, that worker is not waited for.
     pub(crate) fn shutdown(&self) {
         let left = self.queue.close();
-        self.report(
-            left,
-            Err(SliceError::Path("file transport is shut down".into())),
-        );
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        let me = std::thread::current().id();
-        for t in threads.into_iter().filter(|t| t.thread().id() != me) {
-            if t.join().is_err() {
-                error!("a file worker had panicked");
-            }
-        }
+        self.report(left, Err(shut_down()));
+        self.threads.join_all("file transport");
     }
 
     /// Reports every slice of a finished request with the same outcome.

@@ -359,9 +359,7 @@ impl Transport for UringTransport {
                 .name(format!("te-uring-{i}"))
                 .spawn(move || worker(shared, regions, ring))
                 .map_err(|e| fail(format!("spawning a worker: {e}")))?;
-            (self.shared.threads.lock())
-                .unwrap_or_else(|e| e.into_inner())
-                .push(handle);
+            self.shared.threads.push(handle);
         }
         info!(
             workers = self.shared.options.workers,
