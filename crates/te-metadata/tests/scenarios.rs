@@ -286,3 +286,29 @@ fn a_cluster_id_namespaces_the_keys() {
     assert!(same.open_segment(&name).is_ok());
     drop(a);
 }
+
+/// Mooncake's own HTTP metadata server never replaces an `rpc_meta` entry ("Duplicate rpc_meta
+/// key not allowed"). An engine re-publishes its entry every refresh, and one restarted on the
+/// same listener finds its old entry there: publishing the entry it already holds succeeds,
+/// and one that names another listener is an error naming both.
+#[test]
+fn rpc_entries_republish_on_mooncakes_metadata_server() {
+    let server = te_core::testing::mooncake::http_metadata_server();
+    let md = te_core::metadata::open(&server.url, &te_core::Config::default()).unwrap();
+    md.publish_rpc("te-node", "127.0.0.1", 4000).unwrap();
+    md.publish_rpc("te-node", "127.0.0.1", 4000)
+        .expect("the entry it holds is published again");
+    let err = md
+        .publish_rpc("te-node", "127.0.0.1", 4001)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("names 127.0.0.1:4000, not this engine's 127.0.0.1:4001")
+            && err.contains("Duplicate rpc_meta key not allowed"),
+        "{err}"
+    );
+    assert_eq!(
+        md.rpc_address("te-node").unwrap(),
+        ("127.0.0.1".to_string(), 4000)
+    );
+}

@@ -87,12 +87,12 @@ fn republish(ctx: &KeeperCtx) {
     match publish_all(ctx) {
         Ok(()) => {
             if ctx.owed.swap(false, Ordering::AcqRel) {
-                info!(segment = %ctx.name, "metadata service back: descriptor re-published");
+                info!(segment = %ctx.name, "descriptor re-published to the metadata service");
             }
         }
         Err(e) => {
             if !ctx.owed.swap(true, Ordering::AcqRel) {
-                warn!(segment = %ctx.name, error = %e, "metadata service unreachable; will re-publish");
+                warn!(segment = %ctx.name, error = %e, "publishing to the metadata service failed; will retry");
             }
         }
     }

@@ -278,9 +278,10 @@ impl KvStore for HttpStore {
     fn put(&self, key: &str, value: &[u8]) -> Result<()> {
         match self.request("PUT", key, value)? {
             (200..=299, _) => Ok(()),
-            (status, _) => Err(Error::Metadata(format!(
-                "PUT {} key {key}: HTTP {status}",
-                self.url
+            (status, body) => Err(Error::Metadata(format!(
+                "PUT {} key {key}: HTTP {status}: {}",
+                self.url,
+                String::from_utf8_lossy(&body[..body.len().min(200)])
             ))),
         }
     }

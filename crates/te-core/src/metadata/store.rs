@@ -146,7 +146,25 @@ impl Metadata for StoreMetadata {
             rpc_port: port,
         };
         let json = serde_json::to_vec(&meta).map_err(|e| Error::Metadata(e.to_string()))?;
-        self.store.put(&self.layout.rpc_key(name), &json)
+        let key = self.layout.rpc_key(name);
+        let refused = match self.store.put(&key, &json) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        // Mooncake's HTTP metadata server never replaces an `rpc_meta` entry ("Duplicate
+        // rpc_meta key not allowed"), so every re-publication is refused: an entry that already
+        // names this engine's listener is published all the same.
+        match self.store.get(&key) {
+            Ok(Some(held)) => match serde_json::from_slice::<RpcMeta>(&held) {
+                Ok(held) if held == meta => Ok(()),
+                Ok(held) => Err(Error::Metadata(format!(
+                    "{key} names {}:{}, not this engine's {host}:{port}, and the service                      refused to replace it ({refused}): another engine is named {name:?}, or                      one that stopped without removing its entry was; delete the key or                      choose another name",
+                    held.ip_or_host_name, held.rpc_port
+                ))),
+                Err(_) => Err(refused),
+            },
+            _ => Err(refused),
+        }
     }
 
     fn remove_segment(&self, name: &str) -> Result<()> {
