@@ -206,13 +206,13 @@ pub struct OpenFiles {
 }
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit, and says so; warns when the
-/// result is below `wanted` (the descriptors the configured caps could use), naming the
-/// variables to lower or the limit to raise.
+/// result is below `wanted` (the descriptors the configured caps could use), naming the limit
+/// to raise or the settings (`caps`) to lower.
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] naming `RLIMIT_NOFILE` when the limit cannot be read (one that
 /// cannot be raised is only warned about).
-pub fn raise_open_files(wanted: u64) -> Result<OpenFiles> {
+pub fn raise_open_files(wanted: u64, caps: &str) -> Result<OpenFiles> {
     let (before, hard) = crate::sys::nofile_limit().map_err(|e| Error::InvalidConfig {
         name: "RLIMIT_NOFILE".into(),
         value: String::new(),
@@ -235,10 +235,9 @@ pub fn raise_open_files(wanted: u64) -> Result<OpenFiles> {
         warn!(
             open_files = now,
             wanted,
-            "the open-file limit is below what the connection caps allow \
-             (MC_TE_MAX_DATA_CONNECTIONS + MC_TE_MAX_CONTROL_CONNECTIONS): connections past it \
-             will be refused by the kernel; raise the hard limit (ulimit -Hn, LimitNOFILE=) or \
-             lower the caps"
+            "the open-file limit is below what the connection caps allow ({caps}): \
+             connections past it will be refused by the kernel; raise the hard limit \
+             (ulimit -Hn, LimitNOFILE=) or lower the caps"
         );
     }
     Ok(OpenFiles { before, now, hard })
@@ -352,7 +351,7 @@ mod tests {
 
     #[test]
     fn the_open_file_limit_is_raised_to_the_hard_limit() {
-        let files = raise_open_files(0).unwrap();
+        let files = raise_open_files(0, "no caps").unwrap();
         assert_eq!(files.now, files.hard);
         assert!(files.before <= files.now);
         assert_eq!(crate::sys::nofile_limit().unwrap().0, files.hard);

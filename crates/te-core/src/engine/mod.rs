@@ -752,7 +752,10 @@ fn send_notification(
 fn raise_open_files_once(limits: &crate::limits::ServerLimits) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        if let Err(e) = crate::limits::raise_open_files(limits.open_files_wanted()) {
+        if let Err(e) = crate::limits::raise_open_files(
+            limits.open_files_wanted(),
+            "MC_TE_MAX_DATA_CONNECTIONS + MC_TE_MAX_CONTROL_CONNECTIONS",
+        ) {
             warn!(error = %e, "open-file limit unknown");
         }
     });
