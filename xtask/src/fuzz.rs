@@ -5,12 +5,17 @@
 //! it as a regression test, replayed on every run.
 
 /// (target, crate, test path).
-pub(crate) const TARGETS: [(&str, &str, &str); 11] = [
+pub(crate) const TARGETS: [(&str, &str, &str); 12] = [
     ("control-frame", "te-core", "fuzz_targets::control_frame"),
     ("descriptor", "te-core", "fuzz_targets::descriptor"),
     ("http-head", "te-core", "fuzz_targets::http_head"),
     ("resp", "te-core", "fuzz_targets::resp"),
     ("percent-decode", "te-core", "fuzz_targets::percent_decode"),
+    (
+        "http-request",
+        "te-metadata",
+        "request::tests::http_request",
+    ),
     ("tcp-request", "te-tcp", "wire::fuzz_targets::tcp_request"),
     ("tcp-reply", "te-tcp", "wire::fuzz_targets::tcp_reply"),
     (

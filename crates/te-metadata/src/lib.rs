@@ -6,22 +6,34 @@
 //! - `DELETE <path>?key=K`: 200, or 404 when absent.
 //!
 //! With a persistence file, every change is written to a temporary file, synced and renamed
-//! over it before the reply, so a restart loses nothing. Requests are bounded (head 16 KiB, value
-//! `max_value`), connections are capped, and a bad request gets a 4xx without disturbing others.
+//! over it before the reply, so a restart loses nothing (`store.rs`).
+//!
+//! It serves any number of connections, up to its cap, on a fixed number of event-loop threads
+//! (te-core's reactor; `conn.rs`): a cluster's engines connecting at once, or clients that keep
+//! connections open between requests, cost a file descriptor each, not a thread. Requests are
+//! gathered without blocking and bounded (head 16 KiB, value `max_value`, `request.rs`); a
+//! request must be whole within `request_timeout` of its first byte and a silent connection is
+//! closed after `idle_timeout`, so slow or silent clients hold up nobody; a connection over the
+//! cap is answered 503; a bad request gets a 4xx and closes only its own connection.
 //! It does not authenticate clients: run it on a trusted network (te's cluster secret keeps
 //! segment secrets out of what it stores).
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeMap;
-use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod conn;
+mod request;
+mod store;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::metadata::http::{percent_decode, read_body, read_head};
-use tracing::{debug, info, warn};
+use te_core::metadata::http::percent_decode;
+use te_core::reactor::{Deal, ServerSettings};
+use tracing::info;
+
+use request::Request;
+use store::Store;
 
 /// Settings of a server.
 #[derive(Clone, Debug)]
@@ -32,12 +44,20 @@ pub struct Options {
     pub persist: Option<PathBuf>,
     /// Largest value accepted, bytes.
     pub max_value: usize,
-    /// Connections served at once.
+    /// Connections served at once; more are answered 503 and closed. Each costs a file
+    /// descriptor (the binary raises its open-file limit to fit).
     pub max_connections: usize,
     /// Connections the kernel holds before they are accepted (the listener's backlog; Linux
     /// caps it at `net.core.somaxconn`): a cluster's engines starting together connect at once,
     /// and the standard library's 128 would drop their SYNs for a second.
     pub backlog: usize,
+    /// Event-loop threads serving the connections.
+    pub threads: usize,
+    /// How long a connection may stay with nothing moving either way (between requests, or
+    /// with a reply its client does not read) before it is closed.
+    pub idle_timeout: Duration,
+    /// How long a request may take to arrive whole, from its first byte.
+    pub request_timeout: Duration,
 }
 
 impl Default for Options {
@@ -46,73 +66,27 @@ impl Default for Options {
             path: "/metadata".into(),
             persist: None,
             max_value: 16 << 20,
-            max_connections: 256,
+            max_connections: 10_000,
             backlog: 4096,
+            threads: 2,
+            idle_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
 
-/// The keys and where they persist.
-struct Store {
-    map: Mutex<BTreeMap<String, String>>,
-    persist: Option<PathBuf>,
-}
-
-impl Store {
-    fn load(persist: Option<PathBuf>) -> std::io::Result<Store> {
-        let map = match &persist {
-            Some(p) if p.exists() => {
-                let bytes = std::fs::read(p)?;
-                serde_json::from_slice(&bytes).map_err(|e| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("{}: not a JSON object of strings: {e}", p.display()),
-                    )
-                })?
-            }
-            _ => BTreeMap::new(),
-        };
-        Ok(Store {
-            map: Mutex::new(map),
-            persist,
-        })
-    }
-
-    /// Writes the map next to the file, syncs, and renames it over the file.
-    fn save(path: &Path, map: &BTreeMap<String, String>) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        let json = serde_json::to_vec(map).map_err(std::io::Error::other)?;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    }
-
-    /// Applies `change` and persists it before returning; a failed save undoes nothing in
-    /// memory but is reported, so the client learns the write is not durable.
-    fn change<T>(
-        &self,
-        change: impl FnOnce(&mut BTreeMap<String, String>) -> T,
-    ) -> std::io::Result<T> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let out = change(&mut map);
-        if let Some(p) = &self.persist {
-            Store::save(p, &map)?;
-        }
-        Ok(out)
-    }
-}
-
-/// A running server.
+/// A running server. Dropping it stops it.
 pub struct Server {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    reactor: te_core::reactor::Server,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("addr", &self.addr).finish()
+        f.debug_struct("Server")
+            .field("addr", &self.addr)
+            .field("connections", &self.reactor.connections())
+            .finish()
     }
 }
 
@@ -120,49 +94,26 @@ impl Server {
     /// Serves on `listener` with `options`, loading the persistence file if there is one.
     ///
     /// # Errors
-    /// The persistence file cannot be read or is not a JSON object of strings.
+    /// The persistence file cannot be read or is not a JSON object of strings, or the event
+    /// loops cannot be set up.
     pub fn start(listener: TcpListener, options: Options) -> std::io::Result<Server> {
         let store = Arc::new(Store::load(options.persist.clone())?);
-        te_core::sys::set_listen_backlog(&listener, options.backlog)?;
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let options = Arc::new(options);
-        let active = Arc::new(AtomicUsize::new(0));
-        let thread = {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("te-metadata-accept".into())
-                .spawn(move || {
-                    for conn in listener.incoming() {
-                        if stop.load(Ordering::Acquire) {
-                            return;
-                        }
-                        let Ok(conn) = conn else { continue };
-                        if active.load(Ordering::Acquire) >= options.max_connections {
-                            let _ = respond(&conn, 503, "too many connections");
-                            continue;
-                        }
-                        active.fetch_add(1, Ordering::AcqRel);
-                        let (store, options, active) =
-                            (store.clone(), options.clone(), active.clone());
-                        let spawned = std::thread::Builder::new()
-                            .name("te-metadata-conn".into())
-                            .spawn(move || {
-                                serve(conn, &store, &options);
-                                active.fetch_sub(1, Ordering::AcqRel);
-                            });
-                        if spawned.is_err() {
-                            warn!("could not spawn a connection thread");
-                        }
-                    }
-                })?
+        let settings = ServerSettings {
+            threads: options.threads.max(1),
+            max_connections: options.max_connections.max(1),
+            deal: Deal::RoundRobin,
+            backlog: options.backlog,
+            congestion: te_core::congestion::Congestion::Host,
+            receive_buffer: te_core::limits::ReceiveBuffer::Kernel,
         };
+        let protocol = Arc::new(conn::MetadataProtocol {
+            store,
+            options: Arc::new(options),
+        });
+        let reactor = te_core::reactor::Server::start(listener, protocol, settings)?;
+        let addr = reactor.local_addr();
         info!(%addr, "metadata server listening");
-        Ok(Server {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
+        Ok(Server { addr, reactor })
     }
 
     /// The address served.
@@ -170,49 +121,16 @@ impl Server {
         self.addr
     }
 
-    /// Stops accepting (connections in progress finish).
+    /// Connections held now.
+    pub fn connections(&self) -> usize {
+        self.reactor.connections()
+    }
+
+    /// Stops serving: the listener and every connection close. A change already applied was
+    /// persisted before it was answered.
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.reactor.shutdown();
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn respond(mut conn: &TcpStream, status: u16, body: &str) -> std::io::Result<()> {
-    respond_bytes(&mut conn, status, body.as_bytes(), false)
-}
-
-fn respond_bytes(
-    conn: &mut impl Write,
-    status: u16,
-    body: &[u8],
-    keep: bool,
-) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        413 => "Payload Too Large",
-        500 => "Internal Server Error",
-        _ => "Service Unavailable",
-    };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\nContent-Type: application/json\r\nConnection: {}\r\n\r\n",
-        body.len(),
-        if keep { "keep-alive" } else { "close" }
-    );
-    conn.write_all(head.as_bytes())?;
-    conn.write_all(body)?;
-    conn.flush()
 }
 
 /// The key of a request target `path?key=...`, when the path is ours.
@@ -232,70 +150,35 @@ fn key_of(target: &str, path: &str) -> Result<String, (u16, &'static str)> {
         })
 }
 
-/// Serves requests on one connection until it closes, errs, or asks to close.
-fn serve(conn: TcpStream, store: &Store, options: &Options) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-    let peer = conn.peer_addr().ok();
-    let mut writer = match conn.try_clone() {
-        Ok(w) => w,
-        Err(_) => return,
+/// The status and body answering `request`.
+fn answer(store: &Store, options: &Options, request: &Request) -> (u16, Vec<u8>) {
+    let key = match key_of(&request.target, &options.path) {
+        Err((status, why)) => return (status, why.as_bytes().to_vec()),
+        Ok(key) => key,
     };
-    let mut reader = BufReader::new(conn);
-    loop {
-        let head = match read_head(&mut reader) {
-            Ok(Some(h)) => h,
-            Ok(None) => return,
-            Err(e) => {
-                debug!(?peer, error = %e, "bad request head");
-                let _ = respond_bytes(&mut writer, 400, e.to_string().as_bytes(), false);
-                return;
-            }
-        };
-        let mut parts = head.first_line.split_whitespace();
-        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let keep = !head
-            .header("connection")
-            .is_some_and(|c| c.eq_ignore_ascii_case("close"));
-        let body = match read_body(&mut reader, &head, options.max_value, false) {
-            Ok(b) => b,
-            Err(e) => {
-                let _ = respond_bytes(&mut writer, 413, e.to_string().as_bytes(), false);
-                return;
-            }
-        };
-        let (status, reply): (u16, Vec<u8>) = match key_of(target, &options.path) {
-            Err((status, why)) => (status, why.as_bytes().to_vec()),
-            Ok(key) => match method {
-                "GET" => match store
-                    .map
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&key)
-                {
-                    Some(v) => (200, v.as_bytes().to_vec()),
-                    None => (404, b"metadata not found".to_vec()),
-                },
-                "PUT" | "POST" => match String::from_utf8(body) {
-                    Err(_) => (400, b"value is not UTF-8".to_vec()),
-                    Ok(value) => match store.change(|m| m.insert(key.clone(), value)) {
-                        Ok(_) => (200, b"metadata updated".to_vec()),
-                        Err(e) => (500, format!("not persisted: {e}").into_bytes()),
-                    },
-                },
-                "DELETE" => match store.change(|m| m.remove(&key)) {
-                    Ok(Some(_)) => (200, b"metadata deleted".to_vec()),
-                    Ok(None) => (404, b"metadata not found".to_vec()),
-                    Err(e) => (500, format!("not persisted: {e}").into_bytes()),
-                },
-                _ => (405, b"method not allowed".to_vec()),
+    match request.method.as_str() {
+        "GET" => match store
+            .map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            Some(v) => (200, v.as_bytes().to_vec()),
+            None => (404, b"metadata not found".to_vec()),
+        },
+        "PUT" | "POST" => match std::str::from_utf8(&request.body) {
+            Err(_) => (400, b"value is not UTF-8".to_vec()),
+            Ok(value) => match store.change(|m| m.insert(key.clone(), value.to_string())) {
+                Ok(_) => (200, b"metadata updated".to_vec()),
+                Err(e) => (500, format!("not persisted: {e}").into_bytes()),
             },
-        };
-        debug!(?peer, method, status, "request");
-        // After a bad request the connection is closed: its framing may be off.
-        let keep = keep && status < 400;
-        if respond_bytes(&mut writer, status, &reply, keep).is_err() || !keep {
-            return;
-        }
+        },
+        "DELETE" => match store.change(|m| m.remove(&key)) {
+            Ok(Some(_)) => (200, b"metadata deleted".to_vec()),
+            Ok(None) => (404, b"metadata not found".to_vec()),
+            Err(e) => (500, format!("not persisted: {e}").into_bytes()),
+        },
+        _ => (405, b"method not allowed".to_vec()),
     }
 }
 

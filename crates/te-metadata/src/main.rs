@@ -1,16 +1,21 @@
 //! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]
-//! [--backlog N]`:
+//! [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
+//! [--request-timeout SECS]`:
 //! Mooncake's HTTP metadata server. Engines use it with `--metadata_server=http://HOST:PORT/metadata`.
-//! SIGINT or SIGTERM closes the listener and exits 0; `--help` and `--version` exit 0; a bad
+//! At start it raises its open-file limit to the hard limit, and warns when that is still below
+//! `--max-connections`. SIGINT or SIGTERM closes the listener and exits 0; `--help` and `--version` exit 0; a bad
 //! argument exits 2 with the usage.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use te_core::signals::Termination;
 use te_metadata::{Options, Server};
 
-const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES] [--backlog N (4096)]";
+const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] \
+[--max-value BYTES (16 MiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
+[--idle-timeout SECS (30)] [--request-timeout SECS (30)]";
 
 /// Why `run` ended without serving.
 enum Stop {
@@ -24,6 +29,17 @@ impl From<String> for Stop {
     fn from(e: String) -> Self {
         Stop::Failed(e)
     }
+}
+
+/// `value` of argument `name` as a whole number from `min` to `max`.
+fn count(name: &str, value: &str, min: u64, max: u64) -> Result<u64, Stop> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or(Stop::Usage(format!(
+            "{name}: a whole number from {min} to {max}\n{USAGE}"
+        )))
 }
 
 fn run(termination: Option<&Termination>) -> Result<(), Stop> {
@@ -59,6 +75,16 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
                         "--backlog: a count from 1 to 65535\n{USAGE}"
                     )))?
             }
+            "--max-connections" => {
+                options.max_connections = count(&name, &value()?, 1, 1_000_000)? as usize
+            }
+            "--threads" => options.threads = count(&name, &value()?, 1, 256)? as usize,
+            "--idle-timeout" => {
+                options.idle_timeout = Duration::from_secs(count(&name, &value()?, 1, 86_400)?)
+            }
+            "--request-timeout" => {
+                options.request_timeout = Duration::from_secs(count(&name, &value()?, 1, 86_400)?)
+            }
             other => return Err(Stop::Usage(format!("unknown argument {other}\n{USAGE}"))),
         }
     }
@@ -67,6 +93,12 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
             "--path {}: must start with /",
             options.path
         )));
+    }
+    // Each connection is a file descriptor: the cap, plus the listener, the persistence file
+    // and the loops' own.
+    let wanted = options.max_connections as u64 + 64;
+    if let Err(e) = te_core::limits::raise_open_files(wanted, "--max-connections") {
+        tracing::warn!(error = %e, "open-file limit unknown");
     }
     let listener =
         std::net::TcpListener::bind(&addr).map_err(|e| format!("binding {addr}: {e}"))?;

@@ -31,6 +31,11 @@ impl Service {
         exit_within(&mut self.child, Duration::from_secs(20))
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the process now (a crash: no goodbye).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -22,6 +22,11 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// The te-metadata binary on `port` (0: any), persisting to `persist` if given.
 pub fn http_server(port: u16, persist: Option<&Path>) -> Service {
+    http_server_with(port, persist, &[])
+}
+
+/// As [`http_server`], with more arguments.
+pub fn http_server_with(port: u16, persist: Option<&Path>, args: &[&str]) -> Service {
     // Restarts reuse the port: keep it out of the ephemeral range (see `free_port`).
     let port = if port == 0 {
         te_core::testing::services::free_port()
@@ -33,6 +38,7 @@ pub fn http_server(port: u16, persist: Option<&Path>) -> Service {
     if let Some(p) = persist {
         cmd.arg("--persist").arg(p);
     }
+    cmd.args(args);
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

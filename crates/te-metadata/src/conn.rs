@@ -1,0 +1,266 @@
+//! The server's connections on te-core's event loops ([`te_core::reactor`]): each a small
+//! state machine that reads what its socket has, gathers requests ([`Gatherer`]), answers them
+//! one at a time and in order, and sends each reply before it reads the next request, so a
+//! connection holds at most one request being gathered and one reply.
+//!
+//! Timeouts, checked every second by the loops ([`overdue`]): a request must be whole within
+//! the request timeout of its first byte, so a client that trickles a head or a body cannot
+//! hold its place for ever; a connection with nothing moving either way (idle between
+//! requests, or a reply its client does not read) is closed after the idle timeout.
+//!
+//! Not here: what a request means ([`crate::answer`]).
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use te_core::reactor::{Protocol, Refusal, Step};
+use tracing::debug;
+
+use crate::request::{Gathered, Gatherer};
+use crate::{Options, Store};
+
+/// Bytes read per call.
+const READ_CHUNK: usize = 64 << 10;
+/// Buffers larger than this are released once empty, so an idle connection holds none.
+const KEEP_CAPACITY: usize = 4 << 10;
+/// Requests answered per turn before the loop's other connections get theirs.
+const REQUESTS_PER_TURN: usize = 64;
+/// Bytes read and dropped after the last reply of a connection being closed, so unread
+/// request bytes do not turn the close into a reset that could destroy that reply.
+const LINGER_DRAIN: usize = 64 << 10;
+/// The interim answer to `Expect: 100-continue`.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The server's protocol.
+pub(crate) struct MetadataProtocol {
+    pub(crate) store: Arc<Store>,
+    pub(crate) options: Arc<Options>,
+}
+
+/// One client connection.
+pub(crate) struct HttpConn {
+    peer: SocketAddr,
+    input: Vec<u8>,
+    gatherer: Gatherer,
+    output: Vec<u8>,
+    sent: usize,
+    /// Close once the output is sent.
+    closing: bool,
+    /// When the first byte of the request being gathered came, if one is.
+    since: Option<Instant>,
+    /// When bytes last moved either way.
+    last: Instant,
+}
+
+/// Whether a connection is to be closed at `now`: its request began (`since`) more than the
+/// request timeout ago, or nothing moved since `last` for the idle timeout.
+pub(crate) fn overdue(
+    since: Option<Instant>,
+    last: Instant,
+    now: Instant,
+    request_timeout: Duration,
+    idle_timeout: Duration,
+) -> bool {
+    since.is_some_and(|t| now.saturating_duration_since(t) > request_timeout)
+        || now.saturating_duration_since(last) > idle_timeout
+}
+
+/// A reply: status line, the headers every reply carries, and the body.
+pub(crate) fn reply(status: u16, body: &[u8], keep_alive: bool) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        413 => "Payload Too Large",
+        500 => "Internal Server Error",
+        _ => "Service Unavailable",
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\nContent-Type: application/json\r\nConnection: {}\r\n\r\n",
+        body.len(),
+        if keep_alive { "keep-alive" } else { "close" }
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+impl HttpConn {
+    /// Sends what is queued: `Some(step)` when the drive ends here.
+    fn flush(&mut self, mut stream: &mio::net::TcpStream) -> Option<Step> {
+        while self.sent < self.output.len() {
+            match stream.write(&self.output[self.sent..]) {
+                Ok(0) => return Some(Step::Close),
+                Ok(n) => {
+                    self.sent += n;
+                    self.last = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Some(Step::BlockedSending);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Some(Step::Close),
+            }
+        }
+        self.output.clear();
+        self.sent = 0;
+        if self.output.capacity() > KEEP_CAPACITY {
+            self.output = Vec::new();
+        }
+        if !self.closing {
+            return None;
+        }
+        // The last reply is out: say so, and take what the client still sends, so the close
+        // is a FIN it reads after the reply.
+        let _ = stream.shutdown(Shutdown::Write);
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < LINGER_DRAIN {
+            match stream.read(&mut sink) {
+                Ok(n) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+        Some(Step::Close)
+    }
+
+    /// Reads what the socket has towards the request being gathered: `Some(step)` when the
+    /// drive ends here.
+    fn fill(&mut self, mut stream: &mio::net::TcpStream) -> Option<Step> {
+        let at = self.input.len();
+        self.input.resize(at + READ_CHUNK, 0);
+        let read = stream.read(&mut self.input[at..]);
+        self.input.truncate(at + *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(0) => Some(Step::Close),
+            Ok(_) => {
+                let now = Instant::now();
+                self.last = now;
+                self.since.get_or_insert(now);
+                None
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if self.input.is_empty() && self.input.capacity() > KEEP_CAPACITY {
+                    self.input = Vec::new();
+                }
+                Some(Step::Blocked)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
+            Err(_) => Some(Step::Close),
+        }
+    }
+}
+
+impl Protocol for MetadataProtocol {
+    type Conn = HttpConn;
+
+    fn name(&self) -> &'static str {
+        "te-metadata"
+    }
+
+    fn open(&self, peer: SocketAddr, _stream: &mio::net::TcpStream) -> HttpConn {
+        HttpConn {
+            peer,
+            input: Vec::new(),
+            gatherer: Gatherer::new(self.options.max_value),
+            output: Vec::new(),
+            sent: 0,
+            closing: false,
+            since: None,
+            last: Instant::now(),
+        }
+    }
+
+    fn drive(&self, c: &mut HttpConn, stream: &mio::net::TcpStream) -> Step {
+        let mut answered = 0;
+        loop {
+            if let Some(step) = c.flush(stream) {
+                return step;
+            }
+            if answered >= REQUESTS_PER_TURN {
+                return Step::Yield;
+            }
+            match c.gatherer.gather(&mut c.input) {
+                Ok(Gathered::More) => {
+                    if let Some(step) = c.fill(stream) {
+                        return step;
+                    }
+                }
+                Ok(Gathered::Continue) => c.output.extend_from_slice(CONTINUE),
+                Ok(Gathered::Request(request)) => {
+                    let (status, body) = crate::answer(&self.store, &self.options, &request);
+                    debug!(peer = %c.peer, method = request.method, status, "request");
+                    // After a bad request the connection is closed: its framing may be off.
+                    let keep = request.keep_alive && status < 400;
+                    c.output = reply(status, &body, keep);
+                    c.closing = !keep;
+                    c.since = (!c.input.is_empty()).then(Instant::now);
+                    answered += 1;
+                }
+                Err(refusal) => {
+                    debug!(peer = %c.peer, status = refusal.status, reason = refusal.reason,
+                        "request refused");
+                    c.output = reply(refusal.status, refusal.reason.as_bytes(), false);
+                    c.closing = true;
+                }
+            }
+        }
+    }
+
+    fn expired(&self, c: &HttpConn, now: Instant) -> bool {
+        let since = match c.gatherer.in_body() || !c.input.is_empty() {
+            true => c.since,
+            false => None,
+        };
+        overdue(
+            since,
+            c.last,
+            now,
+            self.options.request_timeout,
+            self.options.idle_timeout,
+        )
+    }
+
+    fn refuse(&self, mut stream: &mio::net::TcpStream, peer: SocketAddr, why: Refusal) {
+        let reason = match why {
+            Refusal::AtCapacity { max } => format!(
+                "te-metadata serves at most {max} connections at once (--max-connections); \
+                 try again later"
+            ),
+            other => format!("refused: {other:?}"),
+        };
+        debug!(%peer, reason, "connection refused");
+        let _ = stream.write(&reply(503, reason.as_bytes(), false));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_request_and_a_silent_connection_are_overdue() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let (request, idle) = (s(10), s(30));
+        // Idle between requests: only the idle timeout counts.
+        assert!(!overdue(None, t0, t0 + s(29), request, idle));
+        assert!(overdue(None, t0, t0 + s(31), request, idle));
+        // A request trickling in (bytes keep moving) is cut at the request timeout.
+        assert!(!overdue(Some(t0), t0 + s(9), t0 + s(9), request, idle));
+        assert!(overdue(Some(t0), t0 + s(11), t0 + s(11), request, idle));
+        // A clock that went back (a sweep's `now` taken before `last`) is no expiry.
+        assert!(!overdue(Some(t0 + s(5)), t0 + s(5), t0, request, idle));
+    }
+
+    #[test]
+    fn replies_carry_length_and_connection() {
+        let r = String::from_utf8(reply(404, b"metadata not found", false)).unwrap();
+        assert!(r.starts_with("HTTP/1.1 404 Not Found\r\n"), "{r}");
+        assert!(r.contains("Content-Length: 18\r\n") && r.contains("Connection: close\r\n"));
+        assert!(r.ends_with("\r\n\r\nmetadata not found"));
+    }
+}

@@ -1,0 +1,202 @@
+use super::*;
+
+const MAX: usize = 1 << 10;
+
+/// Feeds `bytes` `step` bytes at a time; every result but `More`, in order.
+fn feed(bytes: &[u8], step: usize) -> Vec<Result<Gathered, Refusal>> {
+    let mut g = Gatherer::new(MAX);
+    let mut input = Vec::new();
+    let mut out = Vec::new();
+    for piece in bytes.chunks(step.max(1)) {
+        input.extend_from_slice(piece);
+        loop {
+            match g.gather(&mut input) {
+                Ok(Gathered::More) => break,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+                other => out.push(other),
+            }
+        }
+    }
+    out
+}
+
+fn request(method: &str, target: &str, keep_alive: bool, body: &[u8]) -> Result<Gathered, Refusal> {
+    Ok(Gathered::Request(Request {
+        method: method.into(),
+        target: target.into(),
+        keep_alive,
+        body: body.to_vec(),
+    }))
+}
+
+fn status(results: &[Result<Gathered, Refusal>]) -> u16 {
+    match results.last() {
+        Some(Err(r)) => r.status,
+        other => panic!("no refusal: {other:?}"),
+    }
+}
+
+#[test]
+fn requests_come_whole_however_their_bytes_arrive() {
+    let bytes = b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+GET /metadata?key=a HTTP/1.1\r\nConnection: close\r\n\r\n";
+    let want = vec![
+        request("PUT", "/metadata?key=a", true, b"hello"),
+        request("GET", "/metadata?key=a", false, b""),
+    ];
+    for step in [1, 2, 3, 7, 50, bytes.len()] {
+        assert_eq!(feed(bytes, step), want, "{step} bytes at a time");
+    }
+}
+
+#[test]
+fn chunked_bodies_with_extensions_and_trailers() {
+    let bytes = b"PUT /m?key=a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\nDELETE /m?key=a HTTP/1.1\n\n";
+    let want = vec![
+        request("PUT", "/m?key=a", true, b"hello world"),
+        request("DELETE", "/m?key=a", true, b""),
+    ];
+    for step in [1, 4, bytes.len()] {
+        assert_eq!(feed(bytes, step), want, "{step} bytes at a time");
+    }
+}
+
+#[test]
+fn a_client_that_expects_100_continue_is_told_to_go_on() {
+    let head = b"PUT /m?key=a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+    let mut g = Gatherer::new(MAX);
+    let mut input = head.to_vec();
+    assert_eq!(g.gather(&mut input), Ok(Gathered::Continue));
+    assert!(g.in_body());
+    assert_eq!(g.gather(&mut input), Ok(Gathered::More));
+    input.extend_from_slice(b"ok");
+    assert_eq!(
+        g.gather(&mut input),
+        request("PUT", "/m?key=a", true, b"ok")
+    );
+    assert!(!g.in_body());
+    // The body already sent with the head: nothing to wait for.
+    let mut both = head.to_vec();
+    both.extend_from_slice(b"ok");
+    assert_eq!(
+        feed(&both, both.len()),
+        vec![request("PUT", "/m?key=a", true, b"ok")]
+    );
+}
+
+#[test]
+fn keep_alive_follows_the_version_and_the_connection_header() {
+    let one = |head: &str| match feed(head.as_bytes(), head.len()).pop() {
+        Some(Ok(Gathered::Request(r))) => r.keep_alive,
+        other => panic!("{head:?}: {other:?}"),
+    };
+    assert!(one("GET /m HTTP/1.1\r\n\r\n"));
+    assert!(!one("GET /m HTTP/1.1\r\nConnection: Close\r\n\r\n"));
+    assert!(!one("GET /m HTTP/1.0\r\n\r\n"));
+    assert!(one("GET /m HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+}
+
+#[test]
+fn bad_heads_and_bodies_are_refused_with_their_status() {
+    let huge = format!("GET /m HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+    let unended = "a".repeat(MAX_HEAD + 10);
+    let cases: &[(&[u8], u16)] = &[
+        (b"GET /m HTTP/1.1\r\nno colon\r\n\r\n", 400),
+        (b"GET /m HTTP/1.1\r\nX: \xff\r\n\r\n", 400),
+        (b"PUT /m HTTP/1.1\r\nContent-Length: banana\r\n\r\n", 400),
+        (b"PUT /m HTTP/1.1\r\nContent-Length: +5\r\n\r\n", 400),
+        (
+            b"PUT /m HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            400,
+        ),
+        (
+            b"PUT /m HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+            400,
+        ),
+        (b"PUT /m HTTP/1.1\r\nContent-Length: 1025\r\n\r\n", 413),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+        ),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n401\r\n",
+            413,
+        ),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY",
+            400,
+        ),
+        (huge.as_bytes(), 400),
+        (unended.as_bytes(), 400),
+    ];
+    for (bytes, want) in cases {
+        for step in [1, bytes.len()] {
+            let got = feed(bytes, step);
+            assert_eq!(
+                status(&got),
+                *want,
+                "{:?} by {step}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+    // Chunks adding up past the limit are refused as the one that crosses it arrives.
+    let mut bytes = b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..4 {
+        bytes.extend_from_slice(b"100\r\n");
+        bytes.extend(vec![b'x'; 0x100]);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"1\r\n");
+    assert_eq!(status(&feed(&bytes, 64)), 413);
+}
+
+#[test]
+fn garbage_is_a_request_with_a_strange_method_not_a_crash() {
+    assert_eq!(
+        feed(b"\x00\x01\x02garbage\r\n\r\n", 3),
+        vec![request("\u{0}\u{1}\u{2}garbage", "", true, b"")]
+    );
+}
+
+/// Fuzz target `http-request` (`cargo xtask fuzz http-request`; `cargo test` runs it for 1 s):
+/// the gatherer never panics, keeps every body within its limit, and gathers the same
+/// requests and refusal from bytes arriving whole as from bytes arriving in pieces.
+#[test]
+fn http_request() {
+    use te_core::fuzz::{budget, run};
+    let regressions = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let seeds: &[&[u8]] = &[
+        b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhelloGET /metadata?key=a HTTP/1.0\r\n\r\n",
+        b"POST /m?key=b HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3;x\r\nabc\r\n0\r\nT: 1\r\n\r\n",
+        b"\r\n\r\nDELETE /metadata?key=c HTTP/1.1\n\n",
+    ];
+    // Whether a client is told to go on depends on where the head's bytes end, not on what
+    // they say: compared are the requests and the refusal.
+    let gathered = |bytes: &[u8], step: usize| -> Vec<Result<Gathered, Refusal>> {
+        feed(bytes, step)
+            .into_iter()
+            .filter(|r| *r != Ok(Gathered::Continue))
+            .collect()
+    };
+    run(
+        "http-request",
+        &regressions,
+        seeds,
+        budget(1.0),
+        |b: &[u8]| {
+            let whole = gathered(b, b.len());
+            let step = 1 + b.first().map_or(0, |&x| usize::from(x % 7));
+            assert_eq!(gathered(b, step), whole, "whole and by {step} agree");
+            for r in &whole {
+                if let Ok(Gathered::Request(r)) = r {
+                    assert!(r.body.len() <= MAX, "a body within the limit");
+                }
+            }
+        },
+    );
+}
