@@ -19,6 +19,8 @@
 //!   and workload, throughput and p99 ratios.
 //! - `cargo xtask bench interop [--duration S]`: te → Mooncake, Mooncake → te and Mooncake →
 //!   Mooncake over TCP loopback (Mooncake's PyPI wheel), WRITE and READ, with the ratios.
+//! - `cargo xtask bench metadata [--duration S]`: te-metadata next to Mooncake's HTTP metadata
+//!   server, 16 to 1,024 keep-alive connections each with a GET always in flight, with the ratios.
 //! - `cargo xtask fuzz <target|all> [--secs N]`: the wire decoders' fuzz targets.
 //! - `cargo xtask gpu`: the GPU suite and the IPC benchmark, on a machine with a GPU.
 //! - `cargo xtask softroce [--setup] [OPTIONS] -- CMD`: CMD inside a qemu guest with Soft-RoCE
@@ -33,6 +35,7 @@ mod fuzz;
 mod gpu;
 mod interop_bench;
 mod local;
+mod metadata_bench;
 mod netns;
 mod python_bench;
 mod rdma_bench;
@@ -78,7 +81,7 @@ type BenchFn = fn(&[&str]) -> Result<(), String>;
 /// charts copied to `docs/bench/` and the table into the README's Performance section.
 fn bench_all(args: &[&str]) -> Result<(), String> {
     let secs = args.to_vec();
-    let benches: [(&str, BenchFn, Option<String>); 10] = [
+    let benches: [(&str, BenchFn, Option<String>); 11] = [
         ("engine", bench::engine, None),
         ("tcp", bench::tcp, None),
         ("local", local::local, None),
@@ -87,6 +90,7 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
         ("python", python_bench::python, None),
         ("capi", capi_bench::capi, None),
         ("scale", scale_bench::scale, None),
+        ("metadata", metadata_bench::metadata, None),
         ("topo", bench::topo, netns::unavailable()),
         (
             "rdma",
@@ -202,6 +206,7 @@ fn main() -> ExitCode {
         ["bench", "python", rest @ ..] => python_bench::python(rest),
         ["bench", "capi", rest @ ..] => capi_bench::capi(rest),
         ["bench", "scale", rest @ ..] => scale_bench::scale(rest),
+        ["bench", "metadata", rest @ ..] => metadata_bench::metadata(rest),
         ["bench"] => bench_all(&[]),
         ["bench", "--duration", n] => bench_all(&["--duration", n]),
         ["bench", "all", rest @ ..] => bench_all(rest),

@@ -1,0 +1,358 @@
+//! `cargo xtask bench metadata [--duration S]`: te-metadata next to Mooncake's own HTTP
+//! metadata server (`mooncake_http_metadata_server`, from the wheel) in one run, over loopback.
+//!
+//! Mooncake's engines keep one open connection to the metadata server per thread that touched
+//! it (a thread-local curl handle), so a cluster's server holds many connections at once, each
+//! asking now and then. This stands for them: 16, 256 and 1,024 keep-alive connections, opened
+//! first, then every one with a GET of a 1.5 KiB descriptor always in flight, driven by 4 client
+//! threads; each reply's status and length checked. Printed per point: requests answered per second, failed
+//! requests, and the server's threads and resident memory sampled while the load runs.
+//!
+//! `TE_METADATA_BIN` runs another build of te-metadata in place of this tree's.
+//!
+//! Goal: te answers at least as many requests per second as Mooncake's server at every point,
+//! and fails none.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use crate::bench::{KillOnDrop, duration_arg};
+
+const CONNECTIONS: [usize; 3] = [16, 256, 1024];
+const CLIENT_THREADS: usize = 4;
+/// Descriptors stored, and their size (a Mooncake segment with a few buffers).
+const KEYS: usize = 64;
+const VALUE_BYTES: usize = 1536;
+
+/// One point's figures.
+#[derive(Clone, Copy, Debug, Default)]
+struct Point {
+    per_second: f64,
+    failed: u64,
+    threads: u64,
+    rss_kib: u64,
+}
+
+fn key(i: usize) -> String {
+    format!("mooncake%2Fram%2Fnode{i}")
+}
+
+fn value(i: usize) -> Vec<u8> {
+    let mut v = format!("{{\"name\":\"node{i}\",\"buffers\":\"").into_bytes();
+    v.resize(VALUE_BYTES - 2, b'x');
+    v.extend_from_slice(b"\"}");
+    v
+}
+
+/// Reads one reply: its status and body length (`None`: the connection ended or the reply
+/// was garbled).
+fn read_reply(r: &mut BufReader<TcpStream>) -> Option<(u16, usize)> {
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let status = line.split_whitespace().nth(1)?.parse().ok()?;
+    let mut len = 0;
+    loop {
+        line.clear();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((n, v)) = l.split_once(':') {
+            if n.trim().eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse().ok()?;
+            }
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).ok()?;
+    Some((status, len))
+}
+
+fn connect(port: u16) -> Option<BufReader<TcpStream>> {
+    let s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let _ = s.set_nodelay(true);
+    Some(BufReader::new(s))
+}
+
+/// Stores the descriptors the load reads.
+fn preload(port: u16) -> Result<(), String> {
+    let mut c = connect(port).ok_or("cannot connect")?;
+    for i in 0..KEYS {
+        let body = value(i);
+        let mut req = format!(
+            "PUT /metadata?key={} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            key(i),
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(&body);
+        c.get_mut().write_all(&req).map_err(|e| e.to_string())?;
+        match read_reply(&mut c) {
+            Some((200, _)) => {}
+            other => return Err(format!("PUT {}: {other:?}", key(i))),
+        }
+    }
+    Ok(())
+}
+
+/// One client thread: `conns` connections opened, then (once every thread has opened its own,
+/// at `ready`) each with a GET always in flight for `seconds`; the replies that were right and
+/// the requests that failed (a connection that could not be opened counts as one).
+fn client(port: u16, conns: usize, first: usize, ready: &Barrier, seconds: u64) -> (u64, u64) {
+    let mut all: Vec<Option<BufReader<TcpStream>>> = (0..conns).map(|_| connect(port)).collect();
+    let (mut ok, mut failed) = (0u64, all.iter().filter(|c| c.is_none()).count() as u64);
+    ready.wait();
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut round = 0usize;
+    while Instant::now() < until {
+        let mut sent = vec![false; all.len()];
+        for (i, c) in all.iter_mut().enumerate() {
+            let Some(conn) = c.as_mut() else {
+                *c = connect(port);
+                failed += 1;
+                continue;
+            };
+            let k = key((first + i + round) % KEYS);
+            let req = format!("GET /metadata?key={k} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+            match conn.get_mut().write_all(req.as_bytes()) {
+                Ok(()) => sent[i] = true,
+                Err(_) => {
+                    *c = None;
+                    failed += 1;
+                }
+            }
+        }
+        for (i, c) in all.iter_mut().enumerate() {
+            if !sent[i] {
+                continue;
+            }
+            match c.as_mut().and_then(read_reply) {
+                Some((200, VALUE_BYTES)) => ok += 1,
+                _ => {
+                    *c = None;
+                    failed += 1;
+                }
+            }
+        }
+        round += 1;
+    }
+    (ok, failed)
+}
+
+fn sample(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("Threads:"), field("VmRSS:"))
+}
+
+/// The load at `connections` for `seconds` once every connection is open, the server (`pid`)
+/// sampled halfway.
+fn point(port: u16, pid: u32, connections: usize, seconds: u64) -> Point {
+    let per = connections / CLIENT_THREADS;
+    let ready = Arc::new(Barrier::new(CLIENT_THREADS + 1));
+    let threads: Vec<_> = (0..CLIENT_THREADS)
+        .map(|t| {
+            let ready = ready.clone();
+            std::thread::spawn(move || client(port, per, t * per, &ready, seconds))
+        })
+        .collect();
+    ready.wait();
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs(seconds) / 2);
+    let (threads_now, rss_kib) = sample(pid);
+    let (ok, failed) = threads
+        .into_iter()
+        .map(|t| t.join().unwrap_or((0, 1)))
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    Point {
+        per_second: ok as f64 / start.elapsed().as_secs_f64(),
+        failed,
+        threads: threads_now,
+        rss_kib,
+    }
+}
+
+/// The te-metadata binary: `$TE_METADATA_BIN` (another build, to compare), else this tree's,
+/// built in release mode.
+fn te_metadata() -> Result<(KillOnDrop, u16), String> {
+    let bin = match std::env::var_os("TE_METADATA_BIN") {
+        Some(bin) => std::path::PathBuf::from(bin),
+        None => {
+            crate::run(
+                "build te-metadata",
+                crate::cargo().args(["build", "--release", "-p", "te-metadata"]),
+            )?;
+            let target_dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+            std::path::Path::new(&target_dir).join("release/te-metadata")
+        }
+    };
+    let mut child = KillOnDrop(
+        Command::new(&bin)
+            .args(["--addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", bin.display()))?,
+    );
+    let out = child.0.stdout.take().ok_or("no stdout")?;
+    let line = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("listening on"))
+        .ok_or("te-metadata did not say where it listens")?;
+    let port = line
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(|| format!("no port in {line:?}"))?;
+    Ok((child, port))
+}
+
+fn mooncake_server() -> Result<(KillOnDrop, u16), String> {
+    let bench = crate::interop_bench::mooncake_bench()?;
+    // <venv>/lib/python3.X/site-packages/mooncake/transfer_engine_bench → <venv>/bin
+    let venv = bench
+        .ancestors()
+        .nth(5)
+        .ok_or("no virtual environment above Mooncake's bench")?;
+    let program = venv.join("bin/mooncake_http_metadata_server");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let child = KillOnDrop(
+        Command::new(&program)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--log-level", "WARNING"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", program.display()))?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err("Mooncake's metadata server did not listen within 20 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((child, port))
+}
+
+/// Every point against one server.
+fn sweep(name: &str, server: (KillOnDrop, u16), seconds: u64) -> Result<Vec<Point>, String> {
+    let (child, port) = server;
+    let pid = child.0.id();
+    eprintln!("  {name} (pid {pid}) on port {port}");
+    preload(port).map_err(|e| format!("{name}: {e}"))?;
+    Ok(CONNECTIONS
+        .iter()
+        .map(|&c| point(port, pid, c, seconds))
+        .collect())
+}
+
+pub(crate) fn metadata(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(
+        args,
+        "usage: cargo xtask bench metadata [--duration SECONDS]",
+    )?;
+    let te = sweep("te-metadata", te_metadata()?, seconds)?;
+    let mc = match mooncake_server().and_then(|s| sweep("Mooncake's server", s, seconds)) {
+        Ok(rows) => Some(rows),
+        Err(e) => {
+            eprintln!("  Mooncake's metadata server cannot run: {e}");
+            None
+        }
+    };
+    println!(
+        "HTTP metadata server, N keep-alive connections each with a GET of {VALUE_BYTES} B always in flight ({CLIENT_THREADS} client threads, loopback), {seconds} s per point"
+    );
+    println!(
+        "{:>6} | {:>9} {:>7} {:>8} {:>8} | {:>9} {:>7} {:>8} {:>8} | {:>7}",
+        "conns",
+        "te req/s",
+        "failed",
+        "threads",
+        "RSS MiB",
+        "MC req/s",
+        "failed",
+        "threads",
+        "RSS MiB",
+        "te/MC"
+    );
+    let mut missed = Vec::new();
+    for (i, (&conns, t)) in CONNECTIONS.iter().zip(&te).enumerate() {
+        let m = mc.as_ref().and_then(|m| m.get(i)).copied();
+        let m_cells = m.map_or_else(
+            || format!("{:>9} {:>7} {:>8} {:>8}", "-", "-", "-", "-"),
+            |m| {
+                format!(
+                    "{:>9.0} {:>7} {:>8} {:>8.1}",
+                    m.per_second,
+                    m.failed,
+                    m.threads,
+                    m.rss_kib as f64 / 1024.0
+                )
+            },
+        );
+        let ratio = m.filter(|m| m.per_second > 0.0).map_or_else(
+            || format!("{:>7}", "-"),
+            |m| format!("{:>6.2}x", t.per_second / m.per_second),
+        );
+        println!(
+            "{conns:>6} | {:>9.0} {:>7} {:>8} {:>8.1} | {m_cells} | {ratio}",
+            t.per_second,
+            t.failed,
+            t.threads,
+            t.rss_kib as f64 / 1024.0
+        );
+        if t.failed > 0 {
+            missed.push(format!(
+                "te failed {} requests at {conns} connections",
+                t.failed
+            ));
+        }
+        if let Some(m) = m {
+            if t.per_second < m.per_second {
+                missed.push(format!(
+                    "te {:.0} req/s < Mooncake's {:.0} at {conns} connections",
+                    t.per_second, m.per_second
+                ));
+            }
+        }
+        crate::report::record(crate::report::Record {
+            bench: "metadata",
+            case: format!("{conns} keep-alive connections, GET 1.5 KiB"),
+            series: None,
+            te: t.per_second,
+            unit: "req/s",
+            reference: m.map(|m| {
+                (
+                    "Mooncake's HTTP metadata server (wheel)".to_string(),
+                    m.per_second,
+                )
+            }),
+            goal: Some(">= Mooncake, none failed".into()),
+            met: Some(t.failed == 0 && m.is_none_or(|m| t.per_second >= m.per_second)),
+            mooncake: None,
+        });
+    }
+    match missed.is_empty() {
+        true => Ok(()),
+        false => Err(format!("missed: {}", missed.join("; "))),
+    }
+}
