@@ -15,7 +15,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use te_core::reactor::{Protocol, Refusal, Step};
+use te_core::reactor::{Outbox, Protocol, Refusal, Step};
 use tracing::debug;
 
 use crate::request::{Gathered, Gatherer};
@@ -44,8 +44,7 @@ pub(crate) struct HttpConn {
     peer: SocketAddr,
     input: Vec<u8>,
     gatherer: Gatherer,
-    output: Vec<u8>,
-    sent: usize,
+    output: Outbox,
     /// Close once the output is sent.
     closing: bool,
     /// When the first byte of the request being gathered came, if one is.
@@ -67,8 +66,8 @@ pub(crate) fn overdue(
         || now.saturating_duration_since(last) > idle_timeout
 }
 
-/// A reply: status line, the headers every reply carries, and the body.
-pub(crate) fn reply(status: u16, body: &[u8], keep_alive: bool) -> Vec<u8> {
+/// A reply's status line and the headers every reply carries, for a body of `len` bytes.
+pub(crate) fn reply_head(status: u16, len: usize, keep_alive: bool) -> String {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -78,37 +77,23 @@ pub(crate) fn reply(status: u16, body: &[u8], keep_alive: bool) -> Vec<u8> {
         500 => "Internal Server Error",
         _ => "Service Unavailable",
     };
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\nContent-Type: application/json\r\nConnection: {}\r\n\r\n",
-        body.len(),
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Length: {len}\r\nContent-Type: application/json\r\nConnection: {}\r\n\r\n",
         if keep_alive { "keep-alive" } else { "close" }
     )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
+}
+
+/// Queues a reply.
+fn queue_reply(out: &mut Outbox, status: u16, body: &[u8], keep_alive: bool) {
+    out.push(reply_head(status, body.len(), keep_alive).as_bytes());
+    out.push(body);
 }
 
 impl HttpConn {
     /// Sends what is queued: `Some(step)` when the drive ends here.
     fn flush(&mut self, mut stream: &mio::net::TcpStream) -> Option<Step> {
-        while self.sent < self.output.len() {
-            match stream.write(&self.output[self.sent..]) {
-                Ok(0) => return Some(Step::Close),
-                Ok(n) => {
-                    self.sent += n;
-                    self.last = Instant::now();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Some(Step::BlockedSending);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Some(Step::Close),
-            }
-        }
-        self.output.clear();
-        self.sent = 0;
-        if self.output.capacity() > KEEP_CAPACITY {
-            self.output = Vec::new();
+        if let Some(step) = self.output.send(stream, &mut self.last) {
+            return Some(step);
         }
         if !self.closing {
             return None;
@@ -166,8 +151,7 @@ impl Protocol for MetadataProtocol {
             peer,
             input: Vec::new(),
             gatherer: Gatherer::new(self.options.max_value),
-            output: Vec::new(),
-            sent: 0,
+            output: Outbox::default(),
             closing: false,
             since: None,
             last: Instant::now(),
@@ -189,13 +173,13 @@ impl Protocol for MetadataProtocol {
                         return step;
                     }
                 }
-                Ok(Gathered::Continue) => c.output.extend_from_slice(CONTINUE),
+                Ok(Gathered::Continue) => c.output.push(CONTINUE),
                 Ok(Gathered::Request(request)) => {
                     let (status, body) = crate::answer(&self.store, &self.options, &request);
                     debug!(peer = %c.peer, method = request.method, status, "request");
                     // After a bad request the connection is closed: its framing may be off.
                     let keep = request.keep_alive && status < 400;
-                    c.output = reply(status, &body, keep);
+                    queue_reply(&mut c.output, status, &body, keep);
                     c.closing = !keep;
                     c.since = (!c.input.is_empty()).then(Instant::now);
                     answered += 1;
@@ -203,7 +187,12 @@ impl Protocol for MetadataProtocol {
                 Err(refusal) => {
                     debug!(peer = %c.peer, status = refusal.status, reason = refusal.reason,
                         "request refused");
-                    c.output = reply(refusal.status, refusal.reason.as_bytes(), false);
+                    queue_reply(
+                        &mut c.output,
+                        refusal.status,
+                        refusal.reason.as_bytes(),
+                        false,
+                    );
                     c.closing = true;
                 }
             }
@@ -233,7 +222,9 @@ impl Protocol for MetadataProtocol {
             other => format!("refused: {other:?}"),
         };
         debug!(%peer, reason, "connection refused");
-        let _ = stream.write(&reply(503, reason.as_bytes(), false));
+        let mut bytes = reply_head(503, reason.len(), false).into_bytes();
+        bytes.extend_from_slice(reason.as_bytes());
+        let _ = stream.write(&bytes);
     }
 }
 
@@ -258,7 +249,22 @@ mod tests {
 
     #[test]
     fn replies_carry_length_and_connection() {
-        let r = String::from_utf8(reply(404, b"metadata not found", false)).unwrap();
+        let mut out = Outbox::default();
+        queue_reply(&mut out, 404, b"metadata not found", false);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let mut last = Instant::now();
+        assert_eq!(
+            out.send(&mio::net::TcpStream::from_std(server), &mut last),
+            None
+        );
+        assert!(out.is_empty());
+        let mut r = String::new();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        (&client).take(200).read_to_string(&mut r).unwrap();
         assert!(r.starts_with("HTTP/1.1 404 Not Found\r\n"), "{r}");
         assert!(r.contains("Content-Length: 18\r\n") && r.contains("Connection: close\r\n"));
         assert!(r.ends_with("\r\n\r\nmetadata not found"));

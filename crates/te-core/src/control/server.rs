@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 
 use super::frame::{self, Frame, FrameType};
 use super::{ControlState, IDLE_TIMEOUT, auth};
-use crate::reactor::{Protocol, Refusal, Step};
+use crate::reactor::{Outbox, Protocol, Refusal, Step};
 
 /// Frames answered per turn before the other connections get theirs.
 const FRAMES_PER_TURN: usize = 64;
@@ -44,8 +44,7 @@ enum AuthState {
 pub(super) struct ControlConn {
     peer: SocketAddr,
     input: Vec<u8>,
-    output: Vec<u8>,
-    sent: usize,
+    output: Outbox,
     auth: AuthState,
     /// Served without the challenge (the Mooncake opt-in's allow-list admits the peer).
     admitted: bool,
@@ -66,8 +65,7 @@ impl ControlConn {
 
     fn queue(&mut self, request: &Frame, payload: &[u8]) {
         let kind = (!request.untyped).then_some(request.kind);
-        self.output
-            .extend_from_slice(&frame::encode_frame(kind, payload));
+        self.output.push(&frame::encode_frame(kind, payload));
     }
 
     /// Answers one frame: replies are queued; a refusal marks the connection for closing.
@@ -120,25 +118,9 @@ impl ControlConn {
     }
 
     /// Sends what is queued: `Some(step)` when the drive ends here.
-    fn flush(&mut self, mut stream: &mio::net::TcpStream) -> Option<Step> {
-        while self.sent < self.output.len() {
-            match stream.write(&self.output[self.sent..]) {
-                Ok(0) => return Some(Step::Close),
-                Ok(n) => {
-                    self.sent += n;
-                    self.last = Instant::now();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Some(Step::BlockedSending);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Some(Step::Close),
-            }
-        }
-        self.output.clear();
-        self.sent = 0;
-        if self.output.capacity() > KEEP_CAPACITY {
-            self.output = Vec::new();
+    fn flush(&mut self, stream: &mio::net::TcpStream) -> Option<Step> {
+        if let Some(step) = self.output.send(stream, &mut self.last) {
+            return Some(step);
         }
         self.closing.then_some(Step::Close)
     }
@@ -155,8 +137,7 @@ impl Protocol for ControlProtocol {
         ControlConn {
             peer,
             input: Vec::new(),
-            output: Vec::new(),
-            sent: 0,
+            output: Outbox::default(),
             auth: match self.state.cluster_key {
                 Some(_) => AuthState::Needed,
                 None => AuthState::Done,

@@ -61,6 +61,56 @@ pub enum Step {
     Promote,
 }
 
+/// A connection's replies waiting to be sent, for protocols that queue whole replies and send
+/// them as the socket takes them.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    bytes: Vec<u8>,
+    sent: usize,
+}
+
+impl Outbox {
+    /// Buffers larger than this are released once sent, so an idle connection holds none.
+    const KEEP_CAPACITY: usize = 4 << 10;
+
+    /// Queues `bytes` after what waits.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.sent == self.bytes.len()
+    }
+
+    /// Sends what waits as far as `stream` takes it, stamping `last` whenever bytes go:
+    /// `None` once all of it is sent, else the step the drive ends with (waiting for room, or
+    /// closing a connection that failed).
+    pub fn send(&mut self, mut stream: &mio::net::TcpStream, last: &mut Instant) -> Option<Step> {
+        use std::io::Write;
+        while self.sent < self.bytes.len() {
+            match stream.write(&self.bytes[self.sent..]) {
+                Ok(0) => return Some(Step::Close),
+                Ok(n) => {
+                    self.sent += n;
+                    *last = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Some(Step::BlockedSending);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Some(Step::Close),
+            }
+        }
+        self.bytes.clear();
+        self.sent = 0;
+        if self.bytes.capacity() > Self::KEEP_CAPACITY {
+            self.bytes = Vec::new();
+        }
+        None
+    }
+}
+
 /// Why a connection was refused before it was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
