@@ -146,19 +146,6 @@ fn client(port: u16, conns: usize, first: usize, ready: &Barrier, seconds: u64) 
     (ok, failed)
 }
 
-fn sample(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("Threads:"), field("VmRSS:"))
-}
-
 /// The load at `connections` for `seconds` once every connection is open, the server (`pid`)
 /// sampled halfway.
 fn point(port: u16, pid: u32, connections: usize, seconds: u64) -> Point {
@@ -173,7 +160,7 @@ fn point(port: u16, pid: u32, connections: usize, seconds: u64) -> Point {
     ready.wait();
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs(seconds) / 2);
-    let (threads_now, rss_kib) = sample(pid);
+    let server = crate::scale_bench::sample(pid);
     let (ok, failed) = threads
         .into_iter()
         .map(|t| t.join().unwrap_or((0, 1)))
@@ -181,8 +168,8 @@ fn point(port: u16, pid: u32, connections: usize, seconds: u64) -> Point {
     Point {
         per_second: ok as f64 / start.elapsed().as_secs_f64(),
         failed,
-        threads: threads_now,
-        rss_kib,
+        threads: server.threads,
+        rss_kib: server.rss_kib,
     }
 }
 

@@ -34,13 +34,14 @@ const SLOTS: &str = "--slots=64";
 
 /// What `/proc` says of the target.
 #[derive(Clone, Copy, Debug, Default)]
-struct Sample {
-    threads: u64,
-    rss_kib: u64,
-    sockets: u64,
+pub(crate) struct Sample {
+    pub(crate) threads: u64,
+    pub(crate) rss_kib: u64,
+    pub(crate) sockets: u64,
 }
 
-fn sample(pid: u32) -> Sample {
+/// Process `pid`'s threads, resident memory and open sockets, from `/proc`.
+pub(crate) fn sample(pid: u32) -> Sample {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
