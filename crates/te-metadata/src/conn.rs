@@ -177,10 +177,10 @@ impl Protocol for MetadataProtocol {
                 Ok(Gathered::Request(request)) => {
                     let (status, body) = crate::answer(&self.store, &self.options, &request);
                     debug!(peer = %c.peer, method = request.method, status, "request");
-                    // After a bad request the connection is closed: its framing may be off.
-                    let keep = request.keep_alive && status < 400;
-                    queue_reply(&mut c.output, status, &body, keep);
-                    c.closing = !keep;
+                    // The request came whole, so the connection's framing holds whatever the
+                    // answer (a 404 for a key not there is routine): it stays open if asked.
+                    queue_reply(&mut c.output, status, &body, request.keep_alive);
+                    c.closing = !request.keep_alive;
                     c.since = (!c.input.is_empty()).then(Instant::now);
                     answered += 1;
                 }

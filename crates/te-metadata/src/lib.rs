@@ -14,7 +14,8 @@
 //! gathered without blocking and bounded (head 16 KiB, value `max_value`, `request.rs`); a
 //! request must be whole within `request_timeout` of its first byte and a silent connection is
 //! closed after `idle_timeout`, so slow or silent clients hold up nobody; a connection over the
-//! cap is answered 503; a bad request gets a 4xx and closes only its own connection.
+//! cap is answered 503; a bad request gets a 4xx and, when it could not be read whole, closes only
+//! its own connection.
 //! It does not authenticate clients: run it on a trusted network (te's cluster secret keeps
 //! segment secrets out of what it stores).
 #![forbid(unsafe_code)]
