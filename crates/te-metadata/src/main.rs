@@ -1,10 +1,11 @@
 //! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]
 //! [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
 //! [--request-timeout SECS]`:
-//! Mooncake's HTTP metadata server. Engines use it with `--metadata_server=http://HOST:PORT/metadata`.
-//! At start it raises its open-file limit to the hard limit, and warns when that is still below
-//! `--max-connections`. SIGINT or SIGTERM closes the listener and exits 0; `--help` and `--version` exit 0; a bad
-//! argument exits 2 with the usage.
+//! Mooncake's HTTP metadata server. Engines use it with
+//! `--metadata_server=http://HOST:PORT/metadata`. At start it raises its open-file limit to the
+//! hard limit, and warns when that is still below `--max-connections`. SIGINT or SIGTERM closes
+//! the listener and exits 0; `--help` and `--version` exit 0; a bad argument exits 2 with the
+//! usage.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;

@@ -303,8 +303,11 @@ fn rpc_entries_republish_on_mooncakes_metadata_server() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("names 127.0.0.1:4000, not this engine's 127.0.0.1:4001")
-            && err.contains("Duplicate rpc_meta key not allowed"),
+        err.contains(
+            "names 127.0.0.1:4000, not this engine's 127.0.0.1:4001, and the service refused \
+             to replace it"
+        ) && err.contains("Duplicate rpc_meta key not allowed")
+            && err.contains("another engine is named \"te-node\", or one that stopped"),
         "{err}"
     );
     assert_eq!(

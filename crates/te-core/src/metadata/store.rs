@@ -158,7 +158,10 @@ impl Metadata for StoreMetadata {
             Ok(Some(held)) => match serde_json::from_slice::<RpcMeta>(&held) {
                 Ok(held) if held == meta => Ok(()),
                 Ok(held) => Err(Error::Metadata(format!(
-                    "{key} names {}:{}, not this engine's {host}:{port}, and the service                      refused to replace it ({refused}): another engine is named {name:?}, or                      one that stopped without removing its entry was; delete the key or                      choose another name",
+                    "{key} names {}:{}, not this engine's {host}:{port}, and the service refused \
+                     to replace it ({refused}): another engine is named {name:?}, or one that \
+                     stopped without removing its entry was; delete the key or choose another \
+                     name",
                     held.ip_or_host_name, held.rpc_port
                 ))),
                 Err(_) => Err(refused),
