@@ -175,20 +175,30 @@ fn iperf3(seconds: u64, streams: usize, cc: Option<&str>) -> Result<f64, String>
 
 /// Starts a te-bench target (`cmd` already holds its flags) and returns it with its segment name.
 pub(crate) fn start_target(mut cmd: Command) -> Result<(KillOnDrop, String), String> {
-    let mut target = KillOnDrop(
-        cmd.env("MC_LOG_LEVEL", "WARNING")
-            .stdout(Stdio::piped())
+    cmd.env("MC_LOG_LEVEL", "WARNING");
+    start_announcing(cmd, "segment name:", "te-bench target")
+}
+
+/// Starts `cmd` (`what`, for errors) and waits for the line of its standard output holding
+/// `marker`; returns the process and that line's last word (a segment name, an address).
+pub(crate) fn start_announcing(
+    mut cmd: Command,
+    marker: &str,
+    what: &str,
+) -> Result<(KillOnDrop, String), String> {
+    let mut child = KillOnDrop(
+        cmd.stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("te-bench target: {e}"))?,
+            .map_err(|e| format!("{what}: {e}"))?,
     );
-    let stdout = target.0.stdout.take().ok_or("no target stdout")?;
+    let stdout = child.0.stdout.take().ok_or(format!("{what}: no stdout"))?;
     let line = BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
-        .find(|l| l.contains("segment name:"))
-        .ok_or("the target printed no segment name")?;
-    let segment = line.rsplit(' ').next().unwrap_or_default().to_string();
-    Ok((target, segment))
+        .find(|l| l.contains(marker))
+        .ok_or(format!("{what} printed no {marker:?} line"))?;
+    let word = line.rsplit(' ').next().unwrap_or_default().to_string();
+    Ok((child, word))
 }
 
 /// A block size as the benches print it: `64 KiB`, `1 MiB`.

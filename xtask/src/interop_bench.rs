@@ -46,12 +46,18 @@ const _: () = assert!(
 /// wrapper: the wrapper runs the binary as a child, and killing the wrapper at the end of the
 /// run would leave the target running.
 pub(crate) fn mooncake_bench() -> Result<PathBuf, String> {
+    find_bench(&mooncake_venv()?)
+}
+
+/// The virtual environment holding Mooncake's wheel (`$TE_MOONCAKE_VENV`, else
+/// `target/mooncake-venv`), the wheel installed there first if it is missing.
+pub(crate) fn mooncake_venv() -> Result<PathBuf, String> {
     let venv = std::env::var_os("TE_MOONCAKE_VENV")
         .map_or_else(|| PathBuf::from("target/mooncake-venv"), PathBuf::from);
     if find_bench(&venv).is_err() {
         install_wheel(&venv)?;
     }
-    find_bench(&venv)
+    Ok(venv)
 }
 
 /// The wheel `.ci/setup` pins.

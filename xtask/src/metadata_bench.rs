@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use crate::bench::{KillOnDrop, duration_arg};
+use crate::bench::{KillOnDrop, duration_arg, start_announcing};
 
 const CONNECTIONS: [usize; 3] = [16, 256, 1024];
 const CLIENT_THREADS: usize = 4;
@@ -187,36 +187,19 @@ fn te_metadata() -> Result<(KillOnDrop, u16), String> {
             std::path::Path::new(&target_dir).join("release/te-metadata")
         }
     };
-    let mut child = KillOnDrop(
-        Command::new(&bin)
-            .args(["--addr", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("{}: {e}", bin.display()))?,
-    );
-    let out = child.0.stdout.take().ok_or("no stdout")?;
-    let line = BufReader::new(out)
-        .lines()
-        .map_while(Result::ok)
-        .find(|l| l.contains("listening on"))
-        .ok_or("te-metadata did not say where it listens")?;
-    let port = line
+    let mut cmd = Command::new(&bin);
+    cmd.args(["--addr", "127.0.0.1:0"]).stderr(Stdio::null());
+    let (child, addr) = start_announcing(cmd, "listening on", "te-metadata")?;
+    let port = addr
         .rsplit(':')
         .next()
         .and_then(|p| p.trim().parse().ok())
-        .ok_or_else(|| format!("no port in {line:?}"))?;
+        .ok_or_else(|| format!("te-metadata: no port in {addr:?}"))?;
     Ok((child, port))
 }
 
 fn mooncake_server() -> Result<(KillOnDrop, u16), String> {
-    let bench = crate::interop_bench::mooncake_bench()?;
-    // <venv>/lib/python3.X/site-packages/mooncake/transfer_engine_bench → <venv>/bin
-    let venv = bench
-        .ancestors()
-        .nth(5)
-        .ok_or("no virtual environment above Mooncake's bench")?;
-    let program = venv.join("bin/mooncake_http_metadata_server");
+    let program = crate::interop_bench::mooncake_venv()?.join("bin/mooncake_http_metadata_server");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?

@@ -35,6 +35,16 @@ fn raw(port: u16, bytes: &[u8]) -> u16 {
         .unwrap_or_else(|| panic!("no status in {text:?}"))
 }
 
+/// Sends `bytes` on one connection and reads everything the server answers until it closes.
+fn exchange(port: u16, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 #[test]
 fn verbs_and_persistence_across_a_restart() {
     let file = scratch("persist.json");
@@ -182,12 +192,7 @@ fn bad_requests_get_4xx_and_the_server_keeps_serving() {
     assert_eq!(raw(p, b"\x00\x01\x02garbage\r\n\r\n"), 404);
     // A request that came whole keeps its connection, whatever the answer: a 404 and then a
     // 200 on one connection.
-    let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metadata?key=absent HTTP/1.1\r\n\r\nPUT /metadata?key=k HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n\r\nv")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    let out = exchange(p, b"GET /metadata?key=absent HTTP/1.1\r\n\r\nPUT /metadata?key=k HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n\r\nv");
     assert!(
         out.starts_with("HTTP/1.1 404 Not Found\r\n") && out.contains("HTTP/1.1 200 OK\r\n"),
         "{out}"
@@ -195,11 +200,6 @@ fn bad_requests_get_4xx_and_the_server_keeps_serving() {
     // Still serving, and keep-alive works for two requests on one connection.
     let kv = client(&svc.url);
     kv.put("k", b"v").unwrap();
-    let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metadata?key=k HTTP/1.1\r\n\r\nGET /metadata?key=k HTTP/1.1\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    let out = exchange(p, b"GET /metadata?key=k HTTP/1.1\r\n\r\nGET /metadata?key=k HTTP/1.1\r\nConnection: close\r\n\r\n");
     assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
 }
