@@ -3,6 +3,11 @@
 //! one at a time and in order, and sends each reply before it reads the next request, so a
 //! connection holds at most one request being gathered and one reply.
 //!
+//! Memory: what a connection buffers of values (a body being gathered, a reply carrying a value
+//! of more than [`UNCOUNTED_REPLY`] bytes until it is sent) is held against the server's
+//! [`Budget`]; a reply that finds no room is answered 503 instead, which the client may retry.
+//! Replies to changes are small and never counted, so a change applied is never answered 503.
+//!
 //! Timeouts, checked every second by the loops ([`overdue`]): a request must be whole within
 //! the request timeout of its first byte, so a client that trickles a head or a body cannot
 //! hold its place for ever; a connection with nothing moving either way (idle between
@@ -18,6 +23,7 @@ use std::time::{Duration, Instant};
 use te_core::reactor::{Outbox, Protocol, Refusal, Step};
 use tracing::debug;
 
+use crate::budget::{Budget, Hold};
 use crate::request::{Gathered, Gatherer};
 use crate::{Options, Store};
 
@@ -30,6 +36,9 @@ const REQUESTS_PER_TURN: usize = 64;
 /// Bytes read and dropped after the last reply of a connection being closed, so unread
 /// request bytes do not turn the close into a reset that could destroy that reply.
 const LINGER_DRAIN: usize = 64 << 10;
+/// Replies with bodies up to this many bytes (every status and error text, small values) are
+/// part of a connection's own bounded cost, not counted against the budget.
+pub(crate) const UNCOUNTED_REPLY: usize = 4 << 10;
 /// The interim answer to `Expect: 100-continue`.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -37,6 +46,7 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 pub(crate) struct MetadataProtocol {
     pub(crate) store: Arc<Store>,
     pub(crate) options: Arc<Options>,
+    pub(crate) budget: Arc<Budget>,
 }
 
 /// One client connection.
@@ -44,7 +54,11 @@ pub(crate) struct HttpConn {
     peer: SocketAddr,
     input: Vec<u8>,
     gatherer: Gatherer,
+    /// The budget held by the body being gathered.
+    body_hold: Hold,
     output: Outbox,
+    /// The budget held by the reply waiting in `output`.
+    reply_hold: Hold,
     /// Close once the output is sent.
     closing: bool,
     /// When the first byte of the request being gathered came, if one is.
@@ -95,6 +109,7 @@ impl HttpConn {
         if let Some(step) = self.output.send(stream, &mut self.last) {
             return Some(step);
         }
+        self.reply_hold.release();
         if !self.closing {
             return None;
         }
@@ -151,7 +166,9 @@ impl Protocol for MetadataProtocol {
             peer,
             input: Vec::new(),
             gatherer: Gatherer::new(self.options.max_value),
+            body_hold: Hold::new(&self.budget),
             output: Outbox::default(),
+            reply_hold: Hold::new(&self.budget),
             closing: false,
             since: None,
             last: Instant::now(),
@@ -167,7 +184,7 @@ impl Protocol for MetadataProtocol {
             if answered >= REQUESTS_PER_TURN {
                 return Step::Yield;
             }
-            match c.gatherer.gather(&mut c.input) {
+            match c.gatherer.gather(&mut c.input, &mut c.body_hold) {
                 Ok(Gathered::More) => {
                     if let Some(step) = c.fill(stream) {
                         return step;
@@ -175,7 +192,15 @@ impl Protocol for MetadataProtocol {
                 }
                 Ok(Gathered::Continue) => c.output.push(CONTINUE),
                 Ok(Gathered::Request(request)) => {
-                    let (status, body) = crate::answer(&self.store, &self.options, &request);
+                    let (mut status, mut body) =
+                        crate::answer(&self.store, &self.options, &request);
+                    drop(request.body);
+                    c.body_hold.release();
+                    if body.len() > UNCOUNTED_REPLY
+                        && let Err(spent) = c.reply_hold.grow(body.len())
+                    {
+                        (status, body) = (503, spent.to_string().into_bytes());
+                    }
                     debug!(peer = %c.peer, method = request.method, status, "request");
                     // The request came whole, so the connection's framing holds whatever the
                     // answer (a 404 for a key not there is routine): it stays open if asked.
@@ -184,7 +209,23 @@ impl Protocol for MetadataProtocol {
                     c.since = (!c.input.is_empty()).then(Instant::now);
                     answered += 1;
                 }
+                Ok(Gathered::Turned {
+                    refusal,
+                    keep_alive,
+                }) => {
+                    debug!(peer = %c.peer, reason = refusal.reason, "body turned away");
+                    queue_reply(
+                        &mut c.output,
+                        refusal.status,
+                        refusal.reason.as_bytes(),
+                        keep_alive,
+                    );
+                    c.closing = !keep_alive;
+                    c.since = (!c.input.is_empty()).then(Instant::now);
+                    answered += 1;
+                }
                 Err(refusal) => {
+                    c.body_hold.release();
                     debug!(peer = %c.peer, status = refusal.status, reason = refusal.reason,
                         "request refused");
                     queue_reply(

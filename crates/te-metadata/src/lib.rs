@@ -11,8 +11,10 @@
 //! It serves any number of connections, up to its cap, on a fixed number of event-loop threads
 //! (te-core's reactor; `conn.rs`): a cluster's engines connecting at once, or clients that keep
 //! connections open between requests, cost a file descriptor each, not a thread. Requests are
-//! gathered without blocking and bounded (head 16 KiB, value `max_value`, `request.rs`); a
-//! request must be whole within `request_timeout` of its first byte and a silent connection is
+//! gathered without blocking and bounded (head 16 KiB, value `max_value`, `request.rs`), and
+//! the values in transit on all connections together (bodies coming in, replies going out) are
+//! bounded by `max_buffered` (`budget.rs`): past it a request is answered 503 and may be
+//! retried, its connection kept. A request must be whole within `request_timeout` of its first byte and a silent connection is
 //! closed after `idle_timeout`, so slow or silent clients hold up nobody; a connection over the
 //! cap is answered 503; a bad request gets a 4xx and, when it could not be read whole, closes only
 //! its own connection.
@@ -20,6 +22,7 @@
 //! segment secrets out of what it stores).
 #![forbid(unsafe_code)]
 
+mod budget;
 mod conn;
 mod request;
 mod store;
@@ -45,6 +48,9 @@ pub struct Options {
     pub persist: Option<PathBuf>,
     /// Largest value accepted, bytes.
     pub max_value: usize,
+    /// Bytes of values all connections together may hold in transit: bodies being received,
+    /// replies carrying values waiting to be sent. At least `max_value`.
+    pub max_buffered: usize,
     /// Connections served at once; more are answered 503 and closed. Each costs a file
     /// descriptor (the binary raises its open-file limit to fit).
     pub max_connections: usize,
@@ -67,6 +73,7 @@ impl Default for Options {
             path: "/metadata".into(),
             persist: None,
             max_value: 16 << 20,
+            max_buffered: 1 << 30,
             max_connections: 10_000,
             backlog: 4096,
             threads: 2,
@@ -95,9 +102,20 @@ impl Server {
     /// Serves on `listener` with `options`, loading the persistence file if there is one.
     ///
     /// # Errors
-    /// The persistence file cannot be read or is not a JSON object of strings, or the event
-    /// loops cannot be set up.
+    /// `max_buffered` is below `max_value` (a largest value could never come in), the
+    /// persistence file cannot be read or is not a JSON object of strings, or the event loops
+    /// cannot be set up.
     pub fn start(listener: TcpListener, options: Options) -> std::io::Result<Server> {
+        if options.max_buffered < options.max_value {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "max_buffered ({}) is below max_value ({}): the largest value could never \
+                     be received",
+                    options.max_buffered, options.max_value
+                ),
+            ));
+        }
         let store = Arc::new(Store::load(options.persist.clone())?);
         let settings = ServerSettings {
             threads: options.threads.max(1),
@@ -109,6 +127,7 @@ impl Server {
         };
         let protocol = Arc::new(conn::MetadataProtocol {
             store,
+            budget: budget::Budget::new(options.max_buffered),
             options: Arc::new(options),
         });
         let reactor = te_core::reactor::Server::start(listener, protocol, settings)?;

@@ -1,5 +1,5 @@
 //! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]
-//! [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
+//! [--max-buffered BYTES] [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
 //! [--request-timeout SECS]`:
 //! Mooncake's HTTP metadata server. Engines use it with
 //! `--metadata_server=http://HOST:PORT/metadata`. At start it raises its open-file limit to the
@@ -15,7 +15,7 @@ use te_core::signals::Termination;
 use te_metadata::{Options, Server};
 
 const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] \
-[--max-value BYTES (16 MiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
+[--max-value BYTES (16 MiB)] [--max-buffered BYTES (1 GiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
 [--idle-timeout SECS (30)] [--request-timeout SECS (30)]";
 
 /// Why `run` ended without serving.
@@ -67,6 +67,11 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
                     .parse()
                     .map_err(|_| Stop::Usage(format!("--max-value: not a byte count\n{USAGE}")))?
             }
+            "--max-buffered" => {
+                options.max_buffered = value()?.parse().map_err(|_| {
+                    Stop::Usage(format!("--max-buffered: not a byte count\n{USAGE}"))
+                })?
+            }
             "--backlog" => {
                 options.backlog = value()?
                     .parse()
@@ -88,6 +93,12 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
             }
             other => return Err(Stop::Usage(format!("unknown argument {other}\n{USAGE}"))),
         }
+    }
+    if options.max_buffered < options.max_value {
+        return Err(Stop::Usage(format!(
+            "--max-buffered {} is below --max-value {}: the largest value could never come in",
+            options.max_buffered, options.max_value
+        )));
     }
     if !options.path.starts_with('/') {
         return Err(Stop::Usage(format!(

@@ -2,9 +2,13 @@
 //! server's loops never wait on a socket: the head (at most [`MAX_HEAD`] bytes, its end looked
 //! for only in bytes not yet scanned), then the body its head announces (`Content-Length`, or
 //! chunked with optional trailers), at most the server's largest value, and refused before
-//! any room is made for more. A client that sent `Expect: 100-continue` is told to go on once
-//! its head is accepted. What is refused comes back as the status to answer with; the
-//! connection is closed after that answer, since its framing can no longer be trusted.
+//! any room is made for more. Room for a body is asked of a [`Room`] (the server's budget for
+//! values in transit) before its bytes are kept: a body of known length that finds none is read
+//! past, unkept, and answered 503 on a connection that stays open; a chunked one is refused.
+//! A client that sent `Expect: 100-continue` is told to go on once its head is accepted, and
+//! refused before it sends its body if there is no room for it. What is refused comes back as
+//! the status to answer with; the connection is closed after that answer, since its framing
+//! can no longer be trusted (or the body it will still send is not wanted).
 //!
 //! Not here: what a request means (`lib.rs`), sockets and timeouts (`conn.rs`).
 
@@ -43,6 +47,23 @@ fn refuse(status: u16, reason: impl Into<String>) -> Refusal {
     }
 }
 
+/// Where a body's bytes are accounted before they are kept.
+pub(crate) trait Room {
+    /// Makes room for `bytes` more bytes of body, or says why there is none.
+    fn make(&mut self, bytes: usize) -> Result<(), String>;
+}
+
+/// Room without end, for callers that bound nothing beyond the largest value.
+#[cfg(test)]
+pub(crate) struct Unbounded;
+
+#[cfg(test)]
+impl Room for Unbounded {
+    fn make(&mut self, _: usize) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 /// What the gatherer has after taking what it could from the input.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Gathered {
@@ -52,6 +73,14 @@ pub(crate) enum Gathered {
     Continue,
     /// A whole request.
     Request(Request),
+    /// A request whose body found no room and was read past: answered with `refusal`, the
+    /// connection kept open if `keep_alive`.
+    Turned {
+        /// The answer (503).
+        refusal: Refusal,
+        /// Whether the connection stays open after it.
+        keep_alive: bool,
+    },
 }
 
 /// What a request's head says.
@@ -84,6 +113,12 @@ enum Stage {
     Sized { head: Head, left: usize },
     /// A chunked body.
     Chunked { head: Head, chunk: Chunk },
+    /// A body of known length being read past without keeping it, `left` bytes to go.
+    Skip {
+        left: usize,
+        refusal: Refusal,
+        keep_alive: bool,
+    },
 }
 
 /// Gathers requests from one connection's input.
@@ -110,8 +145,12 @@ impl Gatherer {
     }
 
     /// Takes what it can from the front of `input` (what it used is removed) towards the next
-    /// request.
-    pub(crate) fn gather(&mut self, input: &mut Vec<u8>) -> Result<Gathered, Refusal> {
+    /// request, asking `room` for room before it keeps a body's bytes.
+    pub(crate) fn gather(
+        &mut self,
+        input: &mut Vec<u8>,
+        room: &mut impl Room,
+    ) -> Result<Gathered, Refusal> {
         loop {
             match &mut self.stage {
                 Stage::Head { scanned } => {
@@ -136,6 +175,23 @@ impl Gatherer {
                     let (head, framing) = parse_head(&input[..end], self.max_body)?;
                     input.drain(..end);
                     let continues = head.expect_continue && input.is_empty();
+                    if let Framing::Sized(left @ 1..) = framing {
+                        if let Err(why) = room.make(left) {
+                            let refusal = refuse(503, why);
+                            if continues {
+                                // It waits to be told to send its body: told no, it need
+                                // not send it.
+                                return Err(refusal);
+                            }
+                            self.stage = Stage::Skip {
+                                left,
+                                refusal,
+                                keep_alive: head.keep_alive,
+                            };
+                            continue;
+                        }
+                        self.body.reserve_exact(left);
+                    }
                     self.stage = match framing {
                         Framing::Chunked => Stage::Chunked {
                             head,
@@ -158,8 +214,28 @@ impl Gatherer {
                     }
                     return Ok(Gathered::Request(self.take_request()));
                 }
+                Stage::Skip { left, .. } => {
+                    let take = (*left).min(input.len());
+                    input.drain(..take);
+                    *left -= take;
+                    if *left > 0 {
+                        return Ok(Gathered::More);
+                    }
+                    let Stage::Skip {
+                        refusal,
+                        keep_alive,
+                        ..
+                    } = std::mem::replace(&mut self.stage, Stage::Head { scanned: 0 })
+                    else {
+                        unreachable!("the stage was just matched");
+                    };
+                    return Ok(Gathered::Turned {
+                        refusal,
+                        keep_alive,
+                    });
+                }
                 Stage::Chunked { chunk, .. } => {
-                    let next = step_chunked(*chunk, input, &mut self.body, self.max_body)?;
+                    let next = step_chunked(*chunk, input, &mut self.body, self.max_body, room)?;
                     match next {
                         None => return Ok(Gathered::More),
                         Some(Chunk::Size) if *chunk == Chunk::Trailer => {
@@ -176,7 +252,9 @@ impl Gatherer {
     fn take_request(&mut self) -> Request {
         match std::mem::replace(&mut self.stage, Stage::Head { scanned: 0 }) {
             Stage::Sized { head, .. } | Stage::Chunked { head, .. } => self.finish(head),
-            Stage::Head { .. } => unreachable!("a request is taken only once its head is in"),
+            Stage::Head { .. } | Stage::Skip { .. } => {
+                unreachable!("a request is taken only once its head is in, and a skipped one never")
+            }
         }
     }
 
@@ -287,6 +365,7 @@ fn step_chunked(
     input: &mut Vec<u8>,
     body: &mut Vec<u8>,
     max_body: usize,
+    room: &mut impl Room,
 ) -> Result<Option<Chunk>, Refusal> {
     match chunk {
         Chunk::Size => {
@@ -310,6 +389,7 @@ fn step_chunked(
             if body.len().saturating_add(size) > max_body {
                 return Err(refuse(413, format!("HTTP body over {max_body} bytes")));
             }
+            room.make(size).map_err(|why| refuse(503, why))?;
             Ok(Some(Chunk::Data { left: size }))
         }
         Chunk::Data { left } => {

@@ -1,7 +1,9 @@
 //! The te-metadata binary under load and against slow or silent clients, on real sockets:
 //! a thousand connections held open cost no threads and crowd out nobody, a request trickled
 //! in is cut off, a silent connection is closed, `Expect: 100-continue` gets its interim
-//! answer, and connections over the cap are answered 503 while the server keeps serving.
+//! answer, connections over the cap are answered 503 while the server keeps serving, and
+//! values past the server-wide budget for values in transit are turned away with a 503 that
+//! loses nothing and keeps the connection.
 
 mod common;
 
@@ -183,4 +185,124 @@ fn connections_over_the_cap_are_answered_503_and_the_server_keeps_serving() {
         client(&svc.url).put("k", b"v").is_ok()
     });
     assert_eq!(client(&svc.url).get("k").unwrap().unwrap(), b"v");
+}
+
+/// A client whose receive buffer is fixed at 64 KiB, so a reply it does not read stays, but for
+/// what the server's send buffer takes, in the server's outbox.
+fn tight_client(port: u16) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(64 << 10).unwrap();
+    s.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// The start of a reply's body, for messages.
+fn brief(body: &str) -> &str {
+    &body[..body.len().min(200)]
+}
+
+/// Sends a PUT of `value` under `key` on `s`, without waiting for the reply.
+fn send_put(s: &mut TcpStream, key: &str, value: &[u8]) {
+    let head = format!(
+        "PUT /metadata?key={key} HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        value.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(value).unwrap();
+}
+
+#[test]
+fn values_in_transit_past_the_budget_are_turned_away_and_nothing_is_lost() {
+    const MIB: usize = 1 << 20;
+    // Values up to 8 MiB; 12 MiB in transit at once.
+    let svc = http_server_with(
+        0,
+        None,
+        &["--max-value", "8388608", "--max-buffered", "12582912"],
+    );
+    let big = vec![b'b'; 8 * MIB];
+    let mid = vec![b'm'; 5 * MIB];
+
+    // A body being gathered holds its length: one of 8 MiB, told to go on, holds 8 of the 12.
+    let mut holder = connect(svc.port);
+    holder
+        .write_all(b"PUT /metadata?key=big HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 8388608\r\n\r\n")
+        .unwrap();
+    let mut interim = [0u8; 25];
+    holder.read_exact(&mut interim).unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+
+    // A 5 MiB body does not fit: read past, answered 503 naming the flag, the connection kept,
+    // and nothing stored.
+    let mut other = connect(svc.port);
+    send_put(&mut other, "mid", &mid);
+    let (status, body) = read_reply(&mut other);
+    assert_eq!(status, 503, "{}", brief(&body));
+    assert!(body.contains("--max-buffered"), "{}", brief(&body));
+    other
+        .write_all(b"GET /metadata?key=mid HTTP/1.1\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_reply(&mut other).0,
+        404,
+        "a turned-away PUT stored nothing"
+    );
+    // Small values still fit beside it.
+    send_put(&mut other, "small", b"s");
+    assert_eq!(read_reply(&mut other).0, 200);
+
+    // The 8 MiB body comes in and is stored; its room is given back, and the retry fits.
+    holder.write_all(&big).unwrap();
+    assert_eq!(read_reply(&mut holder).0, 200);
+    send_put(&mut other, "mid", &mid);
+    assert_eq!(
+        read_reply(&mut other).0,
+        200,
+        "the retry on the same connection"
+    );
+
+    // A reply carrying a value holds its length until it is sent: a client that does not read
+    // its 8 MiB leaves most of it waiting, so a second 8 MiB reply does not fit.
+    let mut reader = tight_client(svc.port);
+    reader
+        .write_all(b"GET /metadata?key=big HTTP/1.1\r\n\r\n")
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        reader.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200 "),
+        "{:?}",
+        String::from_utf8_lossy(&head)
+    );
+    let mut second = connect(svc.port);
+    second
+        .write_all(b"GET /metadata?key=big HTTP/1.1\r\n\r\n")
+        .unwrap();
+    let (status, body) = read_reply(&mut second);
+    assert_eq!(status, 503, "{}", brief(&body));
+    assert!(body.contains("--max-buffered"), "{}", brief(&body));
+    // Replies to changes are never turned away, even now.
+    send_put(&mut second, "small", b"t");
+    assert_eq!(read_reply(&mut second).0, 200);
+
+    // Once the first reader takes its value, whole, the second is served.
+    let mut value = vec![0u8; 8 * MIB];
+    reader.read_exact(&mut value).unwrap();
+    assert!(value == big, "the 8 MiB value came back changed");
+    common::eventually("room for the second reply", || {
+        second
+            .write_all(b"GET /metadata?key=big HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let (status, body) = read_reply(&mut second);
+        status == 200 && body.len() == 8 * MIB
+    });
+    let kv = HttpStore::new(&svc.url, Duration::from_secs(5), 8 * MIB).unwrap();
+    assert_eq!(kv.get("mid").unwrap(), Some(mid));
 }

@@ -111,12 +111,13 @@ fn sigterm_and_sigint_close_the_listener_and_exit_zero_keeping_what_was_stored()
 
 #[test]
 fn help_version_and_bad_arguments_follow_the_conventions() {
-    let run = |arg: &str| {
+    let run_with = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_te-metadata"))
-            .arg(arg)
+            .args(args)
             .output()
             .unwrap()
     };
+    let run = |arg: &str| run_with(&[arg]);
     let help = run("--help");
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).starts_with("usage: te-metadata"));
@@ -129,6 +130,14 @@ fn help_version_and_bad_arguments_follow_the_conventions() {
     let bad = run("--bogus");
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("usage: te-metadata"));
+    // A budget for values in transit that the largest value could never fit.
+    let small = run_with(&["--max-value", "1000", "--max-buffered", "999"]);
+    assert_eq!(small.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&small.stderr);
+    assert!(
+        err.contains("--max-buffered 999 is below --max-value 1000"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -4,13 +4,38 @@ const MAX: usize = 1 << 10;
 
 /// Feeds `bytes` `step` bytes at a time; every result but `More`, in order.
 fn feed(bytes: &[u8], step: usize) -> Vec<Result<Gathered, Refusal>> {
+    feed_with(bytes, step, &mut Unbounded)
+}
+
+/// Room for `left` bytes in all, never given back; what was asked for is kept.
+#[derive(Debug, Default)]
+struct Limited {
+    left: usize,
+    asked: Vec<usize>,
+}
+
+impl Room for Limited {
+    fn make(&mut self, bytes: usize) -> Result<(), String> {
+        self.asked.push(bytes);
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(format!("no room for {bytes}")),
+        }
+    }
+}
+
+/// As [`feed`], with room from `room`.
+fn feed_with(bytes: &[u8], step: usize, room: &mut impl Room) -> Vec<Result<Gathered, Refusal>> {
     let mut g = Gatherer::new(MAX);
     let mut input = Vec::new();
     let mut out = Vec::new();
     for piece in bytes.chunks(step.max(1)) {
         input.extend_from_slice(piece);
         loop {
-            match g.gather(&mut input) {
+            match g.gather(&mut input, room) {
                 Ok(Gathered::More) => break,
                 Err(e) => {
                     out.push(Err(e));
@@ -70,12 +95,12 @@ fn a_client_that_expects_100_continue_is_told_to_go_on() {
     let head = b"PUT /m?key=a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
     let mut g = Gatherer::new(MAX);
     let mut input = head.to_vec();
-    assert_eq!(g.gather(&mut input), Ok(Gathered::Continue));
+    assert_eq!(g.gather(&mut input, &mut Unbounded), Ok(Gathered::Continue));
     assert!(g.in_body());
-    assert_eq!(g.gather(&mut input), Ok(Gathered::More));
+    assert_eq!(g.gather(&mut input, &mut Unbounded), Ok(Gathered::More));
     input.extend_from_slice(b"ok");
     assert_eq!(
-        g.gather(&mut input),
+        g.gather(&mut input, &mut Unbounded),
         request("PUT", "/m?key=a", true, b"ok")
     );
     assert!(!g.in_body());
@@ -156,6 +181,83 @@ fn bad_heads_and_bodies_are_refused_with_their_status() {
 }
 
 #[test]
+fn room_is_asked_for_before_a_body_is_kept() {
+    // A known length is asked for whole, as soon as the head is in; chunks one by one.
+    let mut room = Limited {
+        left: 100,
+        ..Limited::default()
+    };
+    let mut g = Gatherer::new(MAX);
+    let mut input = b"PUT /m?key=a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhe".to_vec();
+    assert_eq!(g.gather(&mut input, &mut room), Ok(Gathered::More));
+    assert_eq!(room.asked, [5]);
+    input.extend_from_slice(b"llo");
+    assert_eq!(
+        g.gather(&mut input, &mut room),
+        request("PUT", "/m?key=a", true, b"hello")
+    );
+    let chunked = b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n";
+    let mut room = Limited {
+        left: 100,
+        ..Limited::default()
+    };
+    assert_eq!(
+        feed_with(chunked, 1, &mut room),
+        vec![request("PUT", "/m", true, b"abcde")]
+    );
+    assert_eq!(room.asked, [2, 3]);
+    // Requests without a body ask for nothing.
+    let mut room = Limited::default();
+    assert_eq!(
+        feed_with(b"GET /m HTTP/1.1\r\n\r\n", 1, &mut room),
+        vec![request("GET", "/m", true, b"")]
+    );
+    assert!(room.asked.is_empty());
+}
+
+#[test]
+fn a_body_without_room_is_read_past_and_answered_503_on_an_open_connection() {
+    let bytes = b"PUT /m?key=a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+GET /m?key=a HTTP/1.1\r\n\r\nPUT /m?key=b HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi";
+    for step in [1, 3, bytes.len()] {
+        let got = feed_with(bytes, step, &mut Limited::default());
+        let turned = |keep_alive| Gathered::Turned {
+            refusal: refuse(503, "no room for 5"),
+            keep_alive,
+        };
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0], Ok(turned(true)), "by {step}");
+        assert_eq!(got[1], request("GET", "/m?key=a", true, b""), "by {step}");
+        // An HTTP/1.0 request without keep-alive closes after its answer, as any other.
+        match &got[2] {
+            Ok(Gathered::Turned {
+                refusal,
+                keep_alive: false,
+            }) => assert_eq!(refusal.status, 503),
+            other => panic!("by {step}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn without_room_a_client_waiting_to_send_its_body_is_refused_before_it_does() {
+    let head = b"PUT /m?key=a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n";
+    let got = feed_with(head, head.len(), &mut Limited::default());
+    assert_eq!(got, vec![Err(refuse(503, "no room for 9"))]);
+    // A chunked body cannot be read past without its framing: refused, to be closed.
+    let chunked = b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n3\r\ncde\r\n";
+    let mut room = Limited {
+        left: 4,
+        ..Limited::default()
+    };
+    assert_eq!(
+        feed_with(chunked, 1, &mut room),
+        vec![Err(refuse(503, "no room for 3"))]
+    );
+}
+
+#[test]
 fn garbage_is_a_request_with_a_strange_method_not_a_crash() {
     assert_eq!(
         feed(b"\x00\x01\x02garbage\r\n\r\n", 3),
@@ -195,6 +297,16 @@ fn http_request() {
             for r in &whole {
                 if let Ok(Gathered::Request(r)) = r {
                     assert!(r.body.len() <= MAX, "a body within the limit");
+                }
+            }
+            // With little room, no body kept is larger than the room it was given.
+            let mut room = Limited {
+                left: 16,
+                ..Limited::default()
+            };
+            for r in feed_with(b, step, &mut room) {
+                if let Ok(Gathered::Request(r)) = r {
+                    assert!(r.body.len() <= 16, "a body within its room");
                 }
             }
         },
