@@ -5,8 +5,9 @@
 //! - `PUT <path>?key=K` (or `POST`) with the value as body: 200;
 //! - `DELETE <path>?key=K`: 200, or 404 when absent.
 //!
-//! With a persistence file, every change is written to a temporary file, synced and renamed
-//! over it before the reply, so a restart loses nothing (`store.rs`).
+//! With a persistence file, every change is appended to a log beside it and synced before the
+//! reply, so a restart loses nothing, and the log is folded into the file once it outgrows it
+//! (`store.rs`).
 //!
 //! It serves any number of connections, up to its cap, on a fixed number of event-loop threads
 //! (te-core's reactor; `conn.rs`): a cluster's engines connecting at once, or clients that keep
@@ -44,7 +45,8 @@ use store::Store;
 pub struct Options {
     /// The path requests must use (`/metadata`).
     pub path: String,
-    /// Where to keep the keys across restarts, if anywhere.
+    /// Where to keep the keys across restarts, if anywhere: a snapshot there and a log of
+    /// changes beside it (its name with `.log` added).
     pub persist: Option<PathBuf>,
     /// Largest value accepted, bytes.
     pub max_value: usize,
@@ -103,8 +105,8 @@ impl Server {
     ///
     /// # Errors
     /// `max_buffered` is below `max_value` (a largest value could never come in), the
-    /// persistence file cannot be read or is not a JSON object of strings, or the event loops
-    /// cannot be set up.
+    /// persistence files cannot be read or synced, the snapshot is not a JSON object of strings
+    /// or a line of the log is not a change, or the event loops cannot be set up.
     pub fn start(listener: TcpListener, options: Options) -> std::io::Result<Server> {
         if options.max_buffered < options.max_value {
             return Err(std::io::Error::new(
@@ -177,26 +179,21 @@ fn answer(store: &Store, options: &Options, request: &Request) -> (u16, Vec<u8>)
         Ok(key) => key,
     };
     match request.method.as_str() {
-        "GET" => match store
-            .map
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            Some(v) => (200, v.as_bytes().to_vec()),
+        "GET" => match store.get(&key) {
+            Some(v) => (200, v.into_bytes()),
             None => (404, b"metadata not found".to_vec()),
         },
         "PUT" | "POST" => match std::str::from_utf8(&request.body) {
             Err(_) => (400, b"value is not UTF-8".to_vec()),
-            Ok(value) => match store.change(|m| m.insert(key.clone(), value.to_string())) {
+            Ok(value) => match store.put(&key, value) {
                 Ok(_) => (200, b"metadata updated".to_vec()),
-                Err(e) => (500, format!("not persisted: {e}").into_bytes()),
+                Err(e) => (500, format!("not persisted, not stored: {e}").into_bytes()),
             },
         },
-        "DELETE" => match store.change(|m| m.remove(&key)) {
-            Ok(Some(_)) => (200, b"metadata deleted".to_vec()),
-            Ok(None) => (404, b"metadata not found".to_vec()),
-            Err(e) => (500, format!("not persisted: {e}").into_bytes()),
+        "DELETE" => match store.delete(&key) {
+            Ok(true) => (200, b"metadata deleted".to_vec()),
+            Ok(false) => (404, b"metadata not found".to_vec()),
+            Err(e) => (500, format!("not persisted, not deleted: {e}").into_bytes()),
         },
         _ => (405, b"method not allowed".to_vec()),
     }

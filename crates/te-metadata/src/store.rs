@@ -1,61 +1,293 @@
-//! The keys the server holds, and their persistence: with a file, every change is written to a
-//! temporary file beside it, synced and renamed over it before the change is answered, so a
-//! restart (or a crash) loses nothing that was acknowledged.
+//! The keys the server holds, and their persistence.
+//!
+//! With a file, what persists is a snapshot, the file itself (a JSON object of strings), and a
+//! log beside it, `<file>.log`, that takes each change as one line (`["put",key,value]` or
+//! `["del",key]`). A change is appended to the log and synced before it is applied and
+//! answered, so a restart or a crash loses nothing acknowledged, and a change costs its own
+//! size, not the whole store's: a cluster's engines re-publishing their descriptors every few
+//! seconds would otherwise rewrite every descriptor each time. Once the log outgrows the
+//! snapshot (and [`MIN_COMPACT`]), the store is compacted: the whole map written to a
+//! temporary file, synced and renamed over the snapshot (its directory synced), then the log
+//! emptied. A crash between the two leaves a log whose changes the new snapshot already holds;
+//! replaying them again gives the same keys.
+//!
+//! At start the snapshot is read and the log replayed. A last line cut short by a crash (its
+//! change was never acknowledged) is dropped; any other line that is not a change stops the
+//! start, naming the file and line. A PUT of the value already held, or a DELETE of a key not
+//! there, writes nothing.
 //!
 //! Not here: HTTP (`conn.rs`, `request.rs`).
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use tracing::warn;
+
+/// The log is compacted once it holds more than this and more than the snapshot.
+const MIN_COMPACT: u64 = 1 << 20;
+
 /// The keys and where they persist.
 pub(crate) struct Store {
-    pub(crate) map: Mutex<BTreeMap<String, String>>,
-    persist: Option<PathBuf>,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    map: BTreeMap<String, String>,
+    log: Option<Log>,
+}
+
+/// The persistence files of a store.
+struct Log {
+    /// The snapshot.
+    snapshot: PathBuf,
+    /// Its size when last written (or read).
+    snapshot_bytes: u64,
+    /// The log, open for appending.
+    file: File,
+    path: PathBuf,
+    /// Bytes of whole changes in the log.
+    bytes: u64,
+    /// Why changes can no longer be logged, after a failed write could not be undone.
+    broken: Option<String>,
+}
+
+/// One change, as the log holds it.
+enum Change<'a> {
+    Put(&'a str, &'a str),
+    Delete(&'a str),
+}
+
+impl Change<'_> {
+    fn line(&self) -> Vec<u8> {
+        let mut line = match self {
+            Change::Put(k, v) => serde_json::to_vec(&("put", k, v)),
+            Change::Delete(k) => serde_json::to_vec(&("del", k)),
+        }
+        .unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+
+    fn apply(&self, map: &mut BTreeMap<String, String>) {
+        match *self {
+            Change::Put(k, v) => {
+                map.insert(k.to_string(), v.to_string());
+            }
+            Change::Delete(k) => {
+                map.remove(k);
+            }
+        }
+    }
+}
+
+/// The log beside `snapshot`: its file name with `.log` added.
+pub(crate) fn log_path(snapshot: &Path) -> PathBuf {
+    let mut name = snapshot.as_os_str().to_owned();
+    name.push(".log");
+    PathBuf::from(name)
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// Applies the whole lines of `bytes` (a log) to `map`; the length of those lines. A last line
+/// without its line end is left out.
+fn replay(path: &Path, bytes: &[u8], map: &mut BTreeMap<String, String>) -> io::Result<u64> {
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    for (n, line) in bytes[..whole].split(|&b| b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<String> = serde_json::from_slice(line).map_err(|e| {
+            invalid(format!(
+                "{}: line {}: not a change record: {e}",
+                path.display(),
+                n + 1
+            ))
+        })?;
+        let change = match fields.as_slice() {
+            [op, k, v] if op == "put" => Change::Put(k, v),
+            [op, k] if op == "del" => Change::Delete(k),
+            _ => {
+                return Err(invalid(format!(
+                    "{}: line {}: not a change record",
+                    path.display(),
+                    n + 1
+                )));
+            }
+        };
+        change.apply(map);
+    }
+    Ok(whole as u64)
+}
+
+/// Syncs the directory holding `path`, so a file created or renamed in it stays.
+fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+impl Log {
+    /// Opens the snapshot and log at `snapshot`, reading what they hold into a map.
+    fn open(snapshot: PathBuf) -> io::Result<(Log, BTreeMap<String, String>)> {
+        let (mut map, snapshot_bytes) = match std::fs::read(&snapshot) {
+            Ok(bytes) => {
+                let map = serde_json::from_slice(&bytes).map_err(|e| {
+                    invalid(format!(
+                        "{}: not a JSON object of strings: {e}",
+                        snapshot.display()
+                    ))
+                })?;
+                (map, bytes.len() as u64)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (BTreeMap::new(), 0),
+            Err(e) => return Err(e),
+        };
+        let path = log_path(&snapshot);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => replay(&path, &bytes, &mut map)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        // A torn last line goes, so the next change starts a line of its own.
+        file.set_len(bytes)?;
+        file.sync_all()?;
+        sync_dir(&path)?;
+        let log = Log {
+            snapshot,
+            snapshot_bytes,
+            file,
+            path,
+            bytes,
+            broken: None,
+        };
+        Ok((log, map))
+    }
+
+    /// Appends `change` and syncs it. On failure the log is cut back to its last whole change;
+    /// if even that fails, no further change is logged.
+    fn append(&mut self, change: &Change) -> io::Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(io::Error::other(why.clone()));
+        }
+        let line = change.line();
+        let written = self
+            .file
+            .write_all(&line)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            if let Err(undo) = self
+                .file
+                .set_len(self.bytes)
+                .and_then(|()| self.file.sync_data())
+            {
+                let why = format!(
+                    "{}: a failed write ({e}) could not be undone ({undo}); restart the server",
+                    self.path.display()
+                );
+                warn!("{why}");
+                self.broken = Some(why);
+            }
+            return Err(e);
+        }
+        self.bytes += line.len() as u64;
+        Ok(())
+    }
+
+    fn due(&self) -> bool {
+        self.bytes > MIN_COMPACT.max(self.snapshot_bytes)
+    }
+
+    /// Writes `map` as the new snapshot and empties the log.
+    fn compact(&mut self, map: &BTreeMap<String, String>) -> io::Result<()> {
+        let tmp = self.snapshot.with_extension("tmp");
+        let json = serde_json::to_vec(map).map_err(io::Error::other)?;
+        let mut f = File::create(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &self.snapshot)?;
+        sync_dir(&self.snapshot)?;
+        self.snapshot_bytes = json.len() as u64;
+        self.file.set_len(0)?;
+        self.file.sync_all()?;
+        self.bytes = 0;
+        Ok(())
+    }
 }
 
 impl Store {
-    pub(crate) fn load(persist: Option<PathBuf>) -> std::io::Result<Store> {
-        let map = match &persist {
-            Some(p) if p.exists() => {
-                let bytes = std::fs::read(p)?;
-                serde_json::from_slice(&bytes).map_err(|e| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("{}: not a JSON object of strings: {e}", p.display()),
-                    )
-                })?
+    /// A store, persisted at `persist` if given, holding what was persisted there.
+    ///
+    /// # Errors
+    /// The snapshot is not a JSON object of strings, a line of the log (other than a last one
+    /// cut short) is not a change, or the files cannot be read, written or synced.
+    pub(crate) fn load(persist: Option<PathBuf>) -> io::Result<Store> {
+        let (map, log) = match persist {
+            Some(p) => {
+                let (log, map) = Log::open(p)?;
+                (map, Some(log))
             }
-            _ => BTreeMap::new(),
+            None => (BTreeMap::new(), None),
         };
         Ok(Store {
-            map: Mutex::new(map),
-            persist,
+            inner: Mutex::new(Inner { map, log }),
         })
     }
 
-    /// Writes the map next to the file, syncs, and renames it over the file.
-    fn save(path: &Path, map: &BTreeMap<String, String>) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        let json = serde_json::to_vec(map).map_err(std::io::Error::other)?;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Applies `change` and persists it before returning; a failed save undoes nothing in
-    /// memory but is reported, so the client learns the write is not durable.
-    pub(crate) fn change<T>(
-        &self,
-        change: impl FnOnce(&mut BTreeMap<String, String>) -> T,
-    ) -> std::io::Result<T> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let out = change(&mut map);
-        if let Some(p) = &self.persist {
-            Store::save(p, &map)?;
+    /// The value of `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<String> {
+        self.lock().map.get(key).cloned()
+    }
+
+    /// Sets `key` to `value`, logged and synced first when persisted; nothing changes if that
+    /// fails.
+    pub(crate) fn put(&self, key: &str, value: &str) -> io::Result<()> {
+        let mut inner = self.lock();
+        if inner.map.get(key).is_some_and(|v| v == value) {
+            return Ok(());
         }
-        Ok(out)
+        inner.change(Change::Put(key, value))
+    }
+
+    /// Removes `key`, logged and synced first when persisted; whether it was there.
+    pub(crate) fn delete(&self, key: &str) -> io::Result<bool> {
+        let mut inner = self.lock();
+        if !inner.map.contains_key(key) {
+            return Ok(false);
+        }
+        inner.change(Change::Delete(key))?;
+        Ok(true)
     }
 }
+
+impl Inner {
+    fn change(&mut self, change: Change) -> io::Result<()> {
+        if let Some(log) = &mut self.log {
+            log.append(&change)?;
+        }
+        change.apply(&mut self.map);
+        if let Some(log) = &mut self.log
+            && log.due()
+            && let Err(e) = log.compact(&self.map)
+        {
+            // The change is in the log, so it stays; the log is compacted at a later change.
+            warn!(error = %e, snapshot = %log.snapshot.display(), "compacting the store failed");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,6 @@
 //! The te-metadata binary on a real socket: Mooncake's REST verbs and 404s, persistence across
-//! a kill and restart, and bad requests (garbage, oversized heads and bodies, a wrong path, a
+//! a kill and restart (every acknowledged change, even with the kill in the middle of a stream
+//! of them), and bad requests (garbage, oversized heads and bodies, a wrong path, a
 //! missing or badly encoded key, a non-UTF-8 value, an unknown method) answered with 4xx while
 //! the server keeps serving.
 
@@ -48,7 +49,7 @@ fn exchange(port: u16, bytes: &[u8]) -> String {
 #[test]
 fn verbs_and_persistence_across_a_restart() {
     let file = scratch("persist.json");
-    let _ = std::fs::remove_file(&file);
+    common::remove_persisted(&file);
     let mut svc = http_server(0, Some(&file));
     let kv = client(&svc.url);
     assert_eq!(
@@ -85,14 +86,62 @@ fn verbs_and_persistence_across_a_restart() {
     assert!(kv.get("mooncake/rpc_meta/a").unwrap().is_some());
     assert_eq!(kv.get("x y/z").unwrap(), None, "a delete persisted too");
     drop(svc);
-    std::fs::remove_file(&file).unwrap();
+    common::remove_persisted(&file);
+}
+
+#[test]
+fn every_acknowledged_change_survives_a_kill_mid_stream() {
+    let file = scratch("stream.json");
+    common::remove_persisted(&file);
+    let mut svc = http_server(0, Some(&file));
+    let url = svc.url.clone();
+    // 16 KiB values: the log passes 1 MiB, and is folded into the snapshot, every 64 or so.
+    let value = |i: usize| format!("{i}:{}", "v".repeat(16 << 10));
+    let writer = std::thread::spawn(move || {
+        let kv = HttpStore::new(&url, Duration::from_secs(5), 1 << 20).unwrap();
+        let mut acked = Vec::new();
+        for i in 0.. {
+            let key = format!("mooncake/ram/n{}", i % 150);
+            match kv.put(&key, value(i).as_bytes()) {
+                Ok(()) => acked.push(i),
+                Err(_) => break,
+            }
+        }
+        acked
+    });
+    common::eventually("300 changes", || {
+        std::fs::metadata(&file).is_ok_and(|m| m.len() > 0)
+            && client(&svc.url)
+                .get("mooncake/ram/n149")
+                .is_ok_and(|v| v.is_some())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let port = svc.port;
+    svc.kill();
+    let acked = writer.join().unwrap();
+    let svc = http_server(port, Some(&file));
+    let kv = HttpStore::new(&svc.url, Duration::from_secs(5), 1 << 20).unwrap();
+    // The last acknowledged value of every key is there (one unacknowledged may have landed).
+    for n in 0..150 {
+        let last = acked.iter().rev().find(|&&i| i % 150 == n).unwrap();
+        let got = kv.get(&format!("mooncake/ram/n{n}")).unwrap().unwrap();
+        let got = String::from_utf8(got).unwrap();
+        let index: usize = got.split(':').next().unwrap().parse().unwrap();
+        assert!(
+            index == *last || index == last + 150,
+            "key n{n}: value {index}, last acknowledged {last}"
+        );
+        assert_eq!(got, value(index));
+    }
+    drop(svc);
+    common::remove_persisted(&file);
 }
 
 #[test]
 fn sigterm_and_sigint_close_the_listener_and_exit_zero_keeping_what_was_stored() {
     for signal in ["TERM", "INT"] {
         let file = scratch(&format!("signal-{signal}.json"));
-        let _ = std::fs::remove_file(&file);
+        common::remove_persisted(&file);
         let mut svc = http_server(0, Some(&file));
         client(&svc.url).put("mooncake/ram/k", b"v").unwrap();
         let status = svc.terminate(signal);
@@ -152,7 +201,7 @@ fn a_corrupt_persistence_file_stops_the_server_with_a_reason() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a JSON object"), "{err}");
-    std::fs::remove_file(&file).unwrap();
+    common::remove_persisted(&file);
 }
 
 #[test]

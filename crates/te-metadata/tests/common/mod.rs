@@ -20,6 +20,15 @@ pub fn scratch(name: &str) -> PathBuf {
     dir.join(format!("{name}-{}", std::process::id()))
 }
 
+/// Removes what te-metadata persisted at `file`: the snapshot and its log.
+pub fn remove_persisted(file: &Path) {
+    let mut log = file.as_os_str().to_owned();
+    log.push(".log");
+    for p in [file.to_path_buf(), PathBuf::from(log)] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 /// The te-metadata binary on `port` (0: any), persisting to `persist` if given.
 pub fn http_server(port: u16, persist: Option<&Path>) -> Service {
     http_server_with(port, persist, &[])

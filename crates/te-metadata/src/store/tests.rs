@@ -1,0 +1,201 @@
+use super::*;
+
+/// A snapshot path of test `name`'s own; its files are removed when it is dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for p in [
+            self.0.clone(),
+            log_path(&self.0),
+            self.0.with_extension("tmp"),
+        ] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn fresh(name: &str) -> Scratch {
+    let path = std::env::temp_dir().join(format!(
+        "te-metadata-store-{name}-{}.json",
+        std::process::id()
+    ));
+    let scratch = Scratch(path);
+    drop(Scratch(scratch.0.clone()));
+    scratch
+}
+
+fn len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+fn keys(store: &Store) -> BTreeMap<String, String> {
+    store.lock().map.clone()
+}
+
+#[test]
+fn changes_survive_a_restart_and_each_costs_its_own_size() {
+    let scratch = fresh("restart");
+    let path = scratch.0.clone();
+    let store = Store::load(Some(path.clone())).unwrap();
+    store.put("big", &"b".repeat(100 << 10)).unwrap();
+    store.put("a", "1").unwrap();
+    let before = len(&log_path(&path));
+    store.put("mooncake/ram/n", "desc").unwrap();
+    let line = br#"["put","mooncake/ram/n","desc"]"#.len() as u64 + 1;
+    assert_eq!(
+        len(&log_path(&path)),
+        before + line,
+        "one line, not the store"
+    );
+    assert!(store.delete("a").unwrap());
+    assert!(!store.delete("a").unwrap(), "gone already");
+    assert!(!path.exists(), "no snapshot until the log outgrows it");
+    let want = keys(&store);
+    drop(store);
+    let again = Store::load(Some(path.clone())).unwrap();
+    assert_eq!(keys(&again), want);
+    assert_eq!(again.get("mooncake/ram/n").as_deref(), Some("desc"));
+    assert_eq!(again.get("a"), None);
+}
+
+#[test]
+fn a_value_already_held_and_a_key_not_there_write_nothing() {
+    let scratch = fresh("unchanged");
+    let path = scratch.0.clone();
+    let store = Store::load(Some(path.clone())).unwrap();
+    store.put("k", "v").unwrap();
+    let logged = len(&log_path(&path));
+    store.put("k", "v").unwrap();
+    assert!(!store.delete("missing").unwrap());
+    assert_eq!(len(&log_path(&path)), logged);
+    store.put("k", "w").unwrap();
+    assert!(len(&log_path(&path)) > logged, "a new value is logged");
+}
+
+#[test]
+fn a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_start() {
+    let scratch = fresh("torn");
+    let path = scratch.0.clone();
+    let good = b"[\"put\",\"a\",\"1\"]\n[\"del\",\"zz\"]\n";
+    let mut bytes = good.to_vec();
+    bytes.extend_from_slice(br#"["put","b","cut sh"#);
+    std::fs::write(log_path(&path), &bytes).unwrap();
+    let store = Store::load(Some(path.clone())).unwrap();
+    assert_eq!(store.get("a").as_deref(), Some("1"));
+    assert_eq!(store.get("b"), None, "never acknowledged");
+    assert_eq!(
+        len(&log_path(&path)),
+        good.len() as u64,
+        "the torn tail is cut"
+    );
+    store.put("c", "3").unwrap();
+    drop(store);
+    let again = Store::load(Some(path.clone())).unwrap();
+    assert_eq!(
+        again.get("c").as_deref(),
+        Some("3"),
+        "the next change is a line of its own"
+    );
+    drop(again);
+
+    for bad in [
+        &b"garbage\n[\"put\",\"a\",\"1\"]\n"[..],
+        b"[\"put\",\"a\"]\n",
+        b"[\"move\",\"a\",\"b\"]\n",
+        b"[\"put\",\"a\",1]\n",
+    ] {
+        std::fs::write(log_path(&path), bad).unwrap();
+        let err = Store::load(Some(path.clone()))
+            .err()
+            .expect("a bad line refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("line 1"), "{err}");
+    }
+}
+
+#[test]
+fn the_log_is_folded_into_the_snapshot_once_it_outgrows_it() {
+    let scratch = fresh("compact");
+    let path = scratch.0.clone();
+    let store = Store::load(Some(path.clone())).unwrap();
+    let value = |i: usize| format!("{i}{}", "v".repeat(64 << 10));
+    // Twenty 64 KiB changes to one key: past 1 MiB of log, with a snapshot far smaller.
+    for i in 0..20 {
+        store.put("k", &value(i)).unwrap();
+    }
+    store.put("other", "o").unwrap();
+    assert!(path.exists(), "compacted into a snapshot");
+    assert!(
+        len(&log_path(&path)) < MIN_COMPACT,
+        "the log emptied at compaction: {} bytes",
+        len(&log_path(&path))
+    );
+    drop(store);
+    let again = Store::load(Some(path.clone())).unwrap();
+    assert_eq!(again.get("k"), Some(value(19)));
+    assert_eq!(again.get("other").as_deref(), Some("o"));
+}
+
+#[test]
+fn a_crash_between_the_snapshot_and_emptying_the_log_replays_to_the_same_keys() {
+    let scratch = fresh("crash");
+    let path = scratch.0.clone();
+    let store = Store::load(Some(path.clone())).unwrap();
+    store.put("a", "1").unwrap();
+    store.put("b", "2").unwrap();
+    assert!(store.delete("a").unwrap());
+    store.put("b", "3").unwrap();
+    let logged = std::fs::read(log_path(&path)).unwrap();
+    {
+        let mut inner = store.lock();
+        let Inner { map, log } = &mut *inner;
+        log.as_mut().unwrap().compact(map).unwrap();
+    }
+    let want = keys(&store);
+    drop(store);
+    // The snapshot was renamed in, but the log was never emptied.
+    std::fs::write(log_path(&path), &logged).unwrap();
+    let again = Store::load(Some(path.clone())).unwrap();
+    assert_eq!(keys(&again), want);
+    assert_eq!(again.get("b").as_deref(), Some("3"));
+    assert_eq!(again.get("a"), None);
+}
+
+#[test]
+fn a_change_that_cannot_be_logged_is_not_applied() {
+    let scratch = fresh("failing");
+    let path = scratch.0.clone();
+    let store = Store::load(Some(path.clone())).unwrap();
+    store.put("k", "old").unwrap();
+    // The log's handle swapped for a read-only one: every write fails, and so does undoing it.
+    store.lock().log.as_mut().unwrap().file = File::open(log_path(&path)).unwrap();
+    assert!(store.put("k", "new").is_err());
+    assert_eq!(store.get("k").as_deref(), Some("old"), "memory unchanged");
+    assert!(store.delete("k").is_err());
+    assert_eq!(store.get("k").as_deref(), Some("old"));
+    let err = store.put("j", "x").unwrap_err();
+    assert!(err.to_string().contains("restart the server"), "{err}");
+    drop(store);
+    let again = Store::load(Some(path.clone())).unwrap();
+    assert_eq!(again.get("k").as_deref(), Some("old"));
+    assert_eq!(again.get("j"), None);
+}
+
+#[test]
+fn a_snapshot_from_before_the_log_still_loads() {
+    let scratch = fresh("old");
+    let path = scratch.0.clone();
+    std::fs::write(&path, br#"{"mooncake/ram/a":"{\"name\":\"a\"}"}"#).unwrap();
+    let store = Store::load(Some(path.clone())).unwrap();
+    assert_eq!(
+        store.get("mooncake/ram/a").as_deref(),
+        Some(r#"{"name":"a"}"#)
+    );
+    std::fs::write(&path, b"{ not json").unwrap();
+    drop(store);
+    let err = Store::load(Some(path))
+        .err()
+        .expect("a corrupt snapshot refused");
+    assert!(err.to_string().contains("not a JSON object"), "{err}");
+}
