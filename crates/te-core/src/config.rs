@@ -125,6 +125,10 @@ pub struct Config {
     /// How often the engine re-reads the descriptors of open segments from a shared metadata
     /// service and re-publishes its own (`MC_METADATA_REFRESH_SECS`, te's, default 5).
     pub metadata_refresh: Duration,
+    /// How many open segments' descriptors are re-read at each refresh, in turn, so the load an
+    /// engine puts on a shared service is bounded however many peers it opens
+    /// (`MC_TE_METADATA_REFRESH_BATCH`, te's, default 64).
+    pub metadata_refresh_batch: usize,
     /// Largest batch `allocate_batch` accepts (te's bound, not a Mooncake variable).
     pub max_batch_size: usize,
     /// Notifications kept until the application takes them (te's bound).
@@ -176,6 +180,7 @@ impl Default for Config {
             redis_password: None,
             redis_db_index: None,
             metadata_refresh: Duration::from_secs(5),
+            metadata_refresh_batch: 64,
             max_batch_size: 1 << 20,
             notification_queue_max: 65536,
             handshake_port: 12001,
@@ -388,6 +393,9 @@ impl Config {
             let s: u64 = parse_in("MC_METADATA_REFRESH_SECS", &v, 1, 3600)?;
             c.metadata_refresh = Duration::from_secs(s);
         }
+        if let Some(v) = get("MC_TE_METADATA_REFRESH_BATCH") {
+            c.metadata_refresh_batch = parse_in("MC_TE_METADATA_REFRESH_BATCH", &v, 1, 1_000_000)?;
+        }
         if let Some(v) = get("MC_CXL_DEV_SIZE") {
             c.cxl_dev_size = Some(parse_size("MC_CXL_DEV_SIZE", &v)?);
         }
@@ -437,6 +445,7 @@ impl Config {
         "MC_REDIS_PASSWORD",
         "MC_REDIS_DB_INDEX",
         "MC_METADATA_REFRESH_SECS",
+        "MC_TE_METADATA_REFRESH_BATCH",
         "MC_TE_MOONCAKE_COMPAT",
         "MC_TE_MOONCAKE_ALLOW",
         "MC_TE_MOONCAKE_ALLOW_V1",
@@ -487,6 +496,15 @@ mod tests {
         assert_eq!(c.redis_db_index, Some(3));
         assert!(!format!("{c:?}").contains("hunter2"));
         assert!(with(&[("MC_REDIS_DB_INDEX", "-1")]).is_err());
+        let c = with(&[
+            ("MC_METADATA_REFRESH_SECS", "2"),
+            ("MC_TE_METADATA_REFRESH_BATCH", "500"),
+        ])
+        .unwrap();
+        assert_eq!(c.metadata_refresh, Duration::from_secs(2));
+        assert_eq!(c.metadata_refresh_batch, 500);
+        assert_eq!(Config::default().metadata_refresh_batch, 64);
+        assert!(with(&[("MC_TE_METADATA_REFRESH_BATCH", "0")]).is_err());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! through the same scenarios: open and transfer (bytes compared), a re-published descriptor
 //! reaching a peer's cache, the service killed (transfers between open segments go on) and
 //! restarted empty (engines publish again), a clean exit removing the descriptor (new opens
-//! fail clearly), malformed JSON in the store (a clear error), and Redis authentication.
+//! fail clearly), malformed JSON in the store (a clear error), and Redis authentication; and,
+//! counted by Redis's `MONITOR`, each refresh re-reading one batch of open segments in turn.
 
 mod common;
 
@@ -314,4 +315,90 @@ fn rpc_entries_republish_on_mooncakes_metadata_server() {
         md.rpc_address("te-node").unwrap(),
         ("127.0.0.1".to_string(), 4000)
     );
+}
+
+/// The commands Redis's `MONITOR` reports, as (client address, command words), read until
+/// `enough` says so (or 20 s pass).
+fn monitor(
+    port: u16,
+    mut enough: impl FnMut(&[(String, Vec<String>)]) -> bool,
+) -> Vec<(String, Vec<String>)> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"MONITOR\r\n").unwrap();
+    let mut lines = BufReader::new(s).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "+OK");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while !enough(&seen) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "MONITOR: {} commands",
+            seen.len()
+        );
+        // `+1733390000.123456 [0 127.0.0.1:40000] "GET" "key"`
+        let line = lines.next().unwrap().unwrap();
+        let Some((client, rest)) = line.split_once(" [").and_then(|(_, r)| r.split_once("] "))
+        else {
+            continue;
+        };
+        let client = client.split(' ').nth(1).unwrap_or_default().to_string();
+        let words = rest
+            .split("\" \"")
+            .map(|w| w.trim_matches('"').to_string())
+            .collect();
+        seen.push((client, words));
+    }
+    seen
+}
+
+/// An engine with many open segments re-reads a batch of them each refresh, in turn: its load on
+/// the service does not grow with its peers. Counted by Redis itself (`MONITOR`).
+#[test]
+fn each_refresh_rereads_one_batch_of_open_segments_in_turn() {
+    let svc = redis_server(0, None);
+    let pid = std::process::id();
+    let targets: Vec<_> = (0..6)
+        .map(|i| {
+            let e = engine(&svc.url, &format!("batch-t{i}-{pid}"), |_| {}).unwrap();
+            let b = buffer(&e, 4096, i as u8);
+            (e, b)
+        })
+        .collect();
+    let name = format!("batch-init-{pid}");
+    let init = engine(&svc.url, &name, |c| c.metadata_refresh_batch = 2).unwrap();
+    for i in 0..6 {
+        init.open_segment(&format!("batch-t{i}-{pid}")).unwrap();
+    }
+    let own = format!("mooncake/ram/{name}");
+    let is_publish = |w: &Vec<String>| w.len() > 1 && w[0] == "SET" && w[1] == own;
+    // Five publications of the initiator's own descriptor: four refreshes between them.
+    let seen = monitor(svc.port, |seen| {
+        seen.iter().filter(|(_, w)| is_publish(w)).count() >= 5
+    });
+    let client = &seen.iter().find(|(_, w)| is_publish(w)).unwrap().0;
+    let mut refreshes: Vec<Vec<String>> = Vec::new();
+    for (_, words) in seen.iter().filter(|(c, _)| c == client) {
+        if is_publish(words) {
+            refreshes.push(Vec::new());
+        } else if let (Some(last), [get, key]) = (refreshes.last_mut(), words.as_slice())
+            && get == "GET"
+            && let Some(t) = key.strip_prefix("mooncake/ram/")
+        {
+            last.push(t.to_string());
+        }
+    }
+    // The last publication's refresh may still be under way.
+    refreshes.pop();
+    assert_eq!(refreshes.len(), 4, "{refreshes:?}");
+    for r in &refreshes {
+        assert_eq!(r.len(), 2, "one batch per refresh: {refreshes:?}");
+    }
+    // Three refreshes in a row read all six, each once.
+    let mut three: Vec<_> = refreshes[..3].concat();
+    three.sort();
+    let want: Vec<_> = (0..6).map(|i| format!("batch-t{i}-{pid}")).collect();
+    assert_eq!(three, want, "{refreshes:?}");
+    drop(targets);
 }

@@ -4,10 +4,15 @@
 //! - publishes the local descriptor and `rpc_meta` entry again, so a service that restarted
 //!   empty, or was unreachable when something changed, gets them back (logged once when it
 //!   fails, and when it recovers);
-//! - reads the descriptors of open segments again: a re-published one replaces the cached copy
-//!   (its transports' connections are dropped), a removed one is marked stale so the next
-//!   transfer fetches it and fails clearly; an unreachable service changes nothing, so
-//!   transfers between open segments carry on.
+//! - reads the descriptors of open segments again, at most `MC_TE_METADATA_REFRESH_BATCH` of
+//!   them each time, in turn by name ([`Rotation`]), so an engine with a thousand peers puts
+//!   no more load on the service than one with a batch of them (Mooncake's own polling, off by
+//!   default, reads every one each time): a re-published one replaces the cached copy (its
+//!   transports' connections are dropped), a removed one is marked stale so the next transfer
+//!   fetches it and fails clearly; an unreachable service changes nothing, so transfers between
+//!   open segments carry on. A peer that restarted is also caught without the keeper: a
+//!   transfer it refuses or cannot be reached for marks its descriptor stale, to be fetched
+//!   again before the next one.
 //!
 //! P2P engines have no keeper: their descriptors live with their owners.
 
@@ -36,6 +41,42 @@ pub(crate) struct KeeperCtx {
     pub(crate) owed: Arc<AtomicBool>,
     /// Opens sealed segment secrets.
     pub(crate) cluster_key: Option<Arc<crate::control::auth::ClusterKey>>,
+    /// Descriptors re-read per refresh, at most.
+    pub(crate) refresh_batch: usize,
+}
+
+/// Which open segments a refresh re-reads: up to a batch of them, by name, starting after the
+/// last one the previous refresh read and wrapping around, so every segment has its turn
+/// however segments come and go between refreshes.
+#[derive(Debug, Default)]
+pub(crate) struct Rotation {
+    /// The name read last.
+    last: Option<String>,
+}
+
+impl Rotation {
+    /// Up to `batch` of `items` (named by `name`), the next in turn.
+    pub(crate) fn pick<T>(
+        &mut self,
+        mut items: Vec<T>,
+        batch: usize,
+        name: impl Fn(&T) -> &str,
+    ) -> Vec<T> {
+        if items.is_empty() || batch == 0 {
+            return Vec::new();
+        }
+        items.sort_by(|a, b| name(a).cmp(name(b)));
+        let start = match &self.last {
+            Some(last) => items.partition_point(|i| name(i) <= last.as_str()),
+            None => 0,
+        };
+        let take = batch.min(items.len());
+        let len = items.len();
+        items.rotate_left(start % len);
+        items.truncate(take);
+        self.last = items.last().map(|i| name(i).to_string());
+        items
+    }
 }
 
 /// The running keeper; dropping it stops the thread.
@@ -49,11 +90,12 @@ impl Keeper {
         std::thread::Builder::new()
             .name("te-metadata-keeper".into())
             .spawn(move || {
+                let mut rotation = Rotation::default();
                 loop {
                     match rx.recv_timeout(period) {
                         Err(RecvTimeoutError::Timeout) => {
                             republish(&ctx);
-                            refresh(&ctx);
+                            refresh(&ctx, &mut rotation);
                         }
                         _ => return,
                     }
@@ -106,11 +148,14 @@ fn timeless(desc: &SegmentDesc) -> SegmentDesc {
     }
 }
 
-fn refresh(ctx: &KeeperCtx) {
-    for seg in ctx.segments.all() {
-        if seg.desc().is_file() {
-            continue;
-        }
+fn refresh(ctx: &KeeperCtx, rotation: &mut Rotation) {
+    let open: Vec<_> = ctx
+        .segments
+        .all()
+        .into_iter()
+        .filter(|seg| !seg.desc().is_file())
+        .collect();
+    for seg in rotation.pick(open, ctx.refresh_batch, |seg| seg.name()) {
         let fetched = ctx.metadata.fetch_segment(seg.name()).and_then(|mut f| {
             crate::control::auth::unseal(ctx.cluster_key.as_deref(), seg.name(), &mut f.desc)?;
             Ok(f)
@@ -141,5 +186,50 @@ fn refresh(ctx: &KeeperCtx) {
             }
             Err(e) => debug!(segment = seg.name(), error = %e, "refresh skipped"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn refreshes_take_segments_in_turn_a_batch_at_a_time() {
+        let mut r = Rotation::default();
+        let all = names(&["e", "a", "d", "b", "c"]);
+        let pick = |r: &mut Rotation, items: &[String], batch| {
+            r.pick(items.to_vec(), batch, |s| s.as_str())
+        };
+        assert_eq!(pick(&mut r, &all, 2), names(&["a", "b"]));
+        assert_eq!(pick(&mut r, &all, 2), names(&["c", "d"]));
+        // Wraps around.
+        assert_eq!(pick(&mut r, &all, 2), names(&["e", "a"]));
+        // A batch larger than the segments takes each once.
+        assert_eq!(pick(&mut r, &all, 9), names(&["b", "c", "d", "e", "a"]));
+        assert_eq!(pick(&mut r, &[], 3), Vec::<String>::new());
+    }
+
+    #[test]
+    fn segments_coming_and_going_do_not_lose_anyone_its_turn() {
+        let mut r = Rotation::default();
+        let pick =
+            |r: &mut Rotation, items: &[&str], batch| r.pick(names(items), batch, |s| s.as_str());
+        assert_eq!(pick(&mut r, &["a", "b", "c", "d"], 2), names(&["a", "b"]));
+        // "b", the last read, is gone, and "bb" came: the turn goes on after "b".
+        assert_eq!(pick(&mut r, &["a", "bb", "c", "d"], 2), names(&["bb", "c"]));
+        assert_eq!(pick(&mut r, &["a", "bb", "c", "d"], 2), names(&["d", "a"]));
+        // Over many refreshes each segment is read equally often.
+        let all = ["p", "q", "r", "s", "t", "u", "v"];
+        let mut count = std::collections::HashMap::new();
+        for _ in 0..21 {
+            for s in pick(&mut r, &all, 3) {
+                *count.entry(s).or_insert(0) += 1;
+            }
+        }
+        assert!(count.values().all(|&n| n == 9), "{count:?}");
     }
 }

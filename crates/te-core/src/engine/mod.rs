@@ -244,6 +244,7 @@ impl TransferEngine {
                     core: core.clone(),
                     owed: publish_owed.clone(),
                     cluster_key: cluster_key.clone(),
+                    refresh_batch: config.metadata_refresh_batch,
                 };
                 // A service that cannot be reached at start is a setup error: say so now.
                 keeper::publish_all(&ctx)?;
