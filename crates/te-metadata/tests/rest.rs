@@ -261,3 +261,33 @@ fn bad_requests_get_4xx_and_the_server_keeps_serving() {
     let out = exchange(p, b"GET /metadata?key=k HTTP/1.1\r\n\r\nGET /metadata?key=k HTTP/1.1\r\nConnection: close\r\n\r\n");
     assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
 }
+
+/// te's HTTP client keeps its connection open between requests, as Mooncake's curl handles do,
+/// and replaces one the server closed while it was idle without failing the request.
+#[test]
+fn the_client_keeps_its_connection_and_survives_the_server_closing_it() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let options = te_metadata::Options {
+        idle_timeout: Duration::from_secs(1),
+        ..te_metadata::Options::default()
+    };
+    let server = te_metadata::Server::start(listener, options).unwrap();
+    let kv = client(&format!("http://{}/metadata", server.addr()));
+    for i in 0..50 {
+        let key = format!("mooncake/ram/n{i}");
+        kv.put(&key, format!("d{i}").as_bytes()).unwrap();
+        assert_eq!(kv.get(&key).unwrap().unwrap(), format!("d{i}").as_bytes());
+        assert_eq!(kv.get("absent").unwrap(), None, "a 404 keeps it too");
+        assert_eq!(kv.idle_connections(), 1);
+        assert_eq!(server.connections(), 1, "one connection for every request");
+    }
+    // The server closes it after a second of silence; the next request goes on a new one.
+    common::eventually("the server closing the idle connection", || {
+        server.connections() == 0
+    });
+    assert_eq!(kv.idle_connections(), 1, "the client has not noticed");
+    kv.delete("mooncake/ram/n0").unwrap();
+    assert_eq!(kv.get("mooncake/ram/n0").unwrap(), None);
+    assert_eq!(kv.get("mooncake/ram/n1").unwrap().unwrap(), b"d1");
+    assert_eq!((kv.idle_connections(), server.connections()), (1, 1));
+}

@@ -1,11 +1,14 @@
 //! The HTTP metadata backend: Mooncake's REST protocol (`GET/PUT/DELETE <url>?key=<key>`, 404
-//! when absent), spoken over plain HTTP/1.1 with one connection per request, and the message
-//! framing the te-metadata server shares: heads and bodies read with hard size bounds,
-//! `Content-Length` or chunked bodies, percent-encoded keys. HTTPS is not spoken.
+//! when absent), spoken over plain HTTP/1.1 on keep-alive connections (a few kept idle between
+//! requests, as Mooncake's curl handles are; one the server closed while idle is replaced and the
+//! request sent again, which these idempotent requests allow), and the message framing the
+//! te-metadata server shares: heads and bodies read with hard size bounds, `Content-Length` or
+//! chunked bodies, percent-encoded keys. HTTPS is not spoken.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::store::KvStore;
 use crate::error::{Error, Result};
@@ -182,7 +185,32 @@ pub fn read_body(r: &mut impl BufRead, head: &Head, limit: usize, to_eof: bool) 
     }
 }
 
-/// A client of Mooncake's HTTP metadata server.
+/// Connections kept open between requests, at most (requests from more threads at once open
+/// more, closed after use).
+const IDLE_CONNECTIONS: usize = 4;
+/// A connection idle longer than this is closed rather than used: servers close idle
+/// connections (te-metadata after 30 s by default), and one closed under a request costs a
+/// second try.
+const IDLE_REUSE: Duration = Duration::from_secs(20);
+
+/// An open connection to the server.
+#[derive(Debug)]
+struct Connection {
+    reader: BufReader<TcpStream>,
+    /// When it was last given back.
+    idle_since: Instant,
+}
+
+/// How an exchange on a connection went wrong.
+enum Failure {
+    /// Nothing came back: on a connection used before, the server had closed it while idle,
+    /// and the request may be sent again on a new one.
+    Unanswered(Error),
+    /// Anything else.
+    Other(Error),
+}
+
+/// A client of Mooncake's HTTP metadata server. Clones share their idle connections.
 #[derive(Debug, Clone)]
 pub struct HttpStore {
     url: String,
@@ -190,6 +218,7 @@ pub struct HttpStore {
     path: String,
     timeout: Duration,
     max_len: usize,
+    idle: Arc<Mutex<Vec<Connection>>>,
 }
 
 impl HttpStore {
@@ -218,10 +247,36 @@ impl HttpStore {
             path: path.to_string(),
             timeout,
             max_len,
+            idle: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
+    /// Connections open and idle now.
+    pub fn idle_connections(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// `method` on `key` with `body`: the status and body of the answer.
     fn request(&self, method: &str, key: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
+        let reused = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.retain(|c| c.idle_since.elapsed() < IDLE_REUSE);
+            idle.pop()
+        };
+        if let Some(conn) = reused {
+            match self.exchange(conn, method, key, body) {
+                Ok(answer) => return Ok(answer),
+                Err(Failure::Unanswered(_)) => {}
+                Err(Failure::Other(e)) => return Err(e),
+            }
+        }
+        let conn = self.connect(method)?;
+        self.exchange(conn, method, key, body)
+            .map_err(|(Failure::Unanswered(e) | Failure::Other(e))| e)
+    }
+
+    /// A new connection to the server.
+    fn connect(&self, method: &str) -> Result<Connection> {
         let fail = |what: String| Error::Metadata(format!("{} {}: {what}", method, self.url));
         let addr = self
             .authority
@@ -229,13 +284,30 @@ impl HttpStore {
             .map_err(|e| fail(format!("resolving {}: {e}", self.authority)))?
             .next()
             .ok_or_else(|| fail(format!("{} resolves to nothing", self.authority)))?;
-        let mut stream = TcpStream::connect_timeout(&addr, self.timeout)
+        let stream = TcpStream::connect_timeout(&addr, self.timeout)
             .map_err(|e| fail(format!("connecting: {e}")))?;
         let _ = stream.set_read_timeout(Some(self.timeout));
         let _ = stream.set_write_timeout(Some(self.timeout));
+        let _ = stream.set_nodelay(true);
+        Ok(Connection {
+            reader: BufReader::new(stream),
+            idle_since: Instant::now(),
+        })
+    }
+
+    /// Sends one request on `conn` and reads its answer; the connection is kept for the next
+    /// request when the answer allows it.
+    fn exchange(
+        &self,
+        mut conn: Connection,
+        method: &str,
+        key: &str,
+        body: &[u8],
+    ) -> std::result::Result<(u16, Vec<u8>), Failure> {
+        let fail = |what: String| Error::Metadata(format!("{} {}: {what}", method, self.url));
         let sep = if self.path.contains('?') { '&' } else { '?' };
         let mut req = format!(
-            "{method} {}{sep}key={} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            "{method} {}{sep}key={} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             self.path,
             percent_encode(key),
             self.authority,
@@ -243,21 +315,57 @@ impl HttpStore {
         )
         .into_bytes();
         req.extend_from_slice(body);
-        stream
-            .write_all(&req)
-            .map_err(|e| fail(format!("sending: {e}")))?;
-        let mut reader = BufReader::new(stream);
-        let head = read_head(&mut reader)
-            .map_err(|e| e.timed_out_within(self.timeout))?
-            .ok_or_else(|| fail("closed without an answer".into()))?;
+        if let Err(e) = conn.reader.get_mut().write_all(&req) {
+            return Err(Failure::Unanswered(fail(format!("sending: {e}"))));
+        }
+        // The first byte of the answer, or the close of a connection the server had dropped.
+        match conn.reader.fill_buf() {
+            Ok([]) => {
+                return Err(Failure::Unanswered(fail("closed without an answer".into())));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                return Err(Failure::Unanswered(fail(format!("receiving: {e}"))));
+            }
+            Err(e) => {
+                let e = Error::socket("reading an HTTP head", e).timed_out_within(self.timeout);
+                return Err(Failure::Other(e));
+            }
+        }
+        let head = read_head(&mut conn.reader)
+            .map_err(|e| Failure::Other(e.timed_out_within(self.timeout)))?
+            .ok_or_else(|| Failure::Other(fail("closed without an answer".into())))?;
         let status: u16 = head
             .first_line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad(format!("bad HTTP status line {:?}", head.first_line)))?;
-        let body = read_body(&mut reader, &head, self.max_len, true)
-            .map_err(|e| e.timed_out_within(self.timeout))?;
+            .ok_or_else(|| {
+                Failure::Other(bad(format!("bad HTTP status line {:?}", head.first_line)))
+            })?;
+        let body = read_body(&mut conn.reader, &head, self.max_len, true)
+            .map_err(|e| Failure::Other(e.timed_out_within(self.timeout)))?;
+        // Kept when the server keeps it and the answer's end was where its length said.
+        let closes = head
+            .header("connection")
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
+            || head.first_line.starts_with("HTTP/1.0")
+            || head.header("content-length").is_none();
+        if !closes {
+            conn.idle_since = Instant::now();
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < IDLE_CONNECTIONS {
+                idle.push(conn);
+            }
+        }
         Ok((status, body))
     }
 }
