@@ -29,14 +29,12 @@ use tracing::warn;
 /// The log is compacted once it holds more than this and more than the snapshot.
 const MIN_COMPACT: u64 = 1 << 20;
 
-/// The keys and where they persist.
+/// The keys and where they persist. Changes are made one at a time under `log`'s lock, each
+/// logged and synced before it is applied to `map`; readers take only `map`'s lock, so they
+/// never wait on the disk and never see a change that is not yet durable.
 pub(crate) struct Store {
-    inner: Mutex<Inner>,
-}
-
-struct Inner {
-    map: BTreeMap<String, String>,
-    log: Option<Log>,
+    map: Mutex<BTreeMap<String, String>>,
+    log: Mutex<Option<Log>>,
 }
 
 /// The persistence files of a store.
@@ -238,52 +236,59 @@ impl Store {
             None => (BTreeMap::new(), None),
         };
         Ok(Store {
-            inner: Mutex::new(Inner { map, log }),
+            map: Mutex::new(map),
+            log: Mutex::new(log),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn writer(&self) -> std::sync::MutexGuard<'_, Option<Log>> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The value of `key`.
     pub(crate) fn get(&self, key: &str) -> Option<String> {
-        self.lock().map.get(key).cloned()
+        self.map().get(key).cloned()
     }
 
     /// Sets `key` to `value`, logged and synced first when persisted; nothing changes if that
     /// fails.
     pub(crate) fn put(&self, key: &str, value: &str) -> io::Result<()> {
-        let mut inner = self.lock();
-        if inner.map.get(key).is_some_and(|v| v == value) {
+        let mut log = self.writer();
+        if self.map().get(key).is_some_and(|v| v == value) {
             return Ok(());
         }
-        inner.change(Change::Put(key, value))
+        self.change(&mut log, Change::Put(key, value))
     }
 
     /// Removes `key`, logged and synced first when persisted; whether it was there.
     pub(crate) fn delete(&self, key: &str) -> io::Result<bool> {
-        let mut inner = self.lock();
-        if !inner.map.contains_key(key) {
+        let mut log = self.writer();
+        if !self.map().contains_key(key) {
             return Ok(false);
         }
-        inner.change(Change::Delete(key))?;
+        self.change(&mut log, Change::Delete(key))?;
         Ok(true)
     }
-}
 
-impl Inner {
-    fn change(&mut self, change: Change) -> io::Result<()> {
-        if let Some(log) = &mut self.log {
+    /// Logs `change` (if persisted), then applies it; `log` is the writer's lock, held.
+    fn change(&self, log: &mut Option<Log>, change: Change) -> io::Result<()> {
+        if let Some(log) = log.as_mut() {
             log.append(&change)?;
         }
-        change.apply(&mut self.map);
-        if let Some(log) = &mut self.log
+        change.apply(&mut self.map());
+        if let Some(log) = log.as_mut()
             && log.due()
-            && let Err(e) = log.compact(&self.map)
         {
-            // The change is in the log, so it stays; the log is compacted at a later change.
-            warn!(error = %e, snapshot = %log.snapshot.display(), "compacting the store failed");
+            // Written from a copy, so readers wait for the copy only, not for the disk.
+            let map = self.map().clone();
+            if let Err(e) = log.compact(&map) {
+                // The change is in the log, so it stays; the log is compacted at a later change.
+                warn!(error = %e, snapshot = %log.snapshot.display(), "compacting the store failed");
+            }
         }
         Ok(())
     }

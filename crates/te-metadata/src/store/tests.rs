@@ -30,7 +30,7 @@ fn len(path: &Path) -> u64 {
 }
 
 fn keys(store: &Store) -> BTreeMap<String, String> {
-    store.lock().map.clone()
+    store.map().clone()
 }
 
 #[test]
@@ -147,11 +147,8 @@ fn a_crash_between_the_snapshot_and_emptying_the_log_replays_to_the_same_keys() 
     assert!(store.delete("a").unwrap());
     store.put("b", "3").unwrap();
     let logged = std::fs::read(log_path(&path)).unwrap();
-    {
-        let mut inner = store.lock();
-        let Inner { map, log } = &mut *inner;
-        log.as_mut().unwrap().compact(map).unwrap();
-    }
+    let map = keys(&store);
+    store.writer().as_mut().unwrap().compact(&map).unwrap();
     let want = keys(&store);
     drop(store);
     // The snapshot was renamed in, but the log was never emptied.
@@ -169,7 +166,7 @@ fn a_change_that_cannot_be_logged_is_not_applied() {
     let store = Store::load(Some(path.clone())).unwrap();
     store.put("k", "old").unwrap();
     // The log's handle swapped for a read-only one: every write fails, and so does undoing it.
-    store.lock().log.as_mut().unwrap().file = File::open(log_path(&path)).unwrap();
+    store.writer().as_mut().unwrap().file = File::open(log_path(&path)).unwrap();
     assert!(store.put("k", "new").is_err());
     assert_eq!(store.get("k").as_deref(), Some("old"), "memory unchanged");
     assert!(store.delete("k").is_err());
@@ -198,4 +195,15 @@ fn a_snapshot_from_before_the_log_still_loads() {
         .err()
         .expect("a corrupt snapshot refused");
     assert!(err.to_string().contains("not a JSON object"), "{err}");
+}
+
+#[test]
+fn readers_do_not_wait_for_a_change_being_written() {
+    let scratch = fresh("readers");
+    let store = Store::load(Some(scratch.0.clone())).unwrap();
+    store.put("k", "v").unwrap();
+    // A writer holding its lock (a change on its way to the disk) leaves readers be.
+    let writing = store.writer();
+    assert_eq!(store.get("k").as_deref(), Some("v"));
+    drop(writing);
 }
