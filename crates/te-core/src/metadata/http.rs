@@ -199,6 +199,9 @@ struct Connection {
     reader: BufReader<TcpStream>,
     /// When it was last given back.
     idle_since: Instant,
+    /// The process that opened it: a child forked since (Python's multiprocessing) shares the
+    /// socket with its parent, and must not interleave its requests with the parent's.
+    pid: u32,
 }
 
 /// How an exchange on a connection went wrong.
@@ -260,7 +263,8 @@ impl HttpStore {
     fn request(&self, method: &str, key: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            idle.retain(|c| c.idle_since.elapsed() < IDLE_REUSE);
+            let pid = std::process::id();
+            idle.retain(|c| c.pid == pid && c.idle_since.elapsed() < IDLE_REUSE);
             idle.pop()
         };
         if let Some(conn) = reused {
@@ -292,6 +296,7 @@ impl HttpStore {
         Ok(Connection {
             reader: BufReader::new(stream),
             idle_since: Instant::now(),
+            pid: std::process::id(),
         })
     }
 
