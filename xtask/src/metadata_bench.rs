@@ -220,9 +220,13 @@ fn point(port: u16, pid: u32, load: Load, connections: usize, seconds: u64) -> P
     }
 }
 
+/// Where the persisting te-metadata keeps its files, under the system's temporary folder.
+fn persist_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("te-metadata-bench-{}", std::process::id()))
+}
+
 /// The te-metadata binary: `$TE_METADATA_BIN` (another build, to compare), else this tree's,
-/// built in release mode; with `persist`, persisting to a fresh file under the system's
-/// temporary folder.
+/// built in release mode; with `persist`, persisting to a fresh file in [`persist_dir`].
 fn te_metadata(persist: bool) -> Result<(KillOnDrop, u16), String> {
     let bin = match std::env::var_os("TE_METADATA_BIN") {
         Some(bin) => std::path::PathBuf::from(bin),
@@ -238,7 +242,7 @@ fn te_metadata(persist: bool) -> Result<(KillOnDrop, u16), String> {
     let mut cmd = Command::new(&bin);
     cmd.args(["--addr", "127.0.0.1:0"]).stderr(Stdio::null());
     if persist {
-        let dir = std::env::temp_dir().join(format!("te-metadata-bench-{}", std::process::id()));
+        let dir = persist_dir();
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         cmd.arg("--persist").arg(dir.join("store.json"));
@@ -364,12 +368,17 @@ pub(crate) fn metadata(args: &[&str]) -> Result<(), String> {
         "usage: cargo xtask bench metadata [--duration SECONDS]",
     )?;
     let te = sweep("te-metadata", te_metadata(false)?, seconds, &points())?;
-    let durable = sweep(
-        "te-metadata --persist",
-        te_metadata(true)?,
-        seconds,
-        &[(Load::Put, PUT_CONNECTIONS)],
-    )?;
+    let durable = te_metadata(true).and_then(|server| {
+        sweep(
+            "te-metadata --persist",
+            server,
+            seconds,
+            &[(Load::Put, PUT_CONNECTIONS)],
+        )
+    });
+    // The server is gone with its sweep: what it persisted goes too.
+    let _ = std::fs::remove_dir_all(persist_dir());
+    let durable = durable?;
     let mc = match mooncake_server().and_then(|s| sweep("Mooncake's server", s, seconds, &points()))
     {
         Ok(rows) => Some(rows),

@@ -38,7 +38,7 @@ const REQUESTS_PER_TURN: usize = 64;
 const LINGER_DRAIN: usize = 64 << 10;
 /// Replies with bodies up to this many bytes (every status and error text, small values) are
 /// part of a connection's own bounded cost, not counted against the budget.
-pub(crate) const UNCOUNTED_REPLY: usize = 4 << 10;
+const UNCOUNTED_REPLY: usize = 4 << 10;
 /// The interim answer to `Expect: 100-continue`.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -104,6 +104,14 @@ fn queue_reply(out: &mut Outbox, status: u16, body: &[u8], keep_alive: bool) {
 }
 
 impl HttpConn {
+    /// Queues the answer to a request that came whole: its framing holds whatever the answer
+    /// (a 404 for a key not there is routine), so the connection stays open if asked.
+    fn answer(&mut self, status: u16, body: &[u8], keep_alive: bool) {
+        queue_reply(&mut self.output, status, body, keep_alive);
+        self.closing = !keep_alive;
+        self.since = (!self.input.is_empty()).then(Instant::now);
+    }
+
     /// Sends what is queued: `Some(step)` when the drive ends here.
     fn flush(&mut self, mut stream: &mio::net::TcpStream) -> Option<Step> {
         if let Some(step) = self.output.send(stream, &mut self.last) {
@@ -202,11 +210,7 @@ impl Protocol for MetadataProtocol {
                         (status, body) = (503, spent.to_string().into_bytes());
                     }
                     debug!(peer = %c.peer, method = request.method, status, "request");
-                    // The request came whole, so the connection's framing holds whatever the
-                    // answer (a 404 for a key not there is routine): it stays open if asked.
-                    queue_reply(&mut c.output, status, &body, request.keep_alive);
-                    c.closing = !request.keep_alive;
-                    c.since = (!c.input.is_empty()).then(Instant::now);
+                    c.answer(status, &body, request.keep_alive);
                     answered += 1;
                 }
                 Ok(Gathered::Turned {
@@ -214,14 +218,7 @@ impl Protocol for MetadataProtocol {
                     keep_alive,
                 }) => {
                     debug!(peer = %c.peer, reason = refusal.reason, "body turned away");
-                    queue_reply(
-                        &mut c.output,
-                        refusal.status,
-                        refusal.reason.as_bytes(),
-                        keep_alive,
-                    );
-                    c.closing = !keep_alive;
-                    c.since = (!c.input.is_empty()).then(Instant::now);
+                    c.answer(refusal.status, refusal.reason.as_bytes(), keep_alive);
                     answered += 1;
                 }
                 Err(refusal) => {

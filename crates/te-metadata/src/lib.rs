@@ -15,7 +15,8 @@
 //! gathered without blocking and bounded (head 16 KiB, value `max_value`, `request.rs`), and
 //! the values in transit on all connections together (bodies coming in, replies going out) are
 //! bounded by `max_buffered` (`budget.rs`): past it a request is answered 503 and may be
-//! retried, its connection kept. A request must be whole within `request_timeout` of its first byte and a silent connection is
+//! retried, its connection kept. A request must be whole within `request_timeout` of its first
+//! byte and a silent connection is
 //! closed after `idle_timeout`, so slow or silent clients hold up nobody; a connection over the
 //! cap is answered 503; a bad request gets a 4xx and, when it could not be read whole, closes only
 //! its own connection.
@@ -69,6 +70,23 @@ pub struct Options {
     pub request_timeout: Duration,
 }
 
+impl Options {
+    /// Whether the options can serve: a budget for values in transit that the largest value
+    /// could never fit is refused, in the binary's flag names.
+    ///
+    /// # Errors
+    /// What is wrong, one sentence.
+    pub fn check(&self) -> Result<(), String> {
+        match self.max_buffered < self.max_value {
+            true => Err(format!(
+                "--max-buffered {} is below --max-value {}: the largest value could never come in",
+                self.max_buffered, self.max_value
+            )),
+            false => Ok(()),
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -104,20 +122,13 @@ impl Server {
     /// Serves on `listener` with `options`, loading the persistence file if there is one.
     ///
     /// # Errors
-    /// `max_buffered` is below `max_value` (a largest value could never come in), the
+    /// The options fail [`Options::check`], the
     /// persistence files cannot be read or synced, the snapshot is not a JSON object of strings
     /// or a line of the log is not a change, or the event loops cannot be set up.
     pub fn start(listener: TcpListener, options: Options) -> std::io::Result<Server> {
-        if options.max_buffered < options.max_value {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "max_buffered ({}) is below max_value ({}): the largest value could never \
-                     be received",
-                    options.max_buffered, options.max_value
-                ),
-            ));
-        }
+        options
+            .check()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let store = Arc::new(Store::load(options.persist.clone())?);
         let settings = ServerSettings {
             threads: options.threads.max(1),

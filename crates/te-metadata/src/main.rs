@@ -94,12 +94,7 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
             other => return Err(Stop::Usage(format!("unknown argument {other}\n{USAGE}"))),
         }
     }
-    if options.max_buffered < options.max_value {
-        return Err(Stop::Usage(format!(
-            "--max-buffered {} is below --max-value {}: the largest value could never come in",
-            options.max_buffered, options.max_value
-        )));
-    }
+    options.check().map_err(Stop::Usage)?;
     if !options.path.starts_with('/') {
         return Err(Stop::Usage(format!(
             "--path {}: must start with /",

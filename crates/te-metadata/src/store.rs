@@ -100,23 +100,19 @@ fn replay(path: &Path, bytes: &[u8], map: &mut BTreeMap<String, String>) -> io::
         if line.is_empty() {
             continue;
         }
-        let fields: Vec<String> = serde_json::from_slice(line).map_err(|e| {
+        let bad = |why: String| {
             invalid(format!(
-                "{}: line {}: not a change record: {e}",
+                "{}: line {}: not a change record{why}",
                 path.display(),
                 n + 1
             ))
-        })?;
+        };
+        let fields: Vec<String> =
+            serde_json::from_slice(line).map_err(|e| bad(format!(": {e}")))?;
         let change = match fields.as_slice() {
             [op, k, v] if op == "put" => Change::Put(k, v),
             [op, k] if op == "del" => Change::Delete(k),
-            _ => {
-                return Err(invalid(format!(
-                    "{}: line {}: not a change record",
-                    path.display(),
-                    n + 1
-                )));
-            }
+            _ => return Err(bad(String::new())),
         };
         change.apply(map);
     }

@@ -70,10 +70,9 @@ impl Rotation {
             Some(last) => items.partition_point(|i| name(i) <= last.as_str()),
             None => 0,
         };
-        let take = batch.min(items.len());
         let len = items.len();
         items.rotate_left(start % len);
-        items.truncate(take);
+        items.truncate(batch.min(len));
         self.last = items.last().map(|i| name(i).to_string());
         items
     }

@@ -147,9 +147,8 @@ fn a_crash_between_the_snapshot_and_emptying_the_log_replays_to_the_same_keys() 
     assert!(store.delete("a").unwrap());
     store.put("b", "3").unwrap();
     let logged = std::fs::read(log_path(&path)).unwrap();
-    let map = keys(&store);
-    store.writer().as_mut().unwrap().compact(&map).unwrap();
     let want = keys(&store);
+    store.writer().as_mut().unwrap().compact(&want).unwrap();
     drop(store);
     // The snapshot was renamed in, but the log was never emptied.
     std::fs::write(log_path(&path), &logged).unwrap();
