@@ -89,6 +89,7 @@ pub(crate) fn reply_head(status: u16, len: usize, keep_alive: bool) -> String {
         405 => "Method Not Allowed",
         413 => "Payload Too Large",
         500 => "Internal Server Error",
+        507 => "Insufficient Storage",
         _ => "Service Unavailable",
     };
     format!(

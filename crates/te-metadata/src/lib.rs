@@ -2,7 +2,8 @@
 //! Mooncake's REST protocol on one path (default `/metadata`):
 //!
 //! - `GET <path>?key=K`: 200 and the value, or 404 when absent;
-//! - `PUT <path>?key=K` (or `POST`) with the value as body: 200;
+//! - `PUT <path>?key=K` (or `POST`) with the value as body: 200, or 507 when the store would
+//!   grow past `max_stored`;
 //! - `DELETE <path>?key=K`: 200, or 404 when absent.
 //!
 //! With a persistence file, every change is appended to a log beside it and synced before the
@@ -51,6 +52,10 @@ pub struct Options {
     pub persist: Option<PathBuf>,
     /// Largest value accepted, bytes.
     pub max_value: usize,
+    /// Bytes the keys held may cost together: each its key's bytes, its value's and 64 for
+    /// the map's bookkeeping. A PUT that would grow the store past it is answered 507 and
+    /// stores nothing; a DELETE, or a PUT that grows nothing, is always taken.
+    pub max_stored: usize,
     /// Bytes of values all connections together may hold in transit: bodies being received,
     /// replies carrying values waiting to be sent. At least `max_value`.
     pub max_buffered: usize,
@@ -93,6 +98,7 @@ impl Default for Options {
             path: "/metadata".into(),
             persist: None,
             max_value: 16 << 20,
+            max_stored: 2 << 30,
             max_buffered: 1 << 30,
             max_connections: 10_000,
             backlog: 4096,
@@ -129,7 +135,7 @@ impl Server {
         options
             .check()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let store = Arc::new(Store::load(options.persist.clone())?);
+        let store = Arc::new(Store::load(options.persist.clone(), options.max_stored)?);
         let settings = ServerSettings {
             threads: options.threads.max(1),
             max_connections: options.max_connections.max(1),
@@ -198,6 +204,9 @@ fn answer(store: &Store, options: &Options, request: &Request) -> (u16, Vec<u8>)
             Err(_) => (400, b"value is not UTF-8".to_vec()),
             Ok(value) => match store.put(&key, value) {
                 Ok(_) => (200, b"metadata updated".to_vec()),
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+                    (507, format!("not stored: {e}").into_bytes())
+                }
                 Err(e) => (500, format!("not persisted, not stored: {e}").into_bytes()),
             },
         },

@@ -1,5 +1,5 @@
 //! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]
-//! [--max-buffered BYTES] [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
+//! [--max-stored BYTES] [--max-buffered BYTES] [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
 //! [--request-timeout SECS]`:
 //! Mooncake's HTTP metadata server. Engines use it with
 //! `--metadata_server=http://HOST:PORT/metadata`. At start it raises its open-file limit to the
@@ -15,7 +15,7 @@ use te_core::signals::Termination;
 use te_metadata::{Options, Server};
 
 const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] \
-[--max-value BYTES (16 MiB)] [--max-buffered BYTES (1 GiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
+[--max-value BYTES (16 MiB)] [--max-stored BYTES (2 GiB)] [--max-buffered BYTES (1 GiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
 [--idle-timeout SECS (30)] [--request-timeout SECS (30)]";
 
 /// Why `run` ended without serving.
@@ -66,6 +66,11 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
                 options.max_value = value()?
                     .parse()
                     .map_err(|_| Stop::Usage(format!("--max-value: not a byte count\n{USAGE}")))?
+            }
+            "--max-stored" => {
+                options.max_stored = value()?
+                    .parse()
+                    .map_err(|_| Stop::Usage(format!("--max-stored: not a byte count\n{USAGE}")))?
             }
             "--max-buffered" => {
                 options.max_buffered = value()?.parse().map_err(|_| {

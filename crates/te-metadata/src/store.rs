@@ -16,6 +16,12 @@
 //! start, naming the file and line. A PUT of the value already held, or a DELETE of a key not
 //! there, writes nothing.
 //!
+//! The keys and values held are bounded by a limit (`--max-stored`): a PUT that would take the
+//! store past it is refused with [`io::ErrorKind::StorageFull`] and changes nothing, so clients
+//! filling the server cannot take its memory (a DELETE, or a PUT that makes a value no larger,
+//! is always taken). Each key costs its bytes, its value's and [`ENTRY_COST`]. What a restart
+//! reads back is taken whole, even past the limit: it was acknowledged.
+//!
 //! Not here: HTTP (`conn.rs`, `request.rs`).
 
 use std::collections::BTreeMap;
@@ -29,12 +35,31 @@ use tracing::warn;
 /// The log is compacted once it holds more than this and more than the snapshot.
 const MIN_COMPACT: u64 = 1 << 20;
 
+/// What a key costs beyond its bytes and its value's, counted against the limit: the map's own
+/// bookkeeping (two strings' headers and the tree's share), so that a flood of empty values is
+/// bounded too.
+pub(crate) const ENTRY_COST: usize = 64;
+
+/// What `key` holding `value` costs against the limit.
+fn cost(key: &str, value: &str) -> usize {
+    key.len() + value.len() + ENTRY_COST
+}
+
+/// The keys, and what they cost together.
+#[derive(Default)]
+struct Keys {
+    map: BTreeMap<String, String>,
+    bytes: usize,
+}
+
 /// The keys and where they persist. Changes are made one at a time under `log`'s lock, each
 /// logged and synced before it is applied to `map`; readers take only `map`'s lock, so they
 /// never wait on the disk and never see a change that is not yet durable.
 pub(crate) struct Store {
-    map: Mutex<BTreeMap<String, String>>,
+    keys: Mutex<Keys>,
     log: Mutex<Option<Log>>,
+    /// Bytes the keys may cost together ([`cost`]).
+    limit: usize,
 }
 
 /// The persistence files of a store.
@@ -78,6 +103,20 @@ impl Change<'_> {
                 map.remove(k);
             }
         }
+    }
+
+    /// Applies the change to `keys`, keeping their cost.
+    fn apply_counted(&self, keys: &mut Keys) {
+        let key = match *self {
+            Change::Put(k, _) | Change::Delete(k) => k,
+        };
+        if let Some(old) = keys.map.get(key) {
+            keys.bytes -= cost(key, old);
+        }
+        if let Change::Put(k, v) = *self {
+            keys.bytes += cost(k, v);
+        }
+        self.apply(&mut keys.map);
     }
 }
 
@@ -218,12 +257,13 @@ impl Log {
 }
 
 impl Store {
-    /// A store, persisted at `persist` if given, holding what was persisted there.
+    /// A store of at most `limit` bytes of keys ([`cost`]), persisted at `persist` if given,
+    /// holding what was persisted there.
     ///
     /// # Errors
     /// The snapshot is not a JSON object of strings, a line of the log (other than a last one
     /// cut short) is not a change, or the files cannot be read, written or synced.
-    pub(crate) fn load(persist: Option<PathBuf>) -> io::Result<Store> {
+    pub(crate) fn load(persist: Option<PathBuf>, limit: usize) -> io::Result<Store> {
         let (map, log) = match persist {
             Some(p) => {
                 let (log, map) = Log::open(p)?;
@@ -231,14 +271,29 @@ impl Store {
             }
             None => (BTreeMap::new(), None),
         };
+        let bytes = map.iter().map(|(k, v)| cost(k, v)).sum();
+        if bytes > limit {
+            warn!(
+                bytes,
+                limit,
+                "the persisted keys cost more than --max-stored: only changes that shrink the store are taken until it is back under"
+            );
+        }
         Ok(Store {
-            map: Mutex::new(map),
+            keys: Mutex::new(Keys { map, bytes }),
             log: Mutex::new(log),
+            limit,
         })
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    fn keys(&self) -> std::sync::MutexGuard<'_, Keys> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the keys cost together ([`cost`]).
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.keys().bytes
     }
 
     fn writer(&self) -> std::sync::MutexGuard<'_, Option<Log>> {
@@ -247,15 +302,34 @@ impl Store {
 
     /// The value of `key`.
     pub(crate) fn get(&self, key: &str) -> Option<String> {
-        self.map().get(key).cloned()
+        self.keys().map.get(key).cloned()
     }
 
     /// Sets `key` to `value`, logged and synced first when persisted; nothing changes if that
     /// fails.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::StorageFull`] when the store would grow past its limit; the log's
+    /// write or sync failing.
     pub(crate) fn put(&self, key: &str, value: &str) -> io::Result<()> {
         let mut log = self.writer();
-        if self.map().get(key).is_some_and(|v| v == value) {
-            return Ok(());
+        {
+            let keys = self.keys();
+            let old = keys.map.get(key);
+            if old.is_some_and(|v| v == value) {
+                return Ok(());
+            }
+            let (was, will) = (old.map_or(0, |v| cost(key, v)), cost(key, value));
+            let after = keys.bytes - was + will;
+            if will > was && after > self.limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!(
+                        "the store holds {} of its {} bytes (--max-stored) and this value would take it to {after}",
+                        keys.bytes, self.limit
+                    ),
+                ));
+            }
         }
         self.change(&mut log, Change::Put(key, value))
     }
@@ -263,7 +337,7 @@ impl Store {
     /// Removes `key`, logged and synced first when persisted; whether it was there.
     pub(crate) fn delete(&self, key: &str) -> io::Result<bool> {
         let mut log = self.writer();
-        if !self.map().contains_key(key) {
+        if !self.keys().map.contains_key(key) {
             return Ok(false);
         }
         self.change(&mut log, Change::Delete(key))?;
@@ -275,12 +349,12 @@ impl Store {
         if let Some(log) = log.as_mut() {
             log.append(&change)?;
         }
-        change.apply(&mut self.map());
+        change.apply_counted(&mut self.keys());
         if let Some(log) = log.as_mut()
             && log.due()
         {
             // Written from a copy, so readers wait for the copy only, not for the disk.
-            let map = self.map().clone();
+            let map = self.keys().map.clone();
             if let Err(e) = log.compact(&map) {
                 // The change is in the log, so it stays; the log is compacted at a later change.
                 warn!(error = %e, snapshot = %log.snapshot.display(), "compacting the store failed");

@@ -2,7 +2,7 @@
 //! a kill and restart (every acknowledged change, even with the kill in the middle of a stream
 //! of them), and bad requests (garbage, oversized heads and bodies, a wrong path, a
 //! missing or badly encoded key, a non-UTF-8 value, an unknown method) answered with 4xx while
-//! the server keeps serving.
+//! the server keeps serving, and a store at its `--max-stored` limit refusing what would grow it.
 
 mod common;
 
@@ -290,4 +290,47 @@ fn the_client_keeps_its_connection_and_survives_the_server_closing_it() {
     assert_eq!(kv.get("mooncake/ram/n0").unwrap(), None);
     assert_eq!(kv.get("mooncake/ram/n1").unwrap().unwrap(), b"d1");
     assert_eq!((kv.idle_connections(), server.connections()), (1, 1));
+}
+
+#[test]
+fn a_full_store_refuses_what_would_grow_it_and_takes_what_frees_room() {
+    let file = scratch("full.json");
+    common::remove_persisted(&file);
+    // Room for two 1,000-byte values under keys of 6 bytes (64 bytes each of bookkeeping).
+    let room = 2 * (6 + 1000 + 64) + 100;
+    let mut svc = common::http_server_with(0, Some(&file), &["--max-stored", &room.to_string()]);
+    let kv = client(&svc.url);
+    let value = |b: u8| vec![b; 1000];
+    kv.put("key-01", &value(1)).unwrap();
+    kv.put("key-02", &value(2)).unwrap();
+    let err = kv.put("key-03", &value(3)).unwrap_err().to_string();
+    assert!(err.contains("HTTP 507"), "{err}");
+    assert!(
+        err.contains("--max-stored"),
+        "the engine is told why: {err}"
+    );
+    assert_eq!(kv.get("key-03").unwrap(), None, "nothing stored");
+    assert!(
+        kv.put("key-01", &vec![1; 1101]).is_err(),
+        "a value grown past the limit"
+    );
+    assert_eq!(kv.get("key-01").unwrap().unwrap(), value(1));
+    // Re-publishing the same descriptor, or a smaller one, is always taken.
+    kv.put("key-01", &value(9)).unwrap();
+    kv.delete("key-02").unwrap();
+    kv.put("key-03", &value(3)).unwrap();
+    // What was taken survives a restart under the same limit; the server kept serving.
+    let port = svc.port;
+    svc.kill();
+    let svc = common::http_server_with(port, Some(&file), &["--max-stored", &room.to_string()]);
+    let kv = client(&svc.url);
+    assert_eq!(kv.get("key-01").unwrap().unwrap(), value(9));
+    assert_eq!(kv.get("key-02").unwrap(), None);
+    assert_eq!(kv.get("key-03").unwrap().unwrap(), value(3));
+    assert!(kv.put("key-04", &value(4)).is_err());
+    assert_eq!(
+        raw(svc.port, b"GET /metadata?key=key-04 HTTP/1.1\r\n\r\n"),
+        404
+    );
+    common::remove_persisted(&file);
 }

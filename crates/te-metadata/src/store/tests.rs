@@ -30,14 +30,14 @@ fn len(path: &Path) -> u64 {
 }
 
 fn keys(store: &Store) -> BTreeMap<String, String> {
-    store.map().clone()
+    store.keys().map.clone()
 }
 
 #[test]
 fn changes_survive_a_restart_and_each_costs_its_own_size() {
     let scratch = fresh("restart");
     let path = scratch.0.clone();
-    let store = Store::load(Some(path.clone())).unwrap();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     store.put("big", &"b".repeat(100 << 10)).unwrap();
     store.put("a", "1").unwrap();
     let before = len(&log_path(&path));
@@ -53,7 +53,7 @@ fn changes_survive_a_restart_and_each_costs_its_own_size() {
     assert!(!path.exists(), "no snapshot until the log outgrows it");
     let want = keys(&store);
     drop(store);
-    let again = Store::load(Some(path.clone())).unwrap();
+    let again = Store::load(Some(path.clone()), usize::MAX).unwrap();
     assert_eq!(keys(&again), want);
     assert_eq!(again.get("mooncake/ram/n").as_deref(), Some("desc"));
     assert_eq!(again.get("a"), None);
@@ -63,7 +63,7 @@ fn changes_survive_a_restart_and_each_costs_its_own_size() {
 fn a_value_already_held_and_a_key_not_there_write_nothing() {
     let scratch = fresh("unchanged");
     let path = scratch.0.clone();
-    let store = Store::load(Some(path.clone())).unwrap();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     store.put("k", "v").unwrap();
     let logged = len(&log_path(&path));
     store.put("k", "v").unwrap();
@@ -81,7 +81,7 @@ fn a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_start() {
     let mut bytes = good.to_vec();
     bytes.extend_from_slice(br#"["put","b","cut sh"#);
     std::fs::write(log_path(&path), &bytes).unwrap();
-    let store = Store::load(Some(path.clone())).unwrap();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     assert_eq!(store.get("a").as_deref(), Some("1"));
     assert_eq!(store.get("b"), None, "never acknowledged");
     assert_eq!(
@@ -91,7 +91,7 @@ fn a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_start() {
     );
     store.put("c", "3").unwrap();
     drop(store);
-    let again = Store::load(Some(path.clone())).unwrap();
+    let again = Store::load(Some(path.clone()), usize::MAX).unwrap();
     assert_eq!(
         again.get("c").as_deref(),
         Some("3"),
@@ -106,7 +106,7 @@ fn a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_start() {
         b"[\"put\",\"a\",1]\n",
     ] {
         std::fs::write(log_path(&path), bad).unwrap();
-        let err = Store::load(Some(path.clone()))
+        let err = Store::load(Some(path.clone()), usize::MAX)
             .err()
             .expect("a bad line refused");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
@@ -118,7 +118,7 @@ fn a_torn_last_line_is_dropped_and_any_other_bad_line_stops_the_start() {
 fn the_log_is_folded_into_the_snapshot_once_it_outgrows_it() {
     let scratch = fresh("compact");
     let path = scratch.0.clone();
-    let store = Store::load(Some(path.clone())).unwrap();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     let value = |i: usize| format!("{i}{}", "v".repeat(64 << 10));
     // Twenty 64 KiB changes to one key: past 1 MiB of log, with a snapshot far smaller.
     for i in 0..20 {
@@ -132,7 +132,7 @@ fn the_log_is_folded_into_the_snapshot_once_it_outgrows_it() {
         len(&log_path(&path))
     );
     drop(store);
-    let again = Store::load(Some(path.clone())).unwrap();
+    let again = Store::load(Some(path.clone()), usize::MAX).unwrap();
     assert_eq!(again.get("k"), Some(value(19)));
     assert_eq!(again.get("other").as_deref(), Some("o"));
 }
@@ -141,7 +141,7 @@ fn the_log_is_folded_into_the_snapshot_once_it_outgrows_it() {
 fn a_crash_between_the_snapshot_and_emptying_the_log_replays_to_the_same_keys() {
     let scratch = fresh("crash");
     let path = scratch.0.clone();
-    let store = Store::load(Some(path.clone())).unwrap();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     store.put("a", "1").unwrap();
     store.put("b", "2").unwrap();
     assert!(store.delete("a").unwrap());
@@ -152,7 +152,7 @@ fn a_crash_between_the_snapshot_and_emptying_the_log_replays_to_the_same_keys() 
     drop(store);
     // The snapshot was renamed in, but the log was never emptied.
     std::fs::write(log_path(&path), &logged).unwrap();
-    let again = Store::load(Some(path.clone())).unwrap();
+    let again = Store::load(Some(path.clone()), usize::MAX).unwrap();
     assert_eq!(keys(&again), want);
     assert_eq!(again.get("b").as_deref(), Some("3"));
     assert_eq!(again.get("a"), None);
@@ -162,7 +162,7 @@ fn a_crash_between_the_snapshot_and_emptying_the_log_replays_to_the_same_keys() 
 fn a_change_that_cannot_be_logged_is_not_applied() {
     let scratch = fresh("failing");
     let path = scratch.0.clone();
-    let store = Store::load(Some(path.clone())).unwrap();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     store.put("k", "old").unwrap();
     // The log's handle swapped for a read-only one: every write fails, and so does undoing it.
     store.writer().as_mut().unwrap().file = File::open(log_path(&path)).unwrap();
@@ -173,7 +173,7 @@ fn a_change_that_cannot_be_logged_is_not_applied() {
     let err = store.put("j", "x").unwrap_err();
     assert!(err.to_string().contains("restart the server"), "{err}");
     drop(store);
-    let again = Store::load(Some(path.clone())).unwrap();
+    let again = Store::load(Some(path.clone()), usize::MAX).unwrap();
     assert_eq!(again.get("k").as_deref(), Some("old"));
     assert_eq!(again.get("j"), None);
 }
@@ -183,14 +183,14 @@ fn a_snapshot_from_before_the_log_still_loads() {
     let scratch = fresh("old");
     let path = scratch.0.clone();
     std::fs::write(&path, br#"{"mooncake/ram/a":"{\"name\":\"a\"}"}"#).unwrap();
-    let store = Store::load(Some(path.clone())).unwrap();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     assert_eq!(
         store.get("mooncake/ram/a").as_deref(),
         Some(r#"{"name":"a"}"#)
     );
     std::fs::write(&path, b"{ not json").unwrap();
     drop(store);
-    let err = Store::load(Some(path))
+    let err = Store::load(Some(path), usize::MAX)
         .err()
         .expect("a corrupt snapshot refused");
     assert!(err.to_string().contains("not a JSON object"), "{err}");
@@ -199,10 +199,61 @@ fn a_snapshot_from_before_the_log_still_loads() {
 #[test]
 fn readers_do_not_wait_for_a_change_being_written() {
     let scratch = fresh("readers");
-    let store = Store::load(Some(scratch.0.clone())).unwrap();
+    let store = Store::load(Some(scratch.0.clone()), usize::MAX).unwrap();
     store.put("k", "v").unwrap();
     // A writer holding its lock (a change on its way to the disk) leaves readers be.
     let writing = store.writer();
     assert_eq!(store.get("k").as_deref(), Some("v"));
     drop(writing);
+}
+
+#[test]
+fn the_store_takes_no_more_than_its_limit_and_a_restart_keeps_what_it_took() {
+    let scratch = fresh("limit");
+    let path = scratch.0.clone();
+    let each = cost("k1", &"v".repeat(100));
+    let store = Store::load(Some(path.clone()), 2 * each + 10).unwrap();
+    store.put("k1", &"v".repeat(100)).unwrap();
+    store.put("k2", &"v".repeat(100)).unwrap();
+    assert_eq!(store.bytes(), 2 * each);
+    let logged = len(&log_path(&path));
+    let err = store.put("k3", &"v".repeat(100)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+    assert!(err.to_string().contains("--max-stored"), "{err}");
+    assert_eq!(store.get("k3"), None, "nothing stored");
+    assert_eq!(len(&log_path(&path)), logged, "nothing logged");
+    // Growing a value past the limit is refused; keeping or shrinking it is taken.
+    let err = store.put("k1", &"v".repeat(111)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+    assert_eq!(store.get("k1").as_deref(), Some(&*"v".repeat(100)));
+    store.put("k1", &"w".repeat(100)).unwrap();
+    store.put("k1", "short").unwrap();
+    assert_eq!(store.bytes(), each + cost("k1", "short"));
+    // A DELETE gives the room back.
+    assert!(store.delete("k2").unwrap());
+    store.put("k3", &"v".repeat(100)).unwrap();
+    assert_eq!(store.bytes(), cost("k1", "short") + each);
+    drop(store);
+    // Read back under a smaller limit, every acknowledged key stays; only shrinking is taken.
+    let again = Store::load(Some(path), each).unwrap();
+    assert_eq!(again.get("k1").as_deref(), Some("short"));
+    assert_eq!(again.get("k3").as_deref(), Some(&*"v".repeat(100)));
+    assert_eq!(
+        again.put("k4", "").unwrap_err().kind(),
+        io::ErrorKind::StorageFull
+    );
+    assert!(again.delete("k1").unwrap());
+    again.put("k3", "v").unwrap();
+    again.put("k4", "").unwrap();
+}
+
+#[test]
+fn an_empty_value_still_costs_its_key() {
+    let store = Store::load(None, 10 * ENTRY_COST).unwrap();
+    let mut taken = 0;
+    while store.put(&format!("{taken}"), "").is_ok() {
+        taken += 1;
+    }
+    assert!((9..=10).contains(&taken), "{taken} empty values taken");
+    assert!(store.bytes() <= 10 * ENTRY_COST);
 }
