@@ -381,8 +381,112 @@ fn a_loop_polls_after_a_small_request_always_and_after_a_large_one_only_when_alo
         assert_eq!(poll_window(Step::BlockedSending, live), None);
         assert_eq!(poll_window(Step::Yield, live), None);
         assert_eq!(poll_window(Step::Close, live), None);
+        assert_eq!(poll_window(Step::Parked, live), None);
     }
     assert_eq!(poll_window(Step::BlockedHotAlone, 1), Some(HOT_SPIN));
     assert_eq!(poll_window(Step::BlockedHotAlone, 2), None);
     assert_eq!(poll_window(Step::BlockedHotAlone, 1000), None);
+}
+
+/// Each request (a byte) parks its connection until the loop's turn ends; the reply is the
+/// number of the turn end that released it.
+#[derive(Default)]
+struct Batch {
+    turn_ends: AtomicUsize,
+    /// Set once the first turn end is entered; it waits for `open` before it ends.
+    entered: AtomicBool,
+    open: AtomicBool,
+}
+
+#[derive(Default)]
+struct BatchConn {
+    /// The turn ends counted when this connection parked.
+    parked_at: Option<usize>,
+}
+
+impl Protocol for Batch {
+    type Conn = BatchConn;
+    fn name(&self) -> &'static str {
+        "batch"
+    }
+    fn open(&self, _peer: SocketAddr, _stream: &mio::net::TcpStream) -> BatchConn {
+        BatchConn::default()
+    }
+    fn drive(&self, c: &mut BatchConn, mut s: &mio::net::TcpStream) -> Step {
+        let now = self.turn_ends.load(Ordering::Acquire);
+        if let Some(at) = c.parked_at {
+            if now == at {
+                return Step::Parked;
+            }
+            c.parked_at = None;
+            let _ = s.write_all(format!("{now}").as_bytes());
+        }
+        let mut byte = [0u8; 1];
+        match s.read(&mut byte) {
+            Ok(0) => Step::Close,
+            Ok(_) => {
+                c.parked_at = Some(now);
+                Step::Parked
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Step::Blocked,
+            Err(_) => Step::Close,
+        }
+    }
+    fn turn_end(&self) {
+        if !self.entered.swap(true, Ordering::AcqRel) {
+            while !self.open.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.turn_ends.fetch_add(1, Ordering::AcqRel);
+    }
+    fn expired(&self, _c: &BatchConn, _now: Instant) -> bool {
+        false
+    }
+}
+
+#[test]
+fn parked_connections_are_driven_again_after_one_turn_end_for_all_of_them() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let batch = Arc::new(Batch::default());
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 64,
+        deal: Deal::RoundRobin,
+        backlog: 64,
+        congestion: crate::congestion::Congestion::Auto,
+        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
+    };
+    let server = Server::start(l, batch.clone(), settings).unwrap();
+    let connect = || {
+        let s = TcpStream::connect(server.local_addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let reply = |s: &mut TcpStream| {
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).unwrap();
+        b[0]
+    };
+    let mut first = connect();
+    first.write_all(b"w").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !batch.entered.load(Ordering::Acquire) {
+        assert!(Instant::now() < deadline, "the first request never parked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The loop is held in its first turn end: these come in together, in one turn.
+    let mut others: Vec<TcpStream> = (0..7).map(|_| connect()).collect();
+    for s in &mut others {
+        s.write_all(b"w").unwrap();
+    }
+    batch.open.store(true, Ordering::Release);
+    assert_eq!(reply(&mut first), b'1');
+    for s in &mut others {
+        assert_eq!(reply(s), b'2', "all seven settled by the second turn end");
+    }
+    assert_eq!(batch.turn_ends.load(Ordering::Acquire), 2);
+    // A connection parks again with its next request, and is answered after the next one.
+    others[0].write_all(b"w").unwrap();
+    assert_eq!(reply(&mut others[0]), b'3');
 }
