@@ -8,6 +8,12 @@
 //! [`Budget`]; a reply that finds no room is answered 503 instead, which the client may retry.
 //! Replies to changes are small and never counted, so a change applied is never answered 503.
 //!
+//! Changes: a PUT or DELETE on a persisted store is written to the log and its connection
+//! parks ([`Step::Parked`]) until its loop's turn ends, when [`Protocol::turn_end`] settles
+//! every change written so far with one sync ([`Store::settle`]); the reply (200, or 500 if
+//! the sync failed) is queued when the connection is driven again, and only then is its next
+//! request read.
+//!
 //! Timeouts, checked every second by the loops ([`overdue`]): a request must be whole within
 //! the request timeout of its first byte, so a client that trickles a head or a body cannot
 //! hold its place for ever; a connection with nothing moving either way (idle between
@@ -25,7 +31,8 @@ use tracing::debug;
 
 use crate::budget::{Budget, Hold};
 use crate::request::{Gathered, Gatherer};
-use crate::{Options, Store};
+use crate::store::Ticket;
+use crate::{Answer, Options, Store};
 
 /// Bytes read per call.
 const READ_CHUNK: usize = 64 << 10;
@@ -61,6 +68,8 @@ pub(crate) struct HttpConn {
     reply_hold: Hold,
     /// Close once the output is sent.
     closing: bool,
+    /// A change waiting for its sync, and whether to keep the connection open once answered.
+    waiting: Option<(Ticket, &'static str, bool)>,
     /// When the first byte of the request being gathered came, if one is.
     since: Option<Instant>,
     /// When bytes last moved either way.
@@ -179,6 +188,7 @@ impl Protocol for MetadataProtocol {
             output: Outbox::default(),
             reply_hold: Hold::new(&self.budget),
             closing: false,
+            waiting: None,
             since: None,
             last: Instant::now(),
         }
@@ -189,6 +199,17 @@ impl Protocol for MetadataProtocol {
         loop {
             if let Some(step) = c.flush(stream) {
                 return step;
+            }
+            if let Some((ticket, done, keep_alive)) = &c.waiting {
+                let (status, body) = match ticket.outcome() {
+                    None => return Step::Parked,
+                    Some(Ok(())) => (200, done.as_bytes().to_vec()),
+                    Some(Err(why)) => (500, why.clone().into_bytes()),
+                };
+                let keep_alive = *keep_alive;
+                c.waiting = None;
+                c.answer(status, &body, keep_alive);
+                continue;
             }
             if answered >= REQUESTS_PER_TURN {
                 return Step::Yield;
@@ -201,16 +222,23 @@ impl Protocol for MetadataProtocol {
                 }
                 Ok(Gathered::Continue) => c.output.push(CONTINUE),
                 Ok(Gathered::Request(request)) => {
-                    let (mut status, mut body) =
-                        crate::answer(&self.store, &self.options, &request);
+                    let answer = crate::answer(&self.store, &self.options, &request);
                     drop(request.body);
                     c.body_hold.release();
+                    debug!(peer = %c.peer, method = request.method, "request");
+                    let (mut status, mut body) = match answer {
+                        Answer::Now(status, body) => (status, body),
+                        Answer::Durable { ticket, done } => {
+                            c.waiting = Some((ticket, done, request.keep_alive));
+                            answered += 1;
+                            continue;
+                        }
+                    };
                     if body.len() > UNCOUNTED_REPLY
                         && let Err(spent) = c.reply_hold.grow(body.len())
                     {
                         (status, body) = (503, spent.to_string().into_bytes());
                     }
-                    debug!(peer = %c.peer, method = request.method, status, "request");
                     c.answer(status, &body, request.keep_alive);
                     answered += 1;
                 }
@@ -236,6 +264,10 @@ impl Protocol for MetadataProtocol {
                 }
             }
         }
+    }
+
+    fn turn_end(&self) {
+        self.store.settle();
     }
 
     fn expired(&self, c: &HttpConn, now: Instant) -> bool {

@@ -8,7 +8,8 @@
 //!
 //! With a persistence file, every change is appended to a log beside it and synced before the
 //! reply, so a restart loses nothing, and the log is folded into the file once it outgrows it
-//! (`store.rs`).
+//! (`store.rs`). The changes of all the connections an event-loop turn serves share one sync:
+//! each connection waits for its reply, parked, until the turn ends (`conn.rs`).
 //!
 //! It serves any number of connections, up to its cap, on a fixed number of event-loop threads
 //! (te-core's reactor; `conn.rs`): a cluster's engines connecting at once, or clients that keep
@@ -189,33 +190,54 @@ fn key_of(target: &str, path: &str) -> Result<String, (u16, &'static str)> {
         })
 }
 
-/// The status and body answering `request`.
-fn answer(store: &Store, options: &Options, request: &Request) -> (u16, Vec<u8>) {
+/// The answer to a request: now, or once its change is durable.
+#[derive(Debug)]
+enum Answer {
+    /// The status and body.
+    Now(u16, Vec<u8>),
+    /// A change written to the log: 200 and `done` once its ticket is filled, else 500.
+    Durable {
+        ticket: store::Ticket,
+        done: &'static str,
+    },
+}
+
+/// The answer to a change submitted to `store`: `done` when applied.
+fn submitted(
+    store: &Store,
+    key: &str,
+    value: Option<&str>,
+    done: &'static str,
+    absent: &'static str,
+) -> Answer {
+    match store.submit(key, value) {
+        Ok(store::Submitted::Done) => Answer::Now(200, done.into()),
+        Ok(store::Submitted::Absent) => Answer::Now(404, absent.into()),
+        Ok(store::Submitted::Waiting(ticket)) => Answer::Durable { ticket, done },
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            Answer::Now(507, format!("not stored: {e}").into_bytes())
+        }
+        Err(e) => Answer::Now(500, format!("not persisted, not changed: {e}").into_bytes()),
+    }
+}
+
+/// What answers `request`.
+fn answer(store: &Store, options: &Options, request: &Request) -> Answer {
     let key = match key_of(&request.target, &options.path) {
-        Err((status, why)) => return (status, why.as_bytes().to_vec()),
+        Err((status, why)) => return Answer::Now(status, why.as_bytes().to_vec()),
         Ok(key) => key,
     };
     match request.method.as_str() {
         "GET" => match store.get(&key) {
-            Some(v) => (200, v.into_bytes()),
-            None => (404, b"metadata not found".to_vec()),
+            Some(v) => Answer::Now(200, v.into_bytes()),
+            None => Answer::Now(404, b"metadata not found".to_vec()),
         },
         "PUT" | "POST" => match std::str::from_utf8(&request.body) {
-            Err(_) => (400, b"value is not UTF-8".to_vec()),
-            Ok(value) => match store.put(&key, value) {
-                Ok(_) => (200, b"metadata updated".to_vec()),
-                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
-                    (507, format!("not stored: {e}").into_bytes())
-                }
-                Err(e) => (500, format!("not persisted, not stored: {e}").into_bytes()),
-            },
+            Err(_) => Answer::Now(400, b"value is not UTF-8".to_vec()),
+            Ok(value) => submitted(store, &key, Some(value), "metadata updated", ""),
         },
-        "DELETE" => match store.delete(&key) {
-            Ok(true) => (200, b"metadata deleted".to_vec()),
-            Ok(false) => (404, b"metadata not found".to_vec()),
-            Err(e) => (500, format!("not persisted, not deleted: {e}").into_bytes()),
-        },
-        _ => (405, b"method not allowed".to_vec()),
+        "DELETE" => submitted(store, &key, None, "metadata deleted", "metadata not found"),
+        _ => Answer::Now(405, b"method not allowed".to_vec()),
     }
 }
 

@@ -1,4 +1,7 @@
 use super::*;
+use log::{MIN_COMPACT, log_path};
+use std::fs::File;
+use std::path::Path;
 
 /// A snapshot path of test `name`'s own; its files are removed when it is dropped.
 struct Scratch(PathBuf);
@@ -148,7 +151,7 @@ fn a_crash_between_the_snapshot_and_emptying_the_log_replays_to_the_same_keys() 
     store.put("b", "3").unwrap();
     let logged = std::fs::read(log_path(&path)).unwrap();
     let want = keys(&store);
-    store.writer().as_mut().unwrap().compact(&want).unwrap();
+    store.writer().log.as_mut().unwrap().compact(&want).unwrap();
     drop(store);
     // The snapshot was renamed in, but the log was never emptied.
     std::fs::write(log_path(&path), &logged).unwrap();
@@ -165,7 +168,7 @@ fn a_change_that_cannot_be_logged_is_not_applied() {
     let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
     store.put("k", "old").unwrap();
     // The log's handle swapped for a read-only one: every write fails, and so does undoing it.
-    store.writer().as_mut().unwrap().file = File::open(log_path(&path)).unwrap();
+    store.writer().log.as_mut().unwrap().file = File::open(log_path(&path)).unwrap();
     assert!(store.put("k", "new").is_err());
     assert_eq!(store.get("k").as_deref(), Some("old"), "memory unchanged");
     assert!(store.delete("k").is_err());
@@ -256,4 +259,101 @@ fn an_empty_value_still_costs_its_key() {
     }
     assert!((9..=10).contains(&taken), "{taken} empty values taken");
     assert!(store.bytes() <= 10 * ENTRY_COST);
+}
+
+fn waiting(s: io::Result<Submitted>) -> Ticket {
+    match s.unwrap() {
+        Submitted::Waiting(t) => t,
+        other => panic!("expected a change waiting for its sync, got {other:?}"),
+    }
+}
+
+#[test]
+fn changes_wait_for_their_sync_and_one_sync_settles_them_in_order() {
+    let scratch = fresh("group");
+    let path = scratch.0.clone();
+    let store = Store::load(Some(path.clone()), usize::MAX).unwrap();
+    store.put("a", "0").unwrap();
+    let a1 = waiting(store.submit("a", Some("1")));
+    let b = waiting(store.submit("b", Some("x")));
+    let a2 = waiting(store.submit("a", Some("2")));
+    // Checked against the changes waiting, not only the map: the value about to be held
+    // writes nothing, and a key about to be there can be deleted.
+    let logged = len(&log_path(&path));
+    assert!(matches!(
+        store.submit("a", Some("2")).unwrap(),
+        Submitted::Done
+    ));
+    assert_eq!(len(&log_path(&path)), logged, "nothing written");
+    let del_b = waiting(store.submit("b", None));
+    assert!(matches!(
+        store.submit("b", None).unwrap(),
+        Submitted::Absent
+    ));
+    // Nothing is visible or answered before the sync.
+    assert_eq!(store.get("a").as_deref(), Some("0"));
+    assert_eq!(store.get("b"), None);
+    assert!([&a1, &b, &a2, &del_b].iter().all(|t| t.outcome().is_none()));
+    store.settle();
+    assert!(
+        [&a1, &b, &a2, &del_b]
+            .iter()
+            .all(|t| t.outcome() == Some(&Ok(())))
+    );
+    assert_eq!(store.get("a").as_deref(), Some("2"), "applied in order");
+    assert_eq!(store.get("b"), None);
+    store.settle();
+    let want = keys(&store);
+    drop(store);
+    let again = Store::load(Some(path), usize::MAX).unwrap();
+    assert_eq!(keys(&again), want);
+}
+
+#[test]
+fn a_failed_sync_refuses_every_change_it_covered_and_changes_nothing() {
+    let scratch = fresh("failsync");
+    let path = scratch.0.clone();
+    let store = Store::load(Some(path.clone()), 10_000).unwrap();
+    store.put("kept", "1").unwrap();
+    let logged = len(&log_path(&path));
+    let lost = [
+        waiting(store.submit("kept", Some("2"))),
+        waiting(store.submit("new", Some(&"n".repeat(5_000)))),
+    ];
+    store.writer().log.as_mut().unwrap().fail_next_sync = true;
+    store.settle();
+    for t in &lost {
+        let why = t.outcome().unwrap().as_ref().unwrap_err();
+        assert!(why.contains("injected sync failure"), "{why}");
+    }
+    assert_eq!(store.get("kept").as_deref(), Some("1"));
+    assert_eq!(store.get("new"), None);
+    assert_eq!(len(&log_path(&path)), logged, "cut off the log");
+    // The room the refused changes would have taken is free again, and the log takes changes.
+    store.put("other", &"o".repeat(5_000)).unwrap();
+    drop(store);
+    let again = Store::load(Some(path), 10_000).unwrap();
+    assert_eq!(again.get("kept").as_deref(), Some("1"));
+    assert_eq!(again.get("new"), None);
+    assert_eq!(again.get("other").map(|v| v.len()), Some(5_000));
+}
+
+#[test]
+fn the_limit_counts_the_changes_waiting_for_their_sync() {
+    let scratch = fresh("projected");
+    let store = Store::load(Some(scratch.0.clone()), 2 * cost("k1", "vvvv")).unwrap();
+    let first = waiting(store.submit("k1", Some("vvvv")));
+    let second = waiting(store.submit("k2", Some("vvvv")));
+    let err = store.submit("k3", Some("vvvv")).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+    // A delete waiting makes room for what follows it.
+    let gone = waiting(store.submit("k1", None));
+    let third = waiting(store.submit("k3", Some("vvvv")));
+    store.settle();
+    assert!(
+        [&first, &second, &gone, &third]
+            .iter()
+            .all(|t| t.outcome() == Some(&Ok(())))
+    );
+    assert_eq!(store.bytes(), 2 * cost("k1", "vvvv"));
 }
