@@ -94,44 +94,55 @@ fn every_acknowledged_change_survives_a_kill_mid_stream() {
     let file = scratch("stream.json");
     common::remove_persisted(&file);
     let mut svc = http_server(0, Some(&file));
-    let url = svc.url.clone();
     // 16 KiB values: the log passes 1 MiB, and is folded into the snapshot, every 64 or so.
     let value = |i: usize| format!("{i}:{}", "v".repeat(16 << 10));
-    let writer = std::thread::spawn(move || {
-        let kv = HttpStore::new(&url, Duration::from_secs(5), 1 << 20).unwrap();
-        let mut acked = Vec::new();
-        for i in 0.. {
-            let key = format!("mooncake/ram/n{}", i % 150);
-            match kv.put(&key, value(i).as_bytes()) {
-                Ok(()) => acked.push(i),
-                Err(_) => break,
-            }
-        }
-        acked
-    });
-    common::eventually("300 changes", || {
+    // Four writers on connections of their own, so changes share syncs (group commit).
+    const WRITERS: usize = 4;
+    const KEYS: usize = 40;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let url = svc.url.clone();
+            std::thread::spawn(move || {
+                let kv = HttpStore::new(&url, Duration::from_secs(5), 1 << 20).unwrap();
+                let mut acked = Vec::new();
+                for i in 0.. {
+                    let key = format!("mooncake/ram/w{w}n{}", i % KEYS);
+                    match kv.put(&key, value(i).as_bytes()) {
+                        Ok(()) => acked.push(i),
+                        Err(_) => break,
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    common::eventually("every writer's keys all written", || {
         std::fs::metadata(&file).is_ok_and(|m| m.len() > 0)
-            && client(&svc.url)
-                .get("mooncake/ram/n149")
-                .is_ok_and(|v| v.is_some())
+            && (0..WRITERS).all(|w| {
+                client(&svc.url)
+                    .get(&format!("mooncake/ram/w{w}n{}", KEYS - 1))
+                    .is_ok_and(|v| v.is_some())
+            })
     });
     std::thread::sleep(Duration::from_millis(200));
     let port = svc.port;
     svc.kill();
-    let acked = writer.join().unwrap();
+    let acked: Vec<Vec<usize>> = writers.into_iter().map(|t| t.join().unwrap()).collect();
     let svc = http_server(port, Some(&file));
     let kv = HttpStore::new(&svc.url, Duration::from_secs(5), 1 << 20).unwrap();
     // The last acknowledged value of every key is there (one unacknowledged may have landed).
-    for n in 0..150 {
-        let last = acked.iter().rev().find(|&&i| i % 150 == n).unwrap();
-        let got = kv.get(&format!("mooncake/ram/n{n}")).unwrap().unwrap();
-        let got = String::from_utf8(got).unwrap();
-        let index: usize = got.split(':').next().unwrap().parse().unwrap();
-        assert!(
-            index == *last || index == last + 150,
-            "key n{n}: value {index}, last acknowledged {last}"
-        );
-        assert_eq!(got, value(index));
+    for (w, acked) in acked.iter().enumerate() {
+        for n in 0..KEYS {
+            let last = acked.iter().rev().find(|&&i| i % KEYS == n).unwrap();
+            let got = kv.get(&format!("mooncake/ram/w{w}n{n}")).unwrap().unwrap();
+            let got = String::from_utf8(got).unwrap();
+            let index: usize = got.split(':').next().unwrap().parse().unwrap();
+            assert!(
+                index == *last || index == last + KEYS,
+                "key w{w}n{n}: value {index}, last acknowledged {last}"
+            );
+            assert_eq!(got, value(index));
+        }
     }
     drop(svc);
     common::remove_persisted(&file);
