@@ -15,6 +15,18 @@ use te_core::{Opcode, Permission, TransferState};
 /// Forwards connections to `target_port`; each of the first `cuts` connections is cut after
 /// `cut_after` bytes from the initiator.
 fn cutting_proxy(target_port: u16, cuts: usize, cut_after: usize) -> (u16, Arc<AtomicUsize>) {
+    proxy(target_port, cuts, cut_after, Duration::ZERO)
+}
+
+/// Forwards connections to `target_port`, each as `cutting_proxy` says, and waits `pace` after
+/// each read it passes on from the target (at most 64 KiB), so a transfer through it takes
+/// time that the test, not the host's speed, decides.
+fn proxy(
+    target_port: u16,
+    cuts: usize,
+    cut_after: usize,
+    pace: Duration,
+) -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -25,14 +37,14 @@ fn cutting_proxy(target_port: u16, cuts: usize, cut_after: usize) -> (u16, Arc<A
             let server = TcpStream::connect(("127.0.0.1", target_port)).unwrap();
             let limit = if n < cuts { cut_after } else { usize::MAX };
             let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || pump(client, server, limit));
-            std::thread::spawn(move || pump(s2, c2, usize::MAX));
+            std::thread::spawn(move || pump(client, server, limit, Duration::ZERO));
+            std::thread::spawn(move || pump(s2, c2, usize::MAX, pace));
         }
     });
     (port, accepted)
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, limit: usize) {
+fn pump(mut from: TcpStream, mut to: TcpStream, limit: usize, pace: Duration) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut moved = 0;
     loop {
@@ -47,6 +59,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, limit: usize) {
         moved += n;
         if moved >= limit {
             break;
+        }
+        if !pace.is_zero() {
+            std::thread::sleep(pace);
         }
     }
     let _ = from.shutdown(Shutdown::Both);
@@ -275,17 +290,25 @@ fn idle_connections_to_a_peer_that_went_away_are_closed() {
 
 /// An engine closed while a large READ is coming in: the close fails what is left and returns
 /// only once its lanes are gone, so nothing lands in its memory afterwards (the application may
-/// free its buffer at once), and the task ends failed.
+/// free its buffer at once), and the task ends failed. The READ comes through a proxy that
+/// paces it (at most 64 KiB a millisecond per lane: seconds for the whole READ), so the close
+/// lands while it is coming in however fast this host moves bytes.
 #[test]
 fn a_closed_engine_receives_nothing_more_into_its_memory() {
     let len: usize = 256 << 20;
     let p = pair(len);
     p.remote.write_at(0, &vec![0xa5; len]).unwrap();
+    let real = p.initiator.segment(p.segment).unwrap();
+    let (proxy_port, _) = proxy(real.desc().te_rails[0].port, 0, 0, Duration::from_millis(1));
+    let mut desc = serde_json::to_value(real.desc()).unwrap();
+    desc["te_rails"][0]["port"] = proxy_port.into();
+    let (_control, name) = serve_descriptor(desc);
+    let paced = p.initiator.open_segment(&name).unwrap();
     let b = p.initiator.allocate_batch(1).unwrap();
     let r = te_core::TransferRequest {
         opcode: Opcode::Read,
         source: p.local.addr(),
-        target_id: p.segment,
+        target_id: paced,
         target_offset: p.remote.addr(),
         length: len as u64,
     };
