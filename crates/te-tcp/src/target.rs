@@ -24,8 +24,11 @@
 //! in bulk too: each READ's reply and a reference to its pinned data are queued, and the
 //! queued replies and data go out in one send call when no further request is ready (or
 //! [`GATHER_READS`] READs or [`GATHER_READ_BYTES`] wait). Large requests keep the header-sized
-//! reads, so their bodies are never copied. Where GPU memory is registered a connection reads
-//! whole headers only and sends each READ at once: such a request leaves the loop. A connection
+//! reads, so their bodies are never copied: a WRITE's body (its last piece) is received into its
+//! region and the next request's header into a header-sized buffer in one call. A receive that
+//! returns less than it asked for found the socket empty, and the connection waits for more
+//! without asking again. Where GPU memory is registered a connection reads whole headers only
+//! and sends each READ at once: such a request leaves the loop. A connection
 //! that caught up after a request of at most [`HOT_REQUEST`] bytes has its loop poll briefly
 //! for the next one before sleeping; after a larger one, only while it is the server's only
 //! connection ([`Step::BlockedHotAlone`]).
@@ -355,7 +358,7 @@ impl TargetConn {
         &mut self,
         p: &TargetProtocol,
         stream: &mio::net::TcpStream,
-    ) -> std::io::Result<(usize, Option<Step>)> {
+    ) -> std::io::Result<(Received, Option<Step>)> {
         let rest = match self.phase {
             Phase::Body { addr, left, .. } => Some((addr, left)),
             _ => None,
@@ -365,7 +368,7 @@ impl TargetConn {
             if scratch.len() < BULK_BYTES {
                 scratch.resize(BULK_BYTES, 0);
             }
-            let (n, body) = match rest {
+            let (n, body, asked) = match rest {
                 Some(range) => {
                     // SAFETY: the pin held in the Body phase keeps the range registered (hence
                     // allocated, by the registration contract); it was checked to lie inside
@@ -374,13 +377,13 @@ impl TargetConn {
                     let n = unsafe { sys::recv_then(stream, range, &mut scratch[..]) }?;
                     let body = n.min(range.1);
                     self.body_received(stream, body);
-                    (n, body)
+                    (n, body, range.1 + scratch.len())
                 }
-                None => (sys::recv_now(stream, &mut scratch[..])?, 0),
+                None => (sys::recv_now(stream, &mut scratch[..])?, 0, scratch.len()),
             };
             // The scratch buffer holds what came after the body.
             let step = self.absorb(p, &scratch[..n - body]);
-            Ok((n, step))
+            Ok((Received::of(n, asked), step))
         })
     }
 
@@ -490,10 +493,51 @@ impl TargetConn {
         None
     }
 
+    /// A header's bytes so far were taken: a foreign one is answered in its own framing (the
+    /// connection then closes), a whole one is started.
+    fn took_header(&mut self, p: &TargetProtocol) -> Option<Step> {
+        let Phase::Header { buf, got } = &self.phase else {
+            return None;
+        };
+        let (raw, got) = (*buf, *got);
+        if let Some(refusal) = foreign_refusal(self.peer, &raw, got) {
+            self.out.extend_from_slice(&refusal);
+            self.phase = Phase::Closing;
+            return None;
+        }
+        match got == REQUEST_LEN {
+            true => self.start(p, &raw),
+            false => None,
+        }
+    }
+
+    /// The socket had nothing more when last read: the step that waits for more.
+    fn drained(&mut self, stream: &mio::net::TcpStream) -> Option<Step> {
+        match self.phase {
+            Phase::Header { got, .. } => Some(self.caught_up(stream, got == 0)),
+            Phase::Body { .. } => {
+                self.await_rest(stream);
+                Some(Step::Blocked)
+            }
+            Phase::Drain { .. } => Some(Step::Blocked),
+            // Sends what is queued, then closes.
+            Phase::Closing => None,
+        }
+    }
+
     /// Moves the connection on as far as its socket allows.
+    ///
+    /// A receive that returns fewer bytes than it asked for found the socket empty: the drive
+    /// ends there instead of asking again to be told so. Nothing is missed: data arriving
+    /// during or after that receive makes the socket ready again (readiness is edge-triggered,
+    /// and every arrival is an edge).
     fn drive(&mut self, p: &TargetProtocol, stream: &mio::net::TcpStream) -> Step {
         let mut turn = 0usize;
+        let mut drained = false;
         loop {
+            if drained && let Some(step) = self.drained(stream) {
+                return step;
+            }
             if turn >= TURN {
                 return Step::Yield;
             }
@@ -504,13 +548,16 @@ impl TargetConn {
                 && !p.state.staging.any()
             {
                 let moved = match self.receive_bulk(p, stream) {
-                    Ok((0, _)) => {
+                    Ok((Received { n: 0, .. }, _)) => {
                         // The peer finished sending; it may still read what it is owed.
                         let _ = self.flush(stream);
                         return Step::Close;
                     }
                     Ok((_, Some(step))) => return step,
-                    Ok((n, None)) => n,
+                    Ok((got, None)) => {
+                        drained = got.short;
+                        got.n
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         return self.caught_up(stream, got == 0);
                     }
@@ -526,9 +573,12 @@ impl TargetConn {
                 && !p.state.staging.any()
             {
                 let moved = match self.receive_bulk(p, stream) {
-                    Ok((0, _)) => return Step::Close,
+                    Ok((Received { n: 0, .. }, _)) => return Step::Close,
                     Ok((_, Some(step))) => return step,
-                    Ok((n, None)) => n,
+                    Ok((got, None)) => {
+                        drained = got.short;
+                        got.n
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         self.await_rest(stream);
                         return Step::Blocked;
@@ -568,14 +618,9 @@ impl TargetConn {
                         }
                         Ok(n) => {
                             *got += n;
-                            if let Some(refusal) = foreign_refusal(self.peer, buf, *got) {
-                                self.out.extend_from_slice(&refusal);
-                                self.phase = Phase::Closing;
-                            } else if *got == REQUEST_LEN {
-                                let raw = *buf;
-                                if let Some(step) = self.start(p, &raw) {
-                                    return step;
-                                }
+                            drained = *got < REQUEST_LEN;
+                            if let Some(step) = self.took_header(p) {
+                                return step;
                             }
                             n
                         }
@@ -586,13 +631,36 @@ impl TargetConn {
                     }
                 }
                 Phase::Body { addr, left, .. } => {
+                    let range = (*addr, (*left).min(RECV_PIECE));
+                    // The next request's header comes along with the body's last piece, in the
+                    // same call, when the peer sent it (unless replies are piling up, or a GPU
+                    // request could follow: then headers are read on their own).
+                    let along = range.1 == *left && !backlog && !p.state.staging.any();
+                    let mut next = [0u8; REQUEST_LEN];
+                    let header: &mut [u8] = match along {
+                        true => &mut next,
+                        false => &mut [],
+                    };
                     // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
                     // (hence allocated, by the registration contract); the range was checked to
-                    // lie inside one region that permits remote writes.
-                    match unsafe { sys::recv_some(stream, *addr, (*left).min(RECV_PIECE)) } {
+                    // lie inside one region that permits remote writes; `next` is this call's.
+                    match unsafe { sys::recv_then(stream, range, header) } {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
-                            self.body_received(stream, n);
+                            let body = n.min(range.1);
+                            self.body_received(stream, body);
+                            drained = n < range.1 + header.len();
+                            if n > body {
+                                // The body is whole (the phase is a fresh header's): the next
+                                // header's first bytes came with it.
+                                self.phase = Phase::Header {
+                                    buf: next,
+                                    got: n - body,
+                                };
+                                if let Some(step) = self.took_header(p) {
+                                    return step;
+                                }
+                            }
                             n
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -628,6 +696,23 @@ impl TargetConn {
             };
             turn += moved;
             self.progress = Instant::now();
+        }
+    }
+}
+
+/// What one receive call took, and whether it found the socket empty before it had all it
+/// asked for (a short read).
+#[derive(Clone, Copy)]
+struct Received {
+    n: usize,
+    short: bool,
+}
+
+impl Received {
+    fn of(n: usize, asked: usize) -> Self {
+        Received {
+            n,
+            short: n < asked,
         }
     }
 }

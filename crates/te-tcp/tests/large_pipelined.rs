@@ -1,0 +1,109 @@
+//! Large requests pipelined on one data connection, written with hand-made bytes in pieces
+//! that end where the target's receives could go wrong: a WRITE's body arrives with the next
+//! header, with part of it, or alone; a body arrives in parts. Every reply must come in order
+//! and every byte must land where it was sent.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use te_core::Opcode;
+use te_core::transport::Rejection;
+use te_tcp::wire::{REPLY_LEN, REQUEST_LEN, Reply, Request, Status};
+
+/// Over the target's bulk-receive size (16 KiB): each body is received straight into memory.
+const LEN: usize = 20_000;
+
+/// Where the pieces end, relative to a WRITE's body end, cycling: the next header's first bytes
+/// come with the body, all of it, none of it, or the body's last part comes on its own.
+const SPLITS: [isize; 4] = [10, REQUEST_LEN as isize, 0, -5_000];
+
+#[test]
+fn large_writes_and_reads_split_around_their_headers_are_answered_in_order() {
+    let p = pair(4 << 20);
+    let segment = p.initiator.segment(p.segment).unwrap();
+    let mut conn = TcpStream::connect(("127.0.0.1", segment.desc().te_rails[0].port)).unwrap();
+    conn.set_read_timeout(Some(WAIT)).unwrap();
+    let secret = segment.secret().to_bytes();
+
+    // Even requests WRITE a slot, odd ones READ it back; request 12 WRITEs out of bounds (its
+    // body is read and dropped), so request 13 READs a slot nothing wrote.
+    let mut wire = Vec::new();
+    let mut cuts = Vec::new();
+    let mut expected: Vec<(u64, Status, Option<Vec<u8>>)> = Vec::new();
+    for i in 0..48u64 {
+        let slot = p.remote.addr() + (i / 2) * LEN as u64;
+        let fill = pattern(i / 2 + 1, LEN);
+        let (opcode, addr, status, data) = match i {
+            12 => (
+                Opcode::Write,
+                0x10,
+                Status::Rejected(Rejection::OutOfBounds),
+                None,
+            ),
+            13 => (Opcode::Read, slot, Status::Ok, Some(vec![0; LEN])),
+            i if i % 2 == 0 => (Opcode::Write, slot, Status::Ok, None),
+            _ => (Opcode::Read, slot, Status::Ok, Some(fill.clone())),
+        };
+        let r = Request {
+            opcode,
+            request_id: 9000 + i,
+            addr,
+            len: LEN as u64,
+            secret,
+        };
+        wire.extend_from_slice(&r.encode());
+        if opcode == Opcode::Write {
+            wire.extend_from_slice(&fill);
+            let split = SPLITS[(i as usize / 2) % SPLITS.len()];
+            cuts.push(wire.len().saturating_add_signed(split));
+        }
+        expected.push((9000 + i, status, data));
+    }
+    cuts.push(wire.len());
+    cuts.dedup();
+
+    let writer = {
+        let mut s = conn.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut at = 0;
+            for cut in cuts {
+                s.write_all(&wire[at..cut]).unwrap();
+                at = cut;
+                // Each piece reaches the target before the next is sent.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    for (id, status, data) in expected {
+        let mut head = [0u8; REPLY_LEN];
+        conn.read_exact(&mut head).unwrap();
+        assert_eq!(
+            Reply::decode(&head).unwrap(),
+            Reply {
+                status,
+                request_id: id
+            }
+        );
+        if let Some(want) = data {
+            let mut got = vec![0u8; want.len()];
+            conn.read_exact(&mut got).unwrap();
+            assert!(
+                got == want,
+                "READ {id} returns what the WRITE before it wrote"
+            );
+        }
+    }
+    writer.join().unwrap();
+    // Every slot written holds its pattern; the refused WRITE's slot holds nothing.
+    for k in 0..24u64 {
+        let got = p.remote.to_vec(k as usize * LEN, LEN).unwrap();
+        match k {
+            6 => assert_eq!(got, vec![0; LEN], "the refused WRITE left no trace"),
+            k => assert!(got == pattern(k + 1, LEN), "slot {k} holds its WRITE"),
+        }
+    }
+}
