@@ -11,6 +11,9 @@
 //! buffers, which are not in it). A control point runs with the sweep: 16 peers whose
 //! connections keep 128 WRITEs in flight each, as many bytes in flight as 1,024 peers at depth 2
 //! (512 MiB), so the report can tell what connections cost from what bytes in flight cost.
+//! Each point also gives the CPU each GB moved cost the target (all its threads, from `/proc`,
+//! from the swarm's start to its exit) and the swarm (its own count): both share the host's
+//! cores, so the aggregate falls where either side spends more per GB.
 //!
 //! Goals: at 1,024 peers te's aggregate is at least 90 % of its 16-peer figure; te's target
 //! threads do not grow with peers (at most 4 × cores + a fixed 8); under 64 KiB per idle
@@ -38,9 +41,23 @@ pub(crate) struct Sample {
     pub(crate) threads: u64,
     pub(crate) rss_kib: u64,
     pub(crate) sockets: u64,
+    /// User and system CPU so far, all threads, in Linux's fixed 100 ticks a second.
+    pub(crate) cpu_ticks: u64,
 }
 
-/// Process `pid`'s threads, resident memory and open sockets, from `/proc`.
+/// Process `pid`'s CPU so far (user and system, all threads, in ticks), from `/proc/PID/stat`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+    let rest = stat.rfind(')').map_or("", |at| &stat[at + 1..]);
+    rest.split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
+}
+
+/// Process `pid`'s threads, resident memory, open sockets and CPU so far, from `/proc`.
 pub(crate) fn sample(pid: u32) -> Sample {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
@@ -63,11 +80,12 @@ pub(crate) fn sample(pid: u32) -> Sample {
         threads: field("Threads:"),
         rss_kib: field("VmRSS:"),
         sockets,
+        cpu_ticks: cpu_ticks(pid),
     }
 }
 
-/// One swarm run: its JSON line, and the target sampled once the swarm said `marker` and
-/// `after` passed.
+/// One swarm run: its JSON line; the target sampled once the swarm said `marker` and `after`
+/// passed; and the target's CPU ticks from `marker` to the swarm's exit.
 fn swarm(
     bin: &str,
     segment: &str,
@@ -76,7 +94,7 @@ fn swarm(
     marker: &str,
     after: Duration,
     pid: u32,
-) -> Result<(String, Sample), String> {
+) -> Result<(String, Sample, u64), String> {
     let mut child = KillOnDrop(
         Command::new(bin)
             .args(["--mode=swarm", "--threads=2", "--verify", "--json"])
@@ -106,6 +124,7 @@ fn swarm(
         text
     });
     let seen = rx.recv_timeout(Duration::from_secs(300)).is_ok();
+    let cpu_began = cpu_ticks(pid);
     let mut s = Sample::default();
     if seen {
         std::thread::sleep(after);
@@ -118,6 +137,7 @@ fn swarm(
         out.push('\n');
     }
     let status = child.0.wait().map_err(|e| e.to_string())?;
+    let cpu = cpu_ticks(pid).saturating_sub(cpu_began);
     let err = log.join().unwrap_or_default();
     if !status.success() {
         return Err(err
@@ -128,13 +148,23 @@ fn swarm(
             .to_string());
     }
     eprintln!("  {}", out.lines().next().unwrap_or_default());
-    Ok((out, s))
+    Ok((out, s, cpu))
 }
 
-/// One target's sweep: per peer count, the median GB/s of [`ROUNDS`] (or why a run failed), the
-/// target sampled (the most threads and sockets seen, the last resident memory) and the longest
-/// the swarm took to open the segment and connect every lane, in seconds.
-type Row = (usize, Result<f64, String>, Sample, f64);
+/// One point of a target's sweep.
+struct Row {
+    peers: usize,
+    /// The median GB/s of [`ROUNDS`] runs, or why a run failed.
+    gbps: Result<f64, String>,
+    /// The target sampled: the most threads and sockets seen, the last resident memory.
+    target: Sample,
+    /// The longest the swarm took to open the segment and connect every lane, in seconds.
+    connect: f64,
+    /// CPU seconds per GB moved (written and read back), medians of the runs: the target's
+    /// (all its threads) and the swarm's, which shares the host's cores with it.
+    target_cpu: f64,
+    swarm_cpu: f64,
+}
 
 /// Runs per point; rounds go over every peer count in turn, so drift spreads over all points.
 /// Even, so that alternating the order balances it ([`crate::bench::round_order`]).
@@ -159,17 +189,24 @@ const DEPTH: usize = 2;
 const CONTROL: (usize, usize) = (16, 1024 / 16 * DEPTH);
 
 fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64, points: &[(usize, usize)]) -> Vec<Row> {
-    let mut figures: Vec<(Vec<f64>, Option<String>, Sample, f64)> = points
-        .iter()
-        .map(|_| (Vec::new(), None, Sample::default(), 0.0))
-        .collect();
+    /// A point's runs so far.
+    #[derive(Default)]
+    struct Runs {
+        gbps: Vec<f64>,
+        failure: Option<String>,
+        target: Sample,
+        connect: f64,
+        target_cpu: Vec<f64>,
+        swarm_cpu: Vec<f64>,
+    }
+    let mut figures: Vec<Runs> = points.iter().map(|_| Runs::default()).collect();
     let duration = format!("--duration={seconds}");
     let half = Duration::from_millis(seconds * 500);
     for round in 0..ROUNDS {
         for i in crate::bench::round_order(round, points.len()) {
             let (peers, depth) = &points[i];
             let point = &mut figures[i];
-            if point.1.is_some() {
+            if point.failure.is_some() {
                 continue;
             }
             match swarm(
@@ -181,30 +218,46 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64, points: &[(usize, usi
                 half,
                 pid,
             ) {
-                Ok((json, s)) => match json_number(&json, "gbps") {
+                Ok((json, s, ticks)) => match json_number(&json, "gbps") {
                     Some(g) => {
-                        point.0.push(g);
-                        point.2 = Sample {
-                            threads: point.2.threads.max(s.threads),
+                        point.gbps.push(g);
+                        point.target = Sample {
+                            threads: point.target.threads.max(s.threads),
                             rss_kib: s.rss_kib,
-                            sockets: point.2.sockets.max(s.sockets),
+                            sockets: point.target.sockets.max(s.sockets),
+                            cpu_ticks: s.cpu_ticks,
                         };
                         let connect = json_number(&json, "connect_seconds").unwrap_or(0.0);
-                        point.3 = point.3.max(connect);
+                        point.connect = point.connect.max(connect);
+                        let blocks = json_number(&json, "writes").unwrap_or(0.0)
+                            + json_number(&json, "verified").unwrap_or(0.0);
+                        let gb = blocks * BLOCK as f64 / 1e9;
+                        if gb > 0.0 {
+                            point.target_cpu.push(ticks as f64 / 100.0 / gb);
+                            if let Some(cpu) = json_number(&json, "cpu_seconds") {
+                                point.swarm_cpu.push(cpu / gb);
+                            }
+                        }
                     }
-                    None => point.1 = Some(format!("no figure in: {json}")),
+                    None => point.failure = Some(format!("no figure in: {json}")),
                 },
-                Err(e) => point.1 = Some(e),
+                Err(e) => point.failure = Some(e),
             }
         }
     }
     points
         .iter()
-        .map(|(peers, _)| peers)
         .zip(figures)
-        .map(|(peers, (runs, failure, s, connect))| match failure {
-            Some(e) => (*peers, Err(e), s, connect),
-            None => (*peers, Ok(crate::bench::median(runs)), s, connect),
+        .map(|(&(peers, _), runs)| Row {
+            peers,
+            gbps: match runs.failure {
+                Some(e) => Err(e),
+                None => Ok(crate::bench::median(runs.gbps)),
+            },
+            target: runs.target,
+            connect: runs.connect,
+            target_cpu: crate::bench::median(runs.target_cpu),
+            swarm_cpu: crate::bench::median(runs.swarm_cpu),
         })
         .collect()
 }
@@ -213,7 +266,7 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64, points: &[(usize, usi
 /// target before they connected (its buffer already touched by the sweep).
 fn idle_bytes_per_connection(bin: &str, segment: &str, pid: u32) -> Result<f64, String> {
     let before = sample(pid);
-    let (_, held) = swarm(
+    let (_, held, _) = swarm(
         bin,
         segment,
         1024,
@@ -245,7 +298,7 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
         seconds,
         &[points(), vec![CONTROL]].concat(),
     );
-    let control = te_rows.pop().map(|r| r.1);
+    let control = te_rows.pop();
     drop(te_target);
     let mc_rows = match crate::interop_bench::mooncake_bench()
         .and_then(|mc| crate::interop_bench::mooncake_target(&mc))
@@ -291,15 +344,16 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
     let te_at = |peers: usize| {
         te_rows
             .iter()
-            .find(|r| r.0 == peers)
-            .and_then(|r| r.1.as_ref().ok().copied())
+            .find(|r| r.peers == peers)
+            .and_then(|r| r.gbps.as_ref().ok().copied())
     };
     let thread_cap = 4 * cores + 8;
-    for (i, (peers, te, ts, tc)) in te_rows.iter().enumerate() {
+    for (i, row) in te_rows.iter().enumerate() {
+        let (peers, te, ts, tc) = (row.peers, &row.gbps, row.target, row.connect);
         let mc = mc_rows.as_ref().and_then(|m| m.get(i));
         let (mc_fig, ms, mcc) = mc
             .map_or((Err("not run".to_string()), Sample::default(), 0.0), |m| {
-                (m.1.clone(), m.2, m.3)
+                (m.gbps.clone(), m.target, m.connect)
             });
         let ratio = match (te, &mc_fig) {
             (Ok(t), Ok(m)) if *m > 0.0 => format!("{:>6.1}x", t / m),
@@ -353,6 +407,7 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
             }
         }
     }
+    print_cpu(&te_rows, mc_rows.as_deref());
     if let (Some(at16), Some(at1024)) = (te_at(16), te_at(1024)) {
         let share = at1024 / at16;
         println!(
@@ -366,15 +421,19 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
             ));
         }
     }
-    if let Some(Err(e)) = &control {
+    if let Some(Err(e)) = control.as_ref().map(|r| &r.gbps) {
         notes.push(format!("the control point failed: {e}"));
     }
-    if let (Some(Ok(c)), Some(at1024)) = (control, te_at(1024)) {
+    if let (Some(row), Some(at1024)) = (&control, te_at(1024))
+        && let Ok(c) = row.gbps
+    {
         let (peers, depth) = CONTROL;
         println!(
-            "te at {peers} peers with 1,024 peers' bytes in flight (depth {depth}, {} MiB): {c:.3} GB/s; 1,024 peers: {:.0}% of it",
+            "te at {peers} peers with 1,024 peers' bytes in flight (depth {depth}, {} MiB): {c:.3} GB/s; 1,024 peers: {:.0}% of it; CPU seconds per GB: te's target {:.3}, the swarm {:.3}",
             (1024 * LANES * DEPTH * (BLOCK as usize)) >> 20,
-            at1024 / c * 100.0
+            at1024 / c * 100.0,
+            row.target_cpu,
+            row.swarm_cpu,
         );
         crate::report::record(crate::report::Record {
             bench: "scale",
@@ -407,5 +466,40 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
     match missed.is_empty() {
         true => Ok(()),
         false => Err(format!("missed: {}", missed.join("; "))),
+    }
+}
+
+/// What each GB moved cost in CPU, per point: the target's and the swarm's (one host's cores
+/// serve both, so what the swarm spends more per GB at a point, the target cannot get).
+fn print_cpu(te: &[Row], mc: Option<&[Row]>) {
+    println!(
+        "CPU seconds per GB moved (written and read back; all threads of the process, from /proc):"
+    );
+    println!(
+        "{:>6} | {:>9} {:>9} | {:>9} {:>9}",
+        "peers", "te target", "swarm", "MC target", "swarm"
+    );
+    let cell = |v: Option<f64>| match v {
+        Some(v) if v.is_finite() => format!("{v:9.3}"),
+        _ => format!("{:>9}", "-"),
+    };
+    for (i, row) in te.iter().enumerate() {
+        let other = mc.and_then(|m| m.get(i));
+        println!(
+            "{:>6} | {} {} | {} {}",
+            row.peers,
+            cell(Some(row.target_cpu)),
+            cell(Some(row.swarm_cpu)),
+            cell(other.map(|m| m.target_cpu)),
+            cell(other.map(|m| m.swarm_cpu)),
+        );
+    }
+    let at = |peers: usize| te.iter().find(|r| r.peers == peers);
+    if let (Some(few), Some(many)) = (at(16), at(1024)) {
+        println!(
+            "per GB at 1,024 peers against 16: te's target {:+.0}%, the swarm {:+.0}%",
+            (many.target_cpu / few.target_cpu - 1.0) * 100.0,
+            (many.swarm_cpu / few.swarm_cpu - 1.0) * 100.0
+        );
     }
 }

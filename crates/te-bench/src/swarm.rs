@@ -277,6 +277,17 @@ fn read_more(
     }
 }
 
+/// User and system CPU this process has used, all threads, in seconds (`/proc/self/stat`, in
+/// Linux's fixed 100 ticks a second); `None` where it cannot be read.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some((user + system) as f64 / 100.0)
+}
+
 /// The target's descriptor, fetched once per peer as an engine opening it would.
 fn fetch(segment: &str) -> BenchResult<(SegmentDesc, String)> {
     let (host, port) = control::parse_segment_name(segment, 12001).map_err(|e| e.to_string())?;
@@ -608,6 +619,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
     let connect_secs = setup.elapsed().as_secs_f64();
     eprintln!("swarm: running");
     let began = Instant::now();
+    let cpu_began = cpu_seconds();
     crate::pause(Duration::from_secs_f64(flags.duration));
     stop.store(true, Ordering::Release);
     let mut total = Outcome::default();
@@ -624,6 +636,11 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
             (a, b) => a.or(b),
         };
     }
+    // The swarm's own CPU while it wrote and read back: what standing for these peers cost
+    // this host, apart from the target.
+    let cpu = cpu_seconds()
+        .zip(cpu_began)
+        .map_or(f64::NAN, |(end, start)| end - start);
     if let Some(signal) = crate::interrupted() {
         return Err(crate::stopped_by(signal));
     }
@@ -674,7 +691,7 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
                 "mode": "swarm", "peers": flags.peers, "lanes": lanes, "connections": connections,
                 "framing": framing, "block_size": flags.block_size, "depth": flags.depth, "slots": slots,
                 "gbps": gbps, "writes": total.writes, "seconds": secs, "verified": total.verified,
-                "connect_seconds": connect_secs,
+                "connect_seconds": connect_secs, "cpu_seconds": cpu,
                 "writes_per_connection_min": writes_min, "writes_per_connection_max": writes_max,
             })
         );
