@@ -670,7 +670,7 @@ fn small_reads_and_writes_taken_in_bulk_are_answered_in_order_with_their_data() 
     let (mut conn, secret) = raw_data_connection(&p);
     let mut wire = Vec::new();
     // (request id, status, data a READ returns)
-    let mut expected: Vec<(u64, Status, Option<Vec<u8>>)> = Vec::new();
+    let mut expected: Vec<Expected> = Vec::new();
     let len = 300u64;
     for i in 0..240u64 {
         let slot = p.remote.addr() + (i / 2) * len;
@@ -718,25 +718,7 @@ fn small_reads_and_writes_taken_in_bulk_are_answered_in_order_with_their_data() 
             }
         })
     };
-    for (id, status, data) in expected {
-        let mut head = [0u8; REPLY_LEN];
-        conn.0.read_exact(&mut head).unwrap();
-        assert_eq!(
-            Reply::decode(&head).unwrap(),
-            Reply {
-                status,
-                request_id: id
-            }
-        );
-        if let Some(want) = data {
-            let mut got = vec![0u8; want.len()];
-            conn.0.read_exact(&mut got).unwrap();
-            assert_eq!(
-                got, want,
-                "READ {id} returns what the WRITE before it wrote"
-            );
-        }
-    }
+    expect_replies(&mut conn.0, expected);
     writer.join().unwrap();
     assert_eq!(
         p.remote.to_vec(75 * len as usize, len as usize).unwrap(),

@@ -5,14 +5,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
 use common::*;
 use te_core::Opcode;
 use te_core::transport::Rejection;
-use te_tcp::wire::{REPLY_LEN, REQUEST_LEN, Reply, Request, Status};
+use te_tcp::wire::{REQUEST_LEN, Request, Status};
 
 /// Over the target's bulk-receive size (16 KiB): each body is received straight into memory.
 const LEN: usize = 20_000;
@@ -33,7 +33,7 @@ fn large_writes_and_reads_split_around_their_headers_are_answered_in_order() {
     // body is read and dropped), so request 13 READs a slot nothing wrote.
     let mut wire = Vec::new();
     let mut cuts = Vec::new();
-    let mut expected: Vec<(u64, Status, Option<Vec<u8>>)> = Vec::new();
+    let mut expected: Vec<Expected> = Vec::new();
     for i in 0..48u64 {
         let slot = p.remote.addr() + (i / 2) * LEN as u64;
         let fill = pattern(i / 2 + 1, LEN);
@@ -78,25 +78,7 @@ fn large_writes_and_reads_split_around_their_headers_are_answered_in_order() {
             }
         })
     };
-    for (id, status, data) in expected {
-        let mut head = [0u8; REPLY_LEN];
-        conn.read_exact(&mut head).unwrap();
-        assert_eq!(
-            Reply::decode(&head).unwrap(),
-            Reply {
-                status,
-                request_id: id
-            }
-        );
-        if let Some(want) = data {
-            let mut got = vec![0u8; want.len()];
-            conn.read_exact(&mut got).unwrap();
-            assert!(
-                got == want,
-                "READ {id} returns what the WRITE before it wrote"
-            );
-        }
-    }
+    expect_replies(&mut conn, expected);
     writer.join().unwrap();
     // Every slot written holds its pattern; the refused WRITE's slot holds nothing.
     for k in 0..24u64 {

@@ -146,3 +146,31 @@ pub fn unregister_once_unpinned(e: &TransferEngine, addr: u64, within: Duration,
         }
     }
 }
+
+/// A reply expected on a raw data connection: its request id, its status and, for a READ, the
+/// data that follows it.
+pub type Expected = (u64, te_tcp::wire::Status, Option<Vec<u8>>);
+
+/// Reads the replies on `conn` and checks each against `expected`, in order, READ data included.
+pub fn expect_replies(conn: &mut impl std::io::Read, expected: Vec<Expected>) {
+    use te_tcp::wire::{REPLY_LEN, Reply};
+    for (id, status, data) in expected {
+        let mut head = [0u8; REPLY_LEN];
+        conn.read_exact(&mut head).unwrap();
+        assert_eq!(
+            Reply::decode(&head).unwrap(),
+            Reply {
+                status,
+                request_id: id
+            }
+        );
+        if let Some(want) = data {
+            let mut got = vec![0u8; want.len()];
+            conn.read_exact(&mut got).unwrap();
+            assert!(
+                got == want,
+                "READ {id} returns what the WRITE before it wrote"
+            );
+        }
+    }
+}
