@@ -208,6 +208,7 @@ impl Protocol for MetadataProtocol {
                 };
                 let keep_alive = *keep_alive;
                 c.waiting = None;
+                debug!(peer = %c.peer, status, "change answered after its sync");
                 c.answer(status, &body, keep_alive);
                 continue;
             }
@@ -225,10 +226,10 @@ impl Protocol for MetadataProtocol {
                     let answer = crate::answer(&self.store, &self.options, &request);
                     drop(request.body);
                     c.body_hold.release();
-                    debug!(peer = %c.peer, method = request.method, "request");
                     let (mut status, mut body) = match answer {
                         Answer::Now(status, body) => (status, body),
                         Answer::Durable { ticket, done } => {
+                            debug!(peer = %c.peer, method = request.method, "change waiting for its sync");
                             c.waiting = Some((ticket, done, request.keep_alive));
                             answered += 1;
                             continue;
@@ -239,6 +240,7 @@ impl Protocol for MetadataProtocol {
                     {
                         (status, body) = (503, spent.to_string().into_bytes());
                     }
+                    debug!(peer = %c.peer, method = request.method, status, "request answered");
                     c.answer(status, &body, request.keep_alive);
                     answered += 1;
                 }
