@@ -150,6 +150,9 @@ pub(crate) struct TargetConn {
     promoted: Option<Request>,
     /// `SO_RCVLOWAT` is raised (while a body arrives in pieces).
     lowat: bool,
+    /// The peer closed its sending side (or the socket failed): every drive reads on until a
+    /// receive says so, since no event comes after the one that told.
+    peer_closed: bool,
 }
 
 /// te's data listener: the state every connection checks against, and its reply bound.
@@ -530,12 +533,17 @@ impl TargetConn {
     /// A receive that returns fewer bytes than it asked for found the socket empty: the drive
     /// ends there instead of asking again to be told so. Nothing is missed: data arriving
     /// during or after that receive makes the socket ready again (readiness is edge-triggered,
-    /// and every arrival is an edge).
+    /// and every arrival is an edge). Except the end of the stream, which a short receive can
+    /// stop just before: once an event said the peer closed its side
+    /// ([`Protocol::peer_closing`]), every receive is followed by another until one says so.
     fn drive(&mut self, p: &TargetProtocol, stream: &mio::net::TcpStream) -> Step {
         let mut turn = 0usize;
         let mut drained = false;
         loop {
-            if drained && let Some(step) = self.drained(stream) {
+            if drained
+                && !self.peer_closed
+                && let Some(step) = self.drained(stream)
+            {
                 return step;
             }
             if turn >= TURN {
@@ -744,7 +752,12 @@ impl Protocol for TargetProtocol {
             last_tiny: false,
             promoted: None,
             lowat: false,
+            peer_closed: false,
         }
+    }
+
+    fn peer_closing(&self, c: &mut TargetConn) {
+        c.peer_closed = true;
     }
 
     fn drive(&self, c: &mut TargetConn, stream: &mio::net::TcpStream) -> Step {

@@ -5,8 +5,8 @@
 
 mod common;
 
-use std::io::Write;
-use std::net::TcpStream;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
 use common::*;
@@ -87,5 +87,42 @@ fn large_writes_and_reads_split_around_their_headers_are_answered_in_order() {
             6 => assert_eq!(got, vec![0; LEN], "the refused WRITE left no trace"),
             k => assert!(got == pattern(k + 1, LEN), "slot {k} holds its WRITE"),
         }
+    }
+}
+
+/// Peers that close their sending side right after their last request: each is answered, and
+/// the target then closes the connection at once, not after its idle timeout. The request and
+/// the end of the stream often arrive together before the target reads either, and a receive
+/// returning the request's bytes stops just short of the end.
+#[test]
+fn a_peer_closing_right_after_its_last_request_is_answered_and_let_go() {
+    let p = pair(1 << 20);
+    let segment = p.initiator.segment(p.segment).unwrap();
+    let port = segment.desc().te_rails[0].port;
+    let secret = segment.secret().to_bytes();
+    for i in 0..32u64 {
+        let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let fill = pattern(100 + i, LEN);
+        let r = Request {
+            opcode: Opcode::Write,
+            request_id: i,
+            addr: p.remote.addr() + (i % 8) * LEN as u64,
+            len: LEN as u64,
+            secret,
+        };
+        let mut wire = r.encode().to_vec();
+        wire.extend_from_slice(&fill);
+        conn.write_all(&wire).unwrap();
+        conn.shutdown(Shutdown::Write).unwrap();
+        expect_replies(&mut conn, vec![(i, Status::Ok, None)]);
+        let mut rest = Vec::new();
+        let end = conn.read_to_end(&mut rest);
+        assert!(
+            matches!(end, Ok(0)),
+            "connection {i}: the target closes it after the reply, not at a timeout: {end:?}"
+        );
+        assert!(p.remote.to_vec((i % 8) as usize * LEN, LEN).unwrap() == fill);
     }
 }

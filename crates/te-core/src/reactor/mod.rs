@@ -11,7 +11,8 @@
 //! receive buffer once the server is crowded: [`ServerSettings::receive_buffer`]), a connection
 //! whose turn ran out is driven again before the loop sleeps, one waiting to send is watched
 //! for room only while it waits, expired connections are swept every second, and shutdown
-//! closes everything. What is spoken on a connection, and when it counts as idle or stalled,
+//! closes everything. An event saying the peer closed its side (or the socket failed) is passed
+//! on before the drive it brings ([`Protocol::peer_closing`]). What is spoken on a connection, and when it counts as idle or stalled,
 //! is the [`Protocol`]'s: the reactor calls it whenever a socket may have moved.
 //!
 //! Not here: blocking work. A protocol whose connection must wait on something other than its
@@ -145,6 +146,14 @@ pub trait Protocol: Send + Sync + 'static {
 
     /// Moves the connection on as far as its socket allows, without blocking.
     fn drive(&self, conn: &mut Self::Conn, stream: &mio::net::TcpStream) -> Step;
+
+    /// A readiness event said the peer closed its sending side, or that the socket has an
+    /// error: what is left to read ends at the end of the stream (or the error), which only a
+    /// receive that returns 0 (or fails) tells. Called before the drive that event brings. A
+    /// protocol that stops reading once a receive returns less than it asked for (the socket
+    /// held no more) must read on from now, or it would miss the end: no further event comes
+    /// for it. Nothing by default.
+    fn peer_closing(&self, _conn: &mut Self::Conn) {}
 
     /// Whether the connection is moving bulk (large requests), where its loop's copying is the
     /// cost and several loops copying side by side pay; asked after every drive. The reactor
@@ -444,7 +453,14 @@ impl<P: Protocol> EventLoop<P> {
                             self.adopt(stream, peer, slot, conn);
                         }
                     }
-                    Token(t) => self.drive(t),
+                    Token(t) => {
+                        if (event.is_read_closed() || event.is_error())
+                            && let Some(e) = self.conns.get_mut(&t)
+                        {
+                            self.protocol.peer_closing(&mut e.conn);
+                        }
+                        self.drive(t)
+                    }
                 }
             }
             for _ in 0..self.pending.len() {

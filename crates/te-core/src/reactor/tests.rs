@@ -490,3 +490,64 @@ fn parked_connections_are_driven_again_after_one_turn_end_for_all_of_them() {
     others[0].write_all(b"w").unwrap();
     assert_eq!(reply(&mut others[0]), b'3');
 }
+
+/// Reads nothing; counts the connections told their peer closed, and the drives after that.
+#[derive(Default)]
+struct Ender {
+    told: AtomicUsize,
+    driven_after: AtomicUsize,
+}
+
+impl Protocol for Ender {
+    type Conn = bool;
+    fn name(&self) -> &'static str {
+        "ender"
+    }
+    fn open(&self, _peer: SocketAddr, _stream: &mio::net::TcpStream) -> bool {
+        false
+    }
+    fn peer_closing(&self, told: &mut bool) {
+        *told = true;
+        self.told.fetch_add(1, Ordering::SeqCst);
+    }
+    fn drive(&self, told: &mut bool, _s: &mio::net::TcpStream) -> Step {
+        if *told {
+            self.driven_after.fetch_add(1, Ordering::SeqCst);
+        }
+        Step::Blocked
+    }
+    fn expired(&self, _c: &bool, _now: Instant) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_peer_closing_its_side_is_told_to_the_protocol_before_a_drive() {
+    let ender = Arc::new(Ender::default());
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 8,
+        deal: Deal::RoundRobin,
+        backlog: 8,
+        congestion: crate::congestion::Congestion::Auto,
+        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = Server::start(l, ender.clone(), settings).unwrap();
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    assert_eq!(settled(&server, 1), 1);
+    // Bytes alone (left unread) are not an end.
+    s.write_all(b"unread").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(ender.told.load(Ordering::SeqCst), 0);
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ender.driven_after.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(ender.told.load(Ordering::SeqCst), 1, "told once");
+    assert!(
+        ender.driven_after.load(Ordering::SeqCst) >= 1,
+        "driven after it was told"
+    );
+}
