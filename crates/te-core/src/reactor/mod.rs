@@ -12,8 +12,9 @@
 //! whose turn ran out is driven again before the loop sleeps, one waiting to send is watched
 //! for room only while it waits, expired connections are swept every second, and shutdown
 //! closes everything. An event saying the peer closed its side (or the socket failed) is passed
-//! on before the drive it brings ([`Protocol::peer_closing`]). What is spoken on a connection, and when it counts as idle or stalled,
-//! is the [`Protocol`]'s: the reactor calls it whenever a socket may have moved.
+//! on before the drive it brings ([`Protocol::peer_closing`]). What is spoken on a connection,
+//! and when it counts as idle or stalled, is the [`Protocol`]'s: the reactor calls it whenever
+//! a socket may have moved.
 //!
 //! Not here: blocking work. A protocol whose connection must wait on something other than its
 //! socket (a GPU copy) [promotes](Step::Promote) it to a thread of its own.
