@@ -41,11 +41,10 @@ pub(crate) struct Sample {
     pub(crate) threads: u64,
     pub(crate) rss_kib: u64,
     pub(crate) sockets: u64,
-    /// User and system CPU so far, all threads, in Linux's fixed 100 ticks a second.
-    pub(crate) cpu_ticks: u64,
 }
 
-/// Process `pid`'s CPU so far (user and system, all threads, in ticks), from `/proc/PID/stat`.
+/// Process `pid`'s CPU so far (user and system, all threads, in Linux's fixed 100 ticks a
+/// second), from `/proc/PID/stat`.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
@@ -57,7 +56,7 @@ fn cpu_ticks(pid: u32) -> u64 {
         .sum()
 }
 
-/// Process `pid`'s threads, resident memory, open sockets and CPU so far, from `/proc`.
+/// Process `pid`'s threads, resident memory and open sockets, from `/proc`.
 pub(crate) fn sample(pid: u32) -> Sample {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
@@ -80,7 +79,6 @@ pub(crate) fn sample(pid: u32) -> Sample {
         threads: field("Threads:"),
         rss_kib: field("VmRSS:"),
         sockets,
-        cpu_ticks: cpu_ticks(pid),
     }
 }
 
@@ -225,7 +223,6 @@ fn sweep(bin: &str, segment: &str, pid: u32, seconds: u64, points: &[(usize, usi
                             threads: point.target.threads.max(s.threads),
                             rss_kib: s.rss_kib,
                             sockets: point.target.sockets.max(s.sockets),
-                            cpu_ticks: s.cpu_ticks,
                         };
                         let connect = json_number(&json, "connect_seconds").unwrap_or(0.0);
                         point.connect = point.connect.max(connect);
