@@ -53,6 +53,10 @@ use crate::server::{IDLE_MAX, MAX_DRAIN, SMALL_REQUEST, TargetState, foreign_ref
 use crate::sys;
 use crate::wire::{REQUEST_LEN, Reply, Request, Status};
 
+mod outbox;
+
+use outbox::{Flush, Outbox};
+
 /// Bytes one connection may move per turn before the others get theirs.
 const TURN: usize = 8 << 20;
 /// Bytes one receive call takes at most: the socket is locked while the kernel copies, and
@@ -62,8 +66,6 @@ const RECV_PIECE: usize = 256 << 10;
 const LOWAT_MAX: usize = 64 << 10;
 /// Bytes one bulk receive takes at most (after a small request).
 pub(crate) const BULK_BYTES: usize = 64 << 10;
-/// Parts one send call carries at most (the kernel takes up to 1,024).
-const MAX_PARTS: usize = 256;
 /// Requests of at most this many bytes make a connection that has caught up ask its loop to
 /// poll for the next one instead of sleeping ([`Step::BlockedHot`]). The poll pays where
 /// requests are tiny and a sleep and a wake-up would cost more than waiting; above that it
@@ -119,26 +121,12 @@ fn fresh() -> Phase {
     }
 }
 
-/// A READ answered and not yet sent: its data (pinned) goes out right after byte `after` of
-/// the connection's replies (its own reply's end).
-struct PendingRead {
-    _pin: RegionPin,
-    addr: u64,
-    left: usize,
-    after: usize,
-}
-
 /// One data connection.
 pub(crate) struct TargetConn {
     peer: SocketAddr,
     phase: Phase,
-    /// Replies gathered and not yet sent (from `sent` on).
-    out: Vec<u8>,
-    sent: usize,
-    /// READs answered in `out` whose data is still to send, in order.
-    reads: std::collections::VecDeque<PendingRead>,
-    /// Bytes of READ data in `reads`.
-    read_bytes: usize,
+    /// Replies and READ data waiting to go out.
+    out: Outbox,
     /// The last time bytes moved.
     progress: Instant,
     /// The last request was small: the next headers are taken in bulk.
@@ -161,102 +149,11 @@ pub(crate) struct TargetProtocol {
     pub(crate) reply_bytes: usize,
 }
 
-enum Flush {
-    Done,
-    Blocked,
-    Failed,
-}
-
 impl TargetConn {
-    fn queue(&mut self, request_id: u64, status: Status) {
-        self.out
-            .extend_from_slice(&Reply { status, request_id }.encode());
-    }
-
-    /// Sends the gathered replies, each READ's data after its reply.
+    /// Sends what waits; progress is marked whenever bytes move.
     fn flush(&mut self, stream: &mio::net::TcpStream) -> Flush {
-        let mut parts: Vec<(u64, usize)> = Vec::new();
-        loop {
-            parts.clear();
-            let mut at = self.sent;
-            let mut all = true;
-            for r in &self.reads {
-                if parts.len() >= MAX_PARTS {
-                    // Within the kernel's iovec limit; the rest in the next call.
-                    all = false;
-                    break;
-                }
-                if r.after > at {
-                    parts.push((self.out[at..].as_ptr() as u64, r.after - at));
-                    at = r.after;
-                }
-                parts.push((r.addr, r.left));
-            }
-            if all && at < self.out.len() {
-                parts.push((self.out[at..].as_ptr() as u64, self.out.len() - at));
-            }
-            if parts.iter().all(|p| p.1 == 0) {
-                // Only READs of no bytes, if any, are left: they are due.
-                self.advance(0);
-                if self.reads.is_empty() {
-                    self.out.clear();
-                    self.sent = 0;
-                    self.read_bytes = 0;
-                    return Flush::Done;
-                }
-                continue;
-            }
-            // SAFETY: the replies are this connection's own buffer; each READ's data range is
-            // held by its pin and was checked to lie inside one region that permits remote
-            // reads.
-            match unsafe { sys::send_some(stream, &parts) } {
-                Ok(n) => {
-                    self.advance(n);
-                    self.progress = Instant::now();
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Flush::Blocked,
-                Err(_) => return Flush::Failed,
-            }
-        }
-    }
-
-    /// Accounts `n` bytes sent: replies up to the next READ's data, that data, and so on.
-    fn advance(&mut self, mut n: usize) {
-        loop {
-            // READs wholly out (a READ of no bytes as soon as its reply is).
-            while self
-                .reads
-                .front()
-                .is_some_and(|r| self.sent >= r.after && r.left == 0)
-            {
-                self.reads.pop_front();
-            }
-            if n == 0 {
-                return;
-            }
-            match self.reads.front_mut() {
-                Some(r) if self.sent < r.after => {
-                    let k = n.min(r.after - self.sent);
-                    self.sent += k;
-                    n -= k;
-                }
-                Some(r) => {
-                    let k = n.min(r.left);
-                    r.addr += k as u64;
-                    r.left -= k;
-                    self.read_bytes -= k;
-                    n -= k;
-                }
-                None => {
-                    self.sent += n.min(self.out.len() - self.sent);
-                    return;
-                }
-            }
-        }
-    }
-
-    fn waiting(&self) -> usize {
-        self.out.len() - self.sent
+        let progress = &mut self.progress;
+        self.out.flush(stream, || *progress = Instant::now())
     }
 
     /// Whether what waits to go out must go before anything more is read: replies past the
@@ -267,9 +164,9 @@ impl TargetConn {
             true => 1,
             false => GATHER_READS,
         };
-        self.waiting() >= p.reply_bytes
-            || self.reads.len() >= limit
-            || self.read_bytes >= GATHER_READ_BYTES
+        self.out.waiting() >= p.reply_bytes
+            || self.out.reads() >= limit
+            || self.out.read_bytes() >= GATHER_READ_BYTES
     }
 
     /// Acts on a complete header: the next phase, or a step that ends this drive.
@@ -278,7 +175,7 @@ impl TargetConn {
             Ok(r) => r,
             Err(e) => {
                 warn!(peer = %self.peer, error = %e, "malformed data request; closing the connection");
-                self.queue(0, Status::Rejected(Rejection::Malformed));
+                self.out.reply(0, Status::Rejected(Rejection::Malformed));
                 self.phase = Phase::Closing;
                 return None;
             }
@@ -293,7 +190,7 @@ impl TargetConn {
         };
         self.phase = match (checked, r.opcode) {
             (Ok(_), _) if state.staging.device_of(r.addr, r.len).is_some() => {
-                if !self.reads.is_empty() {
+                if self.out.reads() > 0 {
                     // READs answered on the loop would go out behind the GPU thread's replies:
                     // close instead (the initiator retries what it has in flight).
                     warn!(peer = %self.peer, "GPU request behind gathered READs; closing the connection");
@@ -310,23 +207,16 @@ impl TargetConn {
                 request_id: r.request_id,
             },
             (Ok(pin), _) => {
-                self.queue(r.request_id, Status::Ok);
-                self.reads.push_back(PendingRead {
-                    _pin: pin,
-                    addr: r.addr,
-                    left: len,
-                    after: self.out.len(),
-                });
-                self.read_bytes += len;
+                self.out.read(r.request_id, pin, r.addr, len);
                 fresh()
             }
             (Err(rejection), opcode) => {
                 debug!(addr = r.addr, len = r.len, ?rejection, "request refused");
                 if opcode != Opcode::Write {
-                    self.queue(r.request_id, Status::Rejected(rejection));
+                    self.out.reply(r.request_id, Status::Rejected(rejection));
                     fresh()
                 } else if r.len > MAX_DRAIN {
-                    self.queue(r.request_id, Status::Rejected(rejection));
+                    self.out.reply(r.request_id, Status::Rejected(rejection));
                     Phase::Closing
                 } else {
                     Phase::Drain {
@@ -406,7 +296,7 @@ impl TargetConn {
         if *left == 0 {
             // The bytes are in memory: now the acknowledgement.
             let id = *request_id;
-            self.queue(id, Status::Ok);
+            self.out.reply(id, Status::Ok);
             self.phase = fresh();
             if self.lowat {
                 self.lowat = false;
@@ -438,7 +328,7 @@ impl TargetConn {
                     *got += k;
                     bytes = &bytes[k..];
                     if let Some(refusal) = foreign_refusal(self.peer, buf, *got) {
-                        self.out.extend_from_slice(&refusal);
+                        self.out.framed(&refusal);
                         self.phase = Phase::Closing;
                     } else if *got == REQUEST_LEN {
                         let raw = *buf;
@@ -471,7 +361,7 @@ impl TargetConn {
                     if *left == 0 {
                         // The bytes are in memory: now the acknowledgement.
                         let id = *request_id;
-                        self.queue(id, Status::Ok);
+                        self.out.reply(id, Status::Ok);
                         self.phase = fresh();
                     }
                 }
@@ -485,7 +375,7 @@ impl TargetConn {
                     bytes = &bytes[k as usize..];
                     if *left == 0 {
                         let (id, why) = (*request_id, *rejection);
-                        self.queue(id, Status::Rejected(why));
+                        self.out.reply(id, Status::Rejected(why));
                         self.phase = fresh();
                     }
                 }
@@ -504,7 +394,7 @@ impl TargetConn {
         };
         let (raw, got) = (*buf, *got);
         if let Some(refusal) = foreign_refusal(self.peer, &raw, got) {
-            self.out.extend_from_slice(&refusal);
+            self.out.framed(&refusal);
             self.phase = Phase::Closing;
             return None;
         }
@@ -693,7 +583,7 @@ impl TargetConn {
                             *left -= n as u64;
                             if *left == 0 {
                                 let (id, why) = (*request_id, *rejection);
-                                self.queue(id, Status::Rejected(why));
+                                self.out.reply(id, Status::Rejected(why));
                                 self.phase = fresh();
                             }
                             n
@@ -743,10 +633,7 @@ impl Protocol for TargetProtocol {
         TargetConn {
             peer,
             phase: fresh(),
-            out: Vec::new(),
-            sent: 0,
-            reads: std::collections::VecDeque::new(),
-            read_bytes: 0,
+            out: Outbox::default(),
             progress: Instant::now(),
             last_small: false,
             last_tiny: false,
@@ -766,7 +653,7 @@ impl Protocol for TargetProtocol {
 
     fn expired(&self, c: &TargetConn, now: Instant) -> bool {
         let limit = match &c.phase {
-            Phase::Header { got: 0, .. } if c.waiting() == 0 => IDLE_MAX,
+            Phase::Header { got: 0, .. } if c.out.waiting() == 0 => IDLE_MAX,
             _ => self.state.stall_timeout,
         };
         now.duration_since(c.progress) > limit
@@ -787,7 +674,7 @@ impl Protocol for TargetProtocol {
         let Some(first) = c.promoted else {
             return;
         };
-        let replies = c.out[c.sent..].to_vec();
+        let replies = c.out.unsent_replies();
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("te-tcp-data-gpu".into())
