@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use te_core::reactor::{Outbox, Protocol, Refusal, Step};
 use tracing::debug;
 
-use crate::budget::{Budget, Hold};
+use crate::budget::{Budget, Hold, Spent};
 use crate::request::{Gathered, Gatherer};
 use crate::store::Ticket;
 use crate::{Answer, Options, Store};
@@ -105,6 +105,15 @@ pub(crate) fn reply_head(status: u16, len: usize, keep_alive: bool) -> String {
         "HTTP/1.1 {status} {reason}\r\nContent-Length: {len}\r\nContent-Type: application/json\r\nConnection: {}\r\n\r\n",
         if keep_alive { "keep-alive" } else { "close" }
     )
+}
+
+/// Holds room for a reply carrying `len` bytes of a value in `hold`, unless it is small
+/// enough to be part of its connection's own cost ([`UNCOUNTED_REPLY`]).
+pub(crate) fn hold_reply(hold: &mut Hold, len: usize) -> Result<(), Spent> {
+    match len > UNCOUNTED_REPLY {
+        true => hold.grow(len),
+        false => Ok(()),
+    }
 }
 
 /// Queues a reply.
@@ -223,10 +232,11 @@ impl Protocol for MetadataProtocol {
                 }
                 Ok(Gathered::Continue) => c.output.push(CONTINUE),
                 Ok(Gathered::Request(request)) => {
-                    let answer = crate::answer(&self.store, &self.options, &request);
+                    let answer =
+                        crate::answer(&self.store, &self.options, &request, &mut c.reply_hold);
                     drop(request.body);
                     c.body_hold.release();
-                    let (mut status, mut body) = match answer {
+                    let (status, body) = match answer {
                         Answer::Now(status, body) => (status, body),
                         Answer::Durable { ticket, done } => {
                             debug!(peer = %c.peer, method = request.method, "change waiting for its sync");
@@ -235,11 +245,6 @@ impl Protocol for MetadataProtocol {
                             continue;
                         }
                     };
-                    if body.len() > UNCOUNTED_REPLY
-                        && let Err(spent) = c.reply_hold.grow(body.len())
-                    {
-                        (status, body) = (503, spent.to_string().into_bytes());
-                    }
                     debug!(peer = %c.peer, method = request.method, status, "request answered");
                     c.answer(status, &body, request.keep_alive);
                     answered += 1;

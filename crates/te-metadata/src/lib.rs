@@ -40,6 +40,7 @@ use te_core::metadata::http::percent_decode;
 use te_core::reactor::{Deal, ServerSettings};
 use tracing::info;
 
+use budget::Hold;
 use request::Request;
 use store::Store;
 
@@ -221,17 +222,20 @@ fn submitted(
     }
 }
 
-/// What answers `request`.
-fn answer(store: &Store, options: &Options, request: &Request) -> Answer {
+/// What answers `request`; a value sent back is held against `reply_hold` (room asked for
+/// before the value is copied: a 503 if there is none).
+fn answer(store: &Store, options: &Options, request: &Request, reply_hold: &mut Hold) -> Answer {
     let key = match key_of(&request.target, &options.path) {
         Err((status, why)) => return Answer::Now(status, why.as_bytes().to_vec()),
         Ok(key) => key,
     };
     match request.method.as_str() {
-        "GET" => match store.get(&key) {
-            Some(v) => Answer::Now(200, v.into_bytes()),
-            None => Answer::Now(404, b"metadata not found".to_vec()),
-        },
+        "GET" => store
+            .with_value(&key, |v| match conn::hold_reply(reply_hold, v.len()) {
+                Ok(()) => Answer::Now(200, v.as_bytes().to_vec()),
+                Err(spent) => Answer::Now(503, spent.to_string().into_bytes()),
+            })
+            .unwrap_or_else(|| Answer::Now(404, b"metadata not found".to_vec())),
         "PUT" | "POST" => match std::str::from_utf8(&request.body) {
             Err(_) => Answer::Now(400, b"value is not UTF-8".to_vec()),
             Ok(value) => submitted(store, &key, Some(value), "metadata updated", ""),

@@ -178,8 +178,15 @@ impl Store {
     }
 
     /// The value of `key`.
+    #[cfg(test)]
     pub(crate) fn get(&self, key: &str) -> Option<String> {
-        self.keys().map.get(key).cloned()
+        self.with_value(key, str::to_string)
+    }
+
+    /// What `f` makes of the value of `key`, `f` called while the keys are locked (so it can
+    /// decide whether to copy the value before anything is copied).
+    pub(crate) fn with_value<R>(&self, key: &str, f: impl FnOnce(&str) -> R) -> Option<R> {
+        self.keys().map.get(key).map(|v| f(v))
     }
 
     /// Sets `key` to `value` (`Some`) or removes it (`None`): applied at once without a file,
