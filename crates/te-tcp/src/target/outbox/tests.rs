@@ -151,6 +151,11 @@ fn a_read_is_let_go_once_its_data_is_out_and_not_before() {
     // The first reply and all but the last byte of its data.
     outbox.advance(crate::wire::REPLY_LEN + 99);
     assert_eq!((outbox.reads(), outbox.read_bytes()), (2, 1));
+    assert_eq!(
+        region.pins(),
+        2,
+        "a byte of the first READ's data is still to go"
+    );
     outbox.advance(1);
     assert_eq!(outbox.reads(), 1, "the first READ is out");
     assert_eq!(region.pins(), 1, "and its pin let go");
