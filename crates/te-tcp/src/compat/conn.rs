@@ -3,6 +3,16 @@
 //! registered memory (no copy of te's own), and answers in Mooncake's framing. It never waits:
 //! every socket call is non-blocking, and a connection that has had its turn (`TURN` bytes)
 //! yields to the others. A WRITE's status goes out only after its last byte is in memory.
+//!
+//! A WRITE body's last piece is received together with whatever of the next header has come
+//! (one `recvmsg`; the second buffer is the header's size, so no body byte is copied). A
+//! receive that returns less than it asked for found the socket empty: the connection then
+//! finishes what it can without receiving (sends the status) and waits for the next readiness
+//! edge, which every arrival raises, instead of asking again only to be told `EAGAIN`. Once the
+//! peer has closed its side ([`Protocol::peer_closing`]) no further edge comes, so it reads on
+//! until a receive returns 0.
+//!
+//! [`Protocol::peer_closing`]: te_core::reactor::Protocol::peer_closing
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
@@ -98,6 +108,15 @@ pub(crate) struct Conn {
     pub(super) bulk: bool,
     /// Whether its WRITEs may make it bulk ([`spreads_writes`]).
     spread_writes: bool,
+    /// The next request's header bytes, received with a WRITE body's last piece.
+    ahead: [u8; HEADER_LEN],
+    ahead_len: usize,
+    /// A receive in this drive returned less than it asked for: the socket was empty then,
+    /// and whatever comes after raises a new event, so the drive may end without asking again.
+    drained: bool,
+    /// The peer closed its sending side (or the socket failed): every drive reads on until a
+    /// receive says so, since no event comes after the one that told.
+    pub(super) peer_closed: bool,
 }
 
 fn fresh() -> Phase {
@@ -131,6 +150,10 @@ impl Conn {
             promoted: None,
             bulk: false,
             spread_writes,
+            ahead: [0; HEADER_LEN],
+            ahead_len: 0,
+            drained: false,
+            peer_closed: false,
         }
     }
 
@@ -146,21 +169,24 @@ impl Conn {
     /// Moves the connection on as far as its socket allows.
     pub(super) fn drive(&mut self, state: &CompatState, stream: &mio::net::TcpStream) -> Step {
         let mut turn = 0usize;
+        self.drained = false;
         loop {
             if turn >= TURN {
                 return Step::Yield;
             }
             let moved = match &mut self.phase {
                 Phase::Done => return Step::Close,
+                Phase::Header { .. } if self.drained => return Step::Blocked,
                 Phase::Header { buf, got } => {
+                    let asked = HEADER_LEN - *got;
                     // SAFETY: `buf[got..]` is a local array, writable for the call.
-                    let n = unsafe {
-                        sys::recv_some(stream, buf[*got..].as_mut_ptr() as u64, HEADER_LEN - *got)
-                    };
+                    let n =
+                        unsafe { sys::recv_some(stream, buf[*got..].as_mut_ptr() as u64, asked) };
                     match n {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
                             *got += n;
+                            self.drained |= n < asked && !self.peer_closed;
                             if *got == HEADER_LEN {
                                 let raw = *buf;
                                 if let Some(step) = self.start(state, stream, &raw) {
@@ -172,17 +198,34 @@ impl Conn {
                         Err(e) => return blocked_or_closed(&e),
                     }
                 }
+                Phase::Body { .. } if self.drained => return Step::Blocked,
                 Phase::Body {
                     addr, left, acked, ..
                 } => {
+                    // The last piece comes with the next header's bytes, if they are there, in
+                    // one call: the body's place is known, and the header's buffer is the
+                    // header's size, so no byte of the body is copied.
+                    let last = *left <= RECV_PIECE;
+                    let piece = (*left).min(RECV_PIECE);
                     // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
                     // (hence allocated, by the registration contract); the range was checked to
-                    // lie inside one region that permits remote writes.
-                    match unsafe { sys::recv_some(stream, *addr, (*left).min(RECV_PIECE)) } {
+                    // lie inside one region that permits remote writes. `ahead` is this
+                    // connection's own array.
+                    let received = unsafe {
+                        match last {
+                            true => sys::recv_then(stream, (*addr, piece), &mut self.ahead),
+                            false => sys::recv_some(stream, *addr, piece),
+                        }
+                    };
+                    match received {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
-                            *addr += n as u64;
-                            *left -= n;
+                            let body = n.min(piece);
+                            *addr += body as u64;
+                            *left -= body;
+                            self.ahead_len = n - body;
+                            let asked = piece + if last { HEADER_LEN } else { 0 };
+                            self.drained |= n < asked && !self.peer_closed;
                             if *left == 0 {
                                 // The bytes are in memory: now the acknowledgement (v2), which
                                 // also carries the last piece's ACK.
@@ -209,10 +252,18 @@ impl Conn {
                     let body = data.as_ref().map_or((0, 0), |(_, a, l)| (*a, *l));
                     let parts = [(head.as_ptr() as u64, head.len()), body];
                     if parts.iter().all(|p| p.1 == 0) {
-                        self.phase = match close {
-                            true => Phase::Done,
-                            false => fresh(),
-                        };
+                        if *close {
+                            self.phase = Phase::Done;
+                            continue;
+                        }
+                        // The next header, as much of it as came with the last body.
+                        let (buf, got) = (self.ahead, std::mem::take(&mut self.ahead_len));
+                        self.phase = Phase::Header { buf, got };
+                        if got == HEADER_LEN
+                            && let Some(step) = self.start(state, stream, &buf)
+                        {
+                            return step;
+                        }
                         continue;
                     }
                     // A status ahead of READ data goes through the loop's pipe, so the data

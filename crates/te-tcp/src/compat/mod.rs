@@ -138,6 +138,10 @@ impl Protocol for CompatState {
         conn::Conn::new(peer, spread)
     }
 
+    fn peer_closing(&self, c: &mut conn::Conn) {
+        c.peer_closed = true;
+    }
+
     fn drive(&self, c: &mut conn::Conn, stream: &mio::net::TcpStream) -> Step {
         c.drive(self, stream)
     }
