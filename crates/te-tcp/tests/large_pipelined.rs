@@ -63,21 +63,8 @@ fn large_writes_and_reads_split_around_their_headers_are_answered_in_order() {
         }
         expected.push((9000 + i, status, data));
     }
-    cuts.push(wire.len());
-    cuts.dedup();
 
-    let writer = {
-        let mut s = conn.try_clone().unwrap();
-        std::thread::spawn(move || {
-            let mut at = 0;
-            for cut in cuts {
-                s.write_all(&wire[at..cut]).unwrap();
-                at = cut;
-                // Each piece reaches the target before the next is sent.
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        })
-    };
+    let writer = write_in_pieces(&conn, wire, cuts);
     expect_replies(&mut conn, expected);
     writer.join().unwrap();
     // Every slot written holds its pattern; the refused WRITE's slot holds nothing.

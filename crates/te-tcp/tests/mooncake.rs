@@ -288,15 +288,8 @@ fn a_mooncake_targets_refusal_fails_the_task() {
 
 /// A te target with the opt-in (`MC_TE_MOONCAKE_COMPAT=1`), `allow` as its allow-list.
 fn compat_target(allow: &str, v1: bool) -> te_core::TransferEngine {
-    let mut c = config();
-    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
-        "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
-        "MC_TE_MOONCAKE_ALLOW" => Some(allow.into()),
-        "MC_TE_MOONCAKE_ALLOW_V1" => v1.then(|| "1".into()),
-        _ => None,
-    })
-    .unwrap();
-    engine_with(c)
+    let v1 = ("MC_TE_MOONCAKE_ALLOW_V1", if v1 { "1" } else { "0" });
+    engine_with(compat_config(&[("MC_TE_MOONCAKE_ALLOW", allow), v1]))
 }
 
 /// With the opt-in, Mooncake's Python engine writes into and reads from a te target's memory:

@@ -92,14 +92,7 @@ fn a_mooncake_target_killed_mid_read_batch_fails_the_batch_and_te_goes_on() {
 
 /// A te target with the opt-in (`MC_TE_MOONCAKE_COMPAT=1`) for loopback peers.
 fn compat_target() -> te_core::TransferEngine {
-    let mut c = config();
-    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
-        "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
-        "MC_TE_MOONCAKE_ALLOW" => Some("127.0.0.0/8".into()),
-        _ => None,
-    })
-    .unwrap();
-    engine_with(c)
+    engine_with(compat_config(&[("MC_TE_MOONCAKE_ALLOW", "127.0.0.0/8")]))
 }
 
 /// A te target (the opt-in listener) with a 64 MiB region, and a Mooncake peer with 1 MiB of

@@ -20,22 +20,14 @@ fn target(stall: Duration) -> TransferEngine {
 /// A target whose same-host peers' large WRITEs are spread over the loops or not
 /// (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES`).
 fn target_with(stall: Duration, spread_local_writes: bool) -> TransferEngine {
-    let mut c = config();
+    let spread = if spread_local_writes { "1" } else { "0" };
+    let mut c = compat_config(&[("MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES", spread)]);
     c.tcp_status_timeout = stall;
-    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
-        "MC_TE_MOONCAKE_COMPAT" => Some("1".to_string()),
-        "MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES" => spread_local_writes.then(|| "1".to_string()),
-        _ => None,
-    })
-    .unwrap();
     engine_with(c)
 }
 
 fn connect(t: &TransferEngine) -> TcpStream {
-    let port = t.local_descriptor().tcp_data_port.expect("a Mooncake port");
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s
+    connect_compat(t)
 }
 
 fn header(opcode: Opcode, addr: u64, size: u64) -> [u8; HEADER_LEN] {

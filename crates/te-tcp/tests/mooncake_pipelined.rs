@@ -8,7 +8,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::time::Duration;
 
 use common::*;
@@ -26,21 +26,8 @@ const SLOT: usize = 256 << 10;
 
 /// A target with the opt-in; with `v1`, Mooncake's unacknowledged framing is taken too.
 fn target(v1: bool) -> TransferEngine {
-    let mut c = config();
-    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
-        "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
-        "MC_TE_MOONCAKE_ALLOW_V1" => v1.then(|| "1".into()),
-        _ => None,
-    })
-    .unwrap();
-    engine_with(c)
-}
-
-fn connect(t: &TransferEngine) -> TcpStream {
-    let port = t.local_descriptor().tcp_data_port.expect("a Mooncake port");
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s
+    let v1 = if v1 { "1" } else { "0" };
+    engine_with(compat_config(&[("MC_TE_MOONCAKE_ALLOW_V1", v1)]))
 }
 
 fn header(opcode: Opcode, addr: u64, size: usize, acked: bool) -> [u8; HEADER_LEN] {
@@ -53,32 +40,13 @@ fn header(opcode: Opcode, addr: u64, size: usize, acked: bool) -> [u8; HEADER_LE
     .encode()
 }
 
-/// Writes `wire` in the pieces `cuts` ends, each reaching the target before the next is sent.
-fn write_in_pieces(
-    s: &TcpStream,
-    wire: Vec<u8>,
-    mut cuts: Vec<usize>,
-) -> std::thread::JoinHandle<()> {
-    cuts.push(wire.len());
-    cuts.dedup();
-    let mut s = s.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut at = 0;
-        for cut in cuts {
-            s.write_all(&wire[at..cut]).unwrap();
-            at = cut;
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    })
-}
-
 /// Requests of the acknowledged framing: even ones WRITE a slot, odd ones READ it back.
 #[test]
 fn acknowledged_requests_split_around_their_headers_are_answered_in_order() {
     let t = target(false);
     let mem = buffer(24 * SLOT);
     register(&t, &mem, Permission::RemoteReadWrite);
-    let mut s = connect(&t);
+    let mut s = connect_compat(&t);
     let (mut wire, mut cuts, mut expected) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..48usize {
         let (k, len) = (i / 2, LENS[(i / 2) % LENS.len()]);
@@ -132,7 +100,7 @@ fn unacknowledged_writes_split_around_their_headers_all_land() {
     let t = target(true);
     let mem = buffer(24 * SLOT);
     register(&t, &mem, Permission::RemoteReadWrite);
-    let mut s = connect(&t);
+    let mut s = connect_compat(&t);
     let (mut wire, mut cuts) = (Vec::new(), Vec::new());
     for k in 0..24usize {
         let len = LENS[k % LENS.len()];
@@ -177,7 +145,7 @@ fn a_peer_closing_right_after_its_last_request_is_answered_and_let_go() {
     let mem = buffer(8 * SLOT);
     register(&t, &mem, Permission::RemoteReadWrite);
     for i in 0..32usize {
-        let mut s = connect(&t);
+        let mut s = connect_compat(&t);
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let len = LENS[i % LENS.len()];
         let fill = pattern(100 + i as u64, len);

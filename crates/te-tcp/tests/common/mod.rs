@@ -30,6 +30,50 @@ pub fn engine() -> TransferEngine {
     engine_with(config())
 }
 
+/// A config with the listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`) and the
+/// further `MC_TE_MOONCAKE_*` settings in `vars`.
+pub fn compat_config(vars: &[(&str, &str)]) -> Config {
+    let mut c = config();
+    c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
+        "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
+        k => vars
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string()),
+    })
+    .unwrap();
+    c
+}
+
+/// A connection to `t`'s listener for Mooncake initiators, its reads timing out after 20 s.
+pub fn connect_compat(t: &TransferEngine) -> std::net::TcpStream {
+    let port = t.local_descriptor().tcp_data_port.expect("a Mooncake port");
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Writes `wire` on `s` in the pieces that `cuts` end (and a last one to its end), each
+/// reaching the target before the next is sent.
+pub fn write_in_pieces(
+    s: &std::net::TcpStream,
+    wire: Vec<u8>,
+    mut cuts: Vec<usize>,
+) -> std::thread::JoinHandle<()> {
+    use std::io::Write;
+    cuts.push(wire.len());
+    cuts.dedup();
+    let mut s = s.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut at = 0;
+        for cut in cuts {
+            s.write_all(&wire[at..cut]).unwrap();
+            at = cut;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
 #[allow(unused_imports)] // not every test file uses it
 pub use te_core::testing::pattern;
 
