@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use te_core::{Opcode, Permission, TransferEngine};
-use te_tcp::mooncake_wire::{HEADER_LEN, Header, STATUS_OK, STATUS_REJECTED, encode_status};
+use te_tcp::mooncake_wire::{HEADER_LEN, STATUS_OK, STATUS_REJECTED, encode_status};
 
 fn target(stall: Duration) -> TransferEngine {
     target_with(stall, false)
@@ -31,19 +31,11 @@ fn connect(t: &TransferEngine) -> TcpStream {
 }
 
 fn header(opcode: Opcode, addr: u64, size: u64) -> [u8; HEADER_LEN] {
-    Header {
-        opcode,
-        addr,
-        size,
-        acked: true,
-    }
-    .encode()
+    mooncake_header(opcode, addr, size, true)
 }
 
 fn status(s: &mut TcpStream) -> [u8; 8] {
-    let mut b = [0u8; 8];
-    s.read_exact(&mut b).unwrap();
-    b
+    mooncake_status(s)
 }
 
 #[test]

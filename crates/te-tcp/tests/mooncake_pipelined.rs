@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use te_core::{Opcode, Permission, TransferEngine};
-use te_tcp::mooncake_wire::{HEADER_LEN, Header, STATUS_LEN, STATUS_OK, encode_status};
+use te_tcp::mooncake_wire::{HEADER_LEN, STATUS_OK, encode_status};
 
 /// One body shorter than the listener's 64 KiB receive piece, one longer (received in pieces,
 /// the last with the next header).
@@ -31,13 +31,7 @@ fn target(v1: bool) -> TransferEngine {
 }
 
 fn header(opcode: Opcode, addr: u64, size: usize, acked: bool) -> [u8; HEADER_LEN] {
-    Header {
-        opcode,
-        addr,
-        size: size as u64,
-        acked,
-    }
-    .encode()
+    mooncake_header(opcode, addr, size as u64, acked)
 }
 
 /// Requests of the acknowledged framing: even ones WRITE a slot, odd ones READ it back.
@@ -70,9 +64,11 @@ fn acknowledged_requests_split_around_their_headers_are_answered_in_order() {
     }
     let writer = write_in_pieces(&s, wire, cuts);
     for (i, data) in expected.into_iter().enumerate() {
-        let mut status = [0u8; STATUS_LEN];
-        s.read_exact(&mut status).unwrap();
-        assert_eq!(status, encode_status(STATUS_OK), "request {i}");
+        assert_eq!(
+            mooncake_status(&mut s),
+            encode_status(STATUS_OK),
+            "request {i}"
+        );
         if let Some(want) = data {
             let mut got = vec![0u8; want.len()];
             s.read_exact(&mut got).unwrap();
@@ -123,9 +119,11 @@ fn unacknowledged_writes_split_around_their_headers_all_land() {
             true,
         ))
         .unwrap();
-        let mut status = [0u8; STATUS_LEN];
-        s.read_exact(&mut status).unwrap();
-        assert_eq!(status, encode_status(STATUS_OK), "READ {k}");
+        assert_eq!(
+            mooncake_status(&mut s),
+            encode_status(STATUS_OK),
+            "READ {k}"
+        );
         let mut got = vec![0u8; len];
         s.read_exact(&mut got).unwrap();
         assert!(
@@ -154,9 +152,11 @@ fn a_peer_closing_right_after_its_last_request_is_answered_and_let_go() {
         wire.extend_from_slice(&fill);
         s.write_all(&wire).unwrap();
         s.shutdown(Shutdown::Write).unwrap();
-        let mut status = [0u8; STATUS_LEN];
-        s.read_exact(&mut status).unwrap();
-        assert_eq!(status, encode_status(STATUS_OK), "connection {i}");
+        assert_eq!(
+            mooncake_status(&mut s),
+            encode_status(STATUS_OK),
+            "connection {i}"
+        );
         let mut rest = Vec::new();
         let end = s.read_to_end(&mut rest);
         assert!(

@@ -53,6 +53,29 @@ pub fn connect_compat(t: &TransferEngine) -> std::net::TcpStream {
     s
 }
 
+/// A request header in Mooncake's framing; `acked`: the acknowledged framing (v2).
+pub fn mooncake_header(
+    opcode: Opcode,
+    addr: u64,
+    size: u64,
+    acked: bool,
+) -> [u8; te_tcp::mooncake_wire::HEADER_LEN] {
+    te_tcp::mooncake_wire::Header {
+        opcode,
+        addr,
+        size,
+        acked,
+    }
+    .encode()
+}
+
+/// Reads one status frame in Mooncake's framing.
+pub fn mooncake_status(s: &mut impl std::io::Read) -> [u8; te_tcp::mooncake_wire::STATUS_LEN] {
+    let mut b = [0u8; te_tcp::mooncake_wire::STATUS_LEN];
+    s.read_exact(&mut b).unwrap();
+    b
+}
+
 /// Writes `wire` on `s` in the pieces that `cuts` end (and a last one to its end), each
 /// reaching the target before the next is sent.
 pub fn write_in_pieces(
