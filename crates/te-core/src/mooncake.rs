@@ -138,6 +138,13 @@ pub struct MooncakeCompat {
     /// over loopback, 2 cores: 1.50 GB/s spread against 1.73 gathered, 1.73 to Mooncake's own
     /// target). A peer on another host has its WRITEs spread whatever this says.
     pub spread_local_writes: bool,
+    /// Serve WRITEs from peers on this host with the loop thread in `SCHED_BATCH`
+    /// (`MC_TE_MOONCAKE_BATCH_LOCAL_WRITES`; on by default, `0` turns it off): such a peer
+    /// copies each body into its socket on this host's cores, and a loop that preempts it at
+    /// every arrival takes turns with it request by request. Threads the operator put under
+    /// another policy are left alone (Mooncake's 64 KiB WRITEs to te over loopback, 2 cores:
+    /// 1.21 GB/s against 1.06 with it off).
+    pub batch_local_writes: bool,
 }
 
 impl Default for MooncakeCompat {
@@ -149,6 +156,7 @@ impl Default for MooncakeCompat {
             with_cluster_secret: false,
             threads: 2,
             spread_local_writes: false,
+            batch_local_writes: true,
         }
     }
 }
@@ -190,6 +198,9 @@ impl MooncakeCompat {
             with_cluster_secret: flag("MC_TE_MOONCAKE_WITH_CLUSTER_SECRET")?,
             threads,
             spread_local_writes: flag("MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES")?,
+            batch_local_writes: get("MC_TE_MOONCAKE_BATCH_LOCAL_WRITES").map_or(Ok(true), |v| {
+                crate::config::parse_bool("MC_TE_MOONCAKE_BATCH_LOCAL_WRITES", &v)
+            })?,
         })
     }
 
@@ -257,6 +268,10 @@ mod tests {
         let off = MooncakeCompat::from_lookup(table(&[])).unwrap();
         assert!(!off.enabled && !off.admits(ip("127.0.0.1")));
         assert!(!off.spread_local_writes, "local WRITEs gathered by default");
+        assert!(
+            off.batch_local_writes,
+            "local WRITEs served in batch by default"
+        );
         off.check(true).unwrap();
         let on = MooncakeCompat::from_lookup(table(&[
             ("MC_TE_MOONCAKE_COMPAT", "1"),
@@ -284,6 +299,10 @@ mod tests {
             MooncakeCompat::from_lookup(table(&[("MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES", "1")]))
                 .unwrap();
         assert!(spread.spread_local_writes);
+        let unbatched =
+            MooncakeCompat::from_lookup(table(&[("MC_TE_MOONCAKE_BATCH_LOCAL_WRITES", "0")]))
+                .unwrap();
+        assert!(!unbatched.batch_local_writes);
         assert!(
             both.admits(ip("10.1.2.3")),
             "no allow-list admits any address"
@@ -295,6 +314,7 @@ mod tests {
             ("MC_TE_MOONCAKE_THREADS", "0"),
             ("MC_TE_MOONCAKE_THREADS", "many"),
             ("MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES", "sometimes"),
+            ("MC_TE_MOONCAKE_BATCH_LOCAL_WRITES", "often"),
         ] {
             let err = MooncakeCompat::from_lookup(|k: &str| (k == name).then(|| value.to_string()))
                 .unwrap_err();

@@ -366,6 +366,42 @@ pub fn gpu_copy(
     unsafe { cuda.copy(device, dst, src, len) }
 }
 
+/// The calling thread's scheduling policy (`sched_getscheduler`): `SCHED_OTHER`,
+/// `SCHED_BATCH`, `SCHED_IDLE`, or a real-time one.
+///
+/// # Errors
+/// The call failed (a sandbox may refuse it).
+pub fn thread_policy() -> io::Result<libc::c_int> {
+    // SAFETY: no memory is passed; pid 0 is the calling thread.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    match policy {
+        -1 => Err(io::Error::last_os_error()),
+        p => Ok(p & !libc::SCHED_RESET_ON_FORK),
+    }
+}
+
+/// Sets the calling thread's policy to `SCHED_BATCH` (`batch`) or `SCHED_OTHER`, its nice
+/// value kept (`sched_setscheduler`; neither needs a privilege). A `SCHED_BATCH` thread that
+/// wakes does not preempt the thread running on its CPU: it waits for that one's slice or
+/// sleep.
+///
+/// # Errors
+/// The call failed (a sandbox may refuse it).
+pub fn set_thread_batch(batch: bool) -> io::Result<()> {
+    let policy = if batch {
+        libc::SCHED_BATCH
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a live local the kernel reads for the call; pid 0 is the calling
+    // thread.
+    match unsafe { libc::sched_setscheduler(0, policy, &raw const param) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Polls `sock` without sleeping (a peek that does not wait) until it has bytes to read, has
 /// reached its end or failed, for up to `spin`; whether it did. A thread about to block for a
 /// reply that comes within microseconds spares itself the sleep and the wake-up.

@@ -24,7 +24,7 @@ use te_core::memory::RegionPin;
 
 use te_core::reactor::Step;
 
-use super::{CompatState, IDLE_MAX, Verdict};
+use super::{CompatState, IDLE_MAX, Verdict, sched};
 use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
 use crate::sys;
 
@@ -37,7 +37,7 @@ const RECV_PIECE: usize = 64 << 10;
 /// WRITEs of at least this many bytes make their connection bulk, from a peer on another host
 /// (or any peer, with `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`): copying them costs more than
 /// the wake-ups around them, so such connections are worth spreading over the loops. A peer on
-/// this host keeps its WRITEs gathered ([`spreads_writes`]): its sending side does the TCP work
+/// this host keeps its WRITEs gathered ([`Placement`]): its sending side does the TCP work
 /// on this host's cores, and a second loop waking for each piece takes cores from it
 /// (Mooncake's wheel bench writing 1 MiB to te over loopback, batch 128, 4 alternating runs, 2
 /// cores: 1.50 GB/s spread against 1.73 gathered, 1.73 to Mooncake's own target).
@@ -61,19 +61,31 @@ pub(super) fn is_bulk(opcode: Opcode, size: u64, spread_writes: bool) -> bool {
     }
 }
 
-/// Whether a connection from `peer` may have its WRITEs spread: a peer on another host, or any
-/// with `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES` (`spread_local`). A peer on this host is one
-/// te-core's [`stays_on_host`] says is (a loopback address, or this end's own address, which
-/// Linux routes over loopback too); `local`, the end the connection was accepted on (`None`:
-/// unknown), is asked for only when the answer depends on it.
-///
-/// [`stays_on_host`]: te_core::congestion::stays_on_host
-pub(super) fn spreads_writes(
+/// Where a connection's peer is, as far as serving it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Placement {
+    /// The peer is on this host: te-core's [`stays_on_host`] says so (a loopback address, or
+    /// this end's own address, which Linux routes over loopback too).
+    ///
+    /// [`stays_on_host`]: te_core::congestion::stays_on_host
+    pub(super) on_host: bool,
+    /// Its WRITEs may make the connection bulk: a peer on another host, or any with
+    /// `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES` (`spread_local`).
+    pub(super) spread_writes: bool,
+}
+
+/// The placement of a connection from `peer`; `local`, the end the connection was accepted on
+/// (`None`: unknown), is asked for only when the answer depends on it (not for a loopback peer).
+pub(super) fn placement(
     spread_local: bool,
     peer: IpAddr,
     local: impl FnOnce() -> Option<IpAddr>,
-) -> bool {
-    spread_local || !te_core::congestion::stays_on_host(peer, local)
+) -> Placement {
+    let on_host = te_core::congestion::stays_on_host(peer, local);
+    Placement {
+        on_host,
+        spread_writes: spread_local || !on_host,
+    }
 }
 
 enum Phase {
@@ -106,8 +118,8 @@ pub(crate) struct Conn {
     pub(super) promoted: Option<Header>,
     /// Whether its latest request makes it bulk ([`is_bulk`]).
     pub(super) bulk: bool,
-    /// Whether its WRITEs may make it bulk ([`spreads_writes`]).
-    spread_writes: bool,
+    /// Where its peer is.
+    placement: Placement,
     /// The next request's header bytes, received with a WRITE body's last piece.
     ahead: [u8; HEADER_LEN],
     ahead_len: usize,
@@ -141,15 +153,15 @@ fn reply(
 }
 
 impl Conn {
-    /// A connection from `peer`, whose WRITEs may make it bulk or not ([`spreads_writes`]).
-    pub(super) fn new(peer: SocketAddr, spread_writes: bool) -> Self {
+    /// A connection from `peer`, placed as `placement` says.
+    pub(super) fn new(peer: SocketAddr, placement: Placement) -> Self {
         Conn {
             peer,
             phase: fresh(),
             progress: Instant::now(),
             promoted: None,
             bulk: false,
-            spread_writes,
+            placement,
             ahead: [0; HEADER_LEN],
             ahead_len: 0,
             drained: false,
@@ -329,7 +341,13 @@ impl Conn {
         let Ok(len) = usize::try_from(header.size) else {
             return Some(Step::Close);
         };
-        self.bulk = is_bulk(header.opcode, header.size, self.spread_writes);
+        self.bulk = is_bulk(header.opcode, header.size, self.placement.spread_writes);
+        let batch = state.compat.batch_local_writes;
+        sched::serve_under(sched::policy_for(
+            header.opcode,
+            self.placement.on_host,
+            batch,
+        ));
         self.phase = match header.opcode {
             Opcode::Write => Phase::Body {
                 _pin: pin,
@@ -398,6 +416,10 @@ mod tests {
     fn peers_on_this_host_gather_their_writes_unless_told_to_spread_them() {
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
         let here = || Some(ip("198.18.0.1"));
+        let on_host = |spread_writes| Placement {
+            on_host: true,
+            spread_writes,
+        };
         // Loopback addresses (an IPv4-mapped one included), and this end's own address.
         for local in [
             "127.0.0.1",
@@ -407,18 +429,24 @@ mod tests {
             "198.18.0.1",
             "::ffff:198.18.0.1",
         ] {
-            assert!(!spreads_writes(false, ip(local), here), "{local}");
-            assert!(spreads_writes(true, ip(local), here), "{local}");
+            assert_eq!(placement(false, ip(local), here), on_host(false), "{local}");
+            assert_eq!(placement(true, ip(local), here), on_host(true), "{local}");
         }
-        for remote in ["198.18.0.2", "fd00::2", "::ffff:198.18.0.2"] {
-            assert!(spreads_writes(false, ip(remote), here), "{remote}");
+        let remote = Placement {
+            on_host: false,
+            spread_writes: true,
+        };
+        for peer in ["198.18.0.2", "fd00::2", "::ffff:198.18.0.2"] {
+            assert_eq!(placement(false, ip(peer), here), remote, "{peer}");
         }
         // With the local end unknown, only a loopback peer is taken to be on this host.
-        assert!(!spreads_writes(false, ip("127.0.0.1"), || None));
-        assert!(spreads_writes(false, ip("198.18.0.1"), || None));
+        assert_eq!(placement(false, ip("127.0.0.1"), || None), on_host(false));
+        assert_eq!(placement(false, ip("198.18.0.1"), || None), remote);
         // The local end is not asked for where the answer does not depend on it.
         let unasked = || -> Option<IpAddr> { panic!("local address asked for") };
-        assert!(!spreads_writes(false, ip("::ffff:127.0.0.1"), unasked));
-        assert!(spreads_writes(true, ip("198.18.0.2"), unasked));
+        assert_eq!(
+            placement(false, ip("::ffff:127.0.0.1"), unasked),
+            on_host(false)
+        );
     }
 }

@@ -22,10 +22,11 @@
 //! host, or a READ of at least [`conn::BULK_READ`] (its data is copied into the socket on the
 //! loop), is bulk, and the reactor spreads bulk connections over the loops, where their copies
 //! run side by side ([`conn::is_bulk`]). A peer on this host keeps its WRITEs gathered unless
-//! `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`: its sending side works on this host's cores. A
-//! connection whose request touches GPU memory leaves the loops for a thread of its own
-//! ([`blocking`]), where staging may
-//! wait without holding anybody up.
+//! `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`: its sending side works on this host's cores, and
+//! while a loop serves such a peer's WRITEs it runs in `SCHED_BATCH`, waiting for the sender
+//! rather than preempting it ([`sched`]). A connection whose request touches GPU memory
+//! leaves the loops for a thread of its own ([`blocking`]), where staging may wait without
+//! holding anybody up.
 //!
 //! Not here: the descriptor served to Mooncake peers (te-core's control listener), and any
 //! notion of which regions Mooncake may see (every remotely accessible region is, with its
@@ -33,6 +34,7 @@
 
 mod blocking;
 mod conn;
+mod sched;
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -134,8 +136,8 @@ impl Protocol for CompatState {
 
     fn open(&self, peer: SocketAddr, stream: &mio::net::TcpStream) -> conn::Conn {
         let local = || stream.local_addr().ok().map(|a| a.ip());
-        let spread = conn::spreads_writes(self.compat.spread_local_writes, peer.ip(), local);
-        conn::Conn::new(peer, spread)
+        let placement = conn::placement(self.compat.spread_local_writes, peer.ip(), local);
+        conn::Conn::new(peer, placement)
     }
 
     fn peer_closing(&self, c: &mut conn::Conn) {
