@@ -366,17 +366,16 @@ pub fn gpu_copy(
     unsafe { cuda.copy(device, dst, src, len) }
 }
 
-/// The calling thread's scheduling policy (`sched_getscheduler`): `SCHED_OTHER`,
-/// `SCHED_BATCH`, `SCHED_IDLE`, or a real-time one.
+/// The calling thread's scheduling policy as `sched_getscheduler` gives it: `SCHED_OTHER`,
+/// `SCHED_BATCH`, `SCHED_IDLE` or a real-time one, with `SCHED_RESET_ON_FORK` added if set.
 ///
 /// # Errors
 /// The call failed (a sandbox may refuse it).
 pub fn thread_policy() -> io::Result<libc::c_int> {
     // SAFETY: no memory is passed; pid 0 is the calling thread.
-    let policy = unsafe { libc::sched_getscheduler(0) };
-    match policy {
+    match unsafe { libc::sched_getscheduler(0) } {
         -1 => Err(io::Error::last_os_error()),
-        p => Ok(p & !libc::SCHED_RESET_ON_FORK),
+        policy => Ok(policy),
     }
 }
 

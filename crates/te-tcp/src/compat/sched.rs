@@ -15,9 +15,10 @@
 //! it, and batch cost them 15 % (64 KiB and 1 MiB). Where cores are free a woken thread runs
 //! at once under either policy; the difference is only how a busy core is shared.
 //!
-//! A thread is left alone if its policy was not the default when it first served a request
-//! (the operator chose one: real-time, idle, batch), or once a change is refused (a sandbox),
-//! said once. `MC_TE_MOONCAKE_BATCH_LOCAL_WRITES=0` turns this off.
+//! A thread is left alone if its policy was not the plain default when it first served a
+//! request (the operator chose one: real-time, idle, batch, or the default with
+//! `SCHED_RESET_ON_FORK`), or once a change is refused (a sandbox; logged once per thread).
+//! `MC_TE_MOONCAKE_BATCH_LOCAL_WRITES=0` turns this off.
 //!
 //! Not here: the system calls themselves ([`crate::sys::thread_policy`],
 //! [`crate::sys::set_thread_batch`]); te's own listeners, whose initiators do not poll.
@@ -148,7 +149,12 @@ mod tests {
 
     #[test]
     fn a_thread_whose_policy_the_operator_chose_or_that_was_refused_is_left_alone() {
-        for chosen in [libc::SCHED_IDLE, libc::SCHED_BATCH, libc::SCHED_FIFO] {
+        for chosen in [
+            libc::SCHED_IDLE,
+            libc::SCHED_BATCH,
+            libc::SCHED_FIFO,
+            libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK,
+        ] {
             let mut keeper = Keeper::default();
             assert_eq!(keeper.change(Policy::Batch, || Ok(chosen)), None);
             assert_eq!(keeper.change(Policy::Default, || Ok(chosen)), None);
