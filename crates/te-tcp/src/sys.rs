@@ -379,19 +379,14 @@ pub fn thread_policy() -> io::Result<libc::c_int> {
     }
 }
 
-/// Sets the calling thread's policy to `SCHED_BATCH` (`batch`) or `SCHED_OTHER`, its nice
-/// value kept (`sched_setscheduler`; neither needs a privilege). A `SCHED_BATCH` thread that
-/// wakes does not preempt the thread running on its CPU: it waits for that one's slice or
-/// sleep.
+/// Sets the calling thread's scheduling policy to `policy`, one that takes no priority
+/// (`SCHED_OTHER`, `SCHED_BATCH`, `SCHED_IDLE`), its nice value kept (`sched_setscheduler`;
+/// none needs a privilege). A `SCHED_BATCH` thread that wakes does not preempt the thread
+/// running on its CPU: it waits for that one's slice or sleep.
 ///
 /// # Errors
-/// The call failed (a sandbox may refuse it).
-pub fn set_thread_batch(batch: bool) -> io::Result<()> {
-    let policy = if batch {
-        libc::SCHED_BATCH
-    } else {
-        libc::SCHED_OTHER
-    };
+/// The call failed (a sandbox may refuse it; a real-time policy needs a priority).
+pub fn set_thread_policy(policy: libc::c_int) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a live local the kernel reads for the call; pid 0 is the calling
     // thread.

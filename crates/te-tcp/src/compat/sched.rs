@@ -21,7 +21,7 @@
 //! `MC_TE_MOONCAKE_BATCH_LOCAL_WRITES=0` turns this off.
 //!
 //! Not here: the system calls themselves ([`crate::sys::thread_policy`],
-//! [`crate::sys::set_thread_batch`]); te's own listeners, whose initiators do not poll.
+//! [`crate::sys::set_thread_policy`]); te's own listeners, whose initiators do not poll.
 
 use std::cell::RefCell;
 use std::io;
@@ -103,7 +103,11 @@ pub(super) fn serve_under(want: Policy) {
         let Some(to) = keeper.change(want, crate::sys::thread_policy) else {
             return;
         };
-        match crate::sys::set_thread_batch(to == Policy::Batch) {
+        let policy = match to {
+            Policy::Batch => libc::SCHED_BATCH,
+            Policy::Default => libc::SCHED_OTHER,
+        };
+        match crate::sys::set_thread_policy(policy) {
             Ok(()) => keeper.changed(to),
             Err(e) => {
                 keeper.refused();
@@ -196,13 +200,9 @@ mod tests {
 
     /// A thread the operator put in `SCHED_IDLE` (no privilege needed) stays there.
     #[test]
-    #[allow(unsafe_code)]
     fn a_thread_in_another_policy_is_not_touched_for_real() {
         std::thread::spawn(|| {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: `param` is a live local the kernel reads; pid 0 is this thread.
-            let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &raw const param) };
-            assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+            crate::sys::set_thread_policy(libc::SCHED_IDLE).unwrap();
             serve_under(Policy::Batch);
             assert_eq!(crate::sys::thread_policy().unwrap(), libc::SCHED_IDLE);
             serve_under(Policy::Default);
