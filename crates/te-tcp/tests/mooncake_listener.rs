@@ -99,15 +99,9 @@ fn bulk_writes_moved_between_loops_mid_body_land_whole_and_read_back() {
     for (s, (data, addr)) in [&mut a, &mut b].into_iter().zip(bytes.iter().zip(at).rev()) {
         s.write_all(&header(Opcode::Read, addr, LEN as u64))
             .unwrap();
-        assert_eq!(status(s), encode_status(STATUS_OK));
-        let mut back = vec![0u8; LEN];
-        s.read_exact(&mut back).unwrap();
-        assert!(back == *data, "read back over a moved connection");
+        expect_mooncake_ok(s, Some(data), "read back over a moved connection");
         s.write_all(&header(Opcode::Read, addr, 16)).unwrap();
-        assert_eq!(status(s), encode_status(STATUS_OK));
-        let mut small = [0u8; 16];
-        s.read_exact(&mut small).unwrap();
-        assert_eq!(small[..], data[..16]);
+        expect_mooncake_ok(s, Some(&data[..16]), "a small READ after it");
     }
 }
 
@@ -139,18 +133,9 @@ fn bulk_reads_moved_between_loops_mid_reply_arrive_whole_and_in_order() {
         std::thread::sleep(Duration::from_millis(50));
     }
     for (c, s) in [&mut a, &mut b].into_iter().enumerate() {
-        let mut back = vec![0u8; LEN];
         for i in 0..READS {
-            assert_eq!(
-                status(s),
-                encode_status(STATUS_OK),
-                "connection {c}, read {i}"
-            );
-            s.read_exact(&mut back).unwrap();
-            assert!(
-                back[..] == data[i * LEN..(i + 1) * LEN],
-                "connection {c}, read {i}"
-            );
+            let want = &data[i * LEN..(i + 1) * LEN];
+            expect_mooncake_ok(s, Some(want), &format!("connection {c}, read {i}"));
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use te_core::{Opcode, Permission, TransferEngine};
-use te_tcp::mooncake_wire::{HEADER_LEN, STATUS_OK, encode_status};
+use te_tcp::mooncake_wire::HEADER_LEN;
 
 /// One body shorter than the listener's 64 KiB receive piece, one longer (received in pieces,
 /// the last with the next header).
@@ -64,19 +64,7 @@ fn acknowledged_requests_split_around_their_headers_are_answered_in_order() {
     }
     let writer = write_in_pieces(&s, wire, cuts);
     for (i, data) in expected.into_iter().enumerate() {
-        assert_eq!(
-            mooncake_status(&mut s),
-            encode_status(STATUS_OK),
-            "request {i}"
-        );
-        if let Some(want) = data {
-            let mut got = vec![0u8; want.len()];
-            s.read_exact(&mut got).unwrap();
-            assert!(
-                got == want,
-                "READ {i} returns what the WRITE before it wrote"
-            );
-        }
+        expect_mooncake_ok(&mut s, data.as_deref(), &format!("request {i}"));
     }
     writer.join().unwrap();
     for k in 0..24usize {
@@ -119,17 +107,8 @@ fn unacknowledged_writes_split_around_their_headers_all_land() {
             true,
         ))
         .unwrap();
-        assert_eq!(
-            mooncake_status(&mut s),
-            encode_status(STATUS_OK),
-            "READ {k}"
-        );
-        let mut got = vec![0u8; len];
-        s.read_exact(&mut got).unwrap();
-        assert!(
-            got == pattern(k as u64 + 50, len),
-            "slot {k} holds its WRITE"
-        );
+        let written = pattern(k as u64 + 50, len);
+        expect_mooncake_ok(&mut s, Some(&written), &format!("READ of slot {k}"));
     }
 }
 
@@ -152,11 +131,7 @@ fn a_peer_closing_right_after_its_last_request_is_answered_and_let_go() {
         wire.extend_from_slice(&fill);
         s.write_all(&wire).unwrap();
         s.shutdown(Shutdown::Write).unwrap();
-        assert_eq!(
-            mooncake_status(&mut s),
-            encode_status(STATUS_OK),
-            "connection {i}"
-        );
+        expect_mooncake_ok(&mut s, None, &format!("connection {i}"));
         let mut rest = Vec::new();
         let end = s.read_to_end(&mut rest);
         assert!(

@@ -76,6 +76,22 @@ pub fn mooncake_status(s: &mut impl std::io::Read) -> [u8; te_tcp::mooncake_wire
     b
 }
 
+/// Reads one reply in Mooncake's framing on `s` and checks it: an OK status, then, for a READ
+/// (`data`), as many bytes as `data` holds, equal to it; `what` names the request in failures.
+pub fn expect_mooncake_ok(s: &mut impl std::io::Read, data: Option<&[u8]>, what: &str) {
+    use te_tcp::mooncake_wire::{STATUS_OK, encode_status};
+    assert_eq!(
+        mooncake_status(s),
+        encode_status(STATUS_OK),
+        "{what}: status"
+    );
+    if let Some(want) = data {
+        let mut got = vec![0u8; want.len()];
+        s.read_exact(&mut got).unwrap();
+        assert!(got == want, "{what}: the READ's data");
+    }
+}
+
 /// Writes `wire` on `s` in the pieces that `cuts` end (and a last one to its end), each
 /// reaching the target before the next is sent.
 pub fn write_in_pieces(
