@@ -53,7 +53,7 @@ pub mod testing;
 pub mod transport;
 pub mod workers;
 
-pub use batch::{BatchId, TransferState, TransferStatus};
+pub use batch::{BATCH_ID_BITS, BatchId, TransferState, TransferStatus, next_engine_tag};
 pub use config::Config;
 pub use engine::{FileAccess, PeerLiveness, SubmitOptions, TransferEngine, TransferRequest};
 pub use error::{Error, Result};

@@ -76,7 +76,8 @@ impl TentEngine {
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 batches: HashMap::default(),
-                next_batch: 1,
+                batch_tag: te_core::next_engine_tag(std::process::id() as u16),
+                last_batch: 0,
                 dispatcher: Dispatcher::new(config.max_inflight_tasks),
                 live: Vec::new(),
                 installed: Vec::new(),
@@ -330,8 +331,7 @@ impl TentEngine {
             )));
         }
         let mut s = self.inner.lock();
-        let id = s.next_batch;
-        s.next_batch += 1;
+        let id = s.next_batch_id();
         let batch = s.fresh_batch(capacity);
         s.batches.insert(id, batch);
         Ok(TentBatchId(id))

@@ -64,7 +64,10 @@ impl Batch {
 
 pub(crate) struct State {
     pub(crate) batches: HashMap<u64, Batch, te_core::hashing::IdHashing>,
-    pub(crate) next_batch: u64,
+    /// This engine's tag in its batch ids (te-core's engine tags: never zero).
+    pub(crate) batch_tag: u16,
+    /// The sequence number of the last batch id handed out.
+    pub(crate) last_batch: u32,
     pub(crate) dispatcher: Dispatcher<(u64, usize)>,
     /// Posted and staged tasks, to poll.
     pub(crate) live: Vec<(u64, usize)>,
@@ -92,6 +95,19 @@ const SPARE_TASKS: usize = 1024;
 pub(crate) const PLAN_CACHE: usize = 32;
 
 impl State {
+    /// A batch id no live batch has: the engine's tag above a 32-bit sequence number, so ids
+    /// are non-zero, below 2^47 (Mooncake's ids are below 2^48), and another engine's ids
+    /// are not this one's.
+    pub(crate) fn next_batch_id(&mut self) -> u64 {
+        loop {
+            self.last_batch = self.last_batch.wrapping_add(1);
+            let id = (u64::from(self.batch_tag) << 32) | u64::from(self.last_batch);
+            if self.last_batch != 0 && !self.batches.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
     /// Batch `batch`.
     pub(crate) fn batch(&self, batch: TentBatchId) -> Result<&Batch> {
         self.batches

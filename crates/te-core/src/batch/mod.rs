@@ -30,7 +30,18 @@ pub const WAIT_SPIN: Duration = Duration::from_micros(50);
 /// longer than [`WAIT_SPIN`] on any transport, and its poll would be CPU spent for nothing.
 pub const WAIT_SPIN_BYTES: u64 = 256 << 10;
 
-/// A checked batch handle (Mooncake's `BatchID`, but validated).
+/// Bits of a [`BatchId`]'s slot index: at most 2^20 batches of one engine are live at once.
+pub(crate) const INDEX_BITS: u32 = 20;
+/// Bits of a [`BatchId`]'s generation (how often its slot was handed out).
+pub(crate) const GENERATION_BITS: u32 = 13;
+/// Bits of a [`BatchId`]'s engine tag (never zero).
+pub const TAG_BITS: u32 = 15;
+/// Every batch id is below `1 << BATCH_ID_BITS` and never zero, as Mooncake's are (heap
+/// addresses): callers such as LMCache refuse ids of 2^63 and above as failures.
+pub const BATCH_ID_BITS: u32 = TAG_BITS + GENERATION_BITS + INDEX_BITS;
+
+/// A checked batch handle (Mooncake's `BatchID`, but validated): engine tag, generation and
+/// slot index, in [`BATCH_ID_BITS`] bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BatchId(u64);
 
@@ -43,15 +54,41 @@ impl BatchId {
     pub fn from_raw(raw: u64) -> Self {
         BatchId(raw)
     }
+    fn compose(tag: u16, generation: u16, index: usize) -> Self {
+        debug_assert!(tag != 0 && u32::from(tag) < 1 << TAG_BITS);
+        debug_assert!(u32::from(generation) < 1 << GENERATION_BITS && index < 1 << INDEX_BITS);
+        BatchId(
+            (u64::from(tag) << (GENERATION_BITS + INDEX_BITS))
+                | (u64::from(generation) << INDEX_BITS)
+                | index as u64,
+        )
+    }
+    /// The tag, or a value no engine has (0) when bits above the layout are set.
     fn tag(self) -> u16 {
-        (self.0 >> 48) as u16
+        match self.0 >> BATCH_ID_BITS {
+            0 => (self.0 >> (GENERATION_BITS + INDEX_BITS)) as u16,
+            _ => 0,
+        }
     }
     fn generation(self) -> u16 {
-        (self.0 >> 32) as u16
+        ((self.0 >> INDEX_BITS) & ((1 << GENERATION_BITS) - 1)) as u16
     }
     fn index(self) -> usize {
-        (self.0 & 0xffff_ffff) as usize
+        (self.0 & ((1 << INDEX_BITS) - 1)) as usize
     }
+}
+
+/// Engine tags, handed out in turn: never zero, and distinct for `2^TAG_BITS - 1` engines in a
+/// row whatever `seed` is (so a foreign handle from a recent engine never passes).
+pub fn next_engine_tag(seed: u16) -> u16 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    tag_for(NEXT.fetch_add(1, Ordering::Relaxed), seed)
+}
+
+/// The `n`th tag from `seed`: `1..2^TAG_BITS`, cycling.
+fn tag_for(n: u32, seed: u16) -> u16 {
+    let span = (1u64 << TAG_BITS) - 1;
+    ((u64::from(n) + u64::from(seed)) % span + 1) as u16
 }
 
 /// A task's or batch's state, numbered as Mooncake's `TransferStatusEnum`.

@@ -3,17 +3,21 @@
 //! and how slices report into them, is in the parent module.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{BatchId, BatchShared, STOP_CANCEL, TransferStatus, WAIT_SPIN, WAIT_SPIN_BYTES, lock};
+use super::{
+    BatchId, BatchShared, GENERATION_BITS, INDEX_BITS, STOP_CANCEL, TransferStatus, WAIT_SPIN,
+    WAIT_SPIN_BYTES, lock,
+};
 use crate::error::{Error, Result};
 use crate::transport::SliceError;
 
 /// Reused slot count kept before a freed slot is handed out again (spreads generations).
 const REUSE_AFTER: usize = 1024;
-static NEXT_TAG: AtomicU16 = AtomicU16::new(0);
+/// Slots of one table: as many batches may be live at once.
+const MAX_SLOTS: usize = 1 << INDEX_BITS;
 
 struct Slot {
     generation: u16,
@@ -48,13 +52,7 @@ impl BatchTable {
         seed: u16,
         clock: Arc<dyn crate::clock::Clock>,
     ) -> Self {
-        // Odd (never zero) and distinct for 32768 tables in a row: `n | 1` would give two
-        // consecutive tables the same tag, and a foreign handle would pass.
-        let tag = NEXT_TAG
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(seed)
-            .wrapping_mul(2)
-            | 1;
+        let tag = super::next_engine_tag(seed);
         BatchTable {
             clock,
             tag,
@@ -73,9 +71,12 @@ impl BatchTable {
         }
         let mut guard = lock(&self.slots);
         let Slots { slots, free, spare } = &mut *guard;
-        let index = if free.len() > REUSE_AFTER || slots.len() >= u32::MAX as usize {
-            free.pop_front()
-                .ok_or_else(|| Error::InvalidArgument("no batch slots left".into()))?
+        let index = if free.len() > REUSE_AFTER || slots.len() >= MAX_SLOTS {
+            free.pop_front().ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{MAX_SLOTS} batches are live: free some before allocating more"
+                ))
+            })?
         } else {
             slots.push(Slot {
                 generation: 0,
@@ -84,8 +85,8 @@ impl BatchTable {
             slots.len() - 1
         };
         let slot = &mut slots[index];
-        slot.generation = slot.generation.wrapping_add(1);
-        let id = (u64::from(self.tag) << 48) | (u64::from(slot.generation) << 32) | index as u64;
+        slot.generation = (slot.generation + 1) & ((1 << GENERATION_BITS) - 1);
+        let id = BatchId::compose(self.tag, slot.generation, index).raw();
         let reused = spare.pop().and_then(|mut b| {
             Arc::get_mut(&mut b)?.renew(id, capacity);
             Some(b)

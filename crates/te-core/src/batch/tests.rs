@@ -407,6 +407,56 @@ fn a_task_waiter_wakes_when_its_task_ends_and_a_batch_waiter_when_the_last_does(
 }
 
 #[test]
+fn batch_ids_are_non_zero_and_below_2_pow_48_for_every_engine_tag() {
+    // Every seed an engine can draw, and more tables than there are tags (the tags wrap).
+    let mut tags = std::collections::HashSet::new();
+    for seed in (0..=u16::MAX).step_by(7).chain([u16::MAX - 1, u16::MAX]) {
+        let t = BatchTable::new(4, seed, Arc::new(crate::clock::SystemClock));
+        let id = t.allocate(1).unwrap();
+        assert!(
+            id.raw() != 0 && id.raw() < 1 << BATCH_ID_BITS,
+            "{:#x}",
+            id.raw()
+        );
+        assert!(id.raw() < 1 << 48, "Mooncake's range");
+        tags.insert(id.tag());
+        // The same handle with a bit above the layout set is nobody's.
+        for bit in [BATCH_ID_BITS, 63] {
+            let forged = BatchId::from_raw(id.raw() | 1 << bit);
+            assert!(
+                matches!(t.get(forged), Err(Error::InvalidBatch { reason, .. }) if reason.starts_with("foreign")),
+                "bit {bit}"
+            );
+        }
+    }
+    assert!(!tags.contains(&0));
+    assert!(
+        tags.len() > 9000,
+        "tags spread over the range: {}",
+        tags.len()
+    );
+}
+
+#[test]
+fn engine_tags_cycle_through_every_non_zero_value() {
+    let top = (1u16 << TAG_BITS) - 1;
+    assert_eq!(tag_for(0, top - 1), top);
+    assert_eq!(tag_for(1, top - 1), 1, "wraps past zero");
+    assert_eq!(
+        tag_for(u32::MAX, u16::MAX),
+        tag_for(u32::MAX % u32::from(top), u16::MAX)
+    );
+    let seen: std::collections::HashSet<u16> =
+        (0..u32::from(top)).map(|n| tag_for(n, 1234)).collect();
+    assert_eq!(
+        seen.len(),
+        usize::from(top),
+        "distinct for 2^15 - 1 engines in a row"
+    );
+    assert!(!seen.contains(&0));
+}
+
+#[test]
 fn consecutive_tables_never_share_a_tag() {
     let tables: Vec<BatchTable> = (0..64)
         .map(|_| BatchTable::new(4, 0, Arc::new(crate::clock::SystemClock)))
