@@ -19,6 +19,7 @@
 
 mod batch_api;
 mod engine_api;
+mod logging;
 mod registry;
 mod tent;
 pub mod types;

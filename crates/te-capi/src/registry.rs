@@ -93,6 +93,7 @@ pub(crate) fn remove(handle: *mut c_void) -> Option<Arc<MooncakeEngine>> {
 /// Runs an entry point's body; a panic becomes `fallback` (and an error log), never an unwind
 /// into C.
 pub(crate) fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+    crate::logging::init();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(_) => {

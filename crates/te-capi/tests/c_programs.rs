@@ -64,8 +64,22 @@ fn run(mode: &str) -> String {
 }
 
 fn run_program(program: &Path, mode: &str) -> String {
+    run_with(program, &[mode], &[])
+}
+
+/// Runs `program` with `args` and the variables `env` (besides the tests' own).
+fn run_with(program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mode = args.join(" ");
+    // cargo's LD_LIBRARY_PATH names its profile directory, where an older library a plain
+    // `cargo build` left would win over the program's rpath: the library under test first.
+    let lib_path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(p) if !p.is_empty() => format!("{}:{p}", library_dir().display()),
+        _ => library_dir().display().to_string(),
+    };
     let out = Command::new(program)
-        .arg(mode)
+        .args(args)
+        .env("LD_LIBRARY_PATH", lib_path)
+        .envs(env.iter().copied())
         .env("MC_FORCE_TCP", "1")
         .env("MC_TRANSFER_TIMEOUT", "30")
         .env_remove("MC_TENT_CONF")
@@ -93,6 +107,31 @@ fn tent_engines_move_bytes_and_notifications() {
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
+}
+
+#[test]
+fn the_classic_api_runs_on_tent_under_mc_use_tent() {
+    let out = run("transports");
+    assert!(out.contains("transports: shm refused"), "classic:\n{out}");
+    // Mooncake's switch, with any value: TENT's transports, and every check of the program.
+    for (var, value) in [
+        ("MC_USE_TENT", "1"),
+        ("MC_USE_TENT", "0"),
+        ("MC_USE_TEV1", ""),
+    ] {
+        let out = run_with(program(), &["transports"], &[(var, value)]);
+        assert!(
+            out.contains("transports: shm served"),
+            "{var}={value}:\n{out}"
+        );
+        let out = run_with(program(), &["local"], &[(var, value)]);
+        assert!(out.contains("local: ok"), "{var}={value}:\n{out}");
+    }
+    let out = run_with(program(), &["processes"], &[("MC_USE_TEV1", "")]);
+    assert!(
+        out.contains("processes: WRITE to and READ from another process verified"),
+        "{out}"
+    );
 }
 
 #[test]

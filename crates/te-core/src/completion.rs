@@ -147,7 +147,7 @@ impl Core {
                 .cloned()
                 .ok_or_else(|| {
                     Error::NotSupportedTransport(
-                        "file (install te-uring's transport for file segments)".into(),
+                        "none installed moves file segments (install te-uring's)".into(),
                     )
                 });
         }
@@ -171,7 +171,11 @@ impl Core {
             .iter()
             .find(|t| t.name() == protocol)
             .cloned()
-            .ok_or_else(|| Error::NotSupportedTransport(protocol.to_string()))
+            .ok_or_else(|| {
+                Error::NotSupportedTransport(format!(
+                    "no installed transport is named {protocol:?}"
+                ))
+            })
     }
 }
 

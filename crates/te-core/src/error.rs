@@ -104,8 +104,8 @@ pub enum Error {
     /// The segment id was never opened here, or was closed.
     #[error("unknown segment id {0}")]
     UnknownSegment(u64),
-    /// No installed transport speaks the target segment's protocol.
-    #[error("no installed transport for protocol {0:?}")]
+    /// No installed transport can serve the request: the message says which was wanted and why.
+    #[error("transport: {0}")]
     NotSupportedTransport(String),
     /// GPU memory was asked for where the CUDA driver, a device or a driver feature is missing
     /// (the message names which).

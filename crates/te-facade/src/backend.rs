@@ -1,6 +1,5 @@
-//! [`Backend`]: the calls te's own bindings (`te.Engine` in Python) make, answered by the
-//! classic engine ([`MooncakeEngine`]) or by TENT ([`TentSession`](crate::TentSession)), so a
-//! binding picks one at construction and is otherwise the same code.
+//! [`Backend`]: the calls te's own bindings (`te.Engine` in Python) make, answered by a
+//! [`MooncakeEngine`] on either runtime (classic or TENT, picked at initialization).
 //!
 //! Not here: Mooncake's integer conventions, which only the classic engine speaks
 //! (`te.mooncake`, the C API).

@@ -7,10 +7,12 @@
 //! Not here: C types, pointers and strings (te-capi converts them and catches panics).
 
 use std::time::Duration;
-use te_core::{BatchId, Notification, Opcode, TransferRequest, TransferStatus};
+use te_core::{Notification, Opcode, TransferRequest, TransferStatus};
 
 use crate::engine::MooncakeEngine;
 use crate::error::{FacadeError, Result};
+use crate::protocol::Protocol;
+use crate::runtime::{RuntimeKind, Submission};
 
 /// Mooncake's `LOCAL_SEGMENT`: the engine's own segment.
 pub const LOCAL_SEGMENT: i32 = 0;
@@ -56,7 +58,8 @@ impl MooncakeEngine {
     /// not empty, is the host peers reach peer to peer. `auto_discover` installs transports as
     /// Mooncake's discovery does (RDMA where there are devices and `MC_FORCE_TCP` is unset,
     /// TCP otherwise); without it the caller installs them
-    /// ([`install_transport`](Self::install_transport)).
+    /// ([`install_transport`](Self::install_transport)). Under `MC_USE_TENT` the engine runs
+    /// on te's TENT runtime with the transports its configuration enables.
     ///
     /// # Errors
     /// A bad metadata string or name, a service that cannot be reached, no port to bind.
@@ -83,41 +86,53 @@ impl MooncakeEngine {
             (false, _) => local_server_name.to_string(),
         };
         let engine = MooncakeEngine::new();
-        let transports = auto_discover.then_some(("rdma", ""));
-        engine.start(&name, metadata, transports)?;
+        let kind = RuntimeKind::from_env();
+        // TENT starts the transports its configuration enables (Mooncake ignores
+        // `auto_discover` there too).
+        let transports = match kind {
+            RuntimeKind::Classic => auto_discover.then_some(("rdma", "")),
+            _ => None,
+        };
+        engine.start(kind, &name, metadata, transports)?;
         Ok(engine)
     }
 
     /// Mooncake's `installTransport`: `tcp`, or `rdma` on `devices` (comma-separated; empty:
     /// all); with the `instant` feature (a bench's build) also `instant`, which moves no byte.
-    /// One that is installed already stays as it is (a warning), as in Mooncake.
+    /// One that is installed already stays as it is (a warning), as in Mooncake. On TENT,
+    /// whose transports start with the engine, only those are "installed".
     ///
     /// # Errors
-    /// An unknown protocol, RDMA without devices.
+    /// A protocol te cannot serve here (named), RDMA without devices.
     pub fn install_transport(&self, protocol: &str, devices: &str) -> Result<()> {
         let live = self.live()?;
         let engine = live.engine();
-        if engine
-            .transport_capabilities()
-            .iter()
-            .any(|(name, _)| *name == protocol)
-        {
+        // Moves no byte: only in builds with the `instant` feature (the C API's cost bench).
+        #[cfg(feature = "instant")]
+        if protocol == "instant" && !live.runtime().has_transport("instant") {
+            engine.install_transport(std::sync::Arc::new(
+                te_core::testing::InstantTransport::new(),
+            ))?;
+            return Ok(());
+        }
+        let wanted = Protocol::parse(protocol)?;
+        if live.runtime().has_transport(wanted.transport()) {
             // Mooncake's answer too: a warning, and the transport that is there.
             tracing::warn!(protocol, "transport already installed");
             return Ok(());
         }
-        match protocol {
-            "tcp" => engine.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))?,
-            "rdma" => engine
+        match (live.runtime_kind(), wanted) {
+            (RuntimeKind::Classic, Protocol::Tcp) => {
+                engine.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))?
+            }
+            (RuntimeKind::Classic, Protocol::Rdma) => engine
                 .install_transport(std::sync::Arc::new(crate::engine::rdma_transport(devices)?))?,
-            // Moves no byte: only in builds with the `instant` feature (the C API's cost bench).
-            #[cfg(feature = "instant")]
-            "instant" => engine.install_transport(std::sync::Arc::new(
-                te_core::testing::InstantTransport::new(),
-            ))?,
-            other => {
+            (RuntimeKind::Classic, other) => return Err(crate::engine::not_on_classic(other)),
+            (_, other) => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
-                    "{other:?}: te installs tcp or rdma"
+                    "protocol {:?}: te's TENT runtime installs its transports when it starts (MC_TENT_CONF), and {} is not among them",
+                    other.name(),
+                    other.transport()
                 ))
                 .into());
             }
@@ -179,7 +194,7 @@ impl MooncakeEngine {
     /// # Errors
     /// A capacity of 0 or over `MC_MAX_BATCH_SIZE`.
     pub fn allocate_batch_id(&self, capacity: usize) -> Result<u64> {
-        Ok(self.live()?.engine().allocate_batch(capacity)?.raw())
+        self.live()?.runtime().allocate(capacity)
     }
 
     /// Adds `requests` to batch `id` (Mooncake's `submitTransfer`; repeatable until the batch
@@ -221,12 +236,11 @@ impl MooncakeEngine {
                 length: r.length,
             });
         }
-        let batch = BatchId::from_raw(id);
-        match notify {
-            Some(n) => engine.submit_with_notify(batch, &reqs, n)?,
-            None => engine.submit(batch, &reqs)?,
-        }
-        Ok(())
+        let how = Submission {
+            notify,
+            ..Submission::default()
+        };
+        live.runtime().submit(id, &reqs, how)
     }
 
     /// Task `task` of batch `id` (Mooncake's `getTransferStatus`).
@@ -234,10 +248,7 @@ impl MooncakeEngine {
     /// # Errors
     /// An unknown batch or task.
     pub fn batch_task_status(&self, id: u64, task: usize) -> Result<TransferStatus> {
-        Ok(self
-            .live()?
-            .engine()
-            .task_status(BatchId::from_raw(id), task)?)
+        self.live()?.runtime().task_status(id, task)
     }
 
     /// Waits up to `timeout` for every task of batch `id` to end, sleeping (never spinning),
@@ -248,14 +259,7 @@ impl MooncakeEngine {
     /// # Errors
     /// An unknown or freed batch.
     pub fn wait_batch_status(&self, id: u64, timeout: Duration) -> Result<TransferStatus> {
-        let live = self.live()?;
-        let engine = live.engine();
-        let batch = BatchId::from_raw(id);
-        match engine.wait(batch, timeout) {
-            Ok(status) => Ok(status),
-            Err(te_core::Error::WaitTimeout(_)) => Ok(engine.batch_status(batch)?),
-            Err(e) => Err(e.into()),
-        }
+        self.live()?.runtime().wait(id, timeout)
     }
 
     /// Frees batch `id` (Mooncake's `freeBatchID`).
@@ -263,7 +267,7 @@ impl MooncakeEngine {
     /// # Errors
     /// An unknown batch; one with tasks still moving (`BatchBusy`).
     pub fn free_batch_id(&self, id: u64) -> Result<()> {
-        Ok(self.live()?.engine().free_batch(BatchId::from_raw(id))?)
+        self.live()?.runtime().free(id)
     }
 
     /// Sends `notification` to the owner of segment `id` without a transfer (Mooncake's

@@ -12,14 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use te_core::{
-    BatchId, Config, Notification, Opcode, Permission, SegmentId, SubmitOptions, TransferEngine,
-    TransferRequest, TransferState,
+    Config, Notification, Opcode, Permission, SegmentId, TransferEngine, TransferRequest,
+    TransferState,
 };
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::error::{FacadeError, Result};
 use crate::managed::ManagedBuffers;
 use crate::owned::Owned;
+use crate::protocol::Protocol;
+use crate::runtime::{Runtime, RuntimeKind, Submission};
 use crate::session::{self, Sessions};
 
 /// Where an asynchronous batch stands ([`MooncakeEngine::check`]).
@@ -44,7 +46,7 @@ pub struct MooncakeEngine {
 
 /// An initialized engine and what the facade keeps beside it.
 pub struct Live {
-    engine: TransferEngine,
+    runtime: Runtime,
     sessions: Sessions,
     /// Asynchronous batches handed out, by id, with their target's name.
     batches: Mutex<HashMap<u64, String>>,
@@ -56,9 +58,19 @@ pub struct Live {
 }
 
 impl Live {
-    /// The te engine underneath (for a binding's own richer API).
+    /// The classic te engine underneath (under TENT, the one TENT runs over): segments,
+    /// rails, notifications.
     pub fn engine(&self) -> &TransferEngine {
-        &self.engine
+        self.runtime.core()
+    }
+
+    /// The runtime it runs on.
+    pub fn runtime_kind(&self) -> RuntimeKind {
+        self.runtime.kind()
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 }
 
@@ -70,7 +82,7 @@ impl Drop for MooncakeEngine {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        self.engine.shutdown();
+        self.runtime.shutdown();
     }
 }
 
@@ -149,17 +161,22 @@ impl MooncakeEngine {
         Self::default()
     }
 
-    /// Mooncake's `initialize(local_hostname, metadata_server, protocol, device_name)`.
+    /// Mooncake's `initialize(local_hostname, metadata_server, protocol, device_name)`, on
+    /// te's TENT runtime when `MC_USE_TENT` or `MC_USE_TEV1` is set (as Mooncake), on the
+    /// classic engine otherwise.
     ///
     /// With `P2PHANDSHAKE` the port in `local_hostname` is ignored and one is picked (the
     /// session name is `host:port`, [`session_name`](Self::session_name)); with a metadata
-    /// server the name is `local_hostname` as given. `protocol` `rdma` installs te's RDMA
-    /// transport on `device_name`'s devices (comma-separated; empty: all) when there are any
-    /// and `MC_FORCE_TCP` is not set, and TCP otherwise, as Mooncake falls back. Calling it
-    /// again replaces the engine (Mooncake does the same).
+    /// server the name is `local_hostname` as given. `protocol` is one of Mooncake's names
+    /// ([`Protocol`]): `rdma` installs te's RDMA transport on `device_name`'s devices
+    /// (comma-separated; empty: all) when there are any and `MC_FORCE_TCP` is not set, and TCP
+    /// otherwise, as Mooncake falls back. A name te cannot serve here is an error (logged at
+    /// ERROR), never a TCP engine. Calling it again replaces the engine (Mooncake does the
+    /// same).
     ///
     /// # Errors
-    /// A bad metadata string or name, a service that cannot be reached, no port to bind.
+    /// A protocol te cannot serve, a bad metadata string or name, a service that cannot be
+    /// reached, no port to bind.
     pub fn initialize(
         &self,
         local_hostname: &str,
@@ -167,39 +184,76 @@ impl MooncakeEngine {
         protocol: &str,
         device_name: &str,
     ) -> Result<()> {
-        self.start(
+        self.initialize_on(
+            RuntimeKind::from_env(),
             local_hostname,
             metadata_server,
-            Some((protocol, device_name)),
+            protocol,
+            device_name,
         )
     }
 
-    /// Starts the engine; `transports` (protocol, devices) installs them as `initialize`
-    /// does, `None` installs none (the C API's `auto_discover = 0`).
+    /// [`initialize`](Self::initialize) on runtime `kind`, whatever `MC_USE_TENT` says (te's
+    /// own `te.Engine(backend=...)`).
+    ///
+    /// # Errors
+    /// As [`initialize`](Self::initialize).
+    pub fn initialize_on(
+        &self,
+        kind: RuntimeKind,
+        local_hostname: &str,
+        metadata_server: &str,
+        protocol: &str,
+        device_name: &str,
+    ) -> Result<()> {
+        let started = self.start(
+            kind,
+            local_hostname,
+            metadata_server,
+            Some((protocol, device_name)),
+        );
+        if let Err(e) = &started {
+            error!(error = %e, protocol, runtime = ?kind, "initialize failed");
+        }
+        started
+    }
+
+    /// Starts the engine on runtime `kind`; `transports` (protocol, devices) installs them as
+    /// `initialize` does, `None` installs none on the classic engine (the C API's
+    /// `auto_discover = 0`) and TENT's configured ones on TENT.
     pub(crate) fn start(
         &self,
+        kind: RuntimeKind,
         local_hostname: &str,
         metadata_server: &str,
         transports: Option<(&str, &str)>,
     ) -> Result<()> {
-        let config = Config::from_env()?;
+        let wanted = transports
+            .map(|(p, devices)| Protocol::parse(p).map(|p| (p, devices)))
+            .transpose()?;
         let local = match te_core::metadata::MetadataKind::parse(metadata_server)? {
             te_core::metadata::MetadataKind::P2p => session::p2p_host(local_hostname)?,
             _ => local_hostname.trim().to_string(),
         };
-        let engine = TransferEngine::init(config, metadata_server, &local)?;
-        if let Some((protocol, devices)) = transports {
-            install_transports(&engine, protocol, devices)?;
-        }
+        let runtime = match kind {
+            RuntimeKind::Classic => {
+                let engine = TransferEngine::init(Config::from_env()?, metadata_server, &local)?;
+                if let Some((protocol, devices)) = wanted {
+                    install_classic(&engine, protocol, devices)?;
+                }
+                Runtime::Classic(Box::new(engine))
+            }
+            RuntimeKind::Tent => Runtime::Tent(start_tent(metadata_server, &local, wanted)?),
+        };
         let live = Arc::new(Live {
-            engine,
+            runtime,
             sessions: Sessions::default(),
             batches: Mutex::new(HashMap::new()),
             abandoned: Mutex::new(Vec::new()),
             managed: ManagedBuffers::default(),
             timeout: transfer_timeout(),
         });
-        debug!(segment = live.engine.segment_name(), "engine initialized");
+        debug!(segment = live.engine().segment_name(), runtime = ?kind, "engine initialized");
         self.live.set(live);
         Ok(())
     }
@@ -240,7 +294,7 @@ impl MooncakeEngine {
     /// calls answer [`FacadeError::NotInitialized`]. Idempotent.
     pub fn close(&self) {
         if let Some(live) = self.live.take() {
-            live.engine.shutdown();
+            live.runtime.shutdown();
         }
     }
 
@@ -249,7 +303,7 @@ impl MooncakeEngine {
     /// # Errors
     /// [`FacadeError::NotInitialized`].
     pub fn session_name(&self) -> Result<String> {
-        Ok(self.live()?.engine.segment_name().to_string())
+        Ok(self.live()?.engine().segment_name().to_string())
     }
 
     /// The port of this engine's handshake listener (Mooncake's `get_rpc_port`).
@@ -324,11 +378,7 @@ impl MooncakeEngine {
             })
             .collect::<Result<Vec<_>>>()?;
         // SAFETY: forwarded from this function's contract.
-        unsafe {
-            live.engine
-                .register_memory_batch(&ranges, location, permission)?;
-        }
-        Ok(())
+        unsafe { live.runtime.register(&ranges, location, permission) }
     }
 
     /// Unregisters the regions starting at `addrs`, all or none. A region a peer's request
@@ -340,7 +390,7 @@ impl MooncakeEngine {
     /// [`UNREGISTER_GRACE`].
     pub fn unregister_batch(&self, addrs: &[u64]) -> Result<()> {
         let live = self.live()?;
-        until_unpinned(|| live.engine.unregister_memory_batch(addrs))
+        until_unpinned(|| live.runtime.unregister(addrs))
     }
 
     /// Moves bytes to or from `target` and returns when every byte has landed (or not): no
@@ -353,14 +403,37 @@ impl MooncakeEngine {
         &self,
         target: &str,
         opcode: Opcode,
+        lists: (&[u64], &[u64], &[u64]),
+        notify: Option<Notification>,
+    ) -> Result<()> {
+        self.transfer_sync_via(target, opcode, lists, notify, None)
+    }
+
+    /// [`transfer_sync`](Self::transfer_sync) through the transport `hint` names (Mooncake's
+    /// `transport_hint`), when given.
+    ///
+    /// # Errors
+    /// As [`transfer_sync`](Self::transfer_sync); a hint for a transport that is not installed
+    /// or cannot reach the peer's memory.
+    pub fn transfer_sync_via(
+        &self,
+        target: &str,
+        opcode: Opcode,
         (sources, targets, lengths): (&[u64], &[u64], &[u64]),
         notify: Option<Notification>,
+        hint: Option<Protocol>,
     ) -> Result<()> {
         let live = self.live()?;
         let (reqs, budget) = live.prepare(target, opcode, (sources, targets, lengths))?;
-        let batch = live.engine.allocate_batch(reqs.len())?;
-        let outcome = live.run(batch, target, &reqs, notify, budget);
-        if let Err(e) = live.engine.free_batch(batch) {
+        let batch = live.runtime.allocate(reqs.len())?;
+        let how = Submission {
+            notify,
+            within: Some(budget),
+            waited: true,
+            hint,
+        };
+        let outcome = live.run(batch, target, &reqs, how, budget);
+        if let Err(e) = live.runtime.free(batch) {
             warn!(error = %e, "freeing a finished batch");
         }
         outcome
@@ -389,27 +462,42 @@ impl MooncakeEngine {
         &self,
         target: &str,
         opcode: Opcode,
+        lists: (&[u64], &[u64], &[u64]),
+        notify: Option<Notification>,
+    ) -> Result<u64> {
+        self.submit_via(target, opcode, lists, notify, None)
+    }
+
+    /// [`submit_notify`](Self::submit_notify) through the transport `hint` names, when given.
+    ///
+    /// # Errors
+    /// As [`submit_notify`](Self::submit_notify) and
+    /// [`transfer_sync_via`](Self::transfer_sync_via).
+    pub fn submit_via(
+        &self,
+        target: &str,
+        opcode: Opcode,
         (sources, targets, lengths): (&[u64], &[u64], &[u64]),
         notify: Option<Notification>,
+        hint: Option<Protocol>,
     ) -> Result<u64> {
         let live = self.live()?;
         live.sweep_abandoned();
         let (reqs, budget) = live.prepare(target, opcode, (sources, targets, lengths))?;
-        let batch = live.engine.allocate_batch(reqs.len())?;
-        let submitted = match notify {
-            Some(n) => live.engine.submit_with_notify(batch, &reqs, n),
-            None => {
-                let options = SubmitOptions::default().within(budget);
-                live.engine.submit_with(batch, &reqs, &options)
-            }
+        let batch = live.runtime.allocate(reqs.len())?;
+        let how = Submission {
+            notify,
+            within: Some(budget),
+            waited: false,
+            hint,
         };
-        if let Err(e) = submitted {
-            let _ = live.engine.free_batch(batch);
-            live.sessions.forget(&live.engine, target);
-            return Err(e.into());
+        if let Err(e) = live.runtime.submit(batch, &reqs, how) {
+            let _ = live.runtime.free(batch);
+            live.sessions.forget(live.engine(), target);
+            return Err(e);
         }
-        live.lock_batches().insert(batch.raw(), target.to_string());
-        Ok(batch.raw())
+        live.lock_batches().insert(batch, target.to_string());
+        Ok(batch)
     }
 
     /// Where asynchronous batch `id` stands, without waiting; a finished batch is freed.
@@ -419,13 +507,13 @@ impl MooncakeEngine {
     pub fn check(&self, id: u64) -> Result<BatchProgress> {
         let live = self.live()?;
         let batch = live.known_batch(id)?;
-        let progress = match live.engine.batch_status(batch)?.state {
+        let progress = match live.runtime.status(batch)?.state {
             TransferState::Waiting | TransferState::Pending => return Ok(BatchProgress::Running),
             TransferState::Completed => BatchProgress::Done,
             TransferState::Timeout => BatchProgress::TimedOut,
             _ => BatchProgress::Failed,
         };
-        live.release(id, batch);
+        live.release(batch);
         Ok(progress)
     }
 
@@ -439,7 +527,7 @@ impl MooncakeEngine {
         for &id in ids {
             let outcome = live.known_batch(id).and_then(|batch| {
                 let state = live.finish(batch, live.timeout * 2)?;
-                let target = live.release(id, batch).unwrap_or_default();
+                let target = live.release(batch).unwrap_or_default();
                 match state {
                     TransferState::Completed => Ok(()),
                     state => Err(FacadeError::Transfer {
@@ -461,7 +549,7 @@ impl MooncakeEngine {
     /// # Errors
     /// [`FacadeError::NotInitialized`].
     pub fn notifies(&self) -> Result<Vec<Notification>> {
-        Ok(self.live()?.engine.take_notifications())
+        Ok(self.live()?.engine().take_notifications())
     }
 
     /// Sends a notification to `target` without a transfer.
@@ -469,7 +557,7 @@ impl MooncakeEngine {
     /// # Errors
     /// An unknown or unreachable peer.
     pub fn send_notify(&self, target: &str, notification: &Notification) -> Result<()> {
-        Ok(self.live()?.engine.send_notify(target, notification)?)
+        Ok(self.live()?.engine().send_notify(target, notification)?)
     }
 
     /// Whether `target`'s handshake listener answers.
@@ -478,7 +566,7 @@ impl MooncakeEngine {
     /// [`FacadeError::NotInitialized`].
     pub fn probe(&self, target: &str) -> Result<bool> {
         let live = self.live()?;
-        Ok(live.engine.probe(target) == te_core::PeerLiveness::Alive)
+        Ok(live.engine().probe(target) == te_core::PeerLiveness::Alive)
     }
 
     /// The address of `target`'s first registered buffer (opening it if needed).
@@ -487,8 +575,8 @@ impl MooncakeEngine {
     /// An unknown or unreachable peer, or one with no buffer registered.
     pub fn first_buffer_address(&self, target: &str) -> Result<u64> {
         let live = self.live()?;
-        let seg = live.sessions.open(&live.engine, target)?;
-        let desc = live.engine.segment(seg)?;
+        let seg = live.sessions.open(live.engine(), target)?;
+        let desc = live.engine().segment(seg)?;
         desc.desc().buffers.first().map(|b| b.addr).ok_or_else(|| {
             te_core::Error::RemoteAddressNotRegistered {
                 segment: target.to_string(),
@@ -505,7 +593,7 @@ impl MooncakeEngine {
     /// A zero or impossible length, or registration refused.
     pub fn allocate_managed(&self, len: u64) -> Result<u64> {
         let live = self.live()?;
-        live.managed.allocate(&live.engine, len)
+        live.managed.allocate(&live.runtime, len)
     }
 
     /// Unregisters and frees a buffer from [`allocate_managed`](Self::allocate_managed).
@@ -514,7 +602,7 @@ impl MooncakeEngine {
     /// -3 for an address that is not such a buffer or a length that is not its length.
     pub fn free_managed(&self, addr: u64, len: u64) -> Result<()> {
         let live = self.live()?;
-        live.managed.free(&live.engine, addr, len)
+        live.managed.free(&live.runtime, addr, len)
     }
 
     /// Copies `data` to `dest`, which must lie inside one registered region (Mooncake copies
@@ -524,7 +612,7 @@ impl MooncakeEngine {
     /// -3 when `[dest, dest+len)` is not inside one registered region.
     pub fn write_bytes(&self, dest: u64, data: &[u8]) -> Result<()> {
         let live = self.live()?;
-        crate::managed::write_bytes(&live.engine, dest, data)
+        crate::managed::write_bytes(live.engine(), dest, data)
     }
 
     /// A copy of `len` bytes at `src`, which must lie inside one registered region.
@@ -533,7 +621,7 @@ impl MooncakeEngine {
     /// -3 when `[src, src+len)` is not inside one registered region.
     pub fn read_bytes(&self, src: u64, len: u64) -> Result<Vec<u8>> {
         let live = self.live()?;
-        crate::managed::read_bytes(&live.engine, src, len)
+        crate::managed::read_bytes(live.engine(), src, len)
     }
 }
 
@@ -554,7 +642,7 @@ impl Live {
         opcode: Opcode,
         (sources, targets, lengths): (&[u64], &[u64], &[u64]),
     ) -> Result<(Vec<TransferRequest>, Duration)> {
-        let seg = self.sessions.open(&self.engine, target)?;
+        let seg = self.sessions.open(self.engine(), target)?;
         let reqs = requests(seg, opcode, sources, targets, lengths)?;
         Ok((reqs, budget(self.timeout, lengths)))
     }
@@ -564,9 +652,9 @@ impl Live {
     }
 
     /// Batch `id` if this facade handed it out and has not freed it.
-    pub(crate) fn known_batch(&self, id: u64) -> Result<BatchId> {
+    pub(crate) fn known_batch(&self, id: u64) -> Result<u64> {
         match self.lock_batches().contains_key(&id) {
-            true => Ok(BatchId::from_raw(id)),
+            true => Ok(id),
             false => Err(te_core::Error::InvalidBatch {
                 id,
                 reason: "not an outstanding asynchronous batch of this engine",
@@ -576,38 +664,31 @@ impl Live {
     }
 
     /// Forgets and frees a finished batch; its target's name.
-    pub(crate) fn release(&self, id: u64, batch: BatchId) -> Option<String> {
+    pub(crate) fn release(&self, id: u64) -> Option<String> {
         let target = self.lock_batches().remove(&id);
-        if let Err(e) = self.engine.free_batch(batch) {
+        if let Err(e) = self.runtime.free(id) {
             warn!(error = %e, "freeing a finished batch");
         }
         target
     }
 
-    /// Waits until `batch` is terminal; one that outlives `budget` is cancelled and waited
+    /// Waits until batch `id` is terminal; one that outlives `budget` is cancelled and waited
     /// for again, so it can be freed.
-    pub(crate) fn finish(&self, batch: BatchId, budget: Duration) -> Result<TransferState> {
-        match self.engine.wait(batch, budget) {
-            Ok(status) => Ok(status.state),
-            Err(te_core::Error::WaitTimeout(_)) => {
-                self.engine.cancel(batch)?;
-                let status = self.engine.wait(batch, budget)?;
-                Ok(match status.state {
-                    TransferState::Completed => TransferState::Completed,
-                    _ => TransferState::Timeout,
-                })
-            }
-            Err(e) => Err(e.into()),
+    pub(crate) fn finish(&self, id: u64, budget: Duration) -> Result<TransferState> {
+        let state = self.runtime.wait(id, budget)?.state;
+        if state.is_terminal() {
+            return Ok(state);
         }
+        self.runtime.cancel(id)?;
+        Ok(match self.runtime.wait(id, budget)?.state {
+            TransferState::Completed => TransferState::Completed,
+            _ => TransferState::Timeout,
+        })
     }
 
-    /// The first slice error recorded among `batch`'s tasks.
-    pub(crate) fn first_error(&self, batch: BatchId) -> Option<String> {
-        (0..)
-            .map_while(|t| self.engine.task_error(batch, t).ok())
-            .flatten()
-            .map(|e| e.to_string())
-            .next()
+    /// The first slice error recorded among batch `id`'s tasks.
+    pub(crate) fn first_error(&self, id: u64) -> Option<String> {
+        self.runtime.first_error(id)
     }
 
     /// Keeps batch `id` until it has finished, then frees it (see `sweep_abandoned`).
@@ -620,20 +701,17 @@ impl Live {
 
     /// The segment named `target`, opened (the handshake) if it was not.
     pub(crate) fn open_session(&self, target: &str) -> Result<SegmentId> {
-        self.sessions.open(&self.engine, target)
+        self.sessions.open(self.engine(), target)
     }
 
     /// Frees the abandoned batches that have finished.
     fn sweep_abandoned(&self) {
         let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
-        abandoned.retain(|&id| {
-            let batch = BatchId::from_raw(id);
-            match self.engine.batch_status(batch) {
-                Ok(s) if !s.state.is_terminal() => true,
-                _ => {
-                    self.release(id, batch);
-                    false
-                }
+        abandoned.retain(|&id| match self.runtime.status(id) {
+            Ok(s) if !s.state.is_terminal() => true,
+            _ => {
+                self.release(id);
+                false
             }
         });
     }
@@ -641,22 +719,15 @@ impl Live {
     /// Submits and waits for one synchronous call's batch.
     fn run(
         &self,
-        batch: BatchId,
+        batch: u64,
         target: &str,
         reqs: &[TransferRequest],
-        notify: Option<Notification>,
+        how: Submission,
         budget: Duration,
     ) -> Result<()> {
-        let submitted = match notify {
-            Some(n) => self.engine.submit_with_notify(batch, reqs, n),
-            None => {
-                let options = SubmitOptions::default().within(budget).waited();
-                self.engine.submit_with(batch, reqs, &options)
-            }
-        };
-        if let Err(e) = submitted {
-            self.sessions.forget(&self.engine, target);
-            return Err(e.into());
+        if let Err(e) = self.runtime.submit(batch, reqs, how) {
+            self.sessions.forget(self.engine(), target);
+            return Err(e);
         }
         let state = self.finish(batch, budget)?;
         if state == TransferState::Completed {
@@ -664,7 +735,7 @@ impl Live {
         }
         let detail = self.first_error(batch);
         // The peer may have restarted or gone: the next call fetches its descriptor afresh.
-        self.sessions.forget(&self.engine, target);
+        self.sessions.forget(self.engine(), target);
         Err(FacadeError::Transfer {
             target: target.to_string(),
             state,
@@ -694,18 +765,82 @@ pub(crate) fn rdma_transport(devices: &str) -> Result<te_rdma::RdmaTransport> {
     Ok(te_rdma::RdmaTransport::new(options))
 }
 
-/// Installs te's RDMA transport for `protocol` `rdma` when verbs devices are there (and
-/// `MC_FORCE_TCP` is not set), TCP otherwise.
-fn install_transports(engine: &TransferEngine, protocol: &str, device_name: &str) -> Result<()> {
-    let force_tcp = std::env::var("MC_FORCE_TCP")
-        .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "on"))
-        .unwrap_or(false);
-    if protocol.eq_ignore_ascii_case("rdma") && !force_tcp {
-        match engine.install_transport(Arc::new(rdma_transport(device_name)?)) {
-            Ok(()) => return Ok(()),
-            Err(e) => warn!(error = %e, "no RDMA here; using TCP, as Mooncake does"),
+/// Installs the classic engine's transport for `protocol`: te's RDMA transport for `rdma`
+/// when verbs devices are there (and `MC_FORCE_TCP` is not set), TCP for `tcp` and otherwise
+/// for `rdma`.
+///
+/// # Errors
+/// A protocol whose transport the bindings do not install on the classic engine.
+fn install_classic(engine: &TransferEngine, protocol: Protocol, device_name: &str) -> Result<()> {
+    match protocol {
+        Protocol::Tcp => {}
+        Protocol::Rdma => {
+            let force_tcp = std::env::var("MC_FORCE_TCP")
+                .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "on"))
+                .unwrap_or(false);
+            if !force_tcp {
+                match engine.install_transport(Arc::new(rdma_transport(device_name)?)) {
+                    Ok(()) => return Ok(()),
+                    Err(e) => warn!(error = %e, "no RDMA here; using TCP, as Mooncake does"),
+                }
+            }
         }
+        other => return Err(not_on_classic(other)),
     }
     engine.install_transport(Arc::new(te_tcp::TcpTransport::new()))?;
     Ok(())
+}
+
+/// Why the classic engine of te's bindings cannot serve `protocol`.
+pub(crate) fn not_on_classic(protocol: Protocol) -> FacadeError {
+    let tent = match protocol {
+        Protocol::Shm | Protocol::IoUring => {
+            "; set MC_USE_TENT=1 (or te.Engine(backend=\"tent\")) to run on te's TENT runtime, which has it"
+        }
+        _ => "",
+    };
+    te_core::Error::NotSupportedTransport(format!(
+        "protocol {:?}: te's {} transport is not installed by te's Python and C bindings on the classic engine (they install tcp and rdma){tent}",
+        protocol.name(),
+        protocol.transport()
+    ))
+    .into()
+}
+
+/// te's TENT runtime named `local`, with `MC_TENT_CONF` and the `MC_*` variables; `protocol`
+/// (with its devices) must be among the transports it runs (`rdma` is enabled for it).
+fn start_tent(
+    metadata: &str,
+    local: &str,
+    protocol: Option<(Protocol, &str)>,
+) -> Result<te_tent::TentEngine> {
+    let mut config = te_tent::TentConfig::from_env()?;
+    config.metadata_conn = metadata.to_string();
+    config.local_segment_name = local.to_string();
+    if let Some((Protocol::Rdma, devices)) = protocol {
+        let rdma = config.transports.entry("rdma".into()).or_default();
+        rdma.enable = Some(true);
+        if let Some(named) = device_list(devices) {
+            rdma.devices = Some(named);
+        }
+    }
+    let tent = te_tent::TentEngine::new(config)?;
+    if let Some((p, _)) = protocol {
+        let installed: Vec<&str> = tent
+            .core()
+            .transport_capabilities()
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        if !installed.contains(&p.transport()) {
+            return Err(te_core::Error::NotSupportedTransport(format!(
+                "protocol {:?}: te's TENT runtime runs {} here; its {} transport is disabled in MC_TENT_CONF, not in this build, or cannot start on this machine",
+                p.name(),
+                installed.join(", "),
+                p.transport()
+            ))
+            .into());
+        }
+    }
+    Ok(tent)
 }

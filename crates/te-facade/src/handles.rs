@@ -22,16 +22,15 @@ impl MooncakeEngine {
     pub fn wait_batch(&self, id: u64, timeout: Duration) -> Result<bool> {
         let live = self.live()?;
         let batch = live.known_batch(id)?;
-        let status = match live.engine().wait(batch, timeout) {
-            Ok(status) => status,
-            Err(te_core::Error::WaitTimeout(_)) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        };
+        let status = live.runtime().wait(batch, timeout)?;
+        if !status.state.is_terminal() {
+            return Ok(false);
+        }
         let detail = match status.state {
             TransferState::Completed => None,
             _ => live.first_error(batch),
         };
-        let target = live.release(id, batch).unwrap_or_default();
+        let target = live.release(batch).unwrap_or_default();
         match status.state {
             TransferState::Completed => Ok(true),
             state => Err(FacadeError::Transfer {
@@ -50,7 +49,7 @@ impl MooncakeEngine {
     pub fn cancel_batch(&self, id: u64) -> Result<()> {
         let live = self.live()?;
         let batch = live.known_batch(id)?;
-        Ok(live.engine().cancel(batch)?)
+        live.runtime().cancel(batch)
     }
 
     /// Lets go of batch `id` without waiting: it runs to its end, and a later submission frees

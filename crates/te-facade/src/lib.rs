@@ -11,6 +11,10 @@
 //! error, never a use-after-free); synchronous calls park instead of spinning; the byte helpers
 //! only touch registered memory.
 //!
+//! Every call runs on te's classic engine or on te's TENT runtime ([`RuntimeKind`]: Mooncake's
+//! `MC_USE_TENT`, or te's `backend="tent"`); protocol names and transport hints are Mooncake's
+//! ([`Protocol`]), and one te cannot serve is an error naming it.
+//!
 //! Not here: argument conversion and each binding's return-code convention.
 
 mod backend;
@@ -20,12 +24,14 @@ mod error;
 mod handles;
 mod managed;
 mod owned;
+mod protocol;
+mod runtime;
 mod session;
-mod tent;
 
 pub use backend::{Backend, Lists};
 pub use batches::{LOCAL_SEGMENT, NicLoad, SegmentRequest};
 pub use engine::{BatchProgress, Live, MooncakeEngine, UNREGISTER_GRACE, local_topology};
 pub use error::{ERR_INVALID_ARGUMENT, FacadeError, Result};
+pub use protocol::Protocol;
+pub use runtime::RuntimeKind;
 pub use te_core::{Notification, Opcode, Permission};
-pub use tent::TentSession;

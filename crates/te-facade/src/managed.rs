@@ -8,9 +8,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use te_core::{Error, HostBuffer, Permission, TransferEngine};
+use te_core::{Error, HostBuffer, TransferEngine};
 
 use crate::error::Result;
+use crate::runtime::Runtime;
 
 /// Buffers allocated for the caller, by address, with their lengths.
 #[derive(Default)]
@@ -19,25 +20,25 @@ pub(crate) struct ManagedBuffers {
 }
 
 impl ManagedBuffers {
-    pub(crate) fn allocate(&self, engine: &TransferEngine, len: u64) -> Result<u64> {
+    pub(crate) fn allocate(&self, runtime: &Runtime, len: u64) -> Result<u64> {
         let size = usize::try_from(len)
             .ok()
             .filter(|l| *l > 0)
             .ok_or_else(|| Error::InvalidArgument(format!("managed buffer of {len} bytes")))?;
         let buffer = Arc::new(HostBuffer::new(size)?);
-        engine.register_buffer(&buffer, "*", Permission::RemoteReadWrite)?;
+        runtime.register_buffer(&buffer)?;
         let addr = buffer.addr();
         self.lock().insert(addr, len);
         Ok(addr)
     }
 
-    pub(crate) fn free(&self, engine: &TransferEngine, addr: u64, len: u64) -> Result<()> {
+    pub(crate) fn free(&self, runtime: &Runtime, addr: u64, len: u64) -> Result<()> {
         let mut lengths = self.lock();
         if lengths.get(&addr) != Some(&len) {
             return Err(Error::AddressNotRegistered { addr, len }.into());
         }
         // The engine holds the buffer; unregistering drops it.
-        crate::engine::until_unpinned(|| engine.unregister_memory(addr))?;
+        crate::engine::until_unpinned(|| runtime.unregister(&[addr]))?;
         lengths.remove(&addr);
         Ok(())
     }

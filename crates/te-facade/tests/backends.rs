@@ -10,21 +10,21 @@ use std::time::Duration;
 use te_core::HostBuffer;
 use te_core::testing::{assert_same_bytes, pattern};
 use te_facade::{
-    Backend, FacadeError, MooncakeEngine, Notification, Opcode, Permission, TentSession,
+    Backend, FacadeError, MooncakeEngine, Notification, Opcode, Permission, RuntimeKind,
 };
 
 const LEN: usize = 4 << 20;
 
 fn start(tent: bool) -> Box<dyn Backend> {
-    match tent {
-        true => Box::new(TentSession::start("127.0.0.1", "P2PHANDSHAKE", "tcp", "").unwrap()),
-        false => {
-            let e = MooncakeEngine::new();
-            e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "")
-                .unwrap();
-            Box::new(e)
-        }
-    }
+    let kind = match tent {
+        true => RuntimeKind::Tent,
+        false => RuntimeKind::Classic,
+    };
+    let e = MooncakeEngine::new();
+    e.initialize_on(kind, "127.0.0.1", "P2PHANDSHAKE", "tcp", "")
+        .unwrap();
+    assert_eq!(e.live().unwrap().runtime_kind(), kind);
+    Box::new(e)
 }
 
 /// A buffer of `len` bytes with `seed`'s pattern, registered on `e`.

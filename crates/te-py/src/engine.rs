@@ -14,7 +14,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use te_core::Permission;
-use te_facade::{Backend, MooncakeEngine, Notification, Opcode, TentSession};
+use te_facade::{Backend, MooncakeEngine, Notification, Opcode, RuntimeKind};
 
 use crate::errors::raise;
 
@@ -75,23 +75,18 @@ impl Engine {
         devices: &str,
         backend: &str,
     ) -> PyResult<Self> {
-        let chosen: Box<dyn Backend> = match backend {
-            "classic" => {
-                let classic = MooncakeEngine::new();
-                raise(py.detach(|| classic.initialize(hostname, metadata, protocol, devices)))?;
-                Box::new(classic)
-            }
-            "tent" => {
-                Box::new(raise(py.detach(|| {
-                    TentSession::start(hostname, metadata, protocol, devices)
-                }))?)
-            }
+        let kind = match backend {
+            "classic" => RuntimeKind::Classic,
+            "tent" => RuntimeKind::Tent,
             other => {
                 return Err(PyValueError::new_err(format!(
                     "backend {other:?}: 'classic' (te's engine) or 'tent' (te's TENT runtime)"
                 )));
             }
         };
+        let engine = MooncakeEngine::new();
+        raise(py.detach(|| engine.initialize_on(kind, hostname, metadata, protocol, devices)))?;
+        let chosen: Box<dyn Backend> = Box::new(engine);
         Ok(Engine { backend: chosen })
     }
 

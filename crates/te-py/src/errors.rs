@@ -33,6 +33,7 @@ fn class_of(e: &FacadeError) -> &'static str {
             E::AddressOverlapped { .. } => "OverlapError",
             E::RegionBusy { .. } | E::BatchBusy(_) => "BusyError",
             E::Gpu(_) => "GpuError",
+            E::NotSupportedTransport(_) => "TransportError",
             E::WaitTimeout(_) => "TransferTimeoutError",
             E::UnknownSegment(_)
             | E::SegmentNotFound { .. }
@@ -44,7 +45,7 @@ fn class_of(e: &FacadeError) -> &'static str {
         },
         FacadeError::Tent(e) => match e {
             te_tent::TentError::BatchBusy(_) => "BusyError",
-            te_tent::TentError::NoTransport(_) => "TeError",
+            te_tent::TentError::NoTransport(_) => "TransportError",
             _ => "InvalidArgumentError",
         },
         _ => "TeError",

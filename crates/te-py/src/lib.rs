@@ -20,7 +20,7 @@ mod logging;
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
-use te_facade::{BatchProgress, FacadeError, MooncakeEngine, Notification, Opcode};
+use te_facade::{BatchProgress, FacadeError, MooncakeEngine, Notification, Opcode, Protocol};
 
 /// A notification: who sent it (`name`) and what it says (`msg`).
 #[pyclass(module = "te._native", get_all, set_all)]
@@ -147,6 +147,12 @@ impl Lists {
     }
 }
 
+/// A `transport_hint`: none for `""` or `"unspec"`; a name that is no transport te has raises
+/// (`te.errors.TransportError`, a `ValueError`), as Mooncake's TENT builds raise.
+fn hint(name: &str) -> PyResult<Option<Protocol>> {
+    Protocol::parse_hint(name).map_err(errors::to_py)
+}
+
 impl TransferEngine {
     fn sync(
         &self,
@@ -155,18 +161,35 @@ impl TransferEngine {
         op: Opcode,
         lists: &Lists,
         notify: Option<Notification>,
-    ) -> i32 {
-        py.detach(|| sync_code(self.facade.transfer_sync(target, op, lists.view(), notify)))
+        transport_hint: &str,
+    ) -> PyResult<i32> {
+        let via = hint(transport_hint)?;
+        Ok(py.detach(|| {
+            sync_code(
+                self.facade
+                    .transfer_sync_via(target, op, lists.view(), notify, via),
+            )
+        }))
     }
 
-    fn submit(&self, py: Python<'_>, target: &str, op: Opcode, lists: &Lists) -> u64 {
-        py.detach(|| match self.facade.submit(target, op, lists.view()) {
-            Ok(id) => id,
-            Err(e) => {
-                tracing::debug!(error = %e, "asynchronous submission failed");
-                0
-            }
-        })
+    fn submit(
+        &self,
+        py: Python<'_>,
+        target: &str,
+        op: Opcode,
+        lists: &Lists,
+        transport_hint: &str,
+    ) -> PyResult<u64> {
+        let via = hint(transport_hint)?;
+        Ok(py.detach(
+            || match self.facade.submit_via(target, op, lists.view(), None, via) {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::debug!(error = %e, "asynchronous submission failed");
+                    0
+                }
+            },
+        ))
     }
 }
 
@@ -255,9 +278,15 @@ impl TransferEngine {
         length: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<i32> {
-        let _ = transport_hint;
         let lists = Lists::one(buffer, peer_buffer_address, length)?;
-        Ok(self.sync(py, target_hostname, Opcode::Write, &lists, None))
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Write,
+            &lists,
+            None,
+            transport_hint,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]
@@ -270,9 +299,15 @@ impl TransferEngine {
         length: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<i32> {
-        let _ = transport_hint;
         let lists = Lists::one(buffer, peer_buffer_address, length)?;
-        Ok(self.sync(py, target_hostname, Opcode::Read, &lists, None))
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Read,
+            &lists,
+            None,
+            transport_hint,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify = None, transport_hint = ""))]
@@ -288,10 +323,9 @@ impl TransferEngine {
         notify: Option<&Bound<'_, PyAny>>,
         transport_hint: &str,
     ) -> PyResult<i32> {
-        let _ = transport_hint;
         let lists = Lists::one(buffer, peer_buffer_address, length)?;
         let (op, n) = (self::opcode(opcode)?, notification(notify)?);
-        Ok(self.sync(py, target_hostname, op, &lists, n))
+        self.sync(py, target_hostname, op, &lists, n, transport_hint)
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
@@ -304,9 +338,15 @@ impl TransferEngine {
         lengths: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<i32> {
-        let _ = transport_hint;
         let lists = Lists::many(buffers, peer_buffer_addresses, lengths)?;
-        Ok(self.sync(py, target_hostname, Opcode::Write, &lists, None))
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Write,
+            &lists,
+            None,
+            transport_hint,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
@@ -319,9 +359,15 @@ impl TransferEngine {
         lengths: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<i32> {
-        let _ = transport_hint;
         let lists = Lists::many(buffers, peer_buffer_addresses, lengths)?;
-        Ok(self.sync(py, target_hostname, Opcode::Read, &lists, None))
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Read,
+            &lists,
+            None,
+            transport_hint,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify = None, transport_hint = ""))]
@@ -337,10 +383,9 @@ impl TransferEngine {
         notify: Option<&Bound<'_, PyAny>>,
         transport_hint: &str,
     ) -> PyResult<i32> {
-        let _ = transport_hint;
         let lists = Lists::many(buffers, peer_buffer_addresses, lengths)?;
         let (op, n) = (self::opcode(opcode)?, notification(notify)?);
-        Ok(self.sync(py, target_hostname, op, &lists, n))
+        self.sync(py, target_hostname, op, &lists, n, transport_hint)
     }
 
     /// A batch id, or 0 on failure.
@@ -354,9 +399,8 @@ impl TransferEngine {
         lengths: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<u64> {
-        let _ = transport_hint;
         let lists = Lists::many(buffers, peer_buffer_addresses, lengths)?;
-        Ok(self.submit(py, target_hostname, Opcode::Write, &lists))
+        self.submit(py, target_hostname, Opcode::Write, &lists, transport_hint)
     }
 
     /// A batch id, or 0 on failure.
@@ -370,9 +414,8 @@ impl TransferEngine {
         lengths: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<u64> {
-        let _ = transport_hint;
         let lists = Lists::many(buffers, peer_buffer_addresses, lengths)?;
-        Ok(self.submit(py, target_hostname, Opcode::Read, &lists))
+        self.submit(py, target_hostname, Opcode::Read, &lists, transport_hint)
     }
 
     /// A batch id, or 0 on failure.
@@ -388,10 +431,9 @@ impl TransferEngine {
         opcode: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<u64> {
-        let _ = transport_hint;
         let lists = Lists::many(buffers, peer_buffer_addresses, lengths)?;
         let op = self::opcode(opcode)?;
-        Ok(self.submit(py, target_hostname, op, &lists))
+        self.submit(py, target_hostname, op, &lists, transport_hint)
     }
 
     /// Waits (without spinning) for every batch and frees them: 0 when all completed, -1
@@ -417,9 +459,8 @@ impl TransferEngine {
         length: &Bound<'_, PyAny>,
         transport_hint: &str,
     ) -> PyResult<u64> {
-        let _ = transport_hint;
         let lists = Lists::one(buffer, peer_buffer_address, length)?;
-        Ok(self.submit(py, target_hostname, Opcode::Write, &lists))
+        self.submit(py, target_hostname, Opcode::Write, &lists, transport_hint)
     }
 
     /// 1 completed (freed), 0 in progress, -1 failed or unknown id (freed), -2 timed out

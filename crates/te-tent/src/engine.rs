@@ -228,18 +228,30 @@ impl TentEngine {
     /// [`TentError::InvalidArgument`] when `[addr, addr+len)` is not a region of the classic
     /// engine.
     pub fn track_memory(&self, addr: u64, len: u64, location: &str) -> Result<()> {
-        let pin = self.inner.core.pin_local(addr, len)?;
-        let region = pin.region();
-        if region.addr() != addr || region.len() != len {
-            return Err(TentError::InvalidArgument(format!(
-                "{addr:#x}+{len} is not a registered region of its own"
-            )));
+        self.track_memory_batch(&[(addr, len)], location)
+    }
+
+    /// [`track_memory`](Self::track_memory) for several regions at `location`, all or none,
+    /// with one refresh of the own descriptor.
+    ///
+    /// # Errors
+    /// As [`track_memory`](Self::track_memory), for the first range that is not a region.
+    pub fn track_memory_batch(&self, ranges: &[(u64, u64)], location: &str) -> Result<()> {
+        for &(addr, len) in ranges {
+            let pin = self.inner.core.pin_local(addr, len)?;
+            let region = pin.region();
+            if region.addr() != addr || region.len() != len {
+                return Err(TentError::InvalidArgument(format!(
+                    "{addr:#x}+{len} is not a registered region of its own"
+                )));
+            }
         }
-        self.inner
-            .lock()
-            .memory
-            .insert(addr, (len, MemoryKind::of_location(location)));
-        drop(pin);
+        let kind = MemoryKind::of_location(location);
+        let mut s = self.inner.lock();
+        for &(addr, len) in ranges {
+            s.memory.insert(addr, (len, kind));
+        }
+        drop(s);
         self.refresh_own()
     }
 
@@ -255,8 +267,20 @@ impl TentEngine {
     /// # Errors
     /// The classic engine's refusal (unknown, or in use).
     pub fn unregister_memory(&self, addr: u64) -> Result<()> {
-        self.inner.core.unregister_memory(addr)?;
-        self.inner.lock().memory.remove(&addr);
+        self.unregister_memory_batch(&[addr])
+    }
+
+    /// Unregisters the memory at each of `addrs`, all or none.
+    ///
+    /// # Errors
+    /// As [`unregister_memory`](Self::unregister_memory), for the first that cannot be.
+    pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
+        self.inner.core.unregister_memory_batch(addrs)?;
+        let mut s = self.inner.lock();
+        for addr in addrs {
+            s.memory.remove(addr);
+        }
+        drop(s);
         self.refresh_own()
     }
 

@@ -193,6 +193,29 @@ pub fn select(
     staging: bool,
 ) -> Result<Plan, String> {
     let capable_now = capable(facts.movement, installed);
+    // A hint names a transport to use: one that is not installed, or cannot make the move, is
+    // the caller's error (TENT refuses a hint for a transport it has not enabled).
+    if let Some(hint) = &facts.hint {
+        if !capable_now.contains(&hint.as_str()) {
+            let m = facts.movement;
+            return Err(match installed.iter().any(|(n, _)| n == hint) {
+                true => format!(
+                    "transport_hint {hint} cannot move {} memory to {} memory ({:?})",
+                    m.from.name(),
+                    m.to.name(),
+                    m.scope
+                ),
+                false => format!(
+                    "transport_hint {hint} is not installed (installed: {})",
+                    installed
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
     if capable_now.is_empty() {
         return stage(facts.movement, installed, staging);
     }
@@ -207,10 +230,12 @@ pub fn select(
     };
     // The rule's transports (those capable), then the other capable ones as fallbacks.
     let mut order: Vec<&'static str> = Vec::new();
-    if let Some(hint) = &facts.hint {
-        if let Some(n) = capable_now.iter().find(|n| *n == hint) {
-            order.push(n);
-        }
+    if let Some(n) = facts
+        .hint
+        .as_ref()
+        .and_then(|h| capable_now.iter().find(|n| *n == h))
+    {
+        order.push(n);
     }
     if let Some(rule) = rule {
         for t in &rule.transports {
@@ -359,6 +384,15 @@ mod tests {
         assert_eq!(
             select(&f, &rules, &i, true).unwrap(),
             Plan::Direct(vec!["tcp", "rdma"])
+        );
+        f.hint = Some("shm".into());
+        let err = select(&f, &rules, &i, true).unwrap_err();
+        assert!(err.contains("transport_hint shm cannot move"), "{err}");
+        f.hint = Some("nvlink".into());
+        let err = select(&f, &rules, &i, true).unwrap_err();
+        assert!(
+            err.contains("transport_hint nvlink is not installed"),
+            "{err}"
         );
         let mut named = facts(Dram, Dram, SameHost);
         named.policy_name = Some("bulk".into());

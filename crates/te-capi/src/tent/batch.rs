@@ -39,22 +39,10 @@ pub extern "C" fn tent_free_batch(engine: *mut c_void, batch_id: u64) -> c_int {
     })
 }
 
-/// TENT's transport numbers as te's transport names.
+/// TENT's transport number as te's transport name (0: none); one te has no transport for is
+/// an error naming it.
 fn hint(n: c_int) -> Result<Option<&'static str>, FacadeError> {
-    Ok(match n {
-        0 => None,
-        1 => Some("rdma"),
-        3 => Some("shm"),
-        4 => Some("nvlink"),
-        5 => Some("gds"),
-        6 => Some("uring"),
-        7 => Some("tcp"),
-        other => {
-            return Err(
-                te_core::Error::NotSupportedTransport(format!("TENT transport {other}")).into(),
-            );
-        }
-    })
+    Ok(te_facade::Protocol::from_tent_number(n)?.map(te_facade::Protocol::transport))
 }
 
 /// The requests at `entries`.

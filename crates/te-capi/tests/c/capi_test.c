@@ -354,11 +354,28 @@ static int processes(void) {
     return 0;
 }
 
+/* Which transports an engine made with auto_discover serves: the classic engine refuses
+ * TENT's shm, te's TENT runtime (MC_USE_TENT) runs it; an unknown name is refused by both. */
+static int transports(void) {
+    transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "", 0, 1);
+    CHECK(e != NULL, "createTransferEngine");
+    CHECK(installTransport(e, "tcp", NULL) != NULL, "tcp is there");
+    CHECK(installTransport(e, "efa", NULL) == NULL, "efa refused");
+    CHECK(installTransport(e, "bogus", NULL) == NULL, "bogus refused");
+    printf("transports: shm %s\n", installTransport(e, "shm", NULL) != NULL ? "served" : "refused");
+    batch_id_t b = allocateBatchID(e, 4);
+    CHECK(b != INVALID_BATCH && b < (1ull << 48), "batch id %llu", (unsigned long long)b);
+    CHECK(freeBatchID(e, b) == 0, "freeBatchID");
+    destroyTransferEngine(e);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s local|bad|processes\n", argv[0]);
+        fprintf(stderr, "usage: %s local|bad|processes|transports\n", argv[0]);
         return 2;
     }
+    if (strcmp(argv[1], "transports") == 0) return transports();
     if (strcmp(argv[1], "local") == 0) return local();
     if (strcmp(argv[1], "bad") == 0) return bad();
     if (strcmp(argv[1], "processes") == 0) return processes();

@@ -28,7 +28,7 @@ static tent_engine_t engine(void) {
 static int run(tent_engine_t e, int opcode, void *src, tent_segment_id_t seg, uint64_t remote,
                uint64_t len, const char *note) {
     tent_batch_id_t b = tent_allocate_batch(e, 4);
-    CHECK(b != 0, "tent_allocate_batch");
+    CHECK(b != 0 && b < (1ull << 48), "tent_allocate_batch: %llu", (unsigned long long)b);
     tent_request_t r;
     memset(&r, 0, sizeof r);
     r.opcode = opcode;

@@ -39,7 +39,7 @@ impl TransferEngine {
             .any(|t| t.capabilities().contains(Capabilities::DRAM_FILE));
         if !has_file_transport {
             return Err(Error::NotSupportedTransport(
-                "file (install te-uring's transport for file segments)".into(),
+                "none installed moves file segments (install te-uring's)".into(),
             ));
         }
         let bad = |why: String| Error::InvalidArgument(format!("file segment {path:?}: {why}"));

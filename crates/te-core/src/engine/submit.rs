@@ -132,6 +132,21 @@ impl TransferEngine {
         requests: &[TransferRequest],
         notification: Notification,
     ) -> Result<()> {
+        self.submit_notify_with(batch, requests, notification, &SubmitOptions::default())
+    }
+
+    /// [`submit_with_notify`](Self::submit_with_notify) with `options`, as
+    /// [`submit_with`](Self::submit_with) takes them.
+    ///
+    /// # Errors
+    /// As both.
+    pub fn submit_notify_with(
+        &self,
+        batch: BatchId,
+        requests: &[TransferRequest],
+        notification: Notification,
+        options: &SubmitOptions,
+    ) -> Result<()> {
         let first = requests.first().ok_or_else(|| {
             Error::InvalidArgument("submit_with_notify needs at least one request".into())
         })?;
@@ -143,7 +158,7 @@ impl TransferEngine {
                 target,
                 notification,
             }),
-            &SubmitOptions::default(),
+            options,
         )
     }
 

@@ -32,6 +32,7 @@ from .errors import (
     TeError,
     TransferError,
     TransferTimeoutError,
+    TransportError,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "PeerError",
     "TransferError",
     "TransferTimeoutError",
+    "TransportError",
 ]
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "ClosedError",
     "ForkedError",
     "GpuError",
+    "TransportError",
 ]
 
 
@@ -30,6 +31,11 @@ class TeError(Exception):
 
 class InvalidArgumentError(TeError, ValueError):
     """A bad argument: zero length, lists of different lengths, an unknown transfer id, ..."""
+
+
+class TransportError(TeError, ValueError):
+    """A transport te cannot serve: a protocol or ``transport_hint`` that names no transport,
+    one te does not have, or one not installed in this engine (the message says which)."""
 
 
 class NotRegisteredError(TeError, ValueError):

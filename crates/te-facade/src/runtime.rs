@@ -1,0 +1,293 @@
+//! [`Runtime`]: what a [`MooncakeEngine`](crate::MooncakeEngine) runs on. te's classic engine,
+//! or te's TENT runtime over one (Mooncake's `MC_USE_TENT`, `te.Engine(backend="tent")`), which
+//! picks a transport per request by capability and policy and fails over between them.
+//! Segments, rails and notifications are the classic engine's on both; registrations, batches
+//! and transport hints go to whichever runs.
+//!
+//! Not here: Mooncake's conventions (ids handed out, sessions by name, return codes).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use te_core::{
+    BatchId, HostBuffer, Notification, Permission, SubmitOptions, TransferEngine, TransferRequest,
+    TransferStatus,
+};
+use te_tent::{MemoryOptions, Request, TentBatchId, TentEngine};
+
+use crate::error::Result;
+use crate::protocol::Protocol;
+
+/// Which runtime an engine runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RuntimeKind {
+    /// te's classic engine: the transports installed, routed by the topology.
+    Classic,
+    /// te's TENT runtime (`MC_TENT_CONF`): a transport chosen per request.
+    Tent,
+}
+
+impl RuntimeKind {
+    /// Mooncake's rule: TENT when `MC_USE_TENT` or `MC_USE_TEV1` is set (to any value, even
+    /// empty or `0`, as Mooncake reads them), the classic engine otherwise.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|name| std::env::var_os(name).is_some())
+    }
+
+    /// As [`from_env`](Self::from_env), with `is_set` telling which variables are set.
+    pub fn from_lookup(is_set: impl Fn(&str) -> bool) -> Self {
+        match is_set("MC_USE_TENT") || is_set("MC_USE_TEV1") {
+            true => RuntimeKind::Tent,
+            false => RuntimeKind::Classic,
+        }
+    }
+}
+
+/// A running engine.
+pub(crate) enum Runtime {
+    Classic(Box<TransferEngine>),
+    Tent(TentEngine),
+}
+
+/// How one submission runs.
+#[derive(Debug, Default)]
+pub(crate) struct Submission {
+    /// Sent to the first request's target once every task of the batch completed.
+    pub(crate) notify: Option<Notification>,
+    /// Tasks not done this long after submission end TIMEOUT.
+    pub(crate) within: Option<Duration>,
+    /// The submitting thread waits for the batch at once (a synchronous call).
+    pub(crate) waited: bool,
+    /// The transport asked for (a `transport_hint`).
+    pub(crate) hint: Option<Protocol>,
+}
+
+impl Runtime {
+    /// The classic engine (under TENT, the one TENT runs over).
+    pub(crate) fn core(&self) -> &TransferEngine {
+        match self {
+            Runtime::Classic(e) => e,
+            Runtime::Tent(t) => t.core(),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> RuntimeKind {
+        match self {
+            Runtime::Classic(_) => RuntimeKind::Classic,
+            Runtime::Tent(_) => RuntimeKind::Tent,
+        }
+    }
+
+    /// Registers raw ranges, all or none.
+    ///
+    /// # Safety
+    /// Every range is memory of this process that stays allocated until it is unregistered.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn register(
+        &self,
+        ranges: &[(*mut u8, usize)],
+        location: &str,
+        permission: Permission,
+    ) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            self.core()
+                .register_memory_batch(ranges, location, permission)?
+        };
+        if let Runtime::Tent(t) = self {
+            let tracked: Vec<(u64, u64)> =
+                ranges.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
+            if let Err(e) = t.track_memory_batch(&tracked, location) {
+                let addrs: Vec<u64> = tracked.iter().map(|r| r.0).collect();
+                let _ = t.core().unregister_memory_batch(&addrs);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers a buffer the facade allocated.
+    pub(crate) fn register_buffer(&self, buffer: &Arc<HostBuffer>) -> Result<()> {
+        let permission = Permission::RemoteReadWrite;
+        match self {
+            Runtime::Classic(e) => Ok(e.register_buffer(buffer, "*", permission)?),
+            Runtime::Tent(t) => {
+                let options = MemoryOptions {
+                    location: "*".into(),
+                    permission,
+                };
+                Ok(t.register_memory(buffer, &options)?)
+            }
+        }
+    }
+
+    /// Unregisters the regions at `addrs`, all or none (te-core's error, for retrying while a
+    /// region is busy).
+    pub(crate) fn unregister(&self, addrs: &[u64]) -> te_core::Result<()> {
+        match self {
+            Runtime::Classic(e) => e.unregister_memory_batch(addrs),
+            Runtime::Tent(t) => t.unregister_memory_batch(addrs).map_err(|e| match e {
+                te_tent::TentError::Engine(e) => e,
+                other => te_core::Error::InvalidArgument(other.to_string()),
+            }),
+        }
+    }
+
+    /// Whether transport `name` (te's name) is installed.
+    pub(crate) fn has_transport(&self, name: &str) -> bool {
+        self.core()
+            .transport_capabilities()
+            .iter()
+            .any(|(n, _)| *n == name)
+    }
+
+    /// A new batch of up to `capacity` tasks: its raw id (non-zero, below 2^48).
+    pub(crate) fn allocate(&self, capacity: usize) -> Result<u64> {
+        Ok(match self {
+            Runtime::Classic(e) => e.allocate_batch(capacity)?.raw(),
+            Runtime::Tent(t) => t.allocate_batch(capacity)?.0,
+        })
+    }
+
+    /// Adds `requests` to batch `id`.
+    pub(crate) fn submit(
+        &self,
+        id: u64,
+        requests: &[TransferRequest],
+        how: Submission,
+    ) -> Result<()> {
+        match self {
+            Runtime::Classic(e) => {
+                let mut options = SubmitOptions::default();
+                if let Some(within) = how.within {
+                    options = options.within(within);
+                }
+                if how.waited {
+                    options = options.waited();
+                }
+                if let Some(hint) = how.hint {
+                    options = options.via(hint.transport());
+                }
+                let batch = BatchId::from_raw(id);
+                match how.notify {
+                    Some(n) => e.submit_notify_with(batch, requests, n, &options)?,
+                    None => e.submit_with(batch, requests, &options)?,
+                }
+            }
+            Runtime::Tent(t) => {
+                let reqs: Vec<Request> = requests
+                    .iter()
+                    .map(|r| {
+                        let mut req = Request::new(
+                            r.opcode,
+                            r.source,
+                            r.target_id,
+                            r.target_offset,
+                            r.length,
+                        );
+                        if let Some(within) = how.within {
+                            req = req.deadline(within);
+                        }
+                        if let Some(hint) = how.hint {
+                            req = req.hint(hint.transport());
+                        }
+                        req
+                    })
+                    .collect();
+                let batch = TentBatchId(id);
+                match how.notify {
+                    Some(n) => t.submit_with_notification(batch, &reqs, n)?,
+                    None => t.submit(batch, &reqs)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Batch `id`'s status, without waiting.
+    pub(crate) fn status(&self, id: u64) -> Result<TransferStatus> {
+        Ok(match self {
+            Runtime::Classic(e) => e.batch_status(BatchId::from_raw(id))?,
+            Runtime::Tent(t) => t.batch_status(TentBatchId(id))?,
+        })
+    }
+
+    /// Task `task` of batch `id`.
+    pub(crate) fn task_status(&self, id: u64, task: usize) -> Result<TransferStatus> {
+        Ok(match self {
+            Runtime::Classic(e) => e.task_status(BatchId::from_raw(id), task)?,
+            Runtime::Tent(t) => t.task_status(TentBatchId(id), task)?,
+        })
+    }
+
+    /// Waits up to `timeout` (sleeping) for every task of batch `id` to end: the batch's
+    /// status, terminal unless the time ran out first.
+    pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<TransferStatus> {
+        match self {
+            Runtime::Classic(e) => {
+                let batch = BatchId::from_raw(id);
+                match e.wait(batch, timeout) {
+                    Err(te_core::Error::WaitTimeout(_)) => Ok(e.batch_status(batch)?),
+                    other => Ok(other?),
+                }
+            }
+            Runtime::Tent(t) => Ok(t.wait(TentBatchId(id), timeout)?),
+        }
+    }
+
+    /// Cancels every task of batch `id`.
+    pub(crate) fn cancel(&self, id: u64) -> Result<()> {
+        match self {
+            Runtime::Classic(e) => Ok(e.cancel(BatchId::from_raw(id))?),
+            Runtime::Tent(t) => {
+                let batch = TentBatchId(id);
+                for task in 0..t.task_statuses(batch)?.len() {
+                    t.cancel_task(batch, task)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The first error a task of batch `id` met, if any.
+    pub(crate) fn first_error(&self, id: u64) -> Option<String> {
+        match self {
+            Runtime::Classic(e) => (0..)
+                .map_while(|task| e.task_error(BatchId::from_raw(id), task).ok())
+                .flatten()
+                .map(|e| e.to_string())
+                .next(),
+            Runtime::Tent(t) => (0..)
+                .map_while(|task| t.task_errors(TentBatchId(id), task).ok())
+                .find_map(|errors| errors.into_iter().next()),
+        }
+    }
+
+    /// Frees batch `id`.
+    pub(crate) fn free(&self, id: u64) -> Result<()> {
+        match self {
+            Runtime::Classic(e) => Ok(e.free_batch(BatchId::from_raw(id))?),
+            Runtime::Tent(t) => Ok(t.free_batch(TentBatchId(id))?),
+        }
+    }
+
+    /// Stops the engine (listeners closed, ports released); idempotent.
+    pub(crate) fn shutdown(&self) {
+        self.core().shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RuntimeKind;
+
+    #[test]
+    fn mooncakes_variables_choose_tent_whatever_their_value() {
+        let with = |set: &'static [&'static str]| RuntimeKind::from_lookup(|n| set.contains(&n));
+        assert_eq!(with(&[]), RuntimeKind::Classic);
+        assert_eq!(with(&["MC_USE_TENT"]), RuntimeKind::Tent);
+        assert_eq!(with(&["MC_USE_TEV1"]), RuntimeKind::Tent);
+        assert_eq!(with(&["MC_TENT_CONF"]), RuntimeKind::Classic);
+    }
+}

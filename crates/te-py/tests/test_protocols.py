@@ -1,0 +1,163 @@
+"""Protocol names, Mooncake's MC_USE_TENT switch and transport hints through both Python APIs:
+a name te cannot serve is an error naming it (a negative code and an ERROR in the log from
+te.mooncake, an exception from te.Engine), never a TCP engine."""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import te
+import te.mooncake as mc
+
+MiB = 1 << 20
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def wait_for(self, text, level, timeout=10):
+        end = time.time() + timeout
+        while time.time() < end:
+            hits = [r for r in self.records if text in r.getMessage() and r.levelno == level]
+            if hits:
+                return hits
+            time.sleep(0.02)
+        return []
+
+
+@pytest.fixture
+def records():
+    handler = Records()
+    logger = logging.getLogger("te")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize(
+    "protocol",
+    ["bogus", "tpc", "efa", "hip", "ascend", "barex", "ub", "nvlink", "nvlink_intra", "mnnvl",
+     "cxl", "gds", "shm", "io_uring"],
+)
+def test_initialize_refuses_what_it_cannot_serve_and_logs_why(protocol, records):
+    e = mc.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", protocol, "") < 0
+    assert records.wait_for(f'"{protocol}"', logging.ERROR), f"no ERROR naming {protocol}"
+    assert e.get_rpc_port() == -1, "no engine was started"
+
+
+def test_tcp_and_rdma_start_and_rdma_falls_back_as_mooncakes_does():
+    for protocol in ["tcp", "rdma", "TCP"]:
+        e = mc.TransferEngine()
+        assert e.initialize("127.0.0.1", "P2PHANDSHAKE", protocol, "") == 0, protocol
+        assert e.get_rpc_port() > 0
+
+
+def test_te_engine_raises_for_names_it_cannot_serve():
+    for protocol in ["bogus", "efa", "nvlink"]:
+        with pytest.raises(te.TransportError) as err:
+            te.Engine(protocol=protocol)
+        assert protocol in str(err.value) and isinstance(err.value, ValueError)
+    with pytest.raises(te.TransportError) as err:
+        te.Engine(protocol="shm")
+    assert "MC_USE_TENT" in str(err.value)
+    with te.Engine(protocol="shm", backend="tent") as e:
+        assert e.name
+
+
+def pair(**kw):
+    a, b = mc.TransferEngine(), mc.TransferEngine()
+    for e in (a, b):
+        assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    src = np.random.default_rng(1).integers(0, 256, MiB, dtype=np.uint8)
+    dst = np.zeros(MiB, dtype=np.uint8)
+    assert a.register_memory(src.ctypes.data, MiB) == 0
+    assert b.register_memory(dst.ctypes.data, MiB) == 0
+    return a, b, src, dst, f"127.0.0.1:{b.get_rpc_port()}"
+
+
+def test_transport_hints_on_the_classic_engine():
+    a, b, src, dst, peer = pair()
+    s, d = src.ctypes.data, dst.ctypes.data
+    for hint in ["", "unspec", "tcp"]:
+        assert a.transfer_sync_write(peer, s, d + 64, 4096, transport_hint=hint) == 0, hint
+    assert dst[64 : 64 + 4096].tobytes() == src[:4096].tobytes()
+    before = dst.copy()
+    # Known transports this engine does not run: the call fails and writes nothing.
+    for hint in ["rdma", "shm", "io_uring"]:
+        assert a.transfer_sync_write(peer, s, d, 4096, transport_hint=hint) == -1, hint
+        assert a.batch_transfer_async_write(peer, [s], [d], [4096], transport_hint=hint) == 0
+    assert (dst == before).all()
+    # Names that are no transport te has raise, as Mooncake's TENT builds raise.
+    for hint in ["bogus", "ascend", "rdam"]:
+        with pytest.raises(ValueError) as err:
+            a.batch_transfer_sync_write(peer, [s], [d], [4096], transport_hint=hint)
+        assert hint in str(err.value)
+
+
+RUN_ON_TENT = textwrap.dedent(
+    """
+    import numpy as np
+    import te.mooncake as mc
+
+    MiB = 1 << 20
+    # TENT's shared-memory transport is there: the classic engine refuses this protocol.
+    a, b = mc.TransferEngine(), mc.TransferEngine()
+    assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "shm", "") == 0
+    assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    src = np.random.default_rng(2).integers(0, 256, MiB, dtype=np.uint8)
+    dst = np.zeros(MiB, dtype=np.uint8)
+    assert a.batch_register_memory([src.ctypes.data], [MiB]) == 0
+    assert b.register_memory(dst.ctypes.data, MiB) == 0
+    peer = f"127.0.0.1:{b.get_rpc_port()}"
+    s, d = src.ctypes.data, dst.ctypes.data
+    assert a.transfer_sync_write(peer, s, d, MiB // 2, transport_hint="tcp") == 0
+    ids = [a.batch_transfer_async_write(peer, [s + MiB // 2], [d + MiB // 2], [MiB // 2])]
+    ids.append(a.batch_transfer_async_read(peer, [s], [d], [4096], transport_hint="tcp"))
+    assert all(0 < i < 1 << 48 for i in ids), ids
+    for i in ids:
+        while (status := a.transfer_check_status(i)) == 0:
+            pass
+        assert status == 1, status
+    assert a.transfer_check_status(ids[0]) == -1, "freed once it reported completion"
+    assert (dst == src).all()
+    # Hints TENT does not run fail the call; names that are no transport raise.
+    assert a.transfer_sync_write(peer, s, d, 4096, transport_hint="gds") == -1
+    assert a.transfer_sync_write(peer, s, d, 4096, transport_hint="mnnvl") == -1
+    try:
+        a.transfer_sync_write(peer, s, d, 4096, transport_hint="bogus")
+        raise SystemExit("a bogus hint did not raise")
+    except ValueError:
+        pass
+    assert mc.TransferEngine().initialize("127.0.0.1", "P2PHANDSHAKE", "efa", "") < 0
+    print("ON TENT OK")
+    """
+)
+
+
+@pytest.mark.parametrize("switch", [("MC_USE_TENT", "1"), ("MC_USE_TENT", "0"), ("MC_USE_TEV1", "")])
+def test_mc_use_tent_runs_te_mooncake_on_tent(switch):
+    env = {k: v for k, v in os.environ.items() if k not in ("MC_USE_TENT", "MC_USE_TEV1")}
+    env[switch[0]] = switch[1]
+    out = subprocess.run([sys.executable, "-c", RUN_ON_TENT], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "ON TENT OK" in out.stdout, out.stdout + out.stderr
+    # Without the switch, the same program stops at the shm protocol.
+    classic = {k: v for k, v in env.items() if k != switch[0]}
+    out = subprocess.run([sys.executable, "-c", RUN_ON_TENT], env=classic,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "ON TENT OK" not in out.stdout
+
