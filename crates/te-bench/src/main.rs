@@ -73,10 +73,13 @@ fn init_logging(level: te_core::config::LogLevel) {
         LogLevel::Warning => tracing::Level::WARN,
         _ => tracing::Level::ERROR,
     };
+    // Colours only for a terminal: a log read from a file or a pipe stays plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_max_level(max)
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(ansi)
         .init();
 }
 

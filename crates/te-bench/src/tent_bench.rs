@@ -15,7 +15,7 @@ use crate::{BenchResult, pattern};
 const WAIT: Duration = Duration::from_secs(120);
 
 /// The tent initiator for `flags`: the protocol's transport (TCP alone for `tcp`, shared memory
-/// for `shm`, RDMA for `rdma`), `MC_TENT_CONF` on top when set.
+/// for `shm`, RDMA for `rdma`), under `MC_TENT_CONF` when set.
 fn initiator(config: &Config, flags: &Flags) -> BenchResult<TentEngine> {
     let mut file = match std::env::var("MC_TENT_CONF") {
         Ok(v) if !v.trim().is_empty() => TentFile::parse_source(&v).map_err(|e| e.to_string())?,
@@ -26,10 +26,12 @@ fn initiator(config: &Config, flags: &Flags) -> BenchResult<TentEngine> {
         ..Default::default()
     };
     let p = flags.protocol.as_str();
-    for name in ["shm", "uring"] {
-        file.transports
-            .entry(name.to_string())
-            .or_insert_with(|| enable(p == name));
+    for (name, tent_name) in [("shm", "shm"), ("uring", "io_uring")] {
+        if !file.transports.contains_key(tent_name) {
+            file.transports
+                .entry(name.to_string())
+                .or_insert_with(|| enable(p == name));
+        }
     }
     if p == "rdma" {
         let mut rdma = enable(true);
@@ -39,11 +41,19 @@ fn initiator(config: &Config, flags: &Flags) -> BenchResult<TentEngine> {
     }
     let mut tent =
         TentConfig::from_file(file, |n| std::env::var(n).ok()).map_err(|e| e.to_string())?;
-    tent.core = config.clone();
-    tent.metadata_conn = flags.metadata_server.clone();
+    // The file's settings stay (slice size, retries, ...); the bench's flags name the rails,
+    // the topology and the address, as they do for the classic engine.
+    if config.rails.is_some() {
+        tent.core.rails = config.rails.clone();
+    }
+    if config.custom_topo_json.is_some() {
+        tent.core.custom_topo_json = config.custom_topo_json.clone();
+    }
     if let Some(ip) = config.tcp_bind_address {
+        tent.core.tcp_bind_address = Some(ip);
         tent.local_segment_name = ip.to_string();
     }
+    tent.metadata_conn = flags.metadata_server.clone();
     TentEngine::new(tent).map_err(|e| format!("tent engine: {e}"))
 }
 

@@ -184,3 +184,55 @@ fn the_tent_backend_sweeps_block_sizes_and_verifies() {
         assert!(err.contains("verified"), "{protocol} {op}: {err}");
     }
 }
+
+#[test]
+fn the_tent_backend_runs_under_a_configuration_written_for_mooncakes_tent() {
+    let conf = format!(
+        "{}/../te-tent/tests/data/mooncake-keys.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = |conf: &str| {
+        Command::new(env!("CARGO_BIN_EXE_te-bench"))
+            .args([
+                "--loopback",
+                "--backend=tent",
+                "--protocol=tcp",
+                "--operation=write",
+                "--start_block_size=65536",
+                "--max_block_size=65536",
+                "--batch_size=8",
+                "--threads=1",
+                "--duration=0.2",
+                "--verify",
+            ])
+            .env("MC_TENT_CONF", conf)
+            .env("MC_LOG_LEVEL", "WARNING")
+            .output()
+            .expect("te-bench runs")
+    };
+    let out = run(&conf);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{text}{err}");
+    assert!(err.contains("verified"), "{err}");
+    // The keys te does not use are named, each once.
+    for key in [
+        "metrics.http_port",
+        "transports.ub",
+        "enable_progress_worker",
+    ] {
+        assert_eq!(
+            err.matches(&format!(" {key} ignored")).count(),
+            1,
+            "{key}: {err}"
+        );
+    }
+    // A malformed value stops it, naming the key.
+    let bad = r#"{"transports": {"rdma": {"endpoint": {"path_mtu": "big"}}}}"#;
+    let out = run(bad);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("transports.rdma.endpoint.path_mtu"), "{err}");
+}

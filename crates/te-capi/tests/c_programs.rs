@@ -110,6 +110,22 @@ fn tent_engines_move_bytes_and_notifications() {
 }
 
 #[test]
+fn tent_engines_start_from_a_configuration_written_for_mooncakes_tent() {
+    let sample = crate_dir().join("../te-tent/tests/data/mooncake-keys.json");
+    let out = run_with(
+        tent_program(),
+        &["mooncake_config", sample.to_str().unwrap()],
+        &[],
+    );
+    for line in [
+        "tent mooncake_config: engines started from the file, WRITE of 4 MiB verified",
+        "tent mooncake_config: hints honoured or refused",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+#[test]
 fn the_classic_api_runs_on_tent_under_mc_use_tent() {
     let out = run("transports");
     assert!(out.contains("transports: shm refused"), "classic:\n{out}");

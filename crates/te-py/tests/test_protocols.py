@@ -161,3 +161,25 @@ def test_mc_use_tent_runs_te_mooncake_on_tent(switch):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "ON TENT OK" not in out.stdout
 
+
+SAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "te-tent", "tests", "data",
+                      "mooncake-keys.json")
+
+
+def test_tent_runs_under_a_configuration_written_for_mooncakes_tent(monkeypatch, records):
+    """Every key of Mooncake's sample transfer-engine.json: te.Engine(backend="tent") starts,
+    moves bytes, and names the keys it does not use."""
+    monkeypatch.setenv("MC_TENT_CONF", SAMPLE)
+    with te.Engine(backend="tent") as a, te.Engine(backend="tent") as b:
+        src = np.random.default_rng(3).integers(0, 256, 4 * MiB, dtype=np.uint8)
+        dst = np.zeros(4 * MiB, dtype=np.uint8)
+        region, remote = a.register(src), b.register(dst)
+        a.connect(b.name).write(region, remote.addr)
+        assert (dst == src).all()
+    # The keys te does not use are named (once per process; no other test here reads them).
+    for key in ["transports.ub", "metrics.http_port", "enable_progress_worker"]:
+        assert records.wait_for(f"{key} ignored", logging.WARNING), key
+    monkeypatch.setenv("MC_TENT_CONF", '{"transports": {"rdma": {"device": {"gid_index": 300}}}}')
+    with pytest.raises(te.TeError) as err:
+        te.Engine(backend="tent")
+    assert "transports.rdma.device.gid_index" in str(err.value)

@@ -92,9 +92,18 @@ impl RdmaOptions {
     /// # Errors
     /// [`te_core::Error::InvalidConfig`] naming a bad variable.
     pub fn from_env() -> te_core::Result<Self> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// As [`from_env`](Self::from_env), with `lookup` giving the variables (te-tent passes
+    /// its configuration file's keys mapped onto them).
+    ///
+    /// # Errors
+    /// As [`from_env`](Self::from_env).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> te_core::Result<Self> {
         let mut o = RdmaOptions::default();
         let num = |name: &str, lo: u64, hi: u64| -> te_core::Result<Option<u64>> {
-            match std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
+            match lookup(name).filter(|v| !v.trim().is_empty()) {
                 None => Ok(None),
                 Some(v) => match v.trim().parse::<u64>() {
                     Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),

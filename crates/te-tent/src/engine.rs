@@ -70,7 +70,7 @@ impl TentEngine {
         let core = Arc::new(TransferEngine::init(
             config.core.clone(),
             &config.metadata_conn,
-            &config.local_segment_name,
+            &config.segment_name(),
         )?);
         let own = core.open_segment(core.segment_name())?;
         let inner = Arc::new(Inner {
@@ -121,7 +121,15 @@ impl TentEngine {
         }
         #[cfg(feature = "shm")]
         if self.inner.config.enabled("shm") {
-            let shm = Arc::new(te_shm::ShmTransport::default());
+            let dir = self
+                .inner
+                .config
+                .transports
+                .get("shm")
+                .and_then(|t| t.cxl_mount_path.as_deref())
+                .filter(|d| !d.trim().is_empty())
+                .unwrap_or("/dev/shm");
+            let shm = Arc::new(te_shm::ShmTransport::new(std::path::Path::new(dir)));
             self.install_transport(shm.clone())?;
             self.shm = Some(shm);
         }
@@ -139,7 +147,8 @@ impl TentEngine {
             .and_then(|t| t.enable)
             == Some(true)
         {
-            let mut o = te_rdma::RdmaOptions::from_env()?;
+            let config = &self.inner.config;
+            let mut o = te_rdma::RdmaOptions::from_lookup(|name| config.lookup(name))?;
             o.devices = self
                 .inner
                 .config

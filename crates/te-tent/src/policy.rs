@@ -32,9 +32,11 @@ impl Priority {
 /// Why the bytes move (TENT's `IntentType`); policies may match on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Intent {
     /// Not said.
     #[default]
+    #[serde(alias = "intent_unspec")]
     Unspec,
     /// A read someone waits for.
     ForegroundGet,
@@ -46,19 +48,26 @@ pub enum Intent {
     Checkpoint,
     /// Loading model weights.
     WeightLoading,
+    /// The runtime's own staging hops.
+    StagingInternal,
 }
 
-/// One policy rule: what it matches, and the transports it gives, in order.
+/// One policy rule: what it matches, and the transports it gives, in order. TENT's own rules
+/// read as written for it: one `priority` (`"high"`, `"0"`, `0`, ...) or a list, one
+/// `intent_type` or a list of `intent`s, TENT's transport names (`io_uring`); the keys te does
+/// not use (`devices`, `qp_pool`, ...) are reported by the configuration's key check.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Rule {
     /// Name a request can ask for (`policy_name`).
     pub name: Option<String>,
     /// `memory` or `file`.
     pub segment_type: Option<String>,
     /// Intents matched (any when absent).
+    #[serde(alias = "intent_type", deserialize_with = "intents")]
     pub intent: Option<Vec<Intent>>,
     /// Priorities matched (any when absent).
+    #[serde(deserialize_with = "priorities")]
     pub priority: Option<Vec<Priority>>,
     /// Whether the target is on this host.
     pub same_machine: Option<bool>,
@@ -70,8 +79,80 @@ pub struct Rule {
     pub min_size: Option<u64>,
     /// Largest request matched, in bytes.
     pub max_size: Option<u64>,
-    /// Transports to use, first choice first.
+    /// Transports to use, first choice first (TENT's names are read as te's: `io_uring` is
+    /// `uring`, `mnnvl` is `nvlink`).
+    #[serde(deserialize_with = "transport_names")]
     pub transports: Vec<String>,
+}
+
+/// One value or a list of them.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> OneOrMany<T> {
+    fn into_vec(self) -> Vec<T> {
+        match self {
+            OneOrMany::One(v) => vec![v],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// A priority as TENT writes it in a rule: a name (any case) or its number, as text or not.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PriorityText {
+    Number(u64),
+    Text(String),
+}
+
+fn priorities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<Priority>>, D::Error> {
+    let given = Option::<OneOrMany<PriorityText>>::deserialize(d)?;
+    given
+        .map(|g| {
+            g.into_vec()
+                .into_iter()
+                .map(|p| match p {
+                    PriorityText::Number(0) => Ok(Priority::High),
+                    PriorityText::Number(1) => Ok(Priority::Medium),
+                    PriorityText::Number(2) => Ok(Priority::Low),
+                    PriorityText::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
+                        "high" | "0" => Ok(Priority::High),
+                        "medium" | "1" => Ok(Priority::Medium),
+                        "low" | "2" => Ok(Priority::Low),
+                        _ => Err(format!("priority {t:?}: high, medium or low (0, 1, 2)")),
+                    },
+                    PriorityText::Number(n) => Err(format!("priority {n}: 0, 1 or 2")),
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .transpose()
+        .map_err(serde::de::Error::custom)
+}
+
+fn intents<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<Intent>>, D::Error> {
+    Ok(Option::<OneOrMany<Intent>>::deserialize(d)?.map(OneOrMany::into_vec))
+}
+
+/// TENT's transport names that are te's under another name.
+pub(crate) fn te_transport_name(name: &str) -> &str {
+    match name {
+        "io_uring" => "uring",
+        "mnnvl" => "nvlink",
+        other => other,
+    }
+}
+
+fn transport_names<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Vec::<String>::deserialize(d)?
+        .into_iter()
+        .filter(|n| n != "unspec")
+        .map(|n| te_transport_name(&n).to_string())
+        .collect())
 }
 
 impl Rule {

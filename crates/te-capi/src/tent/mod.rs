@@ -160,8 +160,9 @@ fn config() -> Result<TentConfig, FacadeError> {
                     te_core::Error::InvalidArgument(format!("TENT config {source}: {e}"))
                 })?,
             };
-            serde_json::from_str::<serde_json::Value>(&text)
-                .map_err(|e| te_core::Error::InvalidArgument(format!("TENT config: {e}")))?
+            serde_json::from_str::<serde_json::Value>(&text).map_err(|e| {
+                te_core::Error::InvalidArgument(format!("TENT config: not JSON: {e}"))
+            })?
         }
         _ => serde_json::Value::Object(serde_json::Map::new()),
     };
@@ -170,7 +171,7 @@ fn config() -> Result<TentConfig, FacadeError> {
         set_path(&mut root, &keys, value.clone());
     }
     drop(s);
-    let file = TentFile::parse_source(&root.to_string()).map_err(tent_err)?;
+    let file = TentFile::from_value(root).map_err(tent_err)?;
     TentConfig::from_file(file, |name| std::env::var(name).ok()).map_err(tent_err)
 }
 
@@ -189,8 +190,9 @@ pub unsafe extern "C" fn tent_load_config_from_file(path: *const c_char) {
     });
 }
 
-/// Sets `key` (a JSON path: `metadata_type`, `transports/rdma/enable`) to `value` (JSON, or
-/// text) for the engines created next.
+/// Sets `key` (a JSON path: `metadata_type`, `transports/rdma/enable`) to `value` for the
+/// engines created next; the value's type is inferred as TENT infers it (`true`/`false` in any
+/// case, an integer, JSON, else text), and checked when the engine is created.
 ///
 /// # Safety
 /// `key` and `value` are NULL or NUL-terminated strings.
@@ -201,7 +203,7 @@ pub unsafe extern "C" fn tent_set_config(key: *const c_char, value: *const c_cha
         let parsed = unsafe { text(key, "key").and_then(|k| Ok((k, text(value, "value")?))) };
         match parsed {
             Ok((k, v)) => {
-                let v = serde_json::from_str(v).unwrap_or(serde_json::Value::String(v.into()));
+                let v = te_tent::config::infer_value(v);
                 let mut s = settings();
                 s.values.retain(|(key, _)| key != k);
                 s.values.push((k.to_string(), v));

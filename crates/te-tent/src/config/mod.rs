@@ -1,8 +1,14 @@
-//! te-tent's configuration in TENT's shape: a JSON file or inline JSON (`MC_TENT_CONF`), whose
-//! keys map onto te-core's [`Config`], then the legacy `MC_*` variables on top, as TENT maps
-//! them (`MC_SLICE_SIZE` → `transports/rdma/workers/block_size`, ...). Parsing only: nothing
-//! is started here.
+//! te-tent's configuration in TENT's shape: a JSON file or inline JSON (`MC_TENT_CONF`) with
+//! the keys Mooncake's TENT reads (its sample `transfer-engine.json` works unchanged), mapped
+//! onto te-core's [`Config`] and the transports' settings, then the `MC_*` variables on top,
+//! as TENT maps them (`MC_SLICE_SIZE` → `transports/rdma/workers/block_size`, ...). A value of
+//! the wrong type or out of range is refused naming its key; a key te has no use for is
+//! warned about once. Parsing only: nothing is started here.
 
+mod keys;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -11,56 +17,41 @@ use te_core::Config;
 use crate::TentError;
 use crate::policy::Rule;
 
+pub use keys::infer as infer_value;
+
 /// Largest configuration text accepted.
 const MAX_CONF_BYTES: usize = 1 << 20;
 
-/// Per-transport settings (`transports.<name>`).
+/// Per-transport settings (`transports.<name>`): what te reads of them. The keys mapped onto
+/// classic variables (`workers.block_size`, `device.gid_index`, ...) are read through
+/// [`TentFile::mapped`].
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct TransportConf {
     /// Install this transport (`true` unless said otherwise).
     pub enable: Option<bool>,
-    /// RDMA workers: `block_size` (slice size), `num_workers` (per device).
-    pub workers: Option<WorkersConf>,
-    /// RDMA endpoints: `qp_mul_factor` (QPs per endpoint), `endpoint_store_cap`.
-    pub endpoint: Option<EndpointConf>,
     /// Devices to use (RDMA device names), all when absent.
     pub devices: Option<Vec<String>>,
+    /// RDMA: queue pairs, workers and completion queues per device, each unless set itself
+    /// (TENT's `num_lanes`).
+    pub num_lanes: Option<u32>,
+    /// Shared memory: the directory of its files (a tmpfs or CXL mount); `/dev/shm` when
+    /// absent or empty.
+    pub cxl_mount_path: Option<String>,
 }
 
-/// `transports.rdma.workers`.
+/// `topology`: which RDMA devices to use.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct WorkersConf {
-    /// Slice size in bytes.
-    pub block_size: Option<u64>,
-    /// Worker threads per device.
-    pub num_workers: Option<u32>,
-}
-
-/// `transports.rdma.endpoint`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct EndpointConf {
-    /// Queue pairs per endpoint.
-    pub qp_mul_factor: Option<u32>,
-    /// Endpoints kept per device.
-    pub endpoint_store_cap: Option<u32>,
-}
-
-/// `topology`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct TopologyConf {
-    /// NICs to use.
+    /// RDMA devices to use (all when absent or empty), unless `transports.rdma.devices` names
+    /// them: a filter on RDMA devices only, not on the interfaces TCP uses.
     pub rdma_whitelist: Option<Vec<String>>,
-    /// NICs never to use.
-    pub rdma_blacklist: Option<Vec<String>>,
 }
 
 /// `staging`: host buffers for moves no transport makes directly.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct StagingConf {
     /// Stage at all.
     pub enable: bool,
@@ -77,38 +68,78 @@ impl Default for StagingConf {
     }
 }
 
-/// The TENT configuration file.
+/// The TENT configuration file: the keys te reads itself; the rest are in
+/// [`mapped`](Self::mapped) (as classic variables) or [`ignored`](Self::ignored).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct TentFile {
-    /// The local segment name (`host` or `host:port`); default: this host's address.
+    /// The local segment name (`host` or `host:port`); default: `rpc_server_hostname`, else
+    /// this host's address.
     pub local_segment_name: Option<String>,
     /// `p2p`, `etcd`, `redis` or `http`.
     pub metadata_type: Option<String>,
     /// The metadata service address(es) for the non-p2p types.
     pub metadata_servers: Option<String>,
-    /// `TRACE` … `ERROR`.
-    pub log_level: Option<String>,
+    /// The host of the control (RPC) listener when `local_segment_name` is empty.
+    pub rpc_server_hostname: Option<String>,
+    /// The control listener's port; 0 or absent picks one.
+    #[serde(deserialize_with = "port")]
+    pub rpc_server_port: Option<u16>,
     /// Transports tried per request after the first fails.
     pub max_failover_attempts: Option<u32>,
-    /// Retry a failed task on the next capable transport (TENT's `enable_auto_failover_on_poll`).
+    /// Retry a failed task on the next capable transport (TENT's name).
+    pub enable_auto_failover_on_poll: Option<bool>,
+    /// te's earlier name of `enable_auto_failover_on_poll`.
     pub enable_auto_failover: Option<bool>,
     /// Tasks posted at once; the rest wait in priority order.
     pub max_inflight_tasks: Option<usize>,
-    /// Merge requests contiguous in both memories before slicing (default true; the classic
-    /// `MC_TE_MERGE_REQUESTS`).
-    pub merge_requests: Option<bool>,
-    /// Per-transport settings.
-    pub transports: std::collections::BTreeMap<String, TransportConf>,
-    /// NIC lists.
+    /// Per-transport settings, by TENT's name (`io_uring` is te's `uring`).
+    pub transports: BTreeMap<String, TransportConf>,
+    /// NIC lists (`rdma_blacklist` is read as `MC_TE_FILTERS_EXCLUDE`).
     pub topology: TopologyConf,
     /// Policy rules, first match wins.
     pub policy: Vec<Rule>,
     /// Staging through host memory.
     pub staging: StagingConf,
     /// Classic settings by `MC_*` name (`{"MC_SLICE_SIZE": "65536"}`), for anything the keys
-    /// above do not cover.
-    pub env: std::collections::BTreeMap<String, String>,
+    /// do not cover.
+    #[serde(deserialize_with = "plain_values")]
+    pub env: BTreeMap<String, String>,
+    /// Classic variables the file's keys set: name → (value, key).
+    #[serde(skip)]
+    pub mapped: BTreeMap<String, (String, String)>,
+    /// Keys TENT reads and te does not use (with why), and keys neither reads.
+    #[serde(skip)]
+    pub ignored: Vec<(String, String)>,
+}
+
+/// A port given as a number or a string of digits, as TENT takes it.
+fn port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    let port = match &v {
+        serde_json::Value::Null => return Ok(None),
+        serde_json::Value::Number(n) => n.as_u64().and_then(|p| u16::try_from(p).ok()),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    };
+    port.map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("rpc_server_port: not a port: {v}")))
+}
+
+/// An object of scalars as text (`{"MC_SLICE_SIZE": 65536}` is `"65536"`).
+fn plain_values<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    let m = BTreeMap::<String, serde_json::Value>::deserialize(d)?;
+    Ok(m.into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, text)
+        })
+        .collect())
 }
 
 /// Everything te-tent runs with.
@@ -120,18 +151,40 @@ pub struct TentConfig {
     pub metadata_conn: String,
     /// The local segment name.
     pub local_segment_name: String,
+    /// The control listener's port when the name has none (0: pick one).
+    pub rpc_server_port: u16,
     /// Transports tried per request after the first fails.
     pub max_failover_attempts: u32,
     /// Retry failed tasks on the next capable transport.
     pub auto_failover: bool,
     /// Tasks posted at once.
     pub max_inflight_tasks: usize,
-    /// Per-transport settings.
-    pub transports: std::collections::BTreeMap<String, TransportConf>,
+    /// Per-transport settings, by te's transport name (`uring` for TENT's `io_uring`).
+    pub transports: BTreeMap<String, TransportConf>,
     /// Policy rules.
     pub policy: Vec<Rule>,
     /// Staging.
     pub staging: StagingConf,
+    /// The classic variables the file set and the environment did not (te-rdma reads its
+    /// options through [`lookup`](Self::lookup)).
+    pub settings: BTreeMap<String, String>,
+}
+
+/// TENT's transport names that are te's under another name.
+const TRANSPORT_ALIASES: [(&str, &str); 1] = [("io_uring", "uring")];
+
+/// Keys already warned about in this process (each once).
+static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Logs each of `keys` te does not use, once per process.
+fn warn_ignored(keys: &[(String, String)]) {
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    let warned = warned.get_or_insert_with(HashSet::new);
+    for (key, why) in keys {
+        if warned.insert(key.clone()) {
+            tracing::warn!("TENT configuration: {key} ignored: {why}");
+        }
+    }
 }
 
 impl TentConfig {
@@ -151,63 +204,80 @@ impl TentConfig {
         Self::from_file(file, |name| std::env::var(name).ok())
     }
 
-    /// From a parsed file, with `lookup` giving the `MC_*` variables (which win over the
-    /// file's keys, as in TENT).
+    /// From a parsed file, with `lookup` giving the `MC_*` (and `TENT_*`) variables, which
+    /// win over the file's keys, as in TENT. Keys and variables te does not use are warned
+    /// about (once per process).
     ///
     /// # Errors
     /// [`TentError::Config`] naming the bad key or variable.
     pub fn from_file(
-        file: TentFile,
+        mut file: TentFile,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, TentError> {
         let bad = |key: &str, why: String| TentError::Config(format!("{key}: {why}"));
-        // The file's keys as the MC_* variables TENT maps them from; the environment wins.
-        let mut mapped: std::collections::BTreeMap<String, String> = file.env.clone();
-        let rdma = file.transports.get("rdma");
-        let workers = rdma.and_then(|r| r.workers.as_ref());
-        let endpoint = rdma.and_then(|r| r.endpoint.as_ref());
-        let mut put = |name: &str, v: Option<String>| {
-            if let Some(v) = v {
-                mapped.insert(name.to_string(), v);
+        let mut ignored = std::mem::take(&mut file.ignored);
+        ignored.extend(
+            keys::audit_variables(&lookup)
+                .map_err(TentError::Config)?
+                .into_iter()
+                .map(|(var, why)| (var, why.to_string())),
+        );
+        warn_ignored(&ignored);
+        for (tent, te) in TRANSPORT_ALIASES {
+            if let Some(conf) = file.transports.remove(tent) {
+                if file.transports.contains_key(te) {
+                    return Err(bad(
+                        &format!("transports.{tent}"),
+                        format!("given twice (also as transports.{te})"),
+                    ));
+                }
+                file.transports.insert(te.to_string(), conf);
             }
-        };
-        put(
-            "MC_SLICE_SIZE",
-            workers.and_then(|w| w.block_size).map(|v| v.to_string()),
-        );
-        put(
-            "MC_WORKERS_PER_CTX",
-            workers.and_then(|w| w.num_workers).map(|v| v.to_string()),
-        );
-        put(
-            "MC_NUM_QP_PER_EP",
-            endpoint
-                .and_then(|e| e.qp_mul_factor)
-                .map(|v| v.to_string()),
-        );
-        put(
-            "MC_MAX_EP_PER_CTX",
-            endpoint
-                .and_then(|e| e.endpoint_store_cap)
-                .map(|v| v.to_string()),
-        );
-        put(
-            "MC_TE_FILTERS",
-            file.topology.rdma_whitelist.as_ref().map(|l| l.join(",")),
-        );
-        put(
-            "MC_TE_FILTERS_EXCLUDE",
-            file.topology.rdma_blacklist.as_ref().map(|l| l.join(",")),
-        );
-        put("MC_LOG_LEVEL", file.log_level.clone());
-        put(
-            "MC_TE_MERGE_REQUESTS",
-            file.merge_requests.map(|m| m.to_string()),
-        );
-        let core = Config::from_lookup(|name| lookup(name).or_else(|| mapped.get(name).cloned()))
-            .map_err(|e| TentError::Config(e.to_string()))?;
+        }
+        if let Some(allowed) = file
+            .topology
+            .rdma_whitelist
+            .take()
+            .filter(|l| !l.is_empty())
+        {
+            let rdma = file.transports.entry("rdma".into()).or_default();
+            rdma.devices.get_or_insert(allowed);
+        }
+        // The file's keys as classic variables: `env` first, then the keys (more specific);
+        // RDMA's `num_lanes` fills in the counts not given themselves.
+        let mut settings: BTreeMap<String, (String, String)> = file
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), (v.clone(), format!("env.{k}"))))
+            .collect();
+        settings.extend(file.mapped.clone());
+        if let Some(lanes) = file.transports.get("rdma").and_then(|r| r.num_lanes) {
+            for var in [
+                "MC_NUM_QP_PER_EP",
+                "MC_WORKERS_PER_CTX",
+                "MC_NUM_CQ_PER_CTX",
+            ] {
+                settings
+                    .entry(var.to_string())
+                    .or_insert_with(|| (lanes.to_string(), "transports.rdma.num_lanes".into()));
+            }
+        }
+        // A refusal of a variable the file set names the file's key.
+        let core = Config::from_lookup(|name| {
+            lookup(name).or_else(|| settings.get(name).map(|(v, _)| v.clone()))
+        })
+        .map_err(|e| {
+            let text = e.to_string();
+            match settings
+                .iter()
+                .find(|(var, _)| lookup(var).is_none() && text.contains(var.as_str()))
+            {
+                Some((var, (_, key))) => TentError::Config(format!("{key} (as {var}): {text}")),
+                None => TentError::Config(text),
+            }
+        })?;
         let metadata_conn = match (file.metadata_type.as_deref(), &file.metadata_servers) {
-            (None | Some("p2p"), _) => "P2PHANDSHAKE".to_string(),
+            (None | Some("p2p" | "P2PHANDSHAKE"), _) => "P2PHANDSHAKE".to_string(),
             (Some("etcd"), Some(s)) => format!("etcd://{s}"),
             (Some("redis"), Some(s)) if s.starts_with("redis://") => s.clone(),
             (Some("redis"), Some(s)) => format!("redis://{s}"),
@@ -215,9 +285,9 @@ impl TentConfig {
             (Some(t), None) => return Err(bad("metadata_servers", format!("needed for {t}"))),
             (Some(t), _) => return Err(bad("metadata_type", format!("unknown type {t:?}"))),
         };
-        let local = file
-            .local_segment_name
-            .clone()
+        let named = |s: &Option<String>| s.clone().filter(|n| !n.trim().is_empty());
+        let local = named(&file.local_segment_name)
+            .or_else(|| named(&file.rpc_server_hostname))
             .or_else(|| core.tcp_bind_address.map(|ip| ip.to_string()))
             .unwrap_or_else(|| "127.0.0.1".into());
         let attempts = file.max_failover_attempts.unwrap_or(3);
@@ -237,25 +307,53 @@ impl TentConfig {
         for rule in &file.policy {
             rule.validate().map_err(|e| bad("policy", e))?;
         }
+        let auto_failover = file
+            .enable_auto_failover_on_poll
+            .or(file.enable_auto_failover)
+            .unwrap_or(true);
         Ok(TentConfig {
             core,
             metadata_conn,
             local_segment_name: local,
+            rpc_server_port: file.rpc_server_port.unwrap_or(0),
             max_failover_attempts: attempts,
-            auto_failover: file.enable_auto_failover.unwrap_or(true),
+            auto_failover,
             max_inflight_tasks: inflight,
             transports: file.transports,
             policy: file.policy,
             staging: file.staging,
+            settings: settings
+                .into_iter()
+                .filter(|(var, _)| lookup(var).is_none())
+                .map(|(var, (value, _))| (var, value))
+                .collect(),
         })
     }
 
-    /// Whether transport `name` is enabled (it is unless its `enable` is false).
+    /// Variable `name` as te runs with it: the environment's, else the file's.
+    pub fn lookup(&self, name: &str) -> Option<String> {
+        std::env::var(name)
+            .ok()
+            .or_else(|| self.settings.get(name).cloned())
+    }
+
+    /// Whether transport `name` (te's name) is enabled (it is unless its `enable` is false).
     pub fn enabled(&self, name: &str) -> bool {
         self.transports
             .get(name)
             .and_then(|t| t.enable)
             .unwrap_or(true)
+    }
+
+    /// The name the engine starts under: the local segment name, with `rpc_server_port`
+    /// added when the name has no port and the port is not 0.
+    pub fn segment_name(&self) -> String {
+        let name = self.local_segment_name.trim();
+        let has_port = te_core::control::parse_segment_name(name, 0).is_ok_and(|(_, p)| p != 0);
+        match (has_port, self.rpc_server_port) {
+            (false, port) if port != 0 => format!("{name}:{port}"),
+            _ => name.to_string(),
+        }
     }
 
     /// The slice timeout classic settings give, if any.
@@ -265,12 +363,14 @@ impl TentConfig {
 }
 
 impl TentFile {
-    /// Parses `source`: inline JSON when it starts with `{`, else the path of a JSON file.
+    /// Parses `source`: inline JSON when it starts with `{` (or `[`), else the path of a JSON
+    /// file.
     ///
     /// # Errors
-    /// [`TentError::Config`]: unreadable, too large, or not the expected JSON.
+    /// [`TentError::Config`]: unreadable, too large, not JSON, or a value of the wrong type
+    /// or out of range (naming its key).
     pub fn parse_source(source: &str) -> Result<Self, TentError> {
-        let text = match source.trim_start().starts_with('{') {
+        let text = match source.trim_start().starts_with(['{', '[']) {
             true => source.to_string(),
             false => {
                 let meta = std::fs::metadata(source)
@@ -285,7 +385,34 @@ impl TentFile {
         if text.len() > MAX_CONF_BYTES {
             return Err(TentError::Config("configuration over 1 MiB".into()));
         }
-        serde_json::from_str(&text).map_err(|e| TentError::Config(format!("TENT config: {e}")))
+        let root: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| TentError::Config(format!("not JSON: {e}")))?;
+        Self::from_value(root)
+    }
+
+    /// Checks and reads a configuration already parsed as JSON (flat keys such as
+    /// `"transports/rdma/enable"` are read as TENT reads them).
+    ///
+    /// # Errors
+    /// As [`parse_source`](Self::parse_source).
+    pub fn from_value(mut root: serde_json::Value) -> Result<Self, TentError> {
+        keys::nest_flat_keys(&mut root);
+        let audit = keys::audit(&root).map_err(TentError::Config)?;
+        let mut file: TentFile =
+            serde_json::from_value(root).map_err(|e| TentError::Config(e.to_string()))?;
+        file.mapped = audit.mapped;
+        file.ignored = audit
+            .ignored
+            .into_iter()
+            .map(|(k, why)| (k, why.to_string()))
+            .chain(audit.unknown.into_iter().map(|k| {
+                (
+                    k,
+                    "neither TENT nor te reads this key (a typo?)".to_string(),
+                )
+            }))
+            .collect();
+        Ok(file)
     }
 }
 
@@ -314,8 +441,12 @@ mod tests {
             "MC_NUM_QP_PER_EP wins over the file"
         );
         assert_eq!(
-            c.core.nic_filter.allow,
+            c.transports["rdma"].devices,
             Some(vec!["eth1".to_string(), "eth2".to_string()])
+        );
+        assert_eq!(
+            c.core.nic_filter.allow, None,
+            "TCP's interfaces are not filtered"
         );
         assert_eq!(c.metadata_conn, "redis://10.0.0.1:6379");
         assert_eq!(c.max_failover_attempts, 2);
@@ -337,14 +468,32 @@ mod tests {
     #[test]
     fn bad_configurations_say_what_is_wrong() {
         let cases = [
-            (r#"{"transports": {"rdma": {"wrokers": {}}}}"#, "wrokers"),
             (r#"{"metadata_type": "etcd"}"#, "metadata_servers"),
             (r#"{"metadata_type": "zk", "metadata_servers": "x"}"#, "zk"),
             (r#"{"max_failover_attempts": 99}"#, "max_failover_attempts"),
             (r#"{"staging": {"chunk_size": 1}}"#, "chunk_size"),
             (r#"{"policy": [{"transports": []}]}"#, "policy"),
-            (r#"{"env": {"MC_SLICE_SIZE": "lots"}}"#, "MC_SLICE_SIZE"),
+            (
+                r#"{"policy": [{"priority": "urgent", "transports": ["tcp"]}]}"#,
+                "urgent",
+            ),
+            (r#"{"env": {"MC_SLICE_SIZE": "lots"}}"#, "env.MC_SLICE_SIZE"),
+            (
+                r#"{"transports": {"rdma": {"workers": {"num_workers": 9}}}}"#,
+                "transports.rdma.workers.num_workers",
+            ),
+            (
+                r#"{"transports": {"rdma": {"num_lanes": 12}}}"#,
+                "transports.rdma.num_lanes (as MC_WORKERS_PER_CTX)",
+            ),
+            (
+                r#"{"transports": {"io_uring": {"enable": true}, "uring": {"enable": false}}}"#,
+                "given twice",
+            ),
+            (r#"{"log_level": "chatty"}"#, "log_level (as MC_LOG_LEVEL)"),
+            (r#"{"rpc_server_port": true}"#, "rpc_server_port"),
             ("/nonexistent/tent.json", "nonexistent"),
+            ("[1, 2]", "a JSON object"),
         ];
         for (source, needle) in cases {
             let err = TentFile::parse_source(source)
@@ -352,5 +501,54 @@ mod tests {
                 .unwrap_err();
             assert!(err.to_string().contains(needle), "{source}: {err}");
         }
+    }
+
+    #[test]
+    fn unknown_keys_are_reported_not_refused() {
+        let file =
+            TentFile::parse_source(r#"{"transports": {"rdma": {"wrokers": {}}}, "colour": 1}"#)
+                .unwrap();
+        let keys: Vec<&str> = file.ignored.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["colour", "transports.rdma.wrokers"]);
+        assert!(file.ignored[0].1.contains("neither TENT nor te"));
+        TentConfig::from_file(file, |_| None).expect("starts all the same");
+    }
+
+    #[test]
+    fn mooncakes_rules_and_names_read_as_tes() {
+        let file = TentFile::parse_source(
+            r#"{"local_segment_name": "", "rpc_server_hostname": "127.0.0.1",
+                "rpc_server_port": "15123", "enable_auto_failover_on_poll": false,
+                "transports": {"io_uring": {"enable": false},
+                               "shm": {"cxl_mount_path": "/mnt/cxl"},
+                               "rdma": {"num_lanes": 3, "endpoint": {"qp_mul_factor": 5},
+                                        "max_timeout_ns": 10000000000,
+                                        "device": {"gid_index": 1}}},
+                "policy": [{"name": "files", "segment_type": "file", "priority": "LOW",
+                            "intent_type": "checkpoint",
+                            "transports": ["gds", "io_uring", "unspec", "rdma"]},
+                           {"segment_type": "memory", "priority": 0,
+                            "transports": ["mnnvl", "tcp"]}]}"#,
+        )
+        .unwrap();
+        let c = TentConfig::from_file(file, |_| None).unwrap();
+        assert_eq!(c.segment_name(), "127.0.0.1:15123");
+        assert!(!c.auto_failover);
+        assert!(!c.enabled("uring") && c.enabled("tcp"));
+        assert_eq!(
+            c.transports["shm"].cxl_mount_path.as_deref(),
+            Some("/mnt/cxl")
+        );
+        assert_eq!(c.core.num_qp_per_ep, 5, "qp_mul_factor given itself");
+        assert_eq!(c.core.workers_per_ctx, 3, "num_lanes fills the rest");
+        assert_eq!(c.lookup("MC_NUM_CQ_PER_CTX").as_deref(), Some("3"));
+        assert_eq!(c.lookup("MC_GID_INDEX").as_deref(), Some("1"));
+        assert_eq!(c.core.slice_timeout, Some(Duration::from_secs(10)));
+        let files = &c.policy[0];
+        assert_eq!(files.transports, ["gds", "uring", "rdma"]);
+        assert_eq!(files.priority, Some(vec![crate::Priority::Low]));
+        assert_eq!(files.intent, Some(vec![crate::Intent::Checkpoint]));
+        assert_eq!(c.policy[1].transports, ["nvlink", "tcp"]);
+        assert_eq!(c.policy[1].priority, Some(vec![crate::Priority::High]));
     }
 }
