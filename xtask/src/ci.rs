@@ -5,7 +5,8 @@
 //! Lanes: fmt; clippy with warnings denied over the workspace and a feature matrix per package;
 //! every test (Redis, etcd and the HTTP metadata server run for real inside them); the
 //! hwloc backend; the etcd scenarios; the simulation at 200 seeds; a short fuzz run of every
-//! wire decoder; dependency licences; security advisories (needs the RustSec database); the
+//! wire decoder; dependency licences; security advisories (needs the RustSec database); te's
+//! Python package (pytest) and the consumers' call patterns on te and Mooncake's wheel; the
 //! Soft-RoCE guest; the GPU suite (needs a GPU); docs with warnings denied.
 
 use std::process::Command;
@@ -239,6 +240,19 @@ pub(crate) fn ci() -> Result<(), String> {
                 Command::new(py_venv).args(["-m", "pytest", "-q", "crates/te-py/tests"]),
             )
         },
+    );
+    let mooncake_venv = std::path::Path::new("target/mooncake-venv/bin/python3");
+    let consumers = match (py_venv.exists(), mooncake_venv.exists()) {
+        (true, true) => None,
+        _ => {
+            Some("target/te-py-venv or target/mooncake-venv missing (.ci/setup makes them)".into())
+        }
+    };
+    lane(
+        &mut r,
+        "consumers (vLLM, SGLang, LMCache call patterns; te and Mooncake's wheel)",
+        consumers,
+        crate::consumers::consumers,
     );
     let others = other_pythons();
     let abi3 = match (py_venv.exists(), others.is_empty()) {

@@ -21,6 +21,8 @@
 //!   Mooncake over TCP loopback (Mooncake's PyPI wheel), WRITE and READ, with the ratios.
 //! - `cargo xtask bench metadata [--duration S]`: te-metadata next to Mooncake's HTTP metadata
 //!   server, 16 to 1,024 keep-alive connections each with a GET always in flight, with the ratios.
+//! - `cargo xtask consumers`: vLLM's, SGLang's and LMCache's call patterns on te and on
+//!   Mooncake's wheel, side by side.
 //! - `cargo xtask fuzz <target|all> [--secs N]`: the wire decoders' fuzz targets.
 //! - `cargo xtask gpu`: the GPU suite and the IPC benchmark, on a machine with a GPU.
 //! - `cargo xtask softroce [--setup] [OPTIONS] -- CMD`: CMD inside a qemu guest with Soft-RoCE
@@ -31,6 +33,7 @@
 mod bench;
 mod capi_bench;
 mod ci;
+mod consumers;
 mod fuzz;
 mod gpu;
 mod interop_bench;
@@ -184,7 +187,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -197,6 +200,7 @@ fn main() -> ExitCode {
         ["ci"] => ci::ci(),
         ["licences"] => ci::licences(),
         ["abi3"] => ci::abi3(),
+        ["consumers"] => consumers::consumers(),
         ["bench", "tcp", rest @ ..] => bench::tcp(rest),
         ["bench", "topo", rest @ ..] => bench::topo(rest),
         ["bench", "engine", rest @ ..] => bench::engine(rest),
