@@ -14,6 +14,7 @@ code of theirs is here.
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -59,6 +60,9 @@ class Role:
     def kill(self):
         self.proc.kill()
         self.proc.wait()
+
+    def signal(self, sig):
+        os.kill(self.proc.pid, sig)
 
     def close(self):
         if self.proc.poll() is None:
@@ -478,6 +482,44 @@ def lmcache_channel(impl):
     return {"reads": len(reads), "unregistered read": str(outcome)}
 
 
+def lmcache_stalled_server(impl):
+    """LMCache's read of a server that stopped answering (SIGSTOP, its sockets open):
+    ``transfer_check_status`` answers 0 while it waits, then -2 once the read timed out (te:
+    ``MC_TRANSFER_TIMEOUT`` passed and the connection made no progress for
+    ``MC_TCP_STATUS_TIMEOUT_SEC``, both 5 s here), within LMCache's 15 s; after the server
+    resumes, a new read completes."""
+    page = 64 * KIB
+    with Roles(impl) as roles:
+        server = roles("server")
+        client = roles("client", env={"MC_TRANSFER_TIMEOUT": "5", "MC_TCP_STATUS_TIMEOUT_SEC": "5"})
+        ssession = server.start()
+        client.start()
+        remote = Group(server, "l1", [4 * MIB], 14000)
+        remote.register()
+        local = Group(client, "l1", [4 * MIB], 14100)
+        local.register()
+        lmcache_reads(ssession, client, remote, local, page, 2)  # connected and warm
+        server.signal(signal.SIGSTOP)
+        try:
+            a = client("lmcache_reads", session=ssession, deadline=15.0,
+                       reads=[[[local.addrs[0] + 40 * page], [remote.addrs[0]], [page]]])
+        finally:
+            server.signal(signal.SIGCONT)
+        check(not a["submit_errors"], f"submission: {a['submit_errors']}")
+        check(a["statuses"] == [-2], f"transfer_check_status of a stalled read: {a['statuses']}")
+        reads, _ = lmcache_reads(ssession, client, remote, local, page, 2)
+        for lo, rm, _ in reads:
+            for x, y in zip(lo, rm):
+                local.copied(0, x - local.addrs[0], remote, 0, y - remote.addrs[0], page)
+        # The timed-out read may have landed in its page before, or after, the status: that
+        # page is the only one not checked.
+        local.writes.append([0, 40 * page, remote.seeds[0], remote.sizes[0], 0, page])
+        verify = client("verify", group="l1", writes=local.writes)
+        bad = [m for m in verify["mismatches"] if not (40 * page <= m[1] < 41 * page)]
+        check(not bad, f"bytes differ outside the timed-out page: {bad}")
+    return {}
+
+
 def lmcache_many_engines(impl):
     """Batch ids from many engines in several processes (3 processes x 4 engines) are all in
     Mooncake's range (non-zero, below 2^48), and LMCache's read sequence passes on every one."""
@@ -536,6 +578,7 @@ SCENARIOS = [
     sglang_weight_loading,
     sglang_decode_killed,
     lmcache_channel,
+    lmcache_stalled_server,
     lmcache_many_engines,
     over_2048_descriptors,
 ]
