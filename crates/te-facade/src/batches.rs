@@ -125,9 +125,10 @@ impl MooncakeEngine {
             (RuntimeKind::Classic, Protocol::Tcp) => {
                 engine.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))?
             }
-            (RuntimeKind::Classic, Protocol::Rdma) => engine
-                .install_transport(std::sync::Arc::new(crate::engine::rdma_transport(devices)?))?,
-            (RuntimeKind::Classic, other) => return Err(crate::engine::not_on_classic(other)),
+            (RuntimeKind::Classic, Protocol::Rdma) => engine.install_transport(
+                std::sync::Arc::new(crate::install::rdma_transport(devices)?),
+            )?,
+            (RuntimeKind::Classic, other) => return Err(crate::install::not_on_classic(other)),
             (_, other) => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
                     "protocol {:?}: te's TENT runtime installs its transports when it starts (MC_TENT_CONF), and {} is not among them",

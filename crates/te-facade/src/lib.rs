@@ -22,6 +22,7 @@ mod batches;
 mod engine;
 mod error;
 mod handles;
+mod install;
 mod managed;
 mod owned;
 mod protocol;
