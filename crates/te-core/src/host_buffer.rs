@@ -127,12 +127,40 @@ impl HostBuffer {
         }
     }
 
-    /// Maps the first `len` bytes of a shared-memory file another process created.
+    /// The name a shared-memory file of this process would have in `dir` if `published`
+    /// (a peer's `shm_name`) is one: `dir/te-` and 32 lowercase hex digits, exactly.
+    pub fn shared_name_in(dir: &Path, published: &str) -> Option<String> {
+        let name = Path::new(published)
+            .strip_prefix(dir)
+            .ok()?
+            .to_str()?
+            .strip_prefix("te-")?;
+        let ours = name.len() == 32 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        (ours && dir.join(format!("te-{name}")).as_os_str() == published)
+            .then(|| format!("te-{name}"))
+    }
+
+    /// Maps the first `len` bytes of the shared-memory file a peer on this host published as
+    /// `published` (its `shm_name`). The name comes from the wire, so it is trusted for nothing:
+    /// it must be te's own form in `dir` (the transport's directory), and the file opened
+    /// without following links must be a regular file of this user, on `dir`'s filesystem, with
+    /// one link and no access for others, as te makes them.
     ///
     /// # Errors
+    /// [`Error::InvalidArgument`] naming `shm_name` when the name or the file is not te's;
     /// [`Error::Transport`] when the file is gone (its owner exited), shorter than `len`, or
     /// cannot be mapped.
-    pub fn open_shared(path: &Path, len: usize) -> Result<Self> {
+    pub fn open_shared(dir: &Path, published: &str, len: usize) -> Result<Self> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let refuse =
+            |why: &str| Error::InvalidArgument(format!("shm_name {published:?}: {why}; refused"));
+        if Self::shared_name_in(dir, published).is_none() {
+            return Err(refuse(&format!(
+                "not a te shared-memory file in {}",
+                dir.display()
+            )));
+        }
+        let path = Path::new(published);
         let fail = |what: String| Error::Transport {
             transport: "shm",
             reason: format!("{what} {}", path.display()),
@@ -143,12 +171,34 @@ impl HostBuffer {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK)
             .open(path)
-            .map_err(|e| fail(format!("opening ({e})")))?;
-        let size = file
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => refuse("a symbolic link"),
+                Some(libc::EISDIR) => refuse("not a regular file"),
+                _ => fail(format!("opening ({e})")),
+            })?;
+        let meta = file
             .metadata()
-            .map_err(|e| fail(format!("reading the size of ({e})")))?
-            .len();
+            .map_err(|e| fail(format!("reading the size of ({e})")))?;
+        let dir_dev = std::fs::metadata(dir)
+            .map_err(|e| fail(format!("reading {} ({e}) for", dir.display())))?
+            .dev();
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        if !meta.is_file() {
+            return Err(refuse("not a regular file"));
+        }
+        if meta.uid() != uid {
+            return Err(refuse("owned by another user"));
+        }
+        if meta.dev() != dir_dev {
+            return Err(refuse("not on the shared-memory filesystem"));
+        }
+        if meta.nlink() != 1 || meta.mode() & 0o077 != 0 {
+            return Err(refuse("linked elsewhere or open to other users"));
+        }
+        let size = meta.len();
         if size < len as u64 {
             return Err(fail(format!("{size} bytes, {len} expected, in")));
         }
@@ -436,13 +486,14 @@ mod tests {
         let dir = std::env::temp_dir();
         let a = HostBuffer::new_shared(8192, &dir).unwrap();
         let path = a.shared_path().unwrap().to_path_buf();
+        let published = path.to_str().unwrap().to_string();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "created owner-only");
-        let b = HostBuffer::open_shared(&path, 8192).unwrap();
+        let b = HostBuffer::open_shared(&dir, &published, 8192).unwrap();
         a.write_at(100, b"shared").unwrap();
         assert_eq!(b.to_vec(100, 6).unwrap(), b"shared");
         assert!(
-            HostBuffer::open_shared(&path, 8193).is_err(),
+            HostBuffer::open_shared(&dir, &published, 8193).is_err(),
             "longer than the file"
         );
         let src = [7u8; 16];
@@ -454,6 +505,63 @@ mod tests {
         drop(b);
         drop(a);
         assert!(!path.exists(), "the creator removes the file");
-        assert!(HostBuffer::open_shared(&path, 8192).is_err(), "owner gone");
+        assert!(
+            HostBuffer::open_shared(&dir, &published, 8192).is_err(),
+            "owner gone"
+        );
+    }
+
+    #[test]
+    fn a_published_name_maps_only_a_file_te_made_in_its_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("te-hb-{}", std::process::id()));
+        let dir = base.join("shm");
+        std::fs::create_dir_all(&dir).unwrap();
+        let te_name = |n: u8| format!("te-{}", format!("{n:02x}").repeat(16));
+        let refused = |published: &str| match HostBuffer::open_shared(&dir, published, 4096) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("shm_name") && m.contains("refused"), "{m}");
+                m
+            }
+            other => panic!("{published}: {:?}", other.map(|_| ())),
+        };
+        // Names that are not te's, or not in the transport's directory.
+        let victim = base.join("victim");
+        std::fs::write(&victim, vec![1u8; 8192]).unwrap();
+        for published in [
+            victim.to_str().unwrap().to_string(),
+            format!("{}/../victim", dir.display()),
+            format!("{}//{}", dir.display(), te_name(1)),
+            format!(
+                "{}/{}",
+                dir.display(),
+                te_name(0xab).to_uppercase().replace("TE-", "te-")
+            ),
+            format!("{}/te-1234", dir.display()),
+            "/etc/passwd".to_string(),
+            te_name(1),
+        ] {
+            refused(&published);
+        }
+        // te's form, but a link to another file, a second link, or open to other users.
+        let link = dir.join(te_name(2));
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(refused(link.to_str().unwrap()).contains("symbolic link"));
+        let hard = dir.join(te_name(3));
+        std::fs::write(dir.join("original"), vec![0u8; 8192]).unwrap();
+        std::fs::set_permissions(dir.join("original"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::fs::hard_link(dir.join("original"), &hard).unwrap();
+        assert!(refused(hard.to_str().unwrap()).contains("linked elsewhere"));
+        let open = dir.join(te_name(4));
+        std::fs::write(&open, vec![0u8; 8192]).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(refused(open.to_str().unwrap()).contains("other users"));
+        let sub = dir.join(te_name(5));
+        std::fs::create_dir(&sub).unwrap();
+        assert!(refused(sub.to_str().unwrap()).contains("regular file"));
+        // Nothing was written to the victim.
+        assert_eq!(std::fs::read(&victim).unwrap(), vec![1u8; 8192]);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -6,7 +6,10 @@
 //!   derivable from the segment name. Registered like any buffer, it is published with its
 //!   `shm_name`.
 //! - A peer on the same host (same boot and shared-memory mount, `te_host_id`) maps that file on
-//!   first use and relocates remote addresses into its mapping; the engine prefers this
+//!   first use, only if the published name is te's own form in this transport's directory and
+//!   the file, opened without following links, is a regular file of this user with one link and
+//!   no access for others (a descriptor comes from the wire: it never names a file to open),
+//!   and relocates remote addresses into its mapping; the engine prefers this
 //!   transport over the segment's protocol for such buffers ([`Transport::serves`]). The
 //!   mapping is kept with the peer's descriptor ([`RemoteSegment::attached`]): found with no
 //!   lock by every later slice, unmapped when the descriptor is dropped (the segment closed or
@@ -101,17 +104,24 @@ fn buffer_of(desc: &SegmentDesc, addr: u64, len: u64) -> Option<(usize, &BufferD
     })
 }
 
-/// Maps a peer's file.
-fn map(path: &str, len: u64, segment: &str) -> Result<HostBuffer, SliceError> {
-    let m = HostBuffer::open_shared(Path::new(path), len as usize)
-        .map_err(|e| SliceError::Path(format!("segment {segment}: {e}")))?;
+/// Maps a peer's file: only one of te's in `dir` ([`HostBuffer::open_shared`] checks the
+/// published name and the file), so a descriptor cannot make this process open a path of the
+/// peer's choosing.
+fn map(dir: &Path, path: &str, len: u64, segment: &str) -> Result<HostBuffer, SliceError> {
+    let m = HostBuffer::open_shared(dir, path, len as usize).map_err(|e| match e {
+        te_core::Error::InvalidArgument(why) => {
+            tracing::warn!(segment, "{why}");
+            SliceError::Rejected(te_core::transport::Rejection::Malformed)
+        }
+        e => SliceError::Path(format!("segment {segment}: {e}")),
+    })?;
     debug!(path, len, "mapped a peer's shared memory");
     Ok(m)
 }
 
 /// Executes one slice: maps the peer's file on first use (kept with the segment's descriptor,
 /// so later slices find it with no lock) and copies.
-fn execute(op: &SliceOp) -> Result<(), SliceError> {
+fn execute(dir: &Path, op: &SliceOp) -> Result<(), SliceError> {
     let desc = op.target.desc();
     let (index, buffer) = buffer_of(desc, op.remote_addr, op.len).ok_or_else(|| {
         SliceError::Path(format!(
@@ -131,13 +141,13 @@ fn execute(op: &SliceOp) -> Result<(), SliceError> {
         })?;
     let kept = op
         .target
-        .attached(index, || map(path, buffer.length, &desc.name))?;
+        .attached(index, || map(dir, path, buffer.length, &desc.name))?;
     // Another transport's state on this buffer (never te-shm's own): map for this slice only.
     let once;
     let mapping = match kept {
         Some(m) => m,
         None => {
-            once = map(path, buffer.length, &desc.name)?;
+            once = map(dir, path, buffer.length, &desc.name)?;
             &once
         }
     };
@@ -169,8 +179,12 @@ impl Transport for ShmTransport {
         if reaped > 0 {
             info!(reaped, dir = %self.dir.display(), "removed shared memory left by dead processes");
         }
-        self.workers
-            .start(WORKERS, ctx.sink, Arc::new(|op: &SliceOp| execute(op)))?;
+        let dir = self.dir.clone();
+        self.workers.start(
+            WORKERS,
+            ctx.sink,
+            Arc::new(move |op: &SliceOp| execute(&dir, op)),
+        )?;
         info!(dir = %self.dir.display(), segment = %ctx.local_name, "shm transport installed");
         Ok(())
     }
@@ -196,7 +210,7 @@ impl Transport for ShmTransport {
         buffer
             .shm_name
             .as_deref()
-            .is_some_and(|p| p.starts_with('/'))
+            .is_some_and(|p| HostBuffer::shared_name_in(&self.dir, p).is_some())
             && target.same_host()
     }
 
