@@ -45,6 +45,21 @@ impl Network {
                 .filter(|p| *p <= max)
                 .ok_or_else(|| format!("{s:?}: prefix must be 0..={max}"))?,
         };
+        // Peers' IPv4-mapped addresses are compared as IPv4 ([`contains`]): so is such a
+        // network, or it would never match.
+        if let IpAddr::V6(v6) = addr {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return match prefix.checked_sub(96) {
+                    Some(p4) => Ok(Network {
+                        addr: IpAddr::V4(v4),
+                        prefix: p4,
+                    }),
+                    None => Err(format!(
+                        "{s:?}: an IPv4-mapped network needs a prefix of 96 or more (or write it as IPv4)"
+                    )),
+                };
+            }
+        }
         Ok(Network { addr, prefix })
     }
 
@@ -253,6 +268,15 @@ mod tests {
         for bad in ["10.0.0.0/33", "::/129", "10.0.0/8", "x", "10.0.0.0/-1", ""] {
             assert!(Network::parse(bad).is_err(), "{bad}");
         }
+        // An IPv4-mapped entry is read as the IPv4 network it names, so it matches.
+        let mapped = Network::parse("::ffff:127.0.0.0/104").unwrap();
+        assert_eq!(mapped.to_string(), "127.0.0.0/8");
+        assert!(mapped.contains(ip("127.1.2.3")) && mapped.contains(ip("::ffff:127.9.9.9")));
+        assert!(!mapped.contains(ip("10.0.0.1")));
+        let host = Network::parse("[::ffff:10.1.2.3]").unwrap();
+        assert!(host.contains(ip("10.1.2.3")) && !host.contains(ip("10.1.2.4")));
+        let err = Network::parse("::ffff:0.0.0.0/80").unwrap_err();
+        assert!(err.contains("96"), "{err}");
     }
 
     #[test]

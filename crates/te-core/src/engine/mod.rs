@@ -253,6 +253,9 @@ impl TransferEngine {
             false => None,
         };
         info!(segment = %name, "engine started");
+        if let Some(why) = open_to_anyone(bind_ip, config.cluster_secret.is_some()) {
+            warn!(segment = %name, "{why}");
+        }
         Ok(TransferEngine {
             batches: BatchTable::new(config.max_batch_size, seed, core.clock.clone()),
             core,
@@ -760,4 +763,35 @@ fn raise_open_files_once(limits: &crate::limits::ServerLimits) {
             warn!(error = %e, "open-file limit unknown");
         }
     });
+}
+
+/// What an engine serving on `bind_ip` exposes when it has no cluster secret, or `None` when
+/// only this host reaches it or peers must prove the secret.
+fn open_to_anyone(bind_ip: std::net::IpAddr, cluster_secret: bool) -> Option<String> {
+    (!cluster_secret && !bind_ip.is_loopback()).then(|| {
+        format!(
+            "serving on {bind_ip} with no cluster secret (MC_TE_CLUSTER_SECRET): any peer that \
+             reaches this address can fetch the segment's descriptor, its secret included, and \
+             then read (and write, where registered read-write) its remote-accessible memory"
+        )
+    })
+}
+
+#[cfg(test)]
+mod open_tests {
+    use super::open_to_anyone;
+
+    #[test]
+    fn a_reachable_engine_without_a_cluster_secret_says_what_peers_can_do() {
+        let lan: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        let why = open_to_anyone(lan, false).expect("a warning");
+        assert!(
+            why.contains("MC_TE_CLUSTER_SECRET") && why.contains("10.1.2.3"),
+            "{why}"
+        );
+        assert!(open_to_anyone(lan, true).is_none());
+        assert!(open_to_anyone("127.0.0.1".parse().unwrap(), false).is_none());
+        assert!(open_to_anyone("::1".parse().unwrap(), false).is_none());
+        assert!(open_to_anyone("0.0.0.0".parse().unwrap(), false).is_some());
+    }
 }
