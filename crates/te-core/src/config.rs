@@ -114,6 +114,9 @@ pub struct Config {
     /// The cluster secret (`MC_TE_CLUSTER_SECRET`, te's): control peers must prove it, and
     /// descriptors carry segment secrets sealed with it. Never printed.
     pub cluster_secret: Option<Redacted>,
+    /// The token an HTTP metadata server asks for (`MC_TE_METADATA_TOKEN`: te-metadata's
+    /// `--token-file`), sent as `Authorization: Bearer`. Never printed.
+    pub metadata_token: Option<Redacted>,
     /// Namespace of the metadata keys (`MC_METADATA_CLUSTER_ID`: `mooncake/<id>/…`).
     pub metadata_cluster_id: Option<String>,
     /// Redis ACL user (`MC_REDIS_USERNAME`).
@@ -175,6 +178,7 @@ impl Default for Config {
             cxl_dev_path: None,
             cxl_dev_size: None,
             cluster_secret: None,
+            metadata_token: None,
             metadata_cluster_id: None,
             redis_username: None,
             redis_password: None,
@@ -381,6 +385,17 @@ impl Config {
         c.cluster_secret = lookup("MC_TE_CLUSTER_SECRET")
             .filter(|v| !v.is_empty())
             .map(Redacted);
+        c.metadata_token = match lookup("MC_TE_METADATA_TOKEN").filter(|v| !v.is_empty()) {
+            Some(t) if t.bytes().all(|b| b.is_ascii_graphic()) => Some(Redacted(t)),
+            Some(_) => {
+                return Err(Error::InvalidConfig {
+                    name: "MC_TE_METADATA_TOKEN".into(),
+                    value: "<redacted>".into(),
+                    reason: "must be printable ASCII without spaces".into(),
+                });
+            }
+            None => None,
+        };
         c.metadata_cluster_id = get("MC_METADATA_CLUSTER_ID").map(|v| v.trim().to_string());
         c.redis_username = get("MC_REDIS_USERNAME");
         c.redis_password = lookup("MC_REDIS_PASSWORD")
@@ -440,6 +455,7 @@ impl Config {
         "MC_CXL_DEV_PATH",
         "MC_CXL_DEV_SIZE",
         "MC_TE_CLUSTER_SECRET",
+        "MC_TE_METADATA_TOKEN",
         "MC_METADATA_CLUSTER_ID",
         "MC_REDIS_USERNAME",
         "MC_REDIS_PASSWORD",
@@ -455,8 +471,10 @@ impl Config {
         "MC_TE_MOONCAKE_BATCH_LOCAL_WRITES",
         "MC_TE_SERVER_THREADS",
         "MC_TE_MAX_DATA_CONNECTIONS",
+        "MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS",
         "MC_TE_CONTROL_THREADS",
         "MC_TE_MAX_CONTROL_CONNECTIONS",
+        "MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS",
         "MC_TE_CONN_REPLY_BYTES",
         "MC_TE_CLIENT_THREADS",
         "MC_TE_CLIENT_LINGER_US",

@@ -23,12 +23,20 @@ pub struct ServerLimits {
     /// Data connections a transport's server holds at once; more are refused with a reason
     /// (`MC_TE_MAX_DATA_CONNECTIONS`, 1–1,048,576, default 10,240).
     pub max_data_connections: usize,
+    /// Data connections one source address may hold (`MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS`,
+    /// 0–1,048,576, default 1,024; 0: no cap of its own). This host's own addresses are not
+    /// capped: its processes share them.
+    pub max_data_connections_per_address: usize,
     /// Threads serving the control listener's connections (`MC_TE_CONTROL_THREADS`, 1–64,
     /// default 1).
     pub control_threads: usize,
     /// Control connections held at once (`MC_TE_MAX_CONTROL_CONNECTIONS`, 1–1,048,576,
     /// default 4,096: a control request holds its connection for one exchange).
     pub max_control_connections: usize,
+    /// Control connections one source address may hold
+    /// (`MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS`, 0–1,048,576, default 64; 0: no cap of its
+    /// own; this host's addresses are not capped).
+    pub max_control_connections_per_address: usize,
     /// Connections the kernel holds for each listener before they are accepted
     /// (`MC_TE_LISTEN_BACKLOG`, 1–65,535, default 4,096; Linux caps it at
     /// `net.core.somaxconn`). A thousand peers connecting at once overflow a small one: their
@@ -62,8 +70,10 @@ impl Default for ServerLimits {
         ServerLimits {
             server_threads: cores.clamp(1, 8),
             max_data_connections: 10_240,
+            max_data_connections_per_address: 1_024,
             control_threads: 1,
             max_control_connections: 4_096,
+            max_control_connections_per_address: 64,
             listen_backlog: 4_096,
             conn_reply_bytes: 4096,
             client_threads: cores.clamp(4, 8),
@@ -103,11 +113,23 @@ impl ServerLimits {
                 1,
                 1 << 20,
             )?,
+            max_data_connections_per_address: read(
+                "MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS",
+                d.max_data_connections_per_address,
+                0,
+                1 << 20,
+            )?,
             control_threads: read("MC_TE_CONTROL_THREADS", d.control_threads, 1, 64)?,
             max_control_connections: read(
                 "MC_TE_MAX_CONTROL_CONNECTIONS",
                 d.max_control_connections,
                 1,
+                1 << 20,
+            )?,
+            max_control_connections_per_address: read(
+                "MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS",
+                d.max_control_connections_per_address,
+                0,
                 1 << 20,
             )?,
             listen_backlog: read("MC_TE_LISTEN_BACKLOG", d.listen_backlog, 1, 65_535)?,
@@ -134,6 +156,22 @@ impl ServerLimits {
                 n => n,
             },
         })
+    }
+
+    /// The per-address cap of a transport's data server.
+    pub fn data_per_address(&self) -> crate::reactor::AddressCap {
+        crate::reactor::AddressCap {
+            max: self.max_data_connections_per_address,
+            loopback: false,
+        }
+    }
+
+    /// The per-address cap of the control listener.
+    pub fn control_per_address(&self) -> crate::reactor::AddressCap {
+        crate::reactor::AddressCap {
+            max: self.max_control_connections_per_address,
+            loopback: false,
+        }
     }
 
     /// How a transport's data server sizes the receive buffers of the connections it accepts.

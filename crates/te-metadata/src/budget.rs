@@ -112,6 +112,21 @@ impl crate::request::Room for Hold {
     fn make(&mut self, bytes: usize) -> Result<(), String> {
         self.grow(bytes).map_err(|spent| spent.to_string())
     }
+
+    fn fits(&self, bytes: usize) -> Result<(), String> {
+        let used = self.budget.used.load(Ordering::Acquire);
+        match used
+            .checked_add(bytes)
+            .is_some_and(|u| u <= self.budget.limit)
+        {
+            true => Ok(()),
+            false => Err(Spent {
+                wanted: bytes,
+                limit: self.budget.limit,
+            }
+            .to_string()),
+        }
+    }
 }
 
 impl Drop for Hold {

@@ -54,6 +54,8 @@ pub(crate) struct MetadataProtocol {
     pub(crate) store: Arc<Store>,
     pub(crate) options: Arc<Options>,
     pub(crate) budget: Arc<Budget>,
+    /// The `Authorization` value every request must carry, if a token is set.
+    pub(crate) authorization: Option<Arc<te_core::config::Redacted>>,
 }
 
 /// One client connection.
@@ -192,7 +194,7 @@ impl Protocol for MetadataProtocol {
         HttpConn {
             peer,
             input: Vec::new(),
-            gatherer: Gatherer::new(self.options.max_value),
+            gatherer: Gatherer::new(self.options.max_value).requiring(self.authorization.clone()),
             body_hold: Hold::new(&self.budget),
             output: Outbox::default(),
             reply_hold: Hold::new(&self.budget),
@@ -253,6 +255,7 @@ impl Protocol for MetadataProtocol {
                     refusal,
                     keep_alive,
                 }) => {
+                    c.body_hold.release();
                     debug!(peer = %c.peer, reason = refusal.reason, "body turned away");
                     c.answer(refusal.status, refusal.reason.as_bytes(), keep_alive);
                     answered += 1;
@@ -277,6 +280,15 @@ impl Protocol for MetadataProtocol {
         self.store.settle();
     }
 
+    fn idle_since(&self, c: &HttpConn) -> Option<Instant> {
+        let idle = !c.gatherer.in_body()
+            && c.input.is_empty()
+            && c.output.is_empty()
+            && c.waiting.is_none()
+            && !c.closing;
+        idle.then_some(c.last)
+    }
+
     fn expired(&self, c: &HttpConn, now: Instant) -> bool {
         let since = match c.gatherer.in_body() || !c.input.is_empty() {
             true => c.since,
@@ -296,6 +308,10 @@ impl Protocol for MetadataProtocol {
             Refusal::AtCapacity { max } => format!(
                 "te-metadata serves at most {max} connections at once (--max-connections); \
                  try again later"
+            ),
+            Refusal::AddressCap { max } => format!(
+                "te-metadata serves at most {max} connections from one address at once \
+                 (--max-connections-per-address); try again later"
             ),
             other => format!("refused: {other:?}"),
         };

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use te_core::metadata::http::percent_decode;
 use te_core::reactor::{Deal, ServerSettings};
-use tracing::info;
+use tracing::{info, warn};
 
 use budget::Hold;
 use request::Request;
@@ -75,6 +75,12 @@ pub struct Options {
     pub idle_timeout: Duration,
     /// How long a request may take to arrive whole, from its first byte.
     pub request_timeout: Duration,
+    /// Connections one source address may hold (0: no cap of its own; this host's addresses
+    /// are not capped).
+    pub max_per_address: usize,
+    /// The token every request must carry (`Authorization: Bearer <token>`), if any: a
+    /// request without it is answered 401 before its body is read. Never printed.
+    pub token: Option<te_core::config::Redacted>,
 }
 
 impl Options {
@@ -107,6 +113,8 @@ impl Default for Options {
             threads: 2,
             idle_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(30),
+            max_per_address: 256,
+            token: None,
         }
     }
 }
@@ -141,19 +149,33 @@ impl Server {
         let settings = ServerSettings {
             threads: options.threads.max(1),
             max_connections: options.max_connections.max(1),
+            per_address: te_core::reactor::AddressCap {
+                max: options.max_per_address,
+                loopback: false,
+            },
             deal: Deal::RoundRobin,
             backlog: options.backlog,
             congestion: te_core::congestion::Congestion::Host,
             receive_buffer: te_core::limits::ReceiveBuffer::Kernel,
         };
+        let authorization = options
+            .token
+            .as_ref()
+            .map(|t| Arc::new(te_core::config::Redacted(format!("Bearer {}", t.expose()))));
         let protocol = Arc::new(conn::MetadataProtocol {
             store,
             budget: budget::Budget::new(options.max_buffered),
             options: Arc::new(options),
+            authorization,
         });
+        let open = protocol.options.token.is_none();
         let reactor = te_core::reactor::Server::start(listener, protocol, settings)?;
         let addr = reactor.local_addr();
         info!(%addr, "metadata server listening");
+        if open && !addr.ip().is_loopback() {
+            warn!(%addr, "no --token-file: anyone who reaches this address can read, change \
+                and delete every key (engines' descriptors included)");
+        }
         Ok(Server { addr, reactor })
     }
 

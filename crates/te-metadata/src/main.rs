@@ -1,6 +1,6 @@
 //! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]
 //! [--max-stored BYTES] [--max-buffered BYTES] [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
-//! [--request-timeout SECS]`:
+//! [--request-timeout SECS] [--max-connections-per-address N] [--token-file FILE]`:
 //! Mooncake's HTTP metadata server. Engines use it with
 //! `--metadata_server=http://HOST:PORT/metadata`. At start it raises its open-file limit to the
 //! hard limit, and warns when that is still below `--max-connections`. SIGINT or SIGTERM closes
@@ -16,7 +16,8 @@ use te_metadata::{Options, Server};
 
 const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] \
 [--max-value BYTES (16 MiB)] [--max-stored BYTES (2 GiB)] [--max-buffered BYTES (1 GiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
-[--idle-timeout SECS (30)] [--request-timeout SECS (30)]";
+[--idle-timeout SECS (30)] [--request-timeout SECS (30)] [--max-connections-per-address N (256; 0: none)] \
+[--token-file FILE (requests must carry Authorization: Bearer <its content>)]";
 
 /// Why `run` ended without serving.
 enum Stop {
@@ -41,6 +42,21 @@ fn count(name: &str, value: &str, min: u64, max: u64) -> Result<u64, Stop> {
         .ok_or(Stop::Usage(format!(
             "{name}: a whole number from {min} to {max}\n{USAGE}"
         )))
+}
+
+/// The token in `path`: its content without the trailing line end, printable ASCII without
+/// spaces (what an HTTP header carries), at least 16 characters.
+fn token_from(path: &str) -> Result<te_core::config::Redacted, Stop> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Stop::Usage(format!("--token-file {path}: {e}\n{USAGE}")))?;
+    let token = text.trim_end_matches(['\n', '\r']);
+    match token.len() >= 16 && token.bytes().all(|b| b.is_ascii_graphic()) {
+        true => Ok(te_core::config::Redacted(token.to_string())),
+        false => Err(Stop::Usage(format!(
+            "--token-file {path}: the token must be at least 16 printable ASCII characters \
+             without spaces"
+        ))),
+    }
 }
 
 fn run(termination: Option<&Termination>) -> Result<(), Stop> {
@@ -96,6 +112,10 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
             "--request-timeout" => {
                 options.request_timeout = Duration::from_secs(count(&name, &value()?, 1, 86_400)?)
             }
+            "--max-connections-per-address" => {
+                options.max_per_address = count(&name, &value()?, 0, 1_000_000)? as usize
+            }
+            "--token-file" => options.token = Some(token_from(&value()?)?),
             other => return Err(Stop::Usage(format!("unknown argument {other}\n{USAGE}"))),
         }
     }

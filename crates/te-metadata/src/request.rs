@@ -2,13 +2,19 @@
 //! server's loops never wait on a socket: the head (at most [`MAX_HEAD`] bytes, its end looked
 //! for only in bytes not yet scanned), then the body its head announces (`Content-Length`, or
 //! chunked with optional trailers), at most the server's largest value, and refused before
-//! any room is made for more. Room for a body is asked of a [`Room`] (the server's budget for
-//! values in transit) before its bytes are kept: a body of known length that finds none is read
-//! past, unkept, and answered 503 on a connection that stays open; a chunked one is refused.
-//! A client that sent `Expect: 100-continue` is told to go on once its head is accepted, and
-//! refused before it sends its body if there is no room for it. What is refused comes back as
-//! the status to answer with; the connection is closed after that answer, since its framing
-//! can no longer be trusted (or the body it will still send is not wanted).
+//! any room is made for more. The framing is read strictly (RFC 9112): several
+//! `Transfer-Encoding` headers, one with a `Content-Length`, one in an HTTP/1.0 request, a
+//! coding list that does not end in `chunked`, whitespace before a header's colon or a folded
+//! header line are refused, as a request smuggled past another parser would use them.
+//!
+//! Room for a body is asked of a [`Room`] (the server's budget for values in transit) as its
+//! bytes arrive, never for what a head merely announces: a client that sends a head and waits
+//! holds none. A body of known length that finds no room is read past, unkept, and answered
+//! 503 on a connection that stays open; a chunked one is refused. A client that sent
+//! `Expect: 100-continue` is told to go on if its body fits now, and refused before it sends it
+//! if not. What is refused comes back as the status to answer with; the connection is closed
+//! after that answer, since its framing can no longer be trusted (or the body it will still
+//! send is not wanted).
 //!
 //! Not here: what a request means (`lib.rs`), sockets and timeouts (`conn.rs`).
 
@@ -51,6 +57,11 @@ fn refuse(status: u16, reason: impl Into<String>) -> Refusal {
 pub(crate) trait Room {
     /// Makes room for `bytes` more bytes of body, or says why there is none.
     fn make(&mut self, bytes: usize) -> Result<(), String>;
+
+    /// Whether `bytes` more would fit now (nothing is taken), or why not.
+    fn fits(&self, _bytes: usize) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Room without end, for callers that bound nothing beyond the largest value.
@@ -90,6 +101,8 @@ struct Head {
     target: String,
     keep_alive: bool,
     expect_continue: bool,
+    /// The `Authorization` header's value.
+    authorization: Option<String>,
 }
 
 /// Where a chunked body is.
@@ -125,6 +138,8 @@ enum Stage {
 #[derive(Debug)]
 pub(crate) struct Gatherer {
     max_body: usize,
+    /// The `Authorization` value every request must carry (`Bearer <token>`), if any.
+    authorization: Option<std::sync::Arc<te_core::config::Redacted>>,
     stage: Stage,
     body: Vec<u8>,
 }
@@ -134,9 +149,20 @@ impl Gatherer {
     pub(crate) fn new(max_body: usize) -> Self {
         Gatherer {
             max_body,
+            authorization: None,
             stage: Stage::Head { scanned: 0 },
             body: Vec::new(),
         }
+    }
+
+    /// Refuses (401, then closes) a request whose head does not carry `Authorization:
+    /// <expected>`, before any of its body is read.
+    pub(crate) fn requiring(
+        mut self,
+        expected: Option<std::sync::Arc<te_core::config::Redacted>>,
+    ) -> Self {
+        self.authorization = expected;
+        self
     }
 
     /// Whether a head has been taken and its body is being gathered.
@@ -173,24 +199,22 @@ impl Gatherer {
                         return Err(refuse(400, format!("HTTP head over {MAX_HEAD} bytes")));
                     }
                     let (head, framing) = parse_head(&input[..end], self.max_body)?;
+                    if let Some(expected) = &self.authorization {
+                        let given = head.authorization.as_deref().unwrap_or("");
+                        if !same_secret(given.as_bytes(), expected.expose().as_bytes()) {
+                            return Err(refuse(
+                                401,
+                                "te-metadata wants its token: Authorization: Bearer <token> \
+                                 (MC_TE_METADATA_TOKEN for te's engines)",
+                            ));
+                        }
+                    }
                     input.drain(..end);
                     let continues = head.expect_continue && input.is_empty();
-                    if let Framing::Sized(left @ 1..) = framing {
-                        if let Err(why) = room.make(left) {
-                            let refusal = refuse(503, why);
-                            if continues {
-                                // It waits to be told to send its body: told no, it need
-                                // not send it.
-                                return Err(refusal);
-                            }
-                            self.stage = Stage::Skip {
-                                left,
-                                refusal,
-                                keep_alive: head.keep_alive,
-                            };
-                            continue;
-                        }
-                        self.body.reserve_exact(left);
+                    if let (true, Framing::Sized(left @ 1..)) = (continues, &framing) {
+                        // It waits to be told to send its body: if it would not fit, told
+                        // no, it need not send it.
+                        room.fits(*left).map_err(|why| refuse(503, why))?;
                     }
                     self.stage = match framing {
                         Framing::Chunked => Stage::Chunked {
@@ -204,8 +228,22 @@ impl Gatherer {
                         return Ok(Gathered::Continue);
                     }
                 }
-                Stage::Sized { left, .. } => {
+                Stage::Sized { left, head } => {
                     let take = (*left).min(input.len());
+                    if take == 0 {
+                        return Ok(Gathered::More);
+                    }
+                    if let Err(why) = room.make(take) {
+                        // Read the rest past, unkept; what was kept goes (the caller gives
+                        // its room back with the answer).
+                        self.body = Vec::new();
+                        self.stage = Stage::Skip {
+                            left: *left,
+                            refusal: refuse(503, why),
+                            keep_alive: head.keep_alive,
+                        };
+                        continue;
+                    }
                     self.body.extend_from_slice(&input[..take]);
                     input.drain(..take);
                     *left -= take;
@@ -302,11 +340,19 @@ fn parse_head(bytes: &[u8], max_body: usize) -> Result<(Head, Framing), Refusal>
     let http10 = words.next() == Some("HTTP/1.0");
     let (mut keep_alive, mut expect_continue, mut chunked) = (!http10, false, false);
     let mut length: Option<usize> = None;
+    let mut codings = 0;
+    let mut authorization = None;
     for line in lines {
+        if line.starts_with([' ', '\t']) {
+            return Err(refuse(400, "a folded header line"));
+        }
         let (name, value) = line
             .split_once(':')
             .ok_or_else(|| refuse(400, format!("bad header {line:?}")))?;
-        let (name, value) = (name.trim(), value.trim());
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(refuse(400, format!("bad header name {name:?}")));
+        }
+        let value = value.trim();
         let has = |token: &str| {
             value
                 .split(',')
@@ -318,10 +364,26 @@ fn parse_head(bytes: &[u8], max_body: usize) -> Result<(Head, Framing), Refusal>
                 (false, true) => true,
                 (false, false) => keep_alive,
             };
+        } else if name.eq_ignore_ascii_case("authorization") {
+            authorization = Some(value.to_string());
         } else if name.eq_ignore_ascii_case("expect") {
             expect_continue = value.eq_ignore_ascii_case("100-continue");
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = has("chunked");
+            codings += 1;
+            let list: Vec<&str> = value.split(',').map(str::trim).collect();
+            if list
+                .last()
+                .is_none_or(|c| !c.eq_ignore_ascii_case("chunked"))
+            {
+                return Err(refuse(400, "Transfer-Encoding does not end in chunked"));
+            }
+            if list.len() > 1 {
+                return Err(refuse(
+                    501,
+                    format!("Transfer-Encoding {value:?}: only chunked is decoded"),
+                ));
+            }
+            chunked = true;
         } else if name.eq_ignore_ascii_case("content-length") {
             let n = parse_length(value)
                 .ok_or_else(|| refuse(400, format!("bad Content-Length {value:?}")))?;
@@ -330,6 +392,15 @@ fn parse_head(bytes: &[u8], max_body: usize) -> Result<(Head, Framing), Refusal>
             }
             length = Some(n);
         }
+    }
+    if codings > 1 {
+        return Err(refuse(400, "several Transfer-Encoding headers"));
+    }
+    if chunked && length.is_some() {
+        return Err(refuse(400, "Transfer-Encoding with Content-Length"));
+    }
+    if chunked && http10 {
+        return Err(refuse(400, "Transfer-Encoding in an HTTP/1.0 request"));
     }
     let framing = match (chunked, length) {
         (true, _) => Framing::Chunked,
@@ -346,8 +417,24 @@ fn parse_head(bytes: &[u8], max_body: usize) -> Result<(Head, Framing), Refusal>
         target,
         keep_alive,
         expect_continue,
+        authorization,
     };
     Ok((head, framing))
+}
+
+/// Whether `given` is `expected`, comparing every byte whatever differs first.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// A byte of an HTTP token (a header name): RFC 9110's `tchar`.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// A `Content-Length` value: decimal digits only.
@@ -389,11 +476,13 @@ fn step_chunked(
             if body.len().saturating_add(size) > max_body {
                 return Err(refuse(413, format!("HTTP body over {max_body} bytes")));
             }
-            room.make(size).map_err(|why| refuse(503, why))?;
             Ok(Some(Chunk::Data { left: size }))
         }
         Chunk::Data { left } => {
             let take = left.min(input.len());
+            if take > 0 {
+                room.make(take).map_err(|why| refuse(503, why))?;
+            }
             body.extend_from_slice(&input[..take]);
             input.drain(..take);
             match left - take {

@@ -146,6 +146,7 @@ pub fn start_server(
     let settings = ServerSettings {
         threads: limits.control_threads,
         max_connections: limits.max_control_connections,
+        per_address: limits.control_per_address(),
         deal: crate::reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
         // Control frames are small: nothing to pace, so the host's default stays.

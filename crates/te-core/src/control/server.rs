@@ -5,8 +5,11 @@
 //!
 //! Bounds: a frame's length is checked before room is made for it, and a connection holds at
 //! most one frame being gathered plus its pending replies; buffers shrink back once a large
-//! frame is done. A connection silent (or stalled mid-frame) for [`IDLE_TIMEOUT`] is closed; a
-//! bad frame closes only its own connection.
+//! frame is done. A connection silent for [`IDLE_TIMEOUT`] is closed, and so is one whose frame
+//! is not whole [`FRAME_DEADLINE`] after its first byte (however it trickles in). When the
+//! cluster has a secret, a peer must authenticate first: until it has, its frames may be at
+//! most [`auth::AUTH_MAX`] bytes, and it has [`AUTH_DEADLINE`] from its connection to be done.
+//! A bad frame closes only its own connection.
 //!
 //! Not here: what the answers say (`ControlState::answer`). Answers are computed on the loop
 //! thread; they are table lookups, except an endpoint handshake, which sets up a transport's
@@ -15,7 +18,7 @@
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tracing::{debug, warn};
@@ -30,6 +33,10 @@ const FRAMES_PER_TURN: usize = 64;
 const READ_CHUNK: usize = 16 << 10;
 /// Buffers larger than this are released once empty.
 const KEEP_CAPACITY: usize = 4 << 10;
+/// How long a frame may take to arrive whole, from its first byte.
+pub(super) const FRAME_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a peer has, from its connection, to prove the cluster secret.
+pub(super) const AUTH_DEADLINE: Duration = Duration::from_secs(5);
 
 enum AuthState {
     /// No cluster secret, or the peer proved it.
@@ -51,6 +58,10 @@ pub(super) struct ControlConn {
     /// Close once the output is sent.
     closing: bool,
     last: Instant,
+    /// When it was accepted.
+    opened: Instant,
+    /// When the first byte of the frame being gathered came.
+    frame_started: Option<Instant>,
 }
 
 /// The control listener's protocol.
@@ -61,6 +72,12 @@ pub(super) struct ControlProtocol {
 impl ControlConn {
     fn authenticated(&self) -> bool {
         matches!(self.auth, AuthState::Done)
+    }
+
+    /// Whether the peer still owes the cluster's proof (a Mooncake peer the opt-in admits
+    /// owes none).
+    fn owes_proof(&self) -> bool {
+        !self.authenticated() && !self.admitted
     }
 
     fn queue(&mut self, request: &Frame, payload: &[u8]) {
@@ -145,6 +162,8 @@ impl Protocol for ControlProtocol {
             admitted: self.state.mooncake.admits(peer.ip()),
             closing: false,
             last: Instant::now(),
+            opened: Instant::now(),
+            frame_started: None,
         }
     }
 
@@ -154,9 +173,15 @@ impl Protocol for ControlProtocol {
             if let Some(step) = c.flush(stream) {
                 return step;
             }
-            match frame::parse_request(&c.input, self.state.max_payload) {
+            // Small frames only, until a peer that owes the cluster's proof has given it.
+            let limit = match c.owes_proof() {
+                true => auth::AUTH_MAX.min(self.state.max_payload),
+                false => self.state.max_payload,
+            };
+            match frame::parse_request(&c.input, limit) {
                 Ok(Some((request, used))) => {
                     c.input.drain(..used);
+                    c.frame_started = (!c.input.is_empty()).then(Instant::now);
                     if c.input.is_empty() && c.input.capacity() > KEEP_CAPACITY {
                         c.input = Vec::new();
                     }
@@ -178,7 +203,7 @@ impl Protocol for ControlProtocol {
             }
             // Room for the rest of the frame being gathered (its length already bounded), or
             // for the next frame's head.
-            let want = match frame::needed(&c.input, self.state.max_payload) {
+            let want = match frame::needed(&c.input, limit) {
                 Ok(Some(total)) => total.saturating_sub(c.input.len()).clamp(1, READ_CHUNK),
                 _ => READ_CHUNK,
             };
@@ -188,7 +213,10 @@ impl Protocol for ControlProtocol {
             c.input.truncate(at + *read.as_ref().unwrap_or(&0));
             match read {
                 Ok(0) => return Step::Close,
-                Ok(_) => c.last = Instant::now(),
+                Ok(_) => {
+                    c.last = Instant::now();
+                    c.frame_started.get_or_insert(c.last);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Blocked,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Step::Close,
@@ -197,15 +225,29 @@ impl Protocol for ControlProtocol {
     }
 
     fn expired(&self, c: &ControlConn, now: Instant) -> bool {
-        now.duration_since(c.last) > IDLE_TIMEOUT
+        let frame_late = c
+            .frame_started
+            .is_some_and(|t| now.duration_since(t) > FRAME_DEADLINE);
+        let proof_late = c.owes_proof() && now.duration_since(c.opened) > AUTH_DEADLINE;
+        frame_late || proof_late || now.duration_since(c.last) > IDLE_TIMEOUT
+    }
+
+    fn idle_since(&self, c: &ControlConn) -> Option<Instant> {
+        (c.input.is_empty() && c.output.is_empty() && !c.closing).then_some(c.last)
     }
 
     fn refuse(&self, mut stream: &mio::net::TcpStream, _peer: SocketAddr, why: Refusal) {
-        let Refusal::AtCapacity { max } = why;
-        let reason = json!({"error": format!(
-            "te: the control listener holds its cap of {max} connections \
-             (MC_TE_MAX_CONTROL_CONNECTIONS); try again later"
-        )});
+        let reason = match why {
+            Refusal::AddressCap { max } => format!(
+                "te: your address holds its cap of {max} control connections \
+                 (MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS); try again later"
+            ),
+            Refusal::AtCapacity { max } => format!(
+                "te: the control listener holds its cap of {max} connections \
+                 (MC_TE_MAX_CONTROL_CONNECTIONS); try again later"
+            ),
+        };
+        let reason = json!({ "error": reason });
         let _ = stream.write(&frame::encode_frame(
             Some(FrameType::Probe),
             reason.to_string().as_bytes(),

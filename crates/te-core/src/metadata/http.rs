@@ -222,6 +222,9 @@ pub struct HttpStore {
     timeout: Duration,
     max_len: usize,
     idle: Arc<Mutex<Vec<Connection>>>,
+    /// `Authorization` header line sent with every request, if the server wants a token
+    /// (never printed).
+    authorization: Option<crate::config::Redacted>,
 }
 
 impl HttpStore {
@@ -251,7 +254,16 @@ impl HttpStore {
             timeout,
             max_len,
             idle: Arc::new(Mutex::new(Vec::new())),
+            authorization: None,
         })
+    }
+
+    /// Sends `token` (printable ASCII) with every request, as te-metadata's `--token-file`
+    /// asks: `Authorization: Bearer <token>`.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.authorization =
+            token.map(|t| crate::config::Redacted(format!("Authorization: Bearer {t}\r\n")));
+        self
     }
 
     /// Connections open and idle now.
@@ -312,10 +324,13 @@ impl HttpStore {
         let fail = |what: String| Error::Metadata(format!("{} {}: {what}", method, self.url));
         let sep = if self.path.contains('?') { '&' } else { '?' };
         let mut req = format!(
-            "{method} {}{sep}key={} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            "{method} {}{sep}key={} HTTP/1.1\r\nHost: {}\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             self.path,
             percent_encode(key),
             self.authority,
+            self.authorization
+                .as_ref()
+                .map_or("", crate::config::Redacted::expose),
             body.len()
         )
         .into_bytes();

@@ -129,7 +129,14 @@ pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Met
             let port = config.handshake_port;
             return Ok(Arc::new(P2pMetadata::new(timeout, max_len, key, port)));
         }
-        MetadataKind::Http(url) => Box::new(http::HttpStore::new(&url, timeout, max_len)?),
+        MetadataKind::Http(url) => Box::new(
+            http::HttpStore::new(&url, timeout, max_len)?.with_token(
+                config
+                    .metadata_token
+                    .as_ref()
+                    .map(|t| t.expose().to_string()),
+            ),
+        ),
         MetadataKind::Redis(url) => {
             let mut target = redis::RedisTarget::parse(&url)?;
             if let Some(user) = &config.redis_username {

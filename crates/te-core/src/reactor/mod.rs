@@ -6,7 +6,9 @@
 //! The reactor owns the sockets and their lifecycle: loop 0 accepts and deals connections out
 //! (round-robin, or all to itself, as [`Deal`] says), a connection whose protocol says it moves
 //! bulk ([`Protocol::bulk`]) is handed to a loop with fewer such connections, the connection
-//! cap (shared by all loops) refuses more with the protocol's own refusal, each accepted
+//! caps (server-wide and per source address, `admission.rs`) refuse more with the protocol's
+//! own refusal once the accepting loop has closed its connection idle longest to make room
+//! ([`Protocol::idle_since`]), each accepted
 //! connection gets its socket settings (`TCP_NODELAY`, the congestion control, and a fixed
 //! receive buffer once the server is crowded: [`ServerSettings::receive_buffer`]), a connection
 //! whose turn ran out is driven again before the loop sleeps, one waiting to send is watched
@@ -30,6 +32,10 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::{debug, error, warn};
+
+mod admission;
+pub use admission::{AddressCap, EVICT_MIN_IDLE, Slot};
+use admission::{Admission, oldest_idle};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX);
@@ -120,9 +126,14 @@ impl Outbox {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Refusal {
-    /// The server holds its cap of connections.
+    /// The server holds its cap of connections, none of them idle.
     AtCapacity {
         /// The cap.
+        max: usize,
+    },
+    /// The peer's address holds its cap of connections.
+    AddressCap {
+        /// The cap per address.
         max: usize,
     },
 }
@@ -173,6 +184,14 @@ pub trait Protocol: Send + Sync + 'static {
     /// Whether the connection idled or stalled too long; it is then closed.
     fn expired(&self, conn: &Self::Conn, now: Instant) -> bool;
 
+    /// Since when the connection has been idle (between requests, nothing owed either way),
+    /// or `None` while it is busy. At the connection cap the accepting loop closes the one of
+    /// its connections idle longest (at least [`EVICT_MIN_IDLE`]) to serve a new peer. None
+    /// by default: never closed to make room.
+    fn idle_since(&self, _conn: &Self::Conn) -> Option<Instant> {
+        None
+    }
+
     /// Tells a peer it is refused (the stream is non-blocking and closed afterwards).
     fn refuse(&self, _stream: &mio::net::TcpStream, _peer: SocketAddr, _why: Refusal) {}
 
@@ -186,16 +205,6 @@ pub trait Protocol: Send + Sync + 'static {
         _peer: SocketAddr,
         _slot: Slot,
     ) {
-    }
-}
-
-/// A connection's place under the cap; dropping it frees the place.
-#[derive(Debug)]
-pub struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -219,6 +228,8 @@ pub struct ServerSettings {
     pub threads: usize,
     /// Connections held at once (in loops and promoted); more are refused.
     pub max_connections: usize,
+    /// Connections one source address may hold at once.
+    pub per_address: AddressCap,
     /// Where accepted connections go.
     pub deal: Deal,
     /// Connections the kernel holds before they are accepted (the listener's `listen` backlog).
@@ -266,6 +277,11 @@ impl Server {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(AtomicUsize::new(0));
+        let admission = Arc::new(Admission::new(
+            live.clone(),
+            settings.max_connections,
+            settings.per_address,
+        ));
         let mut polls = Vec::new();
         let mut siblings = Vec::new();
         for _ in 0..settings.threads.max(1) {
@@ -292,7 +308,7 @@ impl Server {
                 protocol: protocol.clone(),
                 stop: stop.clone(),
                 live: live.clone(),
-                max_connections: settings.max_connections.max(1),
+                admission: admission.clone(),
                 deal: settings.deal,
                 congestion: settings.congestion.clone(),
                 receive_buffer: settings.receive_buffer,
@@ -405,7 +421,7 @@ struct EventLoop<P: Protocol> {
     protocol: Arc<P>,
     stop: Arc<AtomicBool>,
     live: Arc<AtomicUsize>,
-    max_connections: usize,
+    admission: Arc<Admission>,
     deal: Deal,
     congestion: crate::congestion::Congestion,
     receive_buffer: crate::limits::ReceiveBuffer,
@@ -503,16 +519,18 @@ impl<P: Protocol> EventLoop<P> {
             if !self.protocol.admits(peer) {
                 continue;
             }
-            let held = self.live.fetch_add(1, Ordering::AcqRel) + 1;
-            if held > self.max_connections {
-                self.live.fetch_sub(1, Ordering::AcqRel);
-                let max = self.max_connections;
-                warn!(server = name, %peer, max, "connection cap reached; connection refused");
-                self.protocol
-                    .refuse(&stream, peer, Refusal::AtCapacity { max });
-                continue;
+            if self.admission.full() {
+                self.make_room();
             }
-            let slot = Slot(self.live.clone());
+            let slot = match self.admission.admit(peer.ip()) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    warn!(server = name, %peer, ?why, "connection refused");
+                    self.protocol.refuse(&stream, peer, why);
+                    continue;
+                }
+            };
+            let held = self.live.load(Ordering::Acquire);
             let _ = stream.set_nodelay(true);
             if let Some(bytes) = self.receive_buffer.fixed(held) {
                 self.fix_receive_buffer(&stream, bytes);
@@ -678,6 +696,22 @@ impl<P: Protocol> EventLoop<P> {
     fn close(&mut self, token: usize) {
         if let Some(e) = self.remove(token) {
             debug!(server = self.protocol.name(), peer = %e.peer, "connection closed");
+        }
+    }
+
+    /// At the connection cap: closes this loop's connection idle longest, if one has idled
+    /// long enough, so that a new peer is served rather than refused.
+    fn make_room(&mut self) {
+        let idle = self
+            .conns
+            .iter()
+            .map(|(t, e)| (*t, self.protocol.idle_since(&e.conn)));
+        if let Some(t) = oldest_idle(idle, Instant::now()) {
+            if let Some(e) = self.conns.get(&t) {
+                debug!(server = self.protocol.name(), peer = %e.peer,
+                    "at the connection cap: closed the connection idle longest to make room");
+            }
+            self.close(t);
         }
     }
 

@@ -6,6 +6,17 @@ use std::io::{Read, Write};
 /// Echoes bytes back, a line protocol with no framing: enough to exercise the loops.
 struct Echo {
     promoted: AtomicUsize,
+    /// How long a connection may idle before it expires.
+    idle: Duration,
+}
+
+impl Echo {
+    fn new(idle: Duration) -> Arc<Echo> {
+        Arc::new(Echo {
+            promoted: AtomicUsize::new(0),
+            idle,
+        })
+    }
 }
 
 #[derive(Default)]
@@ -81,8 +92,10 @@ impl Protocol for Echo {
         c.bulk
     }
     fn expired(&self, c: &EchoConn, now: Instant) -> bool {
-        c.last
-            .is_some_and(|t| now.duration_since(t) > Duration::from_secs(2))
+        c.last.is_some_and(|t| now.duration_since(t) > self.idle)
+    }
+    fn idle_since(&self, c: &EchoConn) -> Option<Instant> {
+        c.buf.is_empty().then_some(c.last).flatten()
     }
     fn refuse(&self, mut s: &mio::net::TcpStream, _peer: SocketAddr, why: Refusal) {
         let _ = s.write_all(format!("{why:?}").as_bytes());
@@ -101,12 +114,11 @@ fn start(threads: usize, max: usize) -> (Server, Arc<Echo>) {
 
 fn start_dealing(threads: usize, max: usize, deal: Deal) -> (Server, Arc<Echo>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let echo = Arc::new(Echo {
-        promoted: AtomicUsize::new(0),
-    });
+    let echo = Echo::new(Duration::from_secs(2));
     let settings = ServerSettings {
         threads,
         max_connections: max,
+        per_address: crate::reactor::AddressCap::default(),
         deal,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
@@ -281,6 +293,7 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 1000,
+        per_address: crate::reactor::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
@@ -348,6 +361,7 @@ fn connections_accepted_into_a_crowd_get_the_fixed_receive_buffer() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 100,
+        per_address: crate::reactor::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 128,
         congestion: crate::congestion::Congestion::Host,
@@ -452,6 +466,7 @@ fn parked_connections_are_driven_again_after_one_turn_end_for_all_of_them() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 64,
+        per_address: crate::reactor::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 64,
         congestion: crate::congestion::Congestion::Auto,
@@ -527,6 +542,7 @@ fn a_peer_closing_its_side_is_told_to_the_protocol_before_a_drive() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 8,
+        per_address: crate::reactor::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 8,
         congestion: crate::congestion::Congestion::Auto,
@@ -550,4 +566,89 @@ fn a_peer_closing_its_side_is_told_to_the_protocol_before_a_drive() {
         ender.driven_after.load(Ordering::SeqCst) >= 1,
         "driven after it was told"
     );
+}
+
+/// Reads what the server sends until it closes, or nothing within `wait`.
+fn read_until_closed(s: &mut TcpStream, wait: Duration) -> Option<Vec<u8>> {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => Some(got),
+        Err(_) => None,
+    }
+}
+
+#[test]
+fn at_the_cap_the_connection_idle_longest_makes_room_for_a_new_peer() {
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 3,
+        per_address: AddressCap::default(),
+        deal: Deal::RoundRobin,
+        backlog: 64,
+        congestion: crate::congestion::Congestion::Host,
+        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = Server::start(l, Echo::new(Duration::from_secs(60)), settings).unwrap();
+    let mut held = connect(&server, 3);
+    for (i, s) in held.iter_mut().enumerate() {
+        // Each served once, a little apart: the first is idle longest.
+        assert_eq!(roundtrip(s, b"hi"), b"hi");
+        std::thread::sleep(Duration::from_millis(50 * (i as u64 + 1)));
+    }
+    // Not idle long enough yet: a newcomer is refused, no one is closed.
+    let mut early = TcpStream::connect(server.local_addr()).unwrap();
+    let said = read_until_closed(&mut early, Duration::from_secs(5)).unwrap();
+    assert!(
+        String::from_utf8_lossy(&said).contains("AtCapacity"),
+        "{said:?}"
+    );
+    std::thread::sleep(EVICT_MIN_IDLE + Duration::from_millis(200));
+    // Now the oldest idle one goes, and the newcomer is served.
+    let mut late = TcpStream::connect(server.local_addr()).unwrap();
+    assert_eq!(roundtrip(&mut late, b"in"), b"in");
+    assert_eq!(
+        read_until_closed(&mut held[0], Duration::from_secs(5)),
+        Some(Vec::new()),
+        "the first connection was closed to make room"
+    );
+    assert_eq!(roundtrip(&mut held[2], b"still"), b"still");
+    assert_eq!(server.connections(), 3);
+}
+
+#[test]
+fn one_address_cannot_take_every_place() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 10,
+        per_address: AddressCap {
+            max: 2,
+            loopback: true,
+        },
+        deal: Deal::RoundRobin,
+        backlog: 64,
+        congestion: crate::congestion::Congestion::Host,
+        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
+    };
+    let server = Server::start(l, Echo::new(Duration::from_secs(2)), settings).unwrap();
+    let mut two = connect(&server, 2);
+    for s in &mut two {
+        assert_eq!(roundtrip(s, b"ok"), b"ok");
+    }
+    let mut third = TcpStream::connect(server.local_addr()).unwrap();
+    let said = read_until_closed(&mut third, Duration::from_secs(5)).unwrap();
+    assert!(
+        String::from_utf8_lossy(&said).contains("AddressCap"),
+        "{said:?}"
+    );
+    drop(two.pop());
+    // Its place comes back once the server sees the close.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.connections() > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut again = TcpStream::connect(server.local_addr()).unwrap();
+    assert_eq!(roundtrip(&mut again, b"back"), b"back");
 }

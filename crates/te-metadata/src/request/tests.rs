@@ -25,6 +25,13 @@ impl Room for Limited {
             None => Err(format!("no room for {bytes}")),
         }
     }
+
+    fn fits(&self, bytes: usize) -> Result<(), String> {
+        match bytes <= self.left {
+            true => Ok(()),
+            false => Err(format!("no room for {bytes}")),
+        }
+    }
 }
 
 /// As [`feed`], with room from `room`.
@@ -181,21 +188,30 @@ fn bad_heads_and_bodies_are_refused_with_their_status() {
 }
 
 #[test]
-fn room_is_asked_for_before_a_body_is_kept() {
-    // A known length is asked for whole, as soon as the head is in; chunks one by one.
+fn room_is_asked_for_as_a_bodys_bytes_arrive() {
+    // A head announcing a body holds no room: only bytes that came are counted.
     let mut room = Limited {
         left: 100,
         ..Limited::default()
     };
     let mut g = Gatherer::new(MAX);
-    let mut input = b"PUT /m?key=a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhe".to_vec();
+    let mut input = b"PUT /m?key=a HTTP/1.1\r\nContent-Length: 5\r\n\r\n".to_vec();
     assert_eq!(g.gather(&mut input, &mut room), Ok(Gathered::More));
-    assert_eq!(room.asked, [5]);
+    assert!(
+        room.asked.is_empty(),
+        "announced, not sent: {:?}",
+        room.asked
+    );
+    input.extend_from_slice(b"he");
+    assert_eq!(g.gather(&mut input, &mut room), Ok(Gathered::More));
+    assert_eq!(room.asked, [2]);
     input.extend_from_slice(b"llo");
     assert_eq!(
         g.gather(&mut input, &mut room),
         request("PUT", "/m?key=a", true, b"hello")
     );
+    assert_eq!(room.asked, [2, 3]);
+    // Chunks too: a chunk's announced size is not counted, its data is, as it comes.
     let chunked = b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
 2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n";
     let mut room = Limited {
@@ -206,7 +222,12 @@ fn room_is_asked_for_before_a_body_is_kept() {
         feed_with(chunked, 1, &mut room),
         vec![request("PUT", "/m", true, b"abcde")]
     );
-    assert_eq!(room.asked, [2, 3]);
+    assert_eq!(room.asked, [1, 1, 1, 1, 1]);
+    let mut g = Gatherer::new(MAX);
+    let mut room = Limited::default();
+    let mut input = b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3ff\r\n".to_vec();
+    assert_eq!(g.gather(&mut input, &mut room), Ok(Gathered::More));
+    assert!(room.asked.is_empty(), "a chunk announced, none of it sent");
     // Requests without a body ask for nothing.
     let mut room = Limited::default();
     assert_eq!(
@@ -222,22 +243,27 @@ fn a_body_without_room_is_read_past_and_answered_503_on_an_open_connection() {
 GET /m?key=a HTTP/1.1\r\n\r\nPUT /m?key=b HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi";
     for step in [1, 3, bytes.len()] {
         let got = feed_with(bytes, step, &mut Limited::default());
-        let turned = |keep_alive| Gathered::Turned {
-            refusal: refuse(503, "no room for 5"),
-            keep_alive,
-        };
         assert_eq!(got.len(), 3, "{got:?}");
-        assert_eq!(got[0], Ok(turned(true)), "by {step}");
-        assert_eq!(got[1], request("GET", "/m?key=a", true, b""), "by {step}");
-        // An HTTP/1.0 request without keep-alive closes after its answer, as any other.
-        match &got[2] {
+        let turned = |r: &Result<Gathered, Refusal>, open| match r {
             Ok(Gathered::Turned {
                 refusal,
-                keep_alive: false,
-            }) => assert_eq!(refusal.status, 503),
-            other => panic!("by {step}: {other:?}"),
-        }
+                keep_alive,
+            }) => refusal.status == 503 && *keep_alive == open,
+            _ => false,
+        };
+        assert!(turned(&got[0], true), "by {step}: {:?}", got[0]);
+        assert_eq!(got[1], request("GET", "/m?key=a", true, b""), "by {step}");
+        // An HTTP/1.0 request without keep-alive closes after its answer, as any other.
+        assert!(turned(&got[2], false), "by {step}: {:?}", got[2]);
     }
+    // Room that runs out midway: what was kept goes, the rest is read past.
+    let mut room = Limited {
+        left: 3,
+        ..Limited::default()
+    };
+    let got = feed_with(bytes, 2, &mut room);
+    assert!(matches!(&got[0], Ok(Gathered::Turned { refusal, .. }) if refusal.status == 503));
+    assert_eq!(got[1], request("GET", "/m?key=a", true, b""));
 }
 
 #[test]
@@ -245,15 +271,89 @@ fn without_room_a_client_waiting_to_send_its_body_is_refused_before_it_does() {
     let head = b"PUT /m?key=a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n";
     let got = feed_with(head, head.len(), &mut Limited::default());
     assert_eq!(got, vec![Err(refuse(503, "no room for 9"))]);
+    // With room, it is told to go on, and nothing is held until its body comes.
+    let mut room = Limited {
+        left: 9,
+        ..Limited::default()
+    };
+    assert_eq!(
+        feed_with(head, head.len(), &mut room),
+        vec![Ok(Gathered::Continue)]
+    );
+    assert!(room.asked.is_empty());
     // A chunked body cannot be read past without its framing: refused, to be closed.
     let chunked = b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n3\r\ncde\r\n";
     let mut room = Limited {
         left: 4,
         ..Limited::default()
     };
+    assert_eq!(status(&feed_with(chunked, 1, &mut room)), 503);
+}
+
+#[test]
+fn framing_that_another_parser_would_read_otherwise_is_refused() {
+    let cases: &[(&[u8], u16)] = &[
+        // Several codings headers, even if each says chunked.
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        // A coding and a length together.
+        (
+            b"PUT /m HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            400,
+        ),
+        // Codings that do not end in chunked, or that te does not decode.
+        (b"PUT /m HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            400,
+        ),
+        (b"PUT /m HTTP/1.1\r\nTransfer-Encoding: \r\n\r\n", 400),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            501,
+        ),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            501,
+        ),
+        // HTTP/1.0 has no transfer codings.
+        (
+            b"PUT /m HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        // Whitespace before the colon, a folded line, an empty name.
+        (b"PUT /m HTTP/1.1\r\nContent-Length : 3\r\n\r\nabc", 400),
+        (
+            b"PUT /m HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n",
+            400,
+        ),
+        (b"PUT /m HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", 400),
+        (b"PUT /m HTTP/1.1\r\n: 3\r\n\r\n", 400),
+    ];
+    for (bytes, want) in cases {
+        for step in [1, bytes.len()] {
+            let got = feed(bytes, step);
+            assert_eq!(
+                status(&got),
+                *want,
+                "{:?} by {step}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+    // A tab or spaces around a value are fine; the same length twice is one length.
     assert_eq!(
-        feed_with(chunked, 1, &mut room),
-        vec![Err(refuse(503, "no room for 3"))]
+        feed(
+            b"PUT /m HTTP/1.1\r\nContent-Length:\t2 \r\nContent-Length: 2\r\n\r\nhi",
+            1
+        ),
+        vec![request("PUT", "/m", true, b"hi")]
     );
 }
 

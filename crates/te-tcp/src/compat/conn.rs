@@ -178,6 +178,14 @@ impl Conn {
         now.duration_since(self.progress) > limit
     }
 
+    /// Since when it has waited for a request with nothing owed, or `None` while busy.
+    pub(super) fn idle_since(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Header { got: 0, .. } if self.ahead_len == 0 => Some(self.progress),
+            _ => None,
+        }
+    }
+
     /// Moves the connection on as far as its socket allows.
     pub(super) fn drive(&mut self, state: &CompatState, stream: &mio::net::TcpStream) -> Step {
         let mut turn = 0usize;

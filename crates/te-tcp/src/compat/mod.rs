@@ -156,6 +156,10 @@ impl Protocol for CompatState {
         c.expired(now, self.stall_timeout)
     }
 
+    fn idle_since(&self, c: &conn::Conn) -> Option<Instant> {
+        c.idle_since()
+    }
+
     fn refuse(&self, stream: &mio::net::TcpStream, _peer: SocketAddr, _why: Refusal) {
         // Mooncake's framing has no word for "busy" before a request: its refusal status,
         // which its initiator reports as a failed request.
@@ -195,6 +199,7 @@ pub(crate) fn start(
     let settings = ServerSettings {
         threads: state.compat.threads.max(1),
         max_connections: limits.max_data_connections,
+        per_address: limits.data_per_address(),
         deal: Deal::Gather,
         backlog: limits.listen_backlog,
         congestion: congestion.clone(),

@@ -141,7 +141,17 @@ pub(crate) struct TargetConn {
     /// The peer closed its sending side (or the socket failed): every drive reads on until a
     /// receive says so, since no event comes after the one that told.
     peer_closed: bool,
+    /// When it was accepted.
+    opened: Instant,
+    /// A request proved the segment secret: until then the connection has
+    /// [`FIRST_REQUEST_DEADLINE`] from `opened`, however much it sends.
+    trusted: bool,
 }
+
+/// How long an accepted connection may take to send a request with the segment's secret.
+/// An initiator's lane sends its first request as soon as it connects; a socket that sends
+/// nothing (or only refused requests) holds a place under the connection cap for this long.
+pub(crate) const FIRST_REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// te's data listener: the state every connection checks against, and its reply bound.
 pub(crate) struct TargetProtocol {
@@ -184,6 +194,7 @@ impl TargetConn {
         self.last_tiny = r.len <= HOT_REQUEST;
         let state = &p.state;
         let checked = state.check(&r);
+        self.trusted |= !matches!(checked, Err(Rejection::BadSecret));
         let Ok(len) = usize::try_from(r.len) else {
             self.phase = Phase::Closing;
             return None;
@@ -640,6 +651,8 @@ impl Protocol for TargetProtocol {
             promoted: None,
             lowat: false,
             peer_closed: false,
+            opened: Instant::now(),
+            trusted: false,
         }
     }
 
@@ -652,11 +665,21 @@ impl Protocol for TargetProtocol {
     }
 
     fn expired(&self, c: &TargetConn, now: Instant) -> bool {
+        if !c.trusted && now.duration_since(c.opened) > FIRST_REQUEST_DEADLINE {
+            return true;
+        }
         let limit = match &c.phase {
             Phase::Header { got: 0, .. } if c.out.waiting() == 0 => IDLE_MAX,
             _ => self.state.stall_timeout,
         };
         now.duration_since(c.progress) > limit
+    }
+
+    fn idle_since(&self, c: &TargetConn) -> Option<Instant> {
+        match &c.phase {
+            Phase::Header { got: 0, .. } if c.out.waiting() == 0 => Some(c.progress),
+            _ => None,
+        }
     }
 
     fn refuse(&self, stream: &mio::net::TcpStream, peer: SocketAddr, why: Refusal) {
@@ -701,6 +724,7 @@ pub(crate) fn start(
     let settings = ServerSettings {
         threads: limits.server_threads,
         max_connections: limits.max_data_connections,
+        per_address: limits.data_per_address(),
         deal: te_core::reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
         congestion: congestion.clone(),

@@ -1,0 +1,119 @@
+//! Connections that never authenticate, against a real engine on loopback: idle sockets filling
+//! the data listener's cap do not lock an honest peer out (the idlest goes to make room, and an
+//! untrusted one is closed after its first-request deadline), and a control frame trickled in
+//! is cut off at its deadline, or refused at once when it is larger than an unauthenticated
+//! peer may send.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::*;
+use te_core::reactor::EVICT_MIN_IDLE;
+use te_core::{Opcode, Permission, TransferState};
+
+/// Whether the server closed `s` within `within` (a read that ends or fails).
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn idle_sockets_at_the_data_cap_do_not_lock_an_honest_peer_out() {
+    let mut c = config();
+    c.limits.max_data_connections = 16;
+    let target = engine_with(c);
+    let remote = buffer(1 << 20);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let port = target.local_descriptor().te_rails[0].port;
+    // Every place taken by sockets that send nothing.
+    let mut idle: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    std::thread::sleep(EVICT_MIN_IDLE + Duration::from_millis(500));
+    let honest = engine();
+    let src = buffer(1 << 20);
+    src.write_at(0, &pattern(3, 1 << 20)).unwrap();
+    register(&honest, &src, Permission::LocalOnly);
+    let seg = honest.open_segment(target.segment_name()).unwrap();
+    let write = request(Opcode::Write, src.addr(), seg, remote.addr(), 1 << 20);
+    assert_eq!(run(&honest, &[write]), TransferState::Completed);
+    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), pattern(3, 1 << 20));
+    // The ones not closed to make room go at their first-request deadline.
+    let started = Instant::now();
+    for (i, s) in idle.iter_mut().enumerate() {
+        let left = Duration::from_secs(15).saturating_sub(started.elapsed());
+        assert!(closed_within(s, left), "idle socket {i} still open");
+    }
+}
+
+#[test]
+fn a_control_frame_trickled_in_is_cut_off_at_its_deadline() {
+    let target = engine();
+    let port = target
+        .local_descriptor()
+        .name
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u16>()
+        .unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // A Metadata frame announcing 64 KiB, then its payload a byte a second.
+    s.write_all(&(1u64 + 65_536).to_le_bytes()).unwrap();
+    s.write_all(&[1u8]).unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(15) {
+        if s.write_all(b"x").is_err() || closed_within(&mut s, Duration::from_secs(1)) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a trickled frame was never cut off");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "cut off after {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn with_a_cluster_secret_a_large_frame_before_authentication_is_refused_at_once() {
+    let mut c = config();
+    c.cluster_secret = Some(te_core::config::Redacted("attack-test-secret".into()));
+    let target = engine_with(c);
+    let port = target
+        .local_descriptor()
+        .name
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u16>()
+        .unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(&(1u64 + (1 << 20)).to_le_bytes()).unwrap();
+    s.write_all(&[4u8]).unwrap();
+    s.write_all(&vec![b'{'; 4096]).unwrap_or(());
+    assert!(
+        closed_within(&mut s, Duration::from_secs(3)),
+        "a 1 MiB frame from an unauthenticated peer was taken"
+    );
+}
