@@ -129,3 +129,88 @@ fn with_a_token_file_only_holders_of_the_token_are_served() {
     assert_eq!(dst.to_vec(0, 1 << 20).unwrap(), vec![7u8; 1 << 20]);
 }
 
+/// A listener of the attacker's: counts the connections it gets.
+fn trap() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = hits.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    (port, hits)
+}
+
+#[test]
+fn a_descriptor_rewritten_in_the_service_is_refused_under_a_cluster_secret() {
+    let svc = http_server_with(0, None, &[]);
+    let with_secret = |c: &mut te_core::Config| {
+        c.cluster_secret = Some(te_core::config::Redacted("shared secret".into()));
+    };
+    let tname = format!("signed-target-{}", std::process::id());
+    // The target does not re-publish during the test: the rewrite stays in the service.
+    let target = engine(&svc.url, &tname, |c| {
+        with_secret(c);
+        c.metadata_refresh = Duration::from_secs(3600);
+    })
+    .unwrap();
+    let remote = buffer(&target, 1 << 20, 0x11);
+    // An honest reader opens the segment while it is intact, and moves bytes.
+    let reader = engine(&svc.url, "signed-reader", with_secret).unwrap();
+    let local = buffer(&reader, 1 << 20, 0);
+    let seg = reader.open_segment(&tname).unwrap();
+    let read = TransferRequest {
+        opcode: Opcode::Read,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: remote.addr(),
+        length: 4096,
+    };
+    let run = |e: &te_core::TransferEngine, r: TransferRequest| {
+        let b = e.allocate_batch(1).unwrap();
+        e.submit(b, &[r]).unwrap();
+        let s = e.wait(b, Duration::from_secs(30)).unwrap();
+        e.free_batch(b).unwrap();
+        s.state
+    };
+    assert_eq!(run(&reader, read), TransferState::Completed);
+    // The attacker, who can write the service but holds no secret: the rails now point at its
+    // listener, everything else (the sealed secret included) kept.
+    let (port, hits) = trap();
+    let kv = HttpStore::new(&svc.url, Duration::from_secs(5), 1 << 20).unwrap();
+    let key = format!("mooncake/ram/{tname}");
+    let mut desc: serde_json::Value =
+        serde_json::from_slice(&kv.get(&key).unwrap().unwrap()).unwrap();
+    assert!(desc["te_signature"].is_string(), "{desc}");
+    for rail in desc["te_rails"].as_array_mut().unwrap() {
+        rail["port"] = serde_json::Value::from(port);
+    }
+    kv.put(&key, desc.to_string().as_bytes()).unwrap();
+    // A newcomer with the secret refuses it, naming the segment.
+    let newcomer = engine(&svc.url, "signed-newcomer", with_secret).unwrap();
+    match newcomer.open_segment(&tname) {
+        Err(te_core::Error::PeerRefused { peer, reason }) => {
+            assert_eq!(peer, tname);
+            assert!(reason.contains("signature does not match"), "{reason}");
+        }
+        other => panic!("a rewritten descriptor was taken: {:?}", other.map(|_| ())),
+    }
+    // The reader's refreshes refuse it too: it keeps what it had, and its reads still go to
+    // the target's own listener.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(run(&reader, read), TransferState::Completed);
+    assert_eq!(local.to_vec(0, 4096).unwrap(), vec![0x11u8; 4096]);
+    // Stripped of its signature, it is refused as unsigned.
+    desc.as_object_mut().unwrap().remove("te_signature");
+    kv.put(&key, desc.to_string().as_bytes()).unwrap();
+    let err = newcomer.open_segment(&tname).unwrap_err();
+    assert!(err.to_string().contains("not signed"), "{err}");
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "an honest initiator connected to the attacker's listener"
+    );
+}

@@ -9,8 +9,10 @@
 //!
 //! `K` is SHA-256 of the secret; nonces are 16 random bytes; proofs are compared in constant
 //! time. Segment secrets in descriptors are sealed with `K` ([`seal`], [`unseal`]) so neither
-//! a metadata service nor a listener on the wire learns them. This module does no I/O of its own
-//! beyond the frames it is handed.
+//! a metadata service nor a listener on the wire learns them, and whole descriptors are signed
+//! with it ([`sign`], [`verify`]), so one rewritten anywhere (a metadata service anyone can
+//! write, say) is refused rather than followed. This module does no I/O of its own beyond the
+//! frames it is handed.
 
 use std::io::{Read, Write};
 
@@ -20,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use super::frame::{FrameType, read_frame, write_frame};
 use crate::error::{Error, Result};
-use crate::segment::{SegmentDesc, SegmentSecret};
+use crate::segment::{Received, SegmentDesc, SegmentSecret};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -299,6 +301,102 @@ pub fn unseal(key: Option<&ClusterKey>, name: &str, desc: &mut SegmentDesc) -> R
     Ok(())
 }
 
+/// `value` as one string whatever the order of its objects' keys: objects with their keys
+/// sorted, no spaces, strings and numbers as serde_json writes them.
+fn canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// What a descriptor's signature covers, from its JSON as received: `None` for JSON that is
+/// no object with a string `name`.
+pub fn received(value: &Value) -> Option<Received> {
+    let mut unsigned = value.as_object()?.clone();
+    unsigned.remove("te_signature");
+    let name = unsigned.get("name")?.as_str()?.to_string();
+    let mut text = String::new();
+    canonical(&Value::Object(unsigned), &mut text);
+    Some(Received {
+        canonical: text,
+        name,
+    })
+}
+
+/// Signs `desc` (its secret already sealed) with `key`: `te_signature` becomes an HMAC of the
+/// descriptor's canonical JSON without it, every field covered, the name included.
+///
+/// # Errors
+/// A descriptor that cannot be written as JSON.
+pub fn sign(key: &ClusterKey, desc: &mut SegmentDesc) -> Result<()> {
+    desc.te_signature = None;
+    let value = serde_json::to_value(&*desc)
+        .map_err(|e| Error::InvalidArgument(format!("descriptor of {}: {e}", desc.name)))?;
+    let body = received(&value)
+        .ok_or_else(|| Error::InvalidArgument(format!("descriptor of {}", desc.name)))?;
+    desc.te_signature = Some(hex(&key.proof(&[b"te-desc", body.canonical.as_bytes()])));
+    Ok(())
+}
+
+/// Checks, under a cluster secret (`key`), that `desc` was fetched as its publisher signed it
+/// for segment `name`: signed with this key, nothing changed since, published under `name`.
+/// Without a key there is nothing to check.
+///
+/// # Errors
+/// [`Error::PeerRefused`] naming the segment: an unsigned descriptor (a peer without the
+/// cluster secret, a Mooncake engine, or one stripped of its signature), one altered or signed
+/// with another secret, or one published for another name.
+pub fn verify(key: Option<&ClusterKey>, name: &str, desc: &SegmentDesc) -> Result<()> {
+    let Some(key) = key else {
+        return Ok(());
+    };
+    let refuse = |why: &str| refused(name, format!("descriptor refused: {why}"));
+    let (Some(signature), Some(body)) = (&desc.te_signature, &desc.received) else {
+        return Err(refuse(
+            "it is not signed with the cluster key (MC_TE_CLUSTER_SECRET): only te engines \
+             holding the same secret are opened",
+        ));
+    };
+    let valid = unhex(signature)
+        .is_some_and(|tag| key.verify(&[b"te-desc", body.canonical.as_bytes()], &tag));
+    if !valid {
+        return Err(refuse(
+            "its signature does not match: it was altered, or signed with another cluster secret",
+        ));
+    }
+    if body.name != name {
+        return Err(refuse(&format!(
+            "it was published for segment {:?}",
+            body.name
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,6 +433,58 @@ mod tests {
         let mut bad = d;
         bad.te_secret_sealed = Some("zz".into());
         assert!(unseal(Some(&key), "node-a", &mut bad).is_err());
+    }
+
+    /// `desc` sealed and signed with `key`, then published and received as JSON.
+    fn published(key: &ClusterKey, mut desc: SegmentDesc) -> String {
+        seal(key, &mut desc).unwrap();
+        sign(key, &mut desc).unwrap();
+        desc.to_json()
+    }
+
+    #[test]
+    fn a_signed_descriptor_is_taken_and_any_change_refused() {
+        let key = ClusterKey::from_secret("cluster one");
+        let json = published(&key, desc());
+        let got = SegmentDesc::from_json(json.as_bytes()).unwrap();
+        verify(Some(&key), "node-a", &got).expect("as published");
+        verify(None, "node-a", &got).expect("no key, nothing to check");
+        // Whatever the order of its keys and its spacing.
+        let v: Value = serde_json::from_str(&json).unwrap();
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        verify(
+            Some(&key),
+            "node-a",
+            &SegmentDesc::from_json(pretty.as_bytes()).unwrap(),
+        )
+        .expect("re-formatted");
+        let refused_for = |json: &str, name: &str, key: &ClusterKey| {
+            let d = SegmentDesc::from_json(json.as_bytes()).unwrap();
+            match verify(Some(key), name, &d) {
+                Err(Error::PeerRefused { peer, reason }) => {
+                    assert_eq!(peer, name);
+                    reason
+                }
+                other => panic!("{json}: {other:?}"),
+            }
+        };
+        // A rail moved to another port, a buffer grown, a field te does not know added.
+        let mut moved: Value = serde_json::from_str(&json).unwrap();
+        moved["te_rails"] = serde_json::json!([{"name": "lo", "ip": "127.0.0.1", "port": 9}]);
+        assert!(refused_for(&moved.to_string(), "node-a", &key).contains("does not match"));
+        let mut grown: Value = serde_json::from_str(&json).unwrap();
+        grown["te_host_id"] = Value::from("another-host");
+        assert!(refused_for(&grown.to_string(), "node-a", &key).contains("does not match"));
+        let mut extra: Value = serde_json::from_str(&json).unwrap();
+        extra["shm"] = Value::from("/etc/passwd");
+        assert!(refused_for(&extra.to_string(), "node-a", &key).contains("does not match"));
+        // Stripped of its signature, signed with another secret, or for another segment.
+        let mut stripped: Value = serde_json::from_str(&json).unwrap();
+        stripped.as_object_mut().unwrap().remove("te_signature");
+        assert!(refused_for(&stripped.to_string(), "node-a", &key).contains("not signed"));
+        let other = ClusterKey::from_secret("cluster two");
+        assert!(refused_for(&json, "node-a", &other).contains("does not match"));
+        assert!(refused_for(&json, "node-b", &key).contains("published for"));
     }
 
     fn handshake(client_secret: &str, server_secret: &str) -> (Result<()>, bool) {

@@ -139,10 +139,13 @@ fn republish(ctx: &KeeperCtx) {
     }
 }
 
-/// `desc` without its publication time, for comparing two publications.
+/// `desc` without its publication time (and what changes with it), for comparing two
+/// publications.
 fn timeless(desc: &SegmentDesc) -> SegmentDesc {
     SegmentDesc {
         timestamp: None,
+        te_signature: None,
+        received: None,
         ..desc.clone()
     }
 }
@@ -156,6 +159,7 @@ fn refresh(ctx: &KeeperCtx, rotation: &mut Rotation) {
         .collect();
     for seg in rotation.pick(open, ctx.refresh_batch, |seg| seg.name()) {
         let fetched = ctx.metadata.fetch_segment(seg.name()).and_then(|mut f| {
+            crate::control::auth::verify(ctx.cluster_key.as_deref(), seg.name(), &f.desc)?;
             crate::control::auth::unseal(ctx.cluster_key.as_deref(), seg.name(), &mut f.desc)?;
             Ok(f)
         });

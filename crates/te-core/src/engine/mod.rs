@@ -192,6 +192,7 @@ impl TransferEngine {
         let mut first_desc = SegmentDesc::local(&name, "none", secret, &[]);
         if let Some(key) = &cluster_key {
             control::auth::seal(key, &mut first_desc)?;
+            control::auth::sign(key, &mut first_desc)?;
         }
         let control_state = Arc::new(ControlState {
             local_desc: RwLock::new(Arc::new(first_desc.to_json())),
@@ -396,6 +397,7 @@ impl TransferEngine {
                     .unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(public.to_json()));
             }
             control::auth::seal(key, &mut desc)?;
+            control::auth::sign(key, &mut desc)?;
         }
         *self
             .control_state
@@ -448,6 +450,11 @@ impl TransferEngine {
     fn fetch_segment(&self, name: &str) -> Result<Arc<RemoteSegment>> {
         let previous = self.segments.by_name(name);
         let mut fetched = self.metadata.fetch_segment(name)?;
+        control::auth::verify(
+            self.control_state.cluster_key.as_deref(),
+            name,
+            &fetched.desc,
+        )?;
         control::auth::unseal(
             self.control_state.cluster_key.as_deref(),
             name,

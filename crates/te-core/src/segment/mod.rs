@@ -213,6 +213,14 @@ pub struct SegmentDesc {
     /// te: for a file segment (protocol [`FILE_PROTOCOL`]), the file's path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_file: Option<String>,
+    /// te: under a cluster secret, an HMAC with the cluster key of the whole descriptor
+    /// (every other field, its name included), hex ([`crate::control::auth::sign`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub te_signature: Option<String>,
+    /// What a received descriptor's signature covers: its JSON as received, in canonical form,
+    /// and the name it was published under. Never published.
+    #[serde(skip)]
+    pub received: Option<Arc<Received>>,
 }
 
 /// Protocols a descriptor's `protocol` array may list before it is refused.
@@ -236,6 +244,15 @@ fn protocol_string_or_list<'de, D: serde::Deserializer<'de>>(
             "protocol must be a string or an array of strings",
         )),
     }
+}
+
+/// A received descriptor as its publisher signed it ([`SegmentDesc::received`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// Its JSON in canonical form, `te_signature` left out.
+    pub canonical: String,
+    /// The name it was published under.
+    pub name: String,
 }
 
 /// The protocol of a file segment: its one buffer is the file, addressed by file offset.
@@ -287,6 +304,8 @@ impl SegmentDesc {
             te_owner: process_identity(std::process::id()),
             te_cxl_device: None,
             te_file: None,
+            te_signature: None,
+            received: None,
         }
     }
 
@@ -323,6 +342,8 @@ impl SegmentDesc {
             te_owner: None,
             te_cxl_device: None,
             te_file: Some(path.to_string()),
+            te_signature: None,
+            received: None,
         }
     }
 
@@ -352,6 +373,7 @@ impl SegmentDesc {
         let malformed =
             |e: serde_json::Error| Error::MalformedMessage(format!("segment descriptor: {e}"));
         let value: serde_json::Value = serde_json::from_slice(bytes).map_err(malformed)?;
+        let received = crate::control::auth::received(&value);
         let protocols = match value.get("protocol") {
             Some(serde_json::Value::Array(list)) => {
                 if list.len() > MAX_PROTOCOLS || list.iter().any(|p| !p.is_string()) {
@@ -367,6 +389,7 @@ impl SegmentDesc {
         };
         let mut desc: SegmentDesc = serde_json::from_value(value).map_err(malformed)?;
         desc.protocols = protocols;
+        desc.received = received.map(Arc::new);
         desc.validate()?;
         Ok(desc)
     }
