@@ -5,7 +5,7 @@
 //! it as a regression test, replayed on every run.
 
 /// (target, crate, test path).
-pub(crate) const TARGETS: [(&str, &str, &str); 12] = [
+pub(crate) const TARGETS: [(&str, &str, &str); 13] = [
     ("control-frame", "te-core", "fuzz_targets::control_frame"),
     ("descriptor", "te-core", "fuzz_targets::descriptor"),
     ("http-head", "te-core", "fuzz_targets::http_head"),
@@ -18,6 +18,7 @@ pub(crate) const TARGETS: [(&str, &str, &str); 12] = [
     ),
     ("tcp-request", "te-tcp", "wire::fuzz_targets::tcp_request"),
     ("tcp-reply", "te-tcp", "wire::fuzz_targets::tcp_reply"),
+    ("tcp-greeting", "te-tcp", "wire::fuzz_targets::tcp_greeting"),
     (
         "mooncake-header",
         "te-tcp",

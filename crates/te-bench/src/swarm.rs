@@ -83,6 +83,8 @@ struct Lane {
     /// The bytes this lane writes (shared by the lanes of one slot).
     block: Arc<Vec<u8>>,
     framing: Framing,
+    /// te's framing: the connection's proof of the segment secret.
+    proof: [u8; 16],
     next_id: u64,
     sending: Option<Sending>,
     /// Requests sent whose reply has not come.
@@ -103,14 +105,14 @@ impl Lane {
     fn request(&mut self, opcode: Opcode) -> Sending {
         let len = self.block.len() as u64;
         let head = match self.framing {
-            Framing::Te { secret } => {
+            Framing::Te { .. } => {
                 self.next_id += 1;
                 Request {
                     opcode,
                     request_id: self.next_id,
                     addr: self.addr,
                     len,
-                    secret,
+                    proof: self.proof,
                 }
                 .encode()
                 .to_vec()
@@ -390,6 +392,25 @@ fn target_of(
     })
 }
 
+/// Reads te's greeting on a new connection (or the refusal of a target at its connection cap)
+/// and returns the proof of `secret` its requests carry.
+fn greeted(mut s: &std::net::TcpStream, secret: [u8; 16]) -> io::Result<[u8; 16]> {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut greeting = [0u8; te_tcp::wire::GREETING_LEN];
+    let mut got = 0;
+    while got < greeting.len() {
+        match s.read(&mut greeting[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    let nonce = te_tcp::wire::greeting_of(&greeting[..got]).map_err(io::Error::other)?;
+    s.set_read_timeout(None)?;
+    let secret = te_core::segment::SegmentSecret::from_bytes(secret);
+    Ok(te_tcp::wire::connection_proof(&secret, &nonce))
+}
+
 /// One event loop's share of the lanes: connects them, writes for `--duration` or until `stop`,
 /// drains, verifies.
 fn run_loop(
@@ -417,11 +438,15 @@ fn run_loop(
             target
                 .congestion
                 .apply(&s, target.data.ip(), || s.local_addr().ok().map(|a| a.ip()));
+            let proof = match target.framing {
+                Framing::Te { secret } => greeted(&s, secret)?,
+                Framing::Mooncake => [0; 16],
+            };
             s.set_nonblocking(true)?;
-            Ok(s)
+            Ok((s, proof))
         });
         match connected {
-            Ok(s) => {
+            Ok((s, proof)) => {
                 let mut stream = mio::net::TcpStream::from_std(s);
                 let interest = Interest::READABLE | Interest::WRITABLE;
                 if let Err(e) = poll
@@ -436,6 +461,7 @@ fn run_loop(
                     addr: target.base + ((i % blocks.len()) * block) as u64,
                     block: blocks[i % blocks.len()].clone(),
                     framing: target.framing,
+                    proof,
                     next_id: 0,
                     sending: None,
                     in_flight: 0,

@@ -121,7 +121,7 @@ impl Sim {
             .map(|i| {
                 let name = format!("sim-peer-{seed}-{i}");
                 let desc = serde_json::json!({
-                    "name": name, "protocol": "sim", "te_wire_version": 1,
+                    "name": name, "protocol": "sim", "te_wire_version": 2,
                     "te_rails": [{"name": "lo", "ip": "127.0.0.1", "port": 9}],
                     "te_secret": format!("{:032x}", seed.wrapping_mul(1000).wrapping_add(i as u64)),
                     "buffers": [{"name": "cpu:0", "addr": sim.remote.addr(), "length": len,

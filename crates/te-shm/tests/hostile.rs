@@ -36,7 +36,7 @@ fn hostile_peer() {
                      "permission": "remote_read_write"}],
         "te_rails": [{"name": "lo", "ip": "127.0.0.1", "port": dead_port}],
         "te_secret": "00112233445566778899aabbccddeeff",
-        "te_wire_version": 1,
+        "te_wire_version": 2,
         "te_host_id": te_core::segment::host_id(),
     })
     .to_string();

@@ -27,6 +27,13 @@ pub enum Error {
         /// Received request id.
         got: u64,
     },
+    /// The listener, at its cap of data connections, refused the connection instead of
+    /// greeting it.
+    #[error("the target holds its cap of data connections (MC_TE_MAX_DATA_CONNECTIONS)")]
+    Busy,
+    /// The listener closed the connection after this many bytes of its greeting.
+    #[error("the target closed the connection after {0} bytes of its greeting")]
+    ShortGreeting(usize),
     /// The connection failed or timed out.
     #[error("{0}")]
     Io(#[from] std::io::Error),

@@ -197,6 +197,14 @@ fn peer_key(op: &SliceOp, rails: &[(Rail, Server)]) -> Result<PeerKey, SliceErro
     let seg = &op.target;
     let desc = seg.desc();
     if !desc.is_mooncake() {
+        if desc.te_wire_version < Some(2) {
+            return Err(SliceError::Unsupported(format!(
+                "segment {} speaks te's wire version {} (the segment secret in every request), \
+                 which this te no longer sends: upgrade its engine",
+                seg.name(),
+                desc.te_wire_version.unwrap_or(0)
+            )));
+        }
         let rail = desc
             .te_rails
             .get(usize::from(op.remote_rail))

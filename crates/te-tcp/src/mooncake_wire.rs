@@ -164,7 +164,7 @@ mod tests {
             request_id: 1,
             addr: 0x1000,
             len: 4096,
-            secret: [0; 16],
+            proof: [0; 16],
         }
         .encode();
         assert!(!Header::is_acked_request(

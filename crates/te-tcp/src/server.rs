@@ -48,10 +48,17 @@ pub(crate) struct TargetState {
 }
 
 impl TargetState {
-    /// te's checks on a request, before any memory is touched: the segment secret, then one
-    /// region's bounds and its permission, pinning the region until the pin drops.
-    pub(crate) fn check(&self, r: &Request) -> Result<RegionPin, Rejection> {
-        if !self.secret.matches(&r.secret) {
+    /// What requests on a connection must prove: the connection's proof of the segment secret
+    /// for the greeting's `nonce`.
+    pub(crate) fn expected_proof(&self, nonce: &[u8; 16]) -> [u8; 16] {
+        crate::wire::connection_proof(&self.secret, nonce)
+    }
+
+    /// te's checks on a request, before any memory is touched: the connection's proof of the
+    /// segment secret (`expected`), then one region's bounds and its permission, pinning the
+    /// region until the pin drops.
+    pub(crate) fn check(&self, r: &Request, expected: &[u8; 16]) -> Result<RegionPin, Rejection> {
+        if !SegmentSecret::from_bytes(*expected).matches(&r.proof) {
             return Err(Rejection::BadSecret);
         }
         self.regions
@@ -185,6 +192,7 @@ pub(crate) fn serve_from(
     mut stream: TcpStream,
     first: Request,
     mut replies: Vec<u8>,
+    expected: [u8; 16],
 ) {
     let peer = stream.peer_addr().ok();
     if let Err(e) = go_blocking(&stream, state.stall_timeout) {
@@ -193,7 +201,7 @@ pub(crate) fn serve_from(
     let mut request = first;
     loop {
         let last_small = request.len <= SMALL_REQUEST;
-        let handled = handle(state, &stream, &request, &mut replies).and_then(|()| {
+        let handled = handle(state, &stream, &request, &mut replies, &expected).and_then(|()| {
             if replies.len() >= REPLY_FLUSH_BYTES {
                 sys::send_buf(&stream, &replies)?;
                 replies.clear();
@@ -270,8 +278,9 @@ fn handle(
     stream: &TcpStream,
     r: &Request,
     replies: &mut Vec<u8>,
+    expected: &[u8; 16],
 ) -> io::Result<()> {
-    let checked = state.check(r);
+    let checked = state.check(r, expected);
     let len = r.len as usize;
     match (checked, r.opcode) {
         (Ok(_pin), Opcode::Write) => {

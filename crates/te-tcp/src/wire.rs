@@ -1,20 +1,29 @@
 //! te's TCP data wire format: fixed little-endian headers, decoded with every field checked.
 //!
-//! A request is a 48-byte header, followed for a WRITE by exactly `len` body bytes:
-//! `magic "TET1" | opcode u8 | flags u8 (0) | reserved u16 (0) | request_id u64 | addr u64 |
-//! len u64 | secret [u8; 16]`.
+//! The listener speaks first: a 20-byte greeting `magic "TEG1" | nonce [u8; 16]`, fresh for
+//! each connection. Then requests, each a 48-byte header followed for a WRITE by exactly `len`
+//! body bytes: `magic "TET2" | opcode u8 | flags u8 (0) | reserved u16 (0) | request_id u64 |
+//! addr u64 | len u64 | proof [u8; 16]`. The proof is [`connection_proof`]: a keyed hash, with
+//! the segment secret, of the greeting's nonce. The secret itself never travels: a listener
+//! that is not the target (one a forged descriptor names) learns nothing it could replay, and
+//! a proof taken to another connection is worthless. (A relay that forwards a live connection
+//! is on the path; under a cluster secret the descriptors that could name one are refused.)
 //! A reply is a 16-byte header `magic "TER1" | status u32 | request_id u64`, followed for an
 //! accepted READ by exactly `len` bytes. Requests on one connection are answered in order.
-//! Unlike Mooncake's 24-byte header, nothing is left uninitialised and the segment secret travels
-//! with every request.
+//! Unlike Mooncake's 24-byte header, nothing is left uninitialised.
 
 use te_core::Opcode;
 use te_core::transport::Rejection;
 
 use crate::error::Error;
 
-/// Request header magic, "TET1".
-pub const REQUEST_MAGIC: u32 = u32::from_le_bytes(*b"TET1");
+/// Request header magic, "TET2" (requests carrying a connection proof; "TET1" carried the
+/// secret itself and is refused).
+pub const REQUEST_MAGIC: u32 = u32::from_le_bytes(*b"TET2");
+/// Greeting magic, "TEG1".
+pub const GREETING_MAGIC: u32 = u32::from_le_bytes(*b"TEG1");
+/// Bytes in the greeting.
+pub const GREETING_LEN: usize = 20;
 /// Reply header magic, "TER1".
 pub const REPLY_MAGIC: u32 = u32::from_le_bytes(*b"TER1");
 /// Bytes in a request header.
@@ -35,8 +44,8 @@ pub struct Request {
     pub addr: u64,
     /// Bytes to move.
     pub len: u64,
-    /// The target segment's secret.
-    pub secret: [u8; 16],
+    /// The connection's proof of the target segment's secret ([`connection_proof`]).
+    pub proof: [u8; 16],
 }
 
 impl Request {
@@ -51,7 +60,7 @@ impl Request {
         b[8..16].copy_from_slice(&self.request_id.to_le_bytes());
         b[16..24].copy_from_slice(&self.addr.to_le_bytes());
         b[24..32].copy_from_slice(&self.len.to_le_bytes());
-        b[32..48].copy_from_slice(&self.secret);
+        b[32..48].copy_from_slice(&self.proof);
         b
     }
 
@@ -77,16 +86,64 @@ impl Request {
         if len == 0 || len > MAX_REQUEST_LEN {
             return Err(Error::BadLength(len));
         }
-        let mut secret = [0u8; 16];
-        secret.copy_from_slice(&b[32..48]);
+        let mut proof = [0u8; 16];
+        proof.copy_from_slice(&b[32..48]);
         Ok(Request {
             opcode,
             request_id: u64_at(8),
             addr: u64_at(16),
             len,
-            secret,
+            proof,
         })
     }
+}
+
+/// The greeting carrying `nonce`.
+pub fn encode_greeting(nonce: &[u8; 16]) -> [u8; GREETING_LEN] {
+    let mut b = [0u8; GREETING_LEN];
+    b[0..4].copy_from_slice(&GREETING_MAGIC.to_le_bytes());
+    b[4..].copy_from_slice(nonce);
+    b
+}
+
+/// The nonce in what a listener said first (`said`: up to [`GREETING_LEN`] bytes, fewer when
+/// it closed the connection).
+///
+/// # Errors
+/// [`Error::Busy`]: a refusal at the listener's connection cap instead;
+/// [`Error::ShortGreeting`]: fewer bytes than a greeting; [`Error::BadMagic`]: not te's
+/// greeting (an older te, or not te at all).
+pub fn greeting_of(said: &[u8]) -> Result<[u8; 16], Error> {
+    if let Some(head) = said.get(..REPLY_LEN) {
+        let head: &[u8; REPLY_LEN] = head.try_into().map_err(|_| Error::ShortGreeting(0))?;
+        if matches!(Reply::decode(head), Ok(r) if r.status == Status::Busy) {
+            return Err(Error::Busy);
+        }
+    }
+    let b: &[u8; GREETING_LEN] = said
+        .get(..GREETING_LEN)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(Error::ShortGreeting(said.len()))?;
+    decode_greeting(b)
+}
+
+/// The nonce of a greeting.
+///
+/// # Errors
+/// [`Error::BadMagic`]: not te's greeting (an older te, or not te at all).
+pub fn decode_greeting(b: &[u8; GREETING_LEN]) -> Result<[u8; 16], Error> {
+    let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    if magic != GREETING_MAGIC {
+        return Err(Error::BadMagic(magic));
+    }
+    let mut nonce = [0u8; 16];
+    nonce.copy_from_slice(&b[4..]);
+    Ok(nonce)
+}
+
+/// The proof every request carries on a connection whose greeting had `nonce`.
+pub fn connection_proof(secret: &te_core::segment::SegmentSecret, nonce: &[u8; 16]) -> [u8; 16] {
+    secret.prove(&[b"te-tcp-data-2", nonce])
 }
 
 /// A reply's status.
@@ -175,7 +232,7 @@ mod tests {
             request_id: 7,
             addr: 0x1000,
             len: 65536,
-            secret: [9; 16],
+            proof: [9; 16],
         }
     }
 
@@ -270,7 +327,7 @@ mod fuzz_targets {
             request_id: 7,
             addr: 0x1000,
             len: 4096,
-            secret: [3; 16],
+            proof: [3; 16],
         }
         .encode();
         run(
@@ -284,6 +341,34 @@ mod fuzz_targets {
                 head[..n].copy_from_slice(&b[..n]);
                 if let Ok(r) = Request::decode(&head) {
                     assert_eq!(r.encode(), head, "an accepted header re-encodes to itself");
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn tcp_greeting() {
+        let seed = encode_greeting(&[9; 16]);
+        let busy = Reply {
+            status: Status::Busy,
+            request_id: 0,
+        }
+        .encode();
+        assert_eq!(greeting_of(&seed).ok(), Some([9; 16]));
+        assert!(matches!(greeting_of(&busy), Err(Error::Busy)));
+        assert!(matches!(
+            greeting_of(&seed[..19]),
+            Err(Error::ShortGreeting(19))
+        ));
+        run(
+            "tcp-greeting",
+            &regressions(),
+            &[&seed, &busy],
+            budget(1.0),
+            |b: &[u8]| {
+                let said = &b[..b.len().min(GREETING_LEN)];
+                if let Ok(nonce) = greeting_of(said) {
+                    assert_eq!(&encode_greeting(&nonce)[..], said, "a greeting re-encodes");
                 }
             },
         );

@@ -2,7 +2,8 @@
 //! the data listener's cap do not lock an honest peer out (the idlest goes to make room, and an
 //! untrusted one is closed after its first-request deadline), and a control frame trickled in
 //! is cut off at its deadline, or refused at once when it is larger than an unauthenticated
-//! peer may send.
+//! peer may send; a request captured by a listener that a forged descriptor names is worthless
+//! on the real data port.
 
 mod common;
 
@@ -116,4 +117,67 @@ fn with_a_cluster_secret_a_large_frame_before_authentication_is_refused_at_once(
         closed_within(&mut s, Duration::from_secs(3)),
         "a 1 MiB frame from an unauthenticated peer was taken"
     );
+}
+
+/// A listener that a rewritten descriptor names learns nothing it can replay: the honest
+/// initiator's request carries a proof made for that listener's own greeting, never the
+/// segment secret, and replayed on the real data port (on a connection of its own) it is
+/// refused and writes nothing.
+#[test]
+fn a_request_captured_by_a_forged_listener_is_refused_on_the_real_port() {
+    use te_tcp::wire::{REQUEST_LEN, Request, Status, encode_greeting};
+
+    let p = pair(1 << 20);
+    let real = p.initiator.segment(p.segment).unwrap();
+    let secret = real.secret();
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut desc = serde_json::to_value(real.desc()).unwrap();
+    desc["te_rails"][0]["port"] = fake.local_addr().unwrap().port().into();
+    let (_control, name) = serve_descriptor(desc);
+    let captured = std::thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        s.write_all(&encode_greeting(&[7u8; 16])).unwrap();
+        let mut wire = vec![0u8; REQUEST_LEN + 64];
+        s.read_exact(&mut wire).unwrap();
+        (s, wire)
+    });
+
+    let forged = p.initiator.open_segment(&name).unwrap();
+    p.local.write_at(0, b"PWNED!!!").unwrap();
+    let b = p.initiator.allocate_batch(1).unwrap();
+    p.initiator
+        .submit(
+            b,
+            &[request(
+                Opcode::Write,
+                p.local.addr(),
+                forged,
+                p.remote.addr(),
+                64,
+            )],
+        )
+        .unwrap();
+    let (_held, wire) = captured.join().unwrap();
+    let header: [u8; REQUEST_LEN] = wire[..REQUEST_LEN].try_into().unwrap();
+    let r = Request::decode(&header).unwrap();
+    assert_eq!(&wire[REQUEST_LEN..REQUEST_LEN + 8], b"PWNED!!!");
+    let raw = secret.to_bytes();
+    assert!(
+        !wire.windows(raw.len()).any(|w| w == raw),
+        "the segment secret never leaves the initiator"
+    );
+    assert_eq!(r.proof, te_tcp::wire::connection_proof(&secret, &[7u8; 16]));
+
+    // Replayed on the real port, on a connection with its own greeting: refused, nothing written.
+    let mut replay = DataConn::open(real.desc().te_rails[0].port, secret);
+    assert_ne!(replay.1, r.proof);
+    let reply = replay.call(r, &wire[REQUEST_LEN..]);
+    assert_eq!(
+        reply.status,
+        Status::Rejected(te_core::transport::Rejection::BadSecret)
+    );
+    assert_eq!(p.remote.to_vec(0, 64).unwrap(), vec![0u8; 64]);
+    p.initiator.cancel(b).unwrap();
+    p.initiator.wait(b, WAIT).unwrap();
+    p.initiator.free_batch(b).unwrap();
 }

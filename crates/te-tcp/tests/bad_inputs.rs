@@ -216,25 +216,30 @@ fn permissions_are_enforced_on_both_sides() {
     // Target side: hand-made requests with the right secret are still refused.
     let target = p.initiator.segment(seg).unwrap();
     let port = target.desc().te_rails[0].port;
-    let secret = target.secret().to_bytes();
-    let mut conn = DataConn::open(port);
+    let mut conn = DataConn::open(port, target.secret());
+    let proof = conn.1;
+    // The secret itself is no proof; nor is another connection's proof.
+    let raw = target.secret().to_bytes();
+    let other = DataConn::open(port, target.secret()).1;
+    assert_ne!(raw, proof, "the header never carries the secret");
+    assert_ne!(other, proof, "each connection has its own proof");
     let cases = [
         (
             Opcode::Write,
             read_only.addr(),
-            secret,
+            proof,
             Rejection::PermissionDenied,
         ),
         (
             Opcode::Read,
             local_only.addr(),
-            secret,
+            proof,
             Rejection::PermissionDenied,
         ),
         (
             Opcode::Write,
             local_only.addr(),
-            secret,
+            proof,
             Rejection::PermissionDenied,
         ),
         (
@@ -249,23 +254,25 @@ fn permissions_are_enforced_on_both_sides() {
             [1u8; 16],
             Rejection::BadSecret,
         ),
+        (Opcode::Write, p.remote.addr(), raw, Rejection::BadSecret),
+        (Opcode::Read, p.remote.addr(), other, Rejection::BadSecret),
         (
             Opcode::Read,
             p.remote.addr() + (1 << 20) - 8,
-            secret,
+            proof,
             Rejection::OutOfBounds,
         ),
-        (Opcode::Write, 0x1000, secret, Rejection::OutOfBounds),
+        (Opcode::Write, 0x1000, proof, Rejection::OutOfBounds),
     ];
     let before_remote = p.remote.to_vec(0, 64).unwrap();
-    for (i, (op, addr, secret, want)) in cases.into_iter().enumerate() {
+    for (i, (op, addr, proof, want)) in cases.into_iter().enumerate() {
         let reply = conn.call(
             Request {
                 opcode: op,
                 request_id: i as u64 + 1,
                 addr,
                 len: 64,
-                secret,
+                proof,
             },
             &[0xab; 64],
         );
@@ -300,49 +307,13 @@ fn permissions_are_enforced_on_both_sides() {
             request_id: 99,
             addr: p.remote.addr(),
             len: 64,
-            secret,
+            proof,
         },
         &[0xcd; 64],
     );
     assert_eq!(ok.status, Status::Ok);
     assert_eq!(p.remote.to_vec(0, 64).unwrap(), vec![0xcd; 64]);
     still_serves(&p);
-}
-
-struct DataConn(TcpStream);
-
-impl DataConn {
-    fn open(port: u16) -> Self {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        DataConn(s)
-    }
-    fn call(&mut self, r: Request, body: &[u8]) -> Reply {
-        self.0.write_all(&r.encode()).unwrap();
-        if r.opcode == Opcode::Write {
-            self.0.write_all(body).unwrap();
-        }
-        let mut head = [0u8; REPLY_LEN];
-        self.0.read_exact(&mut head).unwrap();
-        let reply = Reply::decode(&head).unwrap();
-        if r.opcode == Opcode::Read && reply.status == Status::Ok {
-            let mut data = vec![0u8; r.len as usize];
-            self.0.read_exact(&mut data).unwrap();
-        }
-        reply
-    }
-    /// Sends raw bytes and reports whether the target closes the connection.
-    fn closes_after(mut self, bytes: &[u8]) -> bool {
-        let _ = self.0.write_all(bytes);
-        let mut sink = [0u8; 256];
-        loop {
-            match self.0.read(&mut sink) {
-                Ok(0) => return true,
-                Ok(_) => continue,
-                Err(e) => return matches!(e.kind(), std::io::ErrorKind::ConnectionReset),
-            }
-        }
-    }
 }
 
 #[test]
@@ -365,7 +336,6 @@ fn garbage_on_the_data_and_control_ports() {
     };
     let desc = p.initiator.segment(segment).unwrap();
     let port = desc.desc().te_rails[0].port;
-    let secret = desc.secret().to_bytes();
 
     // A peer that connects and goes silent on each port holds nobody up.
     let _silent_data = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -373,37 +343,57 @@ fn garbage_on_the_data_and_control_ports() {
     let _silent_control = TcpStream::connect((chost.as_str(), cport)).unwrap();
     still_serves(&p);
 
-    let header = |len: u64| {
+    // Each case on a connection of its own, its headers carrying that connection's proof.
+    let header = |len: u64, proof: [u8; 16]| {
         Request {
             opcode: Opcode::Write,
             request_id: 1,
             addr: p.remote.addr(),
             len,
-            secret,
+            proof,
         }
         .encode()
     };
-    let mut bad_magic = header(8);
-    bad_magic[0] = b'X';
-    let mut bad_reserved = header(8);
-    bad_reserved[6] = 1;
-    let data_cases: Vec<(&str, Vec<u8>)> = vec![
+    type Case<'a> = (&'a str, Box<dyn Fn([u8; 16]) -> Vec<u8> + 'a>);
+    let data_cases: Vec<Case> = vec![
         (
             "garbage",
-            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n garbage garbage garbage".to_vec(),
+            Box::new(|_| b"GET / HTTP/1.1\r\nHost: x\r\n\r\n garbage garbage garbage".to_vec()),
         ),
-        ("bad magic", bad_magic.to_vec()),
-        ("reserved bytes set", bad_reserved.to_vec()),
-        ("oversized length", header(u64::MAX).to_vec()),
-        ("truncated header, then silence", header(8)[..20].to_vec()),
-        ("header without its body, then silence", header(64).to_vec()),
+        (
+            "bad magic",
+            Box::new(|proof| {
+                let mut h = header(8, proof);
+                h[0] = b'X';
+                h.to_vec()
+            }),
+        ),
+        (
+            "reserved bytes set",
+            Box::new(|proof| {
+                let mut h = header(8, proof);
+                h[6] = 1;
+                h.to_vec()
+            }),
+        ),
+        (
+            "oversized length",
+            Box::new(|proof| header(u64::MAX, proof).to_vec()),
+        ),
+        (
+            "truncated header, then silence",
+            Box::new(|proof| header(8, proof)[..20].to_vec()),
+        ),
+        (
+            "header without its body, then silence",
+            Box::new(|proof| header(64, proof).to_vec()),
+        ),
     ];
     for (name, bytes) in data_cases {
         let before = p.remote.to_vec(0, 64).unwrap();
-        assert!(
-            DataConn::open(port).closes_after(&bytes),
-            "data port: {name}"
-        );
+        let conn = DataConn::open(port, desc.secret());
+        let bytes = bytes(conn.1);
+        assert!(conn.closes_after(&bytes), "data port: {name}");
         assert_eq!(
             p.remote.to_vec(0, 64).unwrap(),
             before,
@@ -411,8 +401,9 @@ fn garbage_on_the_data_and_control_ports() {
         );
         still_serves(&p);
     }
-    // A Mooncake initiator reaching te's own data port: an acknowledged-framing WRITE (header and
-    // an 8-byte body, shorter than te's header) is answered at once with Mooncake's refusal
+    // A Mooncake initiator reaching te's own data port (it takes te's greeting for a failed
+    // status): an acknowledged-framing WRITE (header and an 8-byte body, shorter than te's
+    // header) is answered at once with Mooncake's refusal
     // status, and nothing is written; an unacknowledged one gets te's Malformed reply and a
     // close. Neither waits for bytes that will never come.
     for acked in [true, false] {
@@ -423,7 +414,7 @@ fn garbage_on_the_data_and_control_ports() {
             acked,
         };
         let before = p.remote.to_vec(0, 64).unwrap();
-        let mut conn = DataConn::open(port);
+        let mut conn = DataConn::open(port, desc.secret());
         conn.0.write_all(&mooncake.encode()).unwrap();
         conn.0.write_all(&[0xee; 8]).unwrap();
         let mut answer = Vec::new();
@@ -441,13 +432,14 @@ fn garbage_on_the_data_and_control_ports() {
         still_serves(&p);
     }
     // An oversized write to a bad address is refused, its body not drained: the connection closes.
-    let mut conn = DataConn::open(port);
+    let mut conn = DataConn::open(port, desc.secret());
+    let proof = conn.1;
     let r = Request {
         opcode: Opcode::Write,
         request_id: 5,
         addr: 0x10,
         len: 1 << 30,
-        secret,
+        proof,
     };
     conn.0.write_all(&r.encode()).unwrap();
     let mut head = [0u8; REPLY_LEN];
@@ -589,17 +581,19 @@ fn in_flight_batches_and_regions_cannot_be_freed_and_cancel_drains_them() {
         .expect("no slice holds the region any more");
 }
 
-/// A connection of our own to the target's data port, and the segment secret requests carry.
+/// A connection of our own to the target's data port, and the proof its requests carry.
 fn raw_data_connection(p: &Pair) -> (DataConn, [u8; 16]) {
     let desc = p.initiator.segment(p.segment).unwrap();
     let port = desc.desc().te_rails[0].port;
-    (DataConn::open(port), desc.secret().to_bytes())
+    let conn = DataConn::open(port, desc.secret());
+    let proof = conn.1;
+    (conn, proof)
 }
 
 #[test]
 fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
     let p = pair(1 << 20);
-    let (mut conn, secret) = raw_data_connection(&p);
+    let (mut conn, proof) = raw_data_connection(&p);
     let mut wire = Vec::new();
     let mut expected = Vec::new();
     for i in 0..64u64 {
@@ -613,7 +607,7 @@ fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
             request_id: 1000 + i,
             addr,
             len: 100,
-            secret,
+            proof,
         };
         wire.extend_from_slice(&r.encode());
         wire.extend_from_slice(&[i as u8; 100]);
@@ -628,7 +622,7 @@ fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
         request_id: 7,
         addr: p.remote.addr() + 300,
         len: 100,
-        secret,
+        proof,
     };
     wire.extend_from_slice(&r.encode());
     conn.0.write_all(&wire).unwrap();
@@ -667,7 +661,7 @@ fn pipelined_requests_with_a_refusal_among_them_are_answered_in_order() {
 #[test]
 fn small_reads_and_writes_taken_in_bulk_are_answered_in_order_with_their_data() {
     let p = pair(1 << 20);
-    let (mut conn, secret) = raw_data_connection(&p);
+    let (mut conn, proof) = raw_data_connection(&p);
     let mut wire = Vec::new();
     // (request id, status, data a READ returns)
     let mut expected: Vec<Expected> = Vec::new();
@@ -700,7 +694,7 @@ fn small_reads_and_writes_taken_in_bulk_are_answered_in_order_with_their_data() 
             request_id: 5000 + i,
             addr,
             len,
-            secret,
+            proof,
         };
         wire.extend_from_slice(&r.encode());
         if opcode == Opcode::Write {

@@ -6,8 +6,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
+use std::net::Shutdown;
 
 use common::*;
 use te_core::Opcode;
@@ -25,9 +24,9 @@ const SPLITS: [isize; 4] = [10, REQUEST_LEN as isize, 0, -5_000];
 fn large_writes_and_reads_split_around_their_headers_are_answered_in_order() {
     let p = pair(4 << 20);
     let segment = p.initiator.segment(p.segment).unwrap();
-    let mut conn = TcpStream::connect(("127.0.0.1", segment.desc().te_rails[0].port)).unwrap();
+    let DataConn(mut conn, proof) =
+        DataConn::open(segment.desc().te_rails[0].port, segment.secret());
     conn.set_read_timeout(Some(WAIT)).unwrap();
-    let secret = segment.secret().to_bytes();
 
     // Even requests WRITE a slot, odd ones READ it back; request 12 WRITEs out of bounds (its
     // body is read and dropped), so request 13 READs a slot nothing wrote.
@@ -53,7 +52,7 @@ fn large_writes_and_reads_split_around_their_headers_are_answered_in_order() {
             request_id: 9000 + i,
             addr,
             len: LEN as u64,
-            secret,
+            proof,
         };
         wire.extend_from_slice(&r.encode());
         if opcode == Opcode::Write {
@@ -86,18 +85,15 @@ fn a_peer_closing_right_after_its_last_request_is_answered_and_let_go() {
     let p = pair(1 << 20);
     let segment = p.initiator.segment(p.segment).unwrap();
     let port = segment.desc().te_rails[0].port;
-    let secret = segment.secret().to_bytes();
     for i in 0..32u64 {
-        let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        let DataConn(mut conn, proof) = DataConn::open(port, segment.secret());
         let fill = pattern(100 + i, LEN);
         let r = Request {
             opcode: Opcode::Write,
             request_id: i,
             addr: p.remote.addr() + (i % 8) * LEN as u64,
             len: LEN as u64,
-            secret,
+            proof,
         };
         let mut wire = r.encode().to_vec();
         wire.extend_from_slice(&fill);

@@ -183,29 +183,29 @@ fn a_peer_gone_mid_body_or_mid_reply_leaves_no_pin() {
     register(&target, &read, Permission::RemoteReadWrite);
     let seg = initiator.open_segment(target.segment_name()).unwrap();
     let desc = initiator.segment(seg).unwrap();
-    let (port, secret) = (desc.desc().te_rails[0].port, desc.secret().to_bytes());
+    let port = desc.desc().te_rails[0].port;
     let connect = || {
-        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s
+        let c = DataConn::open(port, desc.secret());
+        c.0.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c
     };
-    let header = |opcode, addr, len| Request {
+    let header = |opcode, addr, len, proof| Request {
         opcode,
         request_id: 1,
         addr,
         len,
-        secret,
+        proof,
     };
 
-    let mut half_body = connect();
+    let DataConn(mut half_body, proof) = connect();
     half_body
-        .write_all(&header(Opcode::Write, written.addr(), 8192).encode())
+        .write_all(&header(Opcode::Write, written.addr(), 8192, proof).encode())
         .unwrap();
     half_body.write_all(&[7u8; 4096]).unwrap();
     // 64 MiB asked for, a little read: the rest fills the sockets and the target's send waits.
-    let mut half_reply = connect();
+    let DataConn(mut half_reply, proof) = connect();
     half_reply
-        .write_all(&header(Opcode::Read, read.addr(), 64 << 20).encode())
+        .write_all(&header(Opcode::Read, read.addr(), 64 << 20, proof).encode())
         .unwrap();
     let mut head = [0u8; REPLY_LEN];
     half_reply.read_exact(&mut head).unwrap();

@@ -26,7 +26,8 @@ pub type SegmentId = u64;
 /// Buffers a descriptor may list before it is refused as malformed.
 pub const MAX_BUFFERS: usize = 1 << 20;
 
-/// A per-segment random secret. Every remote data request must carry it.
+/// A per-segment random secret. Every remote data request must prove it (`prove`); te's own
+/// requests never carry it.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct SegmentSecret([u8; 16]);
 
@@ -60,6 +61,23 @@ impl SegmentSecret {
     /// The raw bytes (to put on the wire).
     pub fn to_bytes(self) -> [u8; 16] {
         self.0
+    }
+
+    /// A proof of holding this secret for `context` (a connection's nonce, a handshake's
+    /// fields): the first 16 bytes of HMAC-SHA256 keyed by the secret over the context's parts
+    /// (each length-prefixed). It tells nothing of the secret, and fits no other context.
+    pub fn prove(&self, context: &[&[u8]]) -> [u8; 16] {
+        use hmac::{Hmac, Mac};
+        let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        for part in context {
+            m.update(&(part.len() as u32).to_le_bytes());
+            m.update(part);
+        }
+        let tag = m.finalize().into_bytes();
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&tag[..16]);
+        out
     }
 
     /// Compares in time independent of where the inputs differ.
@@ -198,7 +216,8 @@ pub struct SegmentDesc {
     /// `te_secret` when a cluster secret is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_secret_sealed: Option<String>,
-    /// te: version of te's data wire format.
+    /// te: version of te's data wire format (2: requests carry a per-connection proof of the
+    /// segment secret, never the secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub te_wire_version: Option<u32>,
     /// te: identifies the host and shared-memory mount (same value = same host, same `/dev/shm`).
@@ -299,7 +318,7 @@ impl SegmentDesc {
             te_rails: Vec::new(),
             te_secret: Some(secret.to_hex()),
             te_secret_sealed: None,
-            te_wire_version: Some(1),
+            te_wire_version: Some(2),
             te_host_id: Some(host_id().to_string()),
             te_owner: process_identity(std::process::id()),
             te_cxl_device: None,
@@ -547,7 +566,12 @@ mod tests {
         ];
         let mut d = SegmentDesc::local("127.0.0.1:1", "tcp", secret, &regions);
         d.tcp_data_port = Some(4000);
-        let back = SegmentDesc::from_json(d.to_json().as_bytes()).unwrap();
+        let mut back = SegmentDesc::from_json(d.to_json().as_bytes()).unwrap();
+        let received = back
+            .received
+            .take()
+            .expect("kept as received, for its signature");
+        assert_eq!(received.name, "127.0.0.1:1");
         assert_eq!(back, d);
         assert_eq!(back.buffers.len(), 1);
         let seg = RemoteSegment::new(1, "127.0.0.1".into(), 1, back);

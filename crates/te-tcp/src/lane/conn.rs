@@ -1,5 +1,6 @@
 //! One lane's connection as its loop drives it: a non-blocking connect from the local rail's
-//! address, then requests pipelined out (header, and a WRITE's body straight from registered
+//! address, te's greeting read (its nonce makes the connection's proof of the segment secret,
+//! which every request carries instead of the secret), then requests pipelined out (header, and a WRITE's body straight from registered
 //! memory; up to [`GATHER_REQUESTS`] requests or [`GATHER_BYTES`] per send call) while replies
 //! are read in order and in bulk (statuses of many requests, and small READs' data, per receive
 //! call, through the [`Inbox`]; a larger READ's data straight into registered memory), every
@@ -25,10 +26,11 @@ use te_core::Opcode;
 use te_core::transport::{SliceError, SliceOp};
 
 use super::inbox::Inbox;
-use super::{Driven, LaneCore, LaneState, busy, connect_fault, decode_status, header};
+use super::{Driven, Framing, LaneCore, LaneState, busy, connect_fault, decode_status, header};
 use crate::dialer::LoopShared;
+use crate::error::Error;
 use crate::sys;
-use crate::wire::Status;
+use crate::wire::{GREETING_LEN, Status, connection_proof, greeting_of};
 
 /// Bytes one receive call takes at most.
 const RECV_PIECE: usize = 256 << 10;
@@ -77,6 +79,16 @@ struct InFlight {
     request_id: u64,
 }
 
+/// Where a connection is with te's greeting.
+enum Greeting {
+    /// Not spoken: a Mooncake target.
+    None,
+    /// Being read: `got` bytes of it in `buf`.
+    Reading { buf: [u8; GREETING_LEN], got: usize },
+    /// Read: the connection's nonce.
+    Read([u8; 16]),
+}
+
 /// A lane's connection.
 pub(crate) struct Conn {
     stream: Arc<TcpStream>,
@@ -99,6 +111,10 @@ pub(crate) struct Conn {
     /// Whether the loop watches the socket: while it connects or has requests out. An idle
     /// connection is not watched, so a submitting thread's exchange on it wakes no loop.
     watched: bool,
+    greeting: Greeting,
+    /// The proof last made, and the secret it was made with (a lane serves one segment; a
+    /// descriptor fetched again may bring another secret).
+    proof: Option<([u8; 16], [u8; 16])>,
 }
 
 /// Sets the socket blocking (for a whole exchange on one thread) or back to non-blocking.
@@ -120,14 +136,70 @@ fn while_blocking<T>(
 }
 
 impl Conn {
-    /// Whether it connects, or has requests out.
+    /// Whether it connects (greeting included), or has requests out.
     pub(crate) fn busy(&self) -> bool {
-        !self.connected || !self.out.is_empty() || !self.in_flight.is_empty()
+        !self.ready() || !self.out.is_empty() || !self.in_flight.is_empty()
     }
 
-    /// Connected with nothing out or in flight.
+    /// Connected, and greeted where te's listener greets.
+    fn ready(&self) -> bool {
+        self.connected && !matches!(self.greeting, Greeting::Reading { .. })
+    }
+
+    /// Ready with nothing out or in flight.
     pub(crate) fn idle(&self) -> bool {
-        self.connected && self.out.is_empty() && self.in_flight.is_empty() && self.inbox.is_empty()
+        self.ready() && self.out.is_empty() && self.in_flight.is_empty() && self.inbox.is_empty()
+    }
+
+    /// The proof `op`'s request carries on this connection: none towards a Mooncake target.
+    pub(crate) fn proof_for(&mut self, op: &SliceOp) -> [u8; 16] {
+        let Greeting::Read(nonce) = &self.greeting else {
+            return [0; 16];
+        };
+        let secret = op.target.secret();
+        let bytes = secret.to_bytes();
+        match self.proof {
+            Some((made_with, proof)) if made_with == bytes => proof,
+            _ => {
+                let proof = connection_proof(&secret, nonce);
+                self.proof = Some((bytes, proof));
+                proof
+            }
+        }
+    }
+
+    /// Reads what it can of the greeting: `Ok(true)` once it is in (or none is spoken),
+    /// `Ok(false)` while more is to come, `Err` with why the connection is no good.
+    fn read_greeting(&mut self) -> Result<bool, String> {
+        let Greeting::Reading { buf, got } = &mut self.greeting else {
+            return Ok(true);
+        };
+        while *got < GREETING_LEN {
+            let at = *got;
+            // SAFETY: `buf[at..]` is this connection's own array, writable for the call.
+            let n = unsafe {
+                sys::recv_some(
+                    &*self.stream,
+                    buf[at..].as_mut_ptr() as u64,
+                    GREETING_LEN - at,
+                )
+            };
+            match n {
+                Ok(0) => break,
+                Ok(n) => *got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(format!("reading the greeting: {e}")),
+            }
+        }
+        let nonce = greeting_of(&buf[..*got]).map_err(|e| match e {
+            Error::Busy => format!("lane failed: {}", busy()),
+            Error::BadMagic(_) => {
+                format!("the target's greeting is not te's (an older te, or not te): {e}")
+            }
+            e => e.to_string(),
+        })?;
+        self.greeting = Greeting::Read(nonce);
+        Ok(true)
     }
 
     pub(crate) fn stream(&self) -> Arc<TcpStream> {
@@ -212,7 +284,16 @@ fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<
         Token(core.token),
         Interest::READABLE | Interest::WRITABLE,
     )?;
+    let greeting = match peer.framing {
+        Framing::Te => Greeting::Reading {
+            buf: [0; GREETING_LEN],
+            got: 0,
+        },
+        Framing::Mooncake { .. } => Greeting::None,
+    };
     Ok(Conn {
+        greeting,
+        proof: None,
         stream: Arc::new(stream),
         fd,
         connected: false,
@@ -307,6 +388,27 @@ impl LaneCore {
                     }
                     self.fail_unreachable(st, &e, now, done);
                     continue;
+                }
+            }
+            if let Some(c) = st.conn.as_mut() {
+                let greeted = match c.read_greeting() {
+                    Ok(false) if now.duration_since(c.since) > self.settings.connect_timeout => {
+                        Err("no greeting from the target within the connect timeout".into())
+                    }
+                    other => other,
+                };
+                match greeted {
+                    Ok(true) => {}
+                    Ok(false) => return Driven::default(),
+                    Err(why) => {
+                        tracing::debug!(peer = %self.peer.host, port = self.peer.port, reason = %why, "lane connection refused");
+                        if let Some(c) = st.conn.take() {
+                            c.fail_all(home, &why, done);
+                        }
+                        st.last_failure = Some(now);
+                        self.fail_queued(st, || SliceError::Path(why.clone()), done);
+                        continue;
+                    }
                 }
             }
             if !st.queue.is_empty() {
@@ -488,7 +590,8 @@ impl LaneCore {
                     continue;
                 }
                 let id = c.next_request_id();
-                let (head, head_len) = header(framing, &op, id);
+                let proof = c.proof_for(&op);
+                let (head, head_len) = header(framing, &op, id, proof);
                 let body = match op.opcode {
                     Opcode::Write => (op.local_addr, op.len as usize),
                     _ => (0, 0),
@@ -675,7 +778,7 @@ impl LaneCore {
         let bounce = staging.bounce(len).map_err(|e| format!("staging: {e}"))?;
         crate::staging::copy(device, bounce.addr(), op.local_addr, len)
             .map_err(|e| format!("staging: {e}"))?;
-        let (head, head_len) = header(self.peer.framing, op, id);
+        let (head, head_len) = header(self.peer.framing, op, id, c.proof_for(op));
         let mut parts = [(head.as_ptr() as u64, head_len), (bounce.addr(), len)];
         while_blocking(&c.stream, "sending", || {
             // SAFETY: the header is a local array; the staging buffer is on loan to this call

@@ -242,7 +242,7 @@ impl Lane {
         {
             return Err(op);
         }
-        let (stream, request_id) = {
+        let (stream, request_id, proof) = {
             let mut st = core.lock();
             if st.inline || st.closed || !st.queue.is_empty() {
                 return Err(op);
@@ -250,7 +250,7 @@ impl Lane {
             let Some(c) = st.conn.as_mut().filter(|c| c.idle()) else {
                 return Err(op);
             };
-            let taken = (c.stream(), c.next_request_id());
+            let taken = (c.stream(), c.next_request_id(), c.proof_for(&op));
             st.inline = true;
             taken
         };
@@ -265,7 +265,7 @@ impl Lane {
         let exchanged = conn::blocking(&stream, true)
             .map_err(Error::Io)
             .and_then(|()| {
-                send_request(&*stream, framing, &op, request_id).map_err(Error::Io)?;
+                send_request(&*stream, framing, &op, request_id, proof).map_err(Error::Io)?;
                 sys::spin_until_readable(&*stream, INLINE_SPIN);
                 read_outcome(&*stream, framing, &core.settings.staging, &op, request_id)
             });
@@ -436,8 +436,9 @@ fn connect_fault(e: &std::io::Error, msg: String) -> SliceError {
     }
 }
 
-/// A request's header in `framing`.
-fn header(framing: Framing, op: &SliceOp, request_id: u64) -> ([u8; 48], usize) {
+/// A request's header in `framing`; te's carries the connection's `proof` of the segment
+/// secret.
+fn header(framing: Framing, op: &SliceOp, request_id: u64, proof: [u8; 16]) -> ([u8; 48], usize) {
     let mut out = [0u8; 48];
     match framing {
         Framing::Te => {
@@ -446,7 +447,7 @@ fn header(framing: Framing, op: &SliceOp, request_id: u64) -> ([u8; 48], usize) 
                 request_id,
                 addr: op.remote_addr,
                 len: op.len,
-                secret: op.target.secret().to_bytes(),
+                proof,
             }
             .encode();
             out[..h.len()].copy_from_slice(&h);
@@ -472,8 +473,9 @@ fn send_request(
     framing: Framing,
     op: &SliceOp,
     request_id: u64,
+    proof: [u8; 16],
 ) -> std::io::Result<()> {
-    let (head, len) = header(framing, op, request_id);
+    let (head, len) = header(framing, op, request_id, proof);
     let body = match op.opcode {
         Opcode::Write => (op.local_addr, op.len as usize),
         _ => (0, 0),

@@ -46,6 +46,7 @@ use std::time::Instant;
 use te_core::Opcode;
 use te_core::memory::RegionPin;
 use te_core::reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
+use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
 use tracing::{debug, warn};
 
@@ -146,6 +147,9 @@ pub(crate) struct TargetConn {
     /// A request proved the segment secret: until then the connection has
     /// [`FIRST_REQUEST_DEADLINE`] from `opened`, however much it sends.
     trusted: bool,
+    /// The proof every request on this connection must carry: the segment secret's, for the
+    /// greeting's nonce (`wire::connection_proof`).
+    expected: [u8; 16],
 }
 
 /// How long an accepted connection may take to send a request with the segment's secret.
@@ -193,7 +197,7 @@ impl TargetConn {
         self.last_small = r.len <= SMALL_REQUEST;
         self.last_tiny = r.len <= HOT_REQUEST;
         let state = &p.state;
-        let checked = state.check(&r);
+        let checked = state.check(&r, &self.expected);
         self.trusted |= !matches!(checked, Err(Rejection::BadSecret));
         let Ok(len) = usize::try_from(r.len) else {
             self.phase = Phase::Closing;
@@ -641,10 +645,24 @@ impl Protocol for TargetProtocol {
     }
 
     fn open(&self, peer: SocketAddr, _stream: &mio::net::TcpStream) -> TargetConn {
+        // The greeting goes first: a fresh nonce, which the connection's proof covers. Without
+        // randomness, the connection closes before it is served.
+        let mut out = Outbox::default();
+        let (phase, expected) = match SegmentSecret::random() {
+            Ok(nonce) => {
+                let nonce = nonce.to_bytes();
+                out.framed(&crate::wire::encode_greeting(&nonce));
+                (fresh(), self.state.expected_proof(&nonce))
+            }
+            Err(_) => {
+                warn!(%peer, "no nonce for a data connection's greeting; closed");
+                (Phase::Closing, [0; 16])
+            }
+        };
         TargetConn {
             peer,
-            phase: fresh(),
-            out: Outbox::default(),
+            phase,
+            out,
             progress: Instant::now(),
             last_small: false,
             last_tiny: false,
@@ -653,6 +671,7 @@ impl Protocol for TargetProtocol {
             peer_closed: false,
             opened: Instant::now(),
             trusted: false,
+            expected,
         }
     }
 
@@ -698,11 +717,12 @@ impl Protocol for TargetProtocol {
             return;
         };
         let replies = c.out.unsent_replies();
+        let expected = c.expected;
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("te-tcp-data-gpu".into())
             .spawn(move || {
-                crate::server::serve_from(&me.state, stream, first, replies);
+                crate::server::serve_from(&me.state, stream, first, replies, expected);
                 drop(slot);
             });
         if let Err(e) = spawned {

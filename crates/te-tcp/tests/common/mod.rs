@@ -195,7 +195,7 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::reactor::Serve
 pub fn silent_segment(len: u64) -> (te_core::reactor::Server, String, std::net::TcpListener) {
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let desc = serde_json::json!({
-        "protocol": "tcp", "te_wire_version": 1,
+        "protocol": "tcp", "te_wire_version": 2,
         "te_rails": [{"name": "lo", "ip": "127.0.0.1", "port": blackhole.local_addr().unwrap().port()}],
         "te_secret": "00".repeat(16),
         "buffers": [{"name": "cpu:0", "addr": 4096, "length": len, "permission": "remote_read_write"}],
@@ -254,6 +254,55 @@ pub fn expect_replies(conn: &mut impl std::io::Read, expected: Vec<Expected>) {
                 got == want,
                 "READ {id} returns what the WRITE before it wrote"
             );
+        }
+    }
+}
+
+/// A connection of a test's own to te's data listener at `port` on loopback, past the
+/// listener's greeting, and the proof of `secret` its requests carry.
+pub struct DataConn(pub std::net::TcpStream, pub [u8; 16]);
+
+impl DataConn {
+    pub fn open(port: u16, secret: te_core::segment::SegmentSecret) -> Self {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut greeting = [0u8; te_tcp::wire::GREETING_LEN];
+        s.read_exact(&mut greeting).unwrap();
+        let nonce = te_tcp::wire::decode_greeting(&greeting).unwrap();
+        let proof = te_tcp::wire::connection_proof(&secret, &nonce);
+        DataConn(s, proof)
+    }
+
+    /// Sends `r` (a WRITE with `body`) and reads its reply, and a READ's data.
+    pub fn call(&mut self, r: te_tcp::wire::Request, body: &[u8]) -> te_tcp::wire::Reply {
+        use std::io::{Read, Write};
+        use te_tcp::wire::{REPLY_LEN, Reply, Status};
+        self.0.write_all(&r.encode()).unwrap();
+        if r.opcode == Opcode::Write {
+            self.0.write_all(body).unwrap();
+        }
+        let mut head = [0u8; REPLY_LEN];
+        self.0.read_exact(&mut head).unwrap();
+        let reply = Reply::decode(&head).unwrap();
+        if r.opcode == Opcode::Read && reply.status == Status::Ok {
+            let mut data = vec![0u8; r.len as usize];
+            self.0.read_exact(&mut data).unwrap();
+        }
+        reply
+    }
+
+    /// Sends raw bytes and reports whether the target closes the connection.
+    pub fn closes_after(mut self, bytes: &[u8]) -> bool {
+        use std::io::{Read, Write};
+        let _ = self.0.write_all(bytes);
+        let mut sink = [0u8; 256];
+        loop {
+            match self.0.read(&mut sink) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) => return matches!(e.kind(), std::io::ErrorKind::ConnectionReset),
+            }
         }
     }
 }
