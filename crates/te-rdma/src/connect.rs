@@ -19,7 +19,7 @@ use te_core::segment::RemoteSegment;
 use te_core::transport::{Rejection, SliceError};
 use tracing::{debug, info};
 
-use crate::handshake::{Handshake, MAX_QPS_PER_EP, hex};
+use crate::handshake::{Handshake, MAX_QPS_PER_EP, hex, request_proof};
 use crate::verbs::{Endpoint, QpInfo};
 use crate::{Group, State, mooncake};
 
@@ -85,7 +85,8 @@ impl State {
     }
 
     /// Makes te's endpoint from device `nic`'s lane `lane` to remote device `rdev` of
-    /// `target`: its queue pairs, the handshake (with the segment secret), the connect.
+    /// `target`: its queue pairs, the handshake (with its proof of the segment secret), the
+    /// connect.
     fn connect(
         &self,
         nic: usize,
@@ -93,6 +94,14 @@ impl State {
         lane: usize,
         target: &RemoteSegment,
     ) -> Result<Group, SliceError> {
+        if target.desc().te_wire_version < Some(2) {
+            return Err(SliceError::Unsupported(format!(
+                "segment {} speaks te's wire version {} (the segment secret in every handshake), \
+                 which this te no longer sends: upgrade its engine",
+                target.name(),
+                target.desc().te_wire_version.unwrap_or(0)
+            )));
+        }
         let key = (target.id(), nic, rdev, lane);
         let remote_dev = &target.desc().devices[rdev].name;
         let count = (self.config.num_qp_per_ep as usize).clamp(1, MAX_QPS_PER_EP);
@@ -101,17 +110,17 @@ impl State {
             .collect::<Result<Vec<_>, _>>()
             .map_err(SliceError::LocalPath)?;
         let infos: Vec<QpInfo> = group.iter().map(Endpoint::info).collect();
-        let req = Handshake {
+        let mut req = Handshake {
             local_nic_path: format!("{}@{}", self.local_name, self.nics[nic].name),
             peer_nic_path: format!("{}@{remote_dev}", target.name()),
             qp_num: infos.iter().map(|q| q.qp_num).collect(),
             reply_msg: String::new(),
             te_qps: infos,
-            te_secret: Some(hex(&target.secret().to_bytes())),
             te_lane: lane as u32,
             te_control: Some(self.control_addr.to_string()),
             ..Handshake::default()
         };
+        req.te_proof = Some(hex(&request_proof(&target.secret(), &req)));
         let reply = self.handshake(target, &req, self.control.cluster_key.as_deref())?;
         let remote = match (reply.reply_msg.is_empty(), reply.te_qps) {
             (true, qps) if qps.len() == group.len() => qps,

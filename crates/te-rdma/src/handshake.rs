@@ -1,12 +1,16 @@
 //! The endpoint handshake on the wire: Mooncake's `HandShakeDesc` fields plus te's queue-pair
-//! data, secret and lane; decoding and checking a request before any secret comparison or
-//! verbs call. Pure: the transport answers with it in `State::accept`.
+//! data, proof and lane; decoding and checking a request before any proof check or verbs
+//! call. Pure: the transport answers with it in `State::accept`.
 //!
-//! Two dialects share the JSON. te's carries `te_qps` (QP number, PSN, GID, LID each) and the
-//! segment secret. Mooncake's carries `qp_num`, one `local_gid` and `local_lid` for all its
+//! Two dialects share the JSON. te's carries `te_qps` (QP number, PSN, GID, LID each) and
+//! `te_proof`, a keyed hash with the segment secret over everything the target acts on
+//! ([`request_proof`]): the secret never travels, and a captured request can connect queue
+//! pairs only to the QPs it names (the honest initiator's), never to its captor's. Mooncake's carries `qp_num`, one `local_gid` and `local_lid` for all its
 //! QPs, no PSN (its QPs start at 0) and no credential; te answers it in kind (and speaks it to
 //! Mooncake targets), with the NIC paths swapped and no `ready_ack`, which Mooncake reads as
 //! "connected at once".
+
+use te_core::segment::SegmentSecret;
 
 use crate::verbs::QpInfo;
 
@@ -30,8 +34,9 @@ pub(crate) struct Handshake {
     pub(crate) payload: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) te_qps: Vec<QpInfo>,
+    /// te: [`request_proof`] of the request, hex (replies carry none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) te_secret: Option<String>,
+    pub(crate) te_proof: Option<String>,
     /// te: which of the initiator's endpoints to the same remote device this is (its lane), so
     /// the target keeps one queue-pair group per initiator lane and a reconnect replaces only
     /// its own.
@@ -48,16 +53,16 @@ pub(crate) const MAX_QPS_PER_EP: usize = 64;
 /// Longest NIC path or GID text accepted.
 const MAX_FIELD: usize = 1024;
 
-/// A decoded request: te's, with its secret, or Mooncake's, with its peer's QPs (PSN 0).
+/// A decoded request: te's, with its proof, or Mooncake's, with its peer's QPs (PSN 0).
 #[derive(Debug)]
 pub(crate) enum Request {
     Te(Handshake, [u8; 16]),
     Mooncake(Handshake, Vec<QpInfo>),
 }
 
-/// Decodes a handshake request from the wire (before any secret comparison or verbs call):
-/// JSON of the expected shape and, for te's dialect, a well-formed secret; for Mooncake's
-/// (no `te_secret`, no `te_qps`), 1..=`MAX_QPS_PER_EP` QP numbers and a GID.
+/// Decodes a handshake request from the wire (before any proof check or verbs call): JSON of
+/// the expected shape and, for te's dialect, a well-formed proof; for Mooncake's (no
+/// `te_proof`, no `te_qps`), 1..=`MAX_QPS_PER_EP` QP numbers and a GID.
 pub(crate) fn parse_request(payload: &[u8]) -> Result<Request, &'static str> {
     let req = serde_json::from_slice::<Handshake>(payload).map_err(|_| "malformed handshake")?;
     if req.local_nic_path.len() > MAX_FIELD || req.peer_nic_path.len() > MAX_FIELD {
@@ -66,16 +71,45 @@ pub(crate) fn parse_request(payload: &[u8]) -> Result<Request, &'static str> {
     if req.te_control.as_ref().is_some_and(|c| c.len() > MAX_FIELD) {
         return Err("control address too long");
     }
-    if req.te_secret.is_none() && req.te_qps.is_empty() {
+    if req.te_proof.is_none() && req.te_qps.is_empty() {
         let qps = mooncake_qps(&req)?;
         return Ok(Request::Mooncake(req, qps));
     }
-    let secret = req
-        .te_secret
+    let proof = req
+        .te_proof
         .as_deref()
         .and_then(unhex16)
-        .ok_or("bad segment secret")?;
-    Ok(Request::Te(req, secret))
+        .ok_or("bad segment secret proof (or a te older than wire version 2)")?;
+    Ok(Request::Te(req, proof))
+}
+
+/// The proof a te request carries: a keyed hash, with the segment secret, over every field the
+/// target acts on (both NIC paths, the lane, the control address and each queue pair).
+pub(crate) fn request_proof(secret: &SegmentSecret, h: &Handshake) -> [u8; 16] {
+    let lane = h.te_lane.to_le_bytes();
+    let qps: Vec<[u8; 10]> = h
+        .te_qps
+        .iter()
+        .map(|q| {
+            let mut b = [0u8; 10];
+            b[..4].copy_from_slice(&q.qp_num.to_le_bytes());
+            b[4..8].copy_from_slice(&q.psn.to_le_bytes());
+            b[8..].copy_from_slice(&q.lid.to_le_bytes());
+            b
+        })
+        .collect();
+    let mut parts: Vec<&[u8]> = vec![
+        b"te-rdma-connect-2",
+        h.local_nic_path.as_bytes(),
+        h.peer_nic_path.as_bytes(),
+        &lane,
+        h.te_control.as_deref().unwrap_or("").as_bytes(),
+    ];
+    for (q, fixed) in h.te_qps.iter().zip(&qps) {
+        parts.push(fixed);
+        parts.push(q.gid.as_bytes());
+    }
+    secret.prove(&parts)
 }
 
 /// The queue pairs a Mooncake handshake (request or reply) names: its `qp_num`s, each with the
@@ -100,7 +134,7 @@ pub(crate) fn mooncake_qps(h: &Handshake) -> Result<Vec<QpInfo>, &'static str> {
         .collect())
 }
 
-/// What a te handshake whose secret matched must hold: a device in the peer path and
+/// What a te handshake whose proof matched must hold: a device in the peer path and
 /// 1..=`MAX_QPS_PER_EP` queue pairs.
 pub(crate) fn check_shape(req: &Handshake) -> Result<(), &'static str> {
     if !req.peer_nic_path.contains('@') {
@@ -171,7 +205,7 @@ mod tests {
         assert_eq!(json["qp_num"], serde_json::json!([99]));
         assert_eq!(json["local_lid"], 3);
         assert_eq!(json["reply_msg"], "");
-        for absent in ["te_qps", "te_secret", "ready_ack"] {
+        for absent in ["te_qps", "te_proof", "ready_ack"] {
             assert!(json.get(absent).is_none(), "{absent}");
         }
         // Refused: no GID, a bad one, no QPs, too many.
@@ -194,7 +228,7 @@ mod tests {
     fn te_requests_carry_the_initiators_control_address_bounded() {
         let req = |control: &str| {
             format!(
-                r#"{{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","te_qps":[{{"qp_num":5,"psn":1,"gid":"::1","lid":0}}],"te_secret":"000102030405060708090a0b0c0d0e0f","te_control":"{control}"}}"#
+                r#"{{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","te_qps":[{{"qp_num":5,"psn":1,"gid":"::1","lid":0}}],"te_proof":"000102030405060708090a0b0c0d0e0f","te_control":"{control}"}}"#
             )
         };
         let Ok(Request::Te(h, _)) = parse_request(req("198.18.0.1:16001").as_bytes()) else {
@@ -210,11 +244,72 @@ mod tests {
         assert!(json.get("te_control").is_none());
     }
 
+    /// The proof covers every field the target acts on: change any one, or the secret, and it
+    /// no longer matches; the secret appears nowhere in the request.
+    #[test]
+    fn a_te_request_proves_the_secret_over_what_the_target_acts_on() {
+        let secret = SegmentSecret::from_bytes(*b"0123456789abcdef");
+        let qp = |qp_num| QpInfo {
+            qp_num,
+            psn: 7,
+            gid: "00:00:00:00:00:00:00:00:00:00:ff:ff:c6:12:00:01".into(),
+            lid: 0,
+        };
+        let base = Handshake {
+            local_nic_path: "198.18.0.1:15001@rxe0".into(),
+            peer_nic_path: "198.18.1.1:16002@rxe1".into(),
+            te_qps: vec![qp(5), qp(6)],
+            te_lane: 1,
+            te_control: Some("198.18.0.1:15001".into()),
+            ..Handshake::default()
+        };
+        let mut signed = Handshake {
+            te_proof: Some(hex(&request_proof(&secret, &base))),
+            ..base
+        };
+        let wire = serde_json::to_vec(&signed).unwrap();
+        assert!(!wire.windows(16).any(|w| w == secret.to_bytes()));
+        assert!(!String::from_utf8_lossy(&wire).contains(&hex(&secret.to_bytes())));
+        let Ok(Request::Te(req, proof)) = parse_request(&wire) else {
+            panic!("a te request")
+        };
+        assert_eq!(request_proof(&secret, &req), proof);
+        let other = SegmentSecret::from_bytes([1; 16]);
+        assert_ne!(request_proof(&other, &req), proof, "another secret");
+        type Change = fn(&mut Handshake);
+        let changes: [(&str, Change); 7] = [
+            ("local path", |h| h.local_nic_path.push('x')),
+            ("peer path", |h| {
+                h.peer_nic_path = "198.18.1.1:16002@rxe2".into()
+            }),
+            ("lane", |h| h.te_lane = 2),
+            ("control", |h| h.te_control = Some("198.18.9.9:1".into())),
+            ("qp number", |h| h.te_qps[1].qp_num = 66),
+            ("gid", |h| h.te_qps[0].gid = "::2".into()),
+            ("one qp fewer", |h| {
+                h.te_qps.pop();
+            }),
+        ];
+        for (what, change) in changes {
+            let mut h = serde_json::from_slice::<Handshake>(&wire).unwrap();
+            change(&mut h);
+            assert_ne!(request_proof(&secret, &h), proof, "{what}");
+        }
+        // A te request without a proof (an older te sent the secret itself) is refused.
+        signed.te_proof = None;
+        let old = serde_json::to_string(&signed).unwrap().replacen(
+            '{',
+            r#"{"te_secret":"30313233343536373839616263646566","#,
+            1,
+        );
+        assert!(parse_request(old.as_bytes()).is_err());
+    }
+
     /// Fuzz target (`cargo xtask fuzz rdma-handshake --secs N`): the handshake decoder refuses
     /// garbage, never panics, and what it accepts is bounded.
     #[test]
     fn rdma_handshake() {
-        let seed = br#"{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","qp_num":[5],"te_qps":[{"qp_num":5,"psn":1,"gid":"0000:0000:0000:0000:0000:ffff:c612:0001","lid":0}],"te_secret":"000102030405060708090a0b0c0d0e0f","te_lane":1}"#;
+        let seed = br#"{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","qp_num":[5],"te_qps":[{"qp_num":5,"psn":1,"gid":"0000:0000:0000:0000:0000:ffff:c612:0001","lid":0}],"te_proof":"000102030405060708090a0b0c0d0e0f","te_lane":1}"#;
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
         assert!(matches!(parse_request(seed), Ok(Request::Te(r, _)) if check_shape(&r).is_ok()));
         te_core::fuzz::run(

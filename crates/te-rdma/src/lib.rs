@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use handshake::{Handshake, MAX_QPS_PER_EP, Request, check_shape, parse_request};
+use handshake::{Handshake, MAX_QPS_PER_EP, Request, check_shape, parse_request, request_proof};
 use serde_json::json;
 use te_core::Config;
 use te_core::control::ControlState;
@@ -305,12 +305,12 @@ impl State {
         })
     }
 
-    /// Answers a peer's handshake: checks the secret (te) or the Mooncake opt-in and its
-    /// allow-list (Mooncake), makes and connects the QPs.
+    /// Answers a peer's handshake: checks its proof of the segment secret (te) or the Mooncake
+    /// opt-in and its allow-list (Mooncake), makes and connects the QPs.
     fn accept(&self, payload: &[u8], peer: Option<std::net::SocketAddr>) -> Vec<u8> {
         let refuse = |why: &str| json!({"reply_msg": why}).to_string().into_bytes();
-        let (req, secret) = match parse_request(payload) {
-            Ok(Request::Te(req, secret)) => (req, secret),
+        let (req, proof) = match parse_request(payload) {
+            Ok(Request::Te(req, proof)) => (req, proof),
             Ok(Request::Mooncake(req, qps)) => {
                 return match self.accept_mooncake(req, &qps, peer) {
                     Ok(reply) => reply,
@@ -319,8 +319,8 @@ impl State {
             }
             Err(why) => return refuse(why),
         };
-        if !self.secret.matches(&secret) {
-            return refuse("bad segment secret");
+        if !SegmentSecret::from_bytes(request_proof(&self.secret, &req)).matches(&proof) {
+            return refuse("bad segment secret proof");
         }
         if let Err(why) = check_shape(&req) {
             return refuse(why);
@@ -358,7 +358,7 @@ impl State {
             qp_num: infos.iter().map(|q| q.qp_num).collect(),
             reply_msg: String::new(),
             te_qps: infos,
-            te_secret: None,
+            te_proof: None,
             te_lane: req.te_lane,
             ..Handshake::default()
         })

@@ -226,14 +226,15 @@ fn the_engine_refuses_before_the_wire_and_a_bad_secret_gets_no_queue_pair() {
         Err(Error::PermissionDenied { .. })
     ));
     init.free_batch(b).unwrap();
-    // A handshake with a wrong segment secret is refused before any queue pair is made.
+    // A handshake with a wrong proof of the segment secret is refused before any queue pair is
+    // made.
     let (host, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
     let forged = serde_json::json!({
         "local_nic_path": "intruder@rxe0",
         "peer_nic_path": format!("{}@rxe0", target.segment_name()),
         "qp_num": [1],
-        "te_qp": {"qp_num": 1, "psn": 1, "gid": "0000:0000:0000:0000:0000:ffff:c612:0001", "lid": 0},
-        "te_secret": "00000000000000000000000000000000",
+        "te_qps": [{"qp_num": 1, "psn": 1, "gid": "0000:0000:0000:0000:0000:ffff:c612:0001", "lid": 0}],
+        "te_proof": "00000000000000000000000000000000",
     });
     let reply = te_core::control::request(
         &host,
@@ -245,7 +246,7 @@ fn the_engine_refuses_before_the_wire_and_a_bad_secret_gets_no_queue_pair() {
         None,
     )
     .unwrap();
-    assert!(String::from_utf8_lossy(&reply).contains("bad segment secret"));
+    assert!(String::from_utf8_lossy(&reply).contains("bad segment secret proof"));
 }
 
 #[test]
