@@ -2,16 +2,16 @@
 //!
 //! - Target side (`target`, on te-core's event loops; `server` for connections on GPU memory):
 //!   a data listener per rail, served by a fixed pool of threads however many peers connect;
-//!   every request is checked (segment secret, bounds of one registered region, permission)
-//!   before any byte of memory is touched, and a WRITE is acknowledged only once its bytes are
-//!   in memory.
+//!   every request is checked (proof of the segment secret, bounds of one registered region,
+//!   permission) before any byte of memory is touched, and a WRITE is acknowledged only once
+//!   its bytes are in memory.
 //! - Initiator side (`lane`, driven by `dialer`'s event loops): per peer,
 //!   `MC_TCP_LANES_PER_PEER` persistent connections and no thread of their own
 //!   (`MC_TE_CLIENT_THREADS` loops drive them all); slices go to the least-loaded lane and are
 //!   pipelined; bytes move between the socket and registered memory with no copy of te's own.
 //!
-//! The wire format is te's own ([`wire`]), not Mooncake's ([`mooncake_wire`]): it carries the
-//! segment secret. te's listeners are published in `te_rails`, never as Mooncake's
+//! The wire format is te's own ([`wire`]), not Mooncake's ([`mooncake_wire`]): it carries a
+//! proof of the segment secret. te's listeners are published in `te_rails`, never as Mooncake's
 //! `tcp_data_port`, so a Mooncake initiator never takes a refused WRITE for a done one.
 //! Not done here: several interfaces as rails, failover across rails (te-core's router).
 //!

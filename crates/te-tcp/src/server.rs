@@ -1,13 +1,13 @@
 //! The target side's blocking path: a data connection on a thread of its own, where
 //! [`crate::target`]'s event loops send a connection whose request touches GPU memory (staging
 //! buffers and GPU copies may wait; the loops never do). It serves with the same checks as the
-//! loops: the secret, the bounds of one registered region and its permission before any byte
-//! of memory is touched; a refused request gets an error reply and touches no memory; a refused
-//! WRITE's body is read and dropped so the connection stays usable. A malformed header closes
-//! the connection. A Mooncake initiator that reaches te's data listener (te's descriptor does
-//! not publish it as `tcp_data_port`, so only a stale or hand-made descriptor leads there) is
-//! told its request was refused in its own framing ([`foreign_refusal`]), so it reports an
-//! error instead of a WRITE that never landed.
+//! loops: the proof of the secret, the bounds of one registered region and its permission before
+//! any byte of memory is touched; a refused request gets an error reply and touches no memory; a
+//! refused WRITE's body is read and dropped so the connection stays usable. A malformed header
+//! closes the connection. A Mooncake initiator that reaches te's data listener (te's descriptor
+//! does not publish it as `tcp_data_port`, so only a stale or hand-made descriptor leads there) is
+//! told its request was refused in its own framing ([`foreign_refusal`]), so it reports an error
+//! instead of a WRITE that never landed.
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 

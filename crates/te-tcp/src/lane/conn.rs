@@ -1,17 +1,17 @@
 //! One lane's connection as its loop drives it: a non-blocking connect from the local rail's
-//! address, te's greeting read (its nonce makes the connection's proof of the segment secret,
-//! which every request carries instead of the secret), then requests pipelined out (header, and a WRITE's body straight from registered
-//! memory; up to [`GATHER_REQUESTS`] requests or [`GATHER_BYTES`] per send call) while replies
-//! are read in order and in bulk (statuses of many requests, and small READs' data, per receive
-//! call, through the [`Inbox`]; a larger READ's data straight into registered memory), every
-//! socket call non-blocking. Towards a Mooncake target at most [`MOONCAKE_READ_AHEAD`] bytes of
-//! READs are asked for at once. A reply is matched to the oldest request in flight; a slice
-//! is reported only once its request is wholly sent (its memory is the application's again
-//! after that). Whatever breaks the connection (a send or receive error, a reply out of order,
-//! the peer closing, no progress for the status timeout, a Mooncake refusal) fails what is in
-//! flight as path errors; queued slices wait for the next connection, except after no progress
-//! for the status timeout, which fails them too (a hung peer would have each new connection
-//! fill its buffers and wait the timeout out again).
+//! address, te's greeting read (its nonce makes the connection's proof of the segment secret, which
+//! every request carries instead of the secret), then requests pipelined out (header, and a WRITE's
+//! body straight from registered memory; up to [`GATHER_REQUESTS`] requests or [`GATHER_BYTES`] per
+//! send call) while replies are read in order and in bulk (statuses of many requests, and small
+//! READs' data, per receive call, through the [`Inbox`]; a larger READ's data straight into
+//! registered memory), every socket call non-blocking. Towards a Mooncake target at most
+//! [`MOONCAKE_READ_AHEAD`] bytes of READs are asked for at once. A reply is matched to the oldest
+//! request in flight; a slice is reported only once its request is wholly sent (its memory is the
+//! application's again after that). Whatever breaks the connection (a send or receive error, a
+//! reply out of order, the peer closing, no progress for the status timeout, a Mooncake refusal)
+//! fails what is in flight as path errors; queued slices wait for the next connection, except after
+//! no progress for the status timeout, which fails them too (a hung peer would have each new
+//! connection fill its buffers and wait the timeout out again).
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};

@@ -46,7 +46,7 @@ use crate::wire::{REPLY_LEN, Reply, Request, Status};
 /// The framing a peer's data listener speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Framing {
-    /// te's own, with the segment secret in every request.
+    /// te's own: a greeting, then the connection's proof of the segment secret in every request.
     Te,
     /// Mooncake's framing, no credential: acknowledged ("v2", a status frame per request), or
     /// not (v1 targets, which get READs only: the data arriving is their acknowledgement).

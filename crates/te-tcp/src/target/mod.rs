@@ -2,8 +2,9 @@
 //! ([`te_core::reactor`]): a fixed pool of threads (`MC_TE_SERVER_THREADS`) serves every data
 //! connection, however many peers there are.
 //!
-//! Each connection is a state machine driven whenever its socket is ready. It reads a request
-//! header; checks the segment secret, the bounds of one registered region and its permission
+//! Each connection is a state machine driven whenever its socket is ready. It sends its
+//! greeting, then reads a request header; checks the connection's proof of the segment secret,
+//! the bounds of one registered region and its permission
 //! (pinning the region) before any byte of memory is touched; then moves the body straight
 //! between the socket and that region, no copy of te's own. A WRITE is acknowledged only once
 //! its last byte is in memory; replies go out in request order, gathered while further
@@ -152,7 +153,8 @@ pub(crate) struct TargetConn {
     expected: [u8; 16],
 }
 
-/// How long an accepted connection may take to send a request with the segment's secret.
+/// How long an accepted connection may take to send a request with a valid proof of the
+/// segment's secret.
 /// An initiator's lane sends its first request as soon as it connects; a socket that sends
 /// nothing (or only refused requests) holds a place under the connection cap for this long.
 pub(crate) const FIRST_REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
