@@ -394,18 +394,13 @@ fn target_of(
 
 /// Reads te's greeting on a new connection (or the refusal of a target at its connection cap)
 /// and returns the proof of `secret` its requests carry.
-fn greeted(mut s: &std::net::TcpStream, secret: [u8; 16]) -> io::Result<[u8; 16]> {
+fn greeted(s: &std::net::TcpStream, secret: [u8; 16]) -> io::Result<[u8; 16]> {
     use std::io::Read;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut greeting = [0u8; te_tcp::wire::GREETING_LEN];
-    let mut got = 0;
-    while got < greeting.len() {
-        match s.read(&mut greeting[got..])? {
-            0 => break,
-            n => got += n,
-        }
-    }
-    let nonce = te_tcp::wire::greeting_of(&greeting[..got]).map_err(io::Error::other)?;
+    let mut said = Vec::with_capacity(te_tcp::wire::GREETING_LEN);
+    s.take(te_tcp::wire::GREETING_LEN as u64)
+        .read_to_end(&mut said)?;
+    let nonce = te_tcp::wire::greeting_of(&said).map_err(io::Error::other)?;
     s.set_read_timeout(None)?;
     let secret = te_core::segment::SegmentSecret::from_bytes(secret);
     Ok(te_tcp::wire::connection_proof(&secret, &nonce))

@@ -363,6 +363,27 @@ pub fn listen_backlog(port: u16) -> Vec<String> {
         .collect()
 }
 
+/// Waits up to `within` for the peer to close `s` (a read that ends or fails); whether it did.
+///
+/// # Panics
+/// When the socket's read timeout cannot be set (a test helper).
+pub fn closed_within(s: &mut std::net::TcpStream, within: std::time::Duration) -> bool {
+    use std::io::{ErrorKind, Read};
+    let deadline = std::time::Instant::now() + within;
+    s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    while std::time::Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
 /// The congestion control of every established TCP connection with an end on `port` (either
 /// end: the connections an engine accepted there and those made to it), as `ss -i` shows it.
 ///

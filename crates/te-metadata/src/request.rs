@@ -18,6 +18,7 @@
 //!
 //! Not here: what a request means (`lib.rs`), sockets and timeouts (`conn.rs`).
 
+use te_core::control::auth::same_bytes;
 use te_core::metadata::http::MAX_HEAD;
 
 /// Longest chunk-size line accepted (hex size and extensions).
@@ -201,7 +202,7 @@ impl Gatherer {
                     let (head, framing) = parse_head(&input[..end], self.max_body)?;
                     if let Some(expected) = &self.authorization {
                         let given = head.authorization.as_deref().unwrap_or("");
-                        if !same_secret(given.as_bytes(), expected.expose().as_bytes()) {
+                        if !same_bytes(given.as_bytes(), expected.expose().as_bytes()) {
                             return Err(refuse(
                                 401,
                                 "te-metadata wants its token: Authorization: Bearer <token> \
@@ -420,16 +421,6 @@ fn parse_head(bytes: &[u8], max_body: usize) -> Result<(Head, Framing), Refusal>
         authorization,
     };
     Ok((head, framing))
-}
-
-/// Whether `given` is `expected`, comparing every byte whatever differs first.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
 }
 
 /// A byte of an HTTP token (a header name): RFC 9110's `tchar`.

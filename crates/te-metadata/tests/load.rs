@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::{http_server, http_server_with};
 use te_core::metadata::http::HttpStore;
 use te_core::metadata::store::KvStore;
+use te_core::testing::closed_within;
 
 fn client(url: &str) -> HttpStore {
     HttpStore::new(url, Duration::from_secs(5), 1 << 20).unwrap()
@@ -54,27 +55,6 @@ fn threads(pid: u32) -> usize {
         .trim()
         .parse()
         .unwrap()
-}
-
-/// Waits up to `within` for the server to close `s` (a read that ends or fails); whether it did.
-fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let mut buf = [0u8; 256];
-    while Instant::now() < deadline {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return true,
-        }
-    }
-    false
 }
 
 #[test]

@@ -319,7 +319,7 @@ impl State {
             }
             Err(why) => return refuse(why),
         };
-        if !SegmentSecret::from_bytes(request_proof(&self.secret, &req)).matches(&proof) {
+        if !te_core::control::auth::same_bytes(&request_proof(&self.secret, &req), &proof) {
             return refuse("bad segment secret proof");
         }
         if let Err(why) = check_shape(&req) {

@@ -13,28 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use te_core::reactor::EVICT_MIN_IDLE;
+use te_core::testing::closed_within;
 use te_core::{Opcode, Permission, TransferState};
-
-/// Whether the server closed `s` within `within` (a read that ends or fails).
-fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return true,
-        }
-    }
-    false
-}
 
 #[test]
 fn idle_sockets_at_the_data_cap_do_not_lock_an_honest_peer_out() {
@@ -68,14 +48,7 @@ fn idle_sockets_at_the_data_cap_do_not_lock_an_honest_peer_out() {
 #[test]
 fn a_control_frame_trickled_in_is_cut_off_at_its_deadline() {
     let target = engine();
-    let port = target
-        .local_descriptor()
-        .name
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse::<u16>()
-        .unwrap();
+    let (_, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     // A Metadata frame announcing 64 KiB, then its payload a byte a second.
     s.write_all(&(1u64 + 65_536).to_le_bytes()).unwrap();
@@ -101,14 +74,7 @@ fn with_a_cluster_secret_a_large_frame_before_authentication_is_refused_at_once(
     let mut c = config();
     c.cluster_secret = Some(te_core::config::Redacted("attack-test-secret".into()));
     let target = engine_with(c);
-    let port = target
-        .local_descriptor()
-        .name
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse::<u16>()
-        .unwrap();
+    let (_, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.write_all(&(1u64 + (1 << 20)).to_le_bytes()).unwrap();
     s.write_all(&[4u8]).unwrap();

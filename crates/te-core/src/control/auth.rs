@@ -64,14 +64,7 @@ impl ClusterKey {
     }
 
     fn mac(&self, parts: &[&[u8]]) -> HmacSha256 {
-        // HMAC takes a key of any length; 32 bytes always fit.
-        let mut m = <HmacSha256 as Mac>::new_from_slice(&self.0)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-        for p in parts {
-            m.update(&(p.len() as u32).to_le_bytes());
-            m.update(p);
-        }
-        m
+        keyed_mac(&self.0, parts)
     }
 
     fn proof(&self, parts: &[&[u8]]) -> Vec<u8> {
@@ -81,6 +74,25 @@ impl ClusterKey {
     fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
         self.mac(parts).verify_slice(tag).is_ok()
     }
+}
+
+/// HMAC-SHA256 keyed by `key` over `parts`, each length-prefixed so that no two lists of parts
+/// hash alike: the one construction behind te's proofs and signatures (cluster and segment
+/// secrets alike).
+pub(crate) fn keyed_mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    let mut m = <HmacSha256 as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    for p in parts {
+        m.update(&(p.len() as u32).to_le_bytes());
+        m.update(p);
+    }
+    m
+}
+
+/// Whether `a` and `b` are the same bytes, compared in time independent of where they differ
+/// (for secrets, tokens and proofs a peer sends).
+pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn field(v: &Value, name: &str) -> Option<Vec<u8>> {

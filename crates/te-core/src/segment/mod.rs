@@ -67,14 +67,10 @@ impl SegmentSecret {
     /// fields): the first 16 bytes of HMAC-SHA256 keyed by the secret over the context's parts
     /// (each length-prefixed). It tells nothing of the secret, and fits no other context.
     pub fn prove(&self, context: &[&[u8]]) -> [u8; 16] {
-        use hmac::{Hmac, Mac};
-        let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-        for part in context {
-            m.update(&(part.len() as u32).to_le_bytes());
-            m.update(part);
-        }
-        let tag = m.finalize().into_bytes();
+        use hmac::Mac;
+        let tag = crate::control::auth::keyed_mac(&self.0, context)
+            .finalize()
+            .into_bytes();
         let mut out = [0u8; 16];
         out.copy_from_slice(&tag[..16]);
         out
@@ -82,11 +78,7 @@ impl SegmentSecret {
 
     /// Compares in time independent of where the inputs differ.
     pub fn matches(&self, other: &[u8; 16]) -> bool {
-        self.0
-            .iter()
-            .zip(other.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        crate::control::auth::same_bytes(&self.0, other)
     }
 
     fn to_hex(self) -> String {
