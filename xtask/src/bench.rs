@@ -119,7 +119,7 @@ pub(crate) fn json_number(json: &str, key: &str) -> Option<f64> {
 }
 
 /// The congestion control te's loopback connections get, as `MC_TE_TCP_CONGESTION` says
-/// (te_core::congestion: `auto`, the default, is reno on loopback; `host` is the host's
+/// (te_reactor::congestion: `auto`, the default, is reno on loopback; `host` is the host's
 /// default, `None` here).
 fn te_congestion() -> Option<String> {
     match std::env::var("MC_TE_TCP_CONGESTION").map(|v| v.trim().to_ascii_lowercase()) {

@@ -21,16 +21,19 @@ enum Outcome {
 }
 
 /// Per-package feature combinations linted beyond the workspace build (which unifies features).
-const FEATURE_MATRIX: [(&str, &[&str]); 10] = [
+const FEATURE_MATRIX: [(&str, &[&str]); 12] = [
     ("te-core", &["--no-default-features"]),
-    ("te-core", &["--features", "testing,cuda"]),
+    ("te-core", &["--features", "cuda"]),
     ("te-topology", &["--features", "hwloc"]),
     // The buffered-I/O build: its tests exercise io_uring, so the library alone.
     ("te-uring", &["--no-default-features", "--lib"]),
     ("te-metadata", &["--features", "etcd"]),
     ("te-tent", &["--no-default-features"]),
     ("te-tent", &["--features", "rdma,nvlink"]),
+    // The transports without CUDA (the workspace build enables it through te-bench).
     ("te-tcp", &[]),
+    ("te-rdma", &[]),
+    ("te-facade", &["--no-default-features"]),
     ("te-bench", &["--no-default-features"]),
     // The C library as `cargo xtask bench capi` builds it to measure its own cost.
     ("te-capi", &["--features", "instant"]),

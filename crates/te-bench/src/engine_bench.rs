@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use te_core::testing::InstantTransport;
 use te_core::{Config, HostBuffer, Permission, TransferEngine};
+use te_testkit::InstantTransport;
 
 use crate::BenchResult;
 use crate::flags::Flags;

@@ -35,7 +35,7 @@ pub(crate) type BenchResult<T> = Result<T, String>;
 
 /// SIGINT and SIGTERM, caught so that te-bench stops through its own code: engines delete
 /// their descriptors and close their listeners, shared-memory files are removed.
-static TERMINATION: std::sync::OnceLock<te_core::signals::Termination> = std::sync::OnceLock::new();
+static TERMINATION: std::sync::OnceLock<te_sys::signals::Termination> = std::sync::OnceLock::new();
 /// How long te-bench may take to shut down after a signal before it is made to exit.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -229,7 +229,7 @@ pub(crate) fn fan_out(
 pub(crate) fn stopped_by(signal: i32) -> String {
     format!(
         "stopped by {} before the run finished",
-        te_core::signals::Termination::name(signal)
+        te_sys::signals::Termination::name(signal)
     )
 }
 
@@ -406,10 +406,10 @@ fn print_topology(config: &Config) -> BenchResult<()> {
         config.tcp_bind_address,
         None,
         &topology,
-        &te_core::sys::interface_addrs(),
+        &te_sys::interface_addrs(),
     );
     let (rails, matrix) =
-        te_core::rails::plan(config, bind_ip, &topology, &te_core::sys::interface_addrs())
+        te_core::rails::plan(config, bind_ip, &topology, &te_sys::interface_addrs())
             .map_err(|e| e.to_string())?;
     let json = serde_json::json!({
         "topology": topology,
@@ -464,7 +464,7 @@ fn main_inner(flags: Flags) -> BenchResult<()> {
         let signal = TERMINATION.get().map_or(0, |t| t.wait());
         eprintln!(
             "te-bench target: {}: shutting down",
-            te_core::signals::Termination::name(signal)
+            te_sys::signals::Termination::name(signal)
         );
         return Ok(());
     }
@@ -522,7 +522,7 @@ fn main() -> ExitCode {
         }
     };
     // First, before any thread starts: every thread inherits the blocked signals.
-    match te_core::signals::Termination::install(SHUTDOWN_GRACE) {
+    match te_sys::signals::Termination::install(SHUTDOWN_GRACE) {
         Ok(t) => {
             let _ = TERMINATION.set(t);
         }

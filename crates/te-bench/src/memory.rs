@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use te_core::cuda::DeviceBuffer;
 use te_core::{HostBuffer, Permission, TransferEngine};
+use te_cuda::DeviceBuffer;
 
 use crate::BenchResult;
 
@@ -54,10 +54,9 @@ impl BenchMemory {
 
     pub(crate) fn write_at(&self, offset: usize, data: &[u8]) -> BenchResult<()> {
         match self {
-            BenchMemory::Host(h) => h.write_at(offset, data),
-            BenchMemory::Gpu(d) => d.write_at(offset, data),
+            BenchMemory::Host(h) => h.write_at(offset, data).map_err(|e| e.to_string()),
+            BenchMemory::Gpu(d) => d.write_at(offset, data).map_err(|e| e.to_string()),
         }
-        .map_err(|e| e.to_string())
     }
 
     pub(crate) fn read_at(&self, offset: usize, out: &mut [u8]) -> BenchResult<()> {

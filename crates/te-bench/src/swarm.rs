@@ -47,7 +47,7 @@ struct Target {
     len: u64,
     /// The connections' congestion control: the host's default, as remote peers' connections
     /// under `auto`, unless `MC_TE_TCP_CONGESTION` names one.
-    congestion: te_core::congestion::Congestion,
+    congestion: te_reactor::congestion::Congestion,
 }
 
 /// What a run measured.
@@ -348,7 +348,7 @@ fn secret_from_hex(hex: &str) -> Option<[u8; 16]> {
 fn target_of(
     desc: &SegmentDesc,
     host: &str,
-    congestion: te_core::congestion::Congestion,
+    congestion: te_reactor::congestion::Congestion,
 ) -> BenchResult<Target> {
     let buffer = desc
         .buffers
@@ -586,11 +586,11 @@ pub fn run(flags: &Flags, default_lanes: usize) -> BenchResult<()> {
     // under `auto`; MC_TE_TCP_CONGESTION=NAME sets one for every connection. (Measured: 16
     // peers x 4 lanes with depth 2 moved 7.6 GB/s sending with bbr and 4.7 with reno.)
     let congestion = match std::env::var("MC_TE_TCP_CONGESTION") {
-        Ok(v) => match te_core::congestion::Congestion::parse(&v).map_err(|e| e.to_string())? {
-            te_core::congestion::Congestion::Auto => te_core::congestion::Congestion::Host,
+        Ok(v) => match te_reactor::congestion::Congestion::parse(&v).map_err(|e| e.to_string())? {
+            te_reactor::congestion::Congestion::Auto => te_reactor::congestion::Congestion::Host,
             chosen => chosen,
         },
-        Err(_) => te_core::congestion::Congestion::Host,
+        Err(_) => te_reactor::congestion::Congestion::Host,
     };
     let (desc, host) = fetch_registered(&flags.segment_id)?;
     let target = target_of(&desc, &host, congestion)?;

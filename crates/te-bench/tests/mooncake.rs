@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use te_core::testing::mooncake::MooncakeBenchTarget;
+use te_testkit::mooncake::MooncakeBenchTarget;
 
 fn bench(target: &str, operation: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_te-bench"))
@@ -55,9 +55,9 @@ fn te_bench_writes_and_reads_a_mooncake_bench_target_verified() {
 #[cfg(feature = "etcd")]
 fn descriptors_through_etcd_both_ways() {
     use std::sync::Arc;
-    use te_core::testing::mooncake::MooncakePeer;
-    use te_core::testing::{pattern, services};
     use te_core::{HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState};
+    use te_testkit::mooncake::MooncakePeer;
+    use te_testkit::{pattern, services};
 
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("mooncake-etcd");
     let etcd = services::etcd_server(0, &dir);

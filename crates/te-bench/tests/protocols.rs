@@ -77,7 +77,7 @@ fn gpu_memory_runs_verify_or_say_what_is_missing() {
                 "--block_size=1048576",
                 "--batch_size=4",
             ];
-            if te_core::cuda::driver().is_ok() {
+            if te_cuda::driver().is_ok() {
                 let text = bench(&args);
                 assert!(text.contains("(GPU 0 memory)"), "{text}");
                 continue;
@@ -130,7 +130,7 @@ fn metadata_services_carry_the_handshake() {
     ]);
     // Debian's redis-server, and etcd named Mooncake's way: a bare host:port.
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let redis = te_core::testing::services::redis_server(0, None, &tmp.join("te-bench-redis"));
+    let redis = te_testkit::services::redis_server(0, None, &tmp.join("te-bench-redis"));
     let url = format!("--metadata_server={}", redis.url);
     bench(&[
         "--loopback",
@@ -140,7 +140,7 @@ fn metadata_services_carry_the_handshake() {
         "--batch_size=8",
     ]);
     drop(redis);
-    let etcd = te_core::testing::services::etcd_server(0, &tmp.join("te-bench-etcd"));
+    let etcd = te_testkit::services::etcd_server(0, &tmp.join("te-bench-etcd"));
     let url = format!("--metadata_server=127.0.0.1:{}", etcd.port);
     bench(&[
         "--loopback",

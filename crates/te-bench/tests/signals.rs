@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use te_core::metadata::http::HttpStore;
 use te_core::metadata::store::KvStore;
-use te_core::testing::services::{exit_within, free_port, signal};
+use te_testkit::services::{exit_within, free_port, signal};
 
 fn te_bench() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_te-bench"));

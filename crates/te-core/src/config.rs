@@ -27,22 +27,7 @@ pub enum LogLevel {
     Error,
 }
 
-/// A setting that must not be printed (a password): `Debug` shows `<redacted>`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Redacted(pub String);
-
-impl Redacted {
-    /// The value itself.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Redacted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+pub use te_reactor::secret::Redacted;
 
 /// The engine's settings. Fields are public; build one with `Config::default()` and adjust.
 #[derive(Clone, Debug)]
@@ -74,7 +59,7 @@ pub struct Config {
     /// The congestion control of te's TCP data connections (`MC_TE_TCP_CONGESTION`: `auto`,
     /// the default, gives same-host connections reno; `host` keeps the host's default
     /// everywhere; an algorithm's name sets it on every data connection).
-    pub tcp_congestion: crate::congestion::Congestion,
+    pub tcp_congestion: te_reactor::congestion::Congestion,
     /// Cache segment descriptors (`MC_DISABLE_METACACHE` turns this off).
     pub metacache: bool,
     /// Log verbosity (`MC_LOG_LEVEL`).
@@ -142,7 +127,7 @@ pub struct Config {
     /// Serving Mooncake initiators (`MC_TE_MOONCAKE_*`); off by default.
     pub mooncake: crate::mooncake::MooncakeCompat,
     /// Connection caps and server threads (`MC_TE_SERVER_THREADS`, `MC_TE_MAX_*_CONNECTIONS`...).
-    pub limits: crate::limits::ServerLimits,
+    pub limits: te_reactor::limits::ServerLimits,
 }
 
 impl Default for Config {
@@ -159,7 +144,7 @@ impl Default for Config {
             slice_timeout: None,
             tcp_lanes_per_peer: 4,
             tcp_status_timeout: Duration::from_secs(30),
-            tcp_congestion: crate::congestion::Congestion::Auto,
+            tcp_congestion: te_reactor::congestion::Congestion::Auto,
             metacache: true,
             log_level: LogLevel::Info,
             num_qp_per_ep: 2,
@@ -189,7 +174,7 @@ impl Default for Config {
             notification_queue_max: 65536,
             handshake_port: 12001,
             mooncake: crate::mooncake::MooncakeCompat::default(),
-            limits: crate::limits::ServerLimits::default(),
+            limits: te_reactor::limits::ServerLimits::default(),
         }
     }
 }
@@ -337,7 +322,7 @@ impl Config {
             c.tcp_status_timeout = Duration::from_secs(s);
         }
         if let Some(v) = get("MC_TE_TCP_CONGESTION") {
-            c.tcp_congestion = crate::congestion::Congestion::parse(&v)?;
+            c.tcp_congestion = te_reactor::congestion::Congestion::parse(&v)?;
         }
         if let Some(v) = get("MC_DISABLE_METACACHE") {
             c.metacache = !parse_bool("MC_DISABLE_METACACHE", &v)?;
@@ -418,7 +403,7 @@ impl Config {
             c.handshake_port = parse_in("MC_HANDSHAKE_PORT", &v, 1, u16::MAX)?;
         }
         c.mooncake = crate::mooncake::MooncakeCompat::from_lookup(|k| get(k))?;
-        c.limits = crate::limits::ServerLimits::from_lookup(|k| get(k))?;
+        c.limits = te_reactor::limits::ServerLimits::from_lookup(|k| get(k))?;
         c.mooncake.check(c.cluster_secret.is_some())?;
         Ok(c)
     }
@@ -597,7 +582,7 @@ mod tests {
         assert_eq!(c.rail_pause, Duration::from_secs(5));
         assert_eq!(
             c.tcp_congestion,
-            crate::congestion::Congestion::Named("cubic".into())
+            te_reactor::congestion::Congestion::Named("cubic".into())
         );
     }
 

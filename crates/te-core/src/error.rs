@@ -161,6 +161,49 @@ pub enum Error {
     },
 }
 
+impl From<te_reactor::Error> for Error {
+    fn from(e: te_reactor::Error) -> Self {
+        match e {
+            te_reactor::Error::InvalidConfig {
+                name,
+                value,
+                reason,
+            } => Error::InvalidConfig {
+                name,
+                value,
+                reason,
+            },
+            te_reactor::Error::Malformed(what) => Error::MalformedMessage(what),
+            te_reactor::Error::Socket { context, source } => Error::Socket { context, source },
+            other => Error::MalformedMessage(other.to_string()),
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl From<te_cuda::Error> for Error {
+    fn from(e: te_cuda::Error) -> Self {
+        match e {
+            te_cuda::Error::Gpu(what) => Error::Gpu(what),
+            te_cuda::Error::InvalidArgument(what) => Error::InvalidArgument(what),
+            other => Error::Gpu(other.to_string()),
+        }
+    }
+}
+
+impl From<te_sys::Error> for Error {
+    fn from(e: te_sys::Error) -> Self {
+        match e {
+            te_sys::Error::InvalidArgument(what) => Error::InvalidArgument(what),
+            te_sys::Error::Memory { owner, reason } => Error::Transport {
+                transport: owner,
+                reason,
+            },
+            other => Error::InvalidArgument(other.to_string()),
+        }
+    }
+}
+
 impl Error {
     /// Mooncake's numeric code for this error (`TE/include/error.h`), for C-API compatibility.
     pub fn mooncake_code(&self) -> i32 {

@@ -7,9 +7,9 @@ use std::io::BufReader;
 use std::path::PathBuf;
 
 use crate::control::frame::{FrameType, read_frame, write_frame};
-use crate::fuzz::{budget, run};
 use crate::segment::{RemoteSegment, SegmentDesc};
 use crate::transport::Opcode;
+use te_testkit::fuzz::{budget, run};
 
 fn regressions() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions")
@@ -99,13 +99,13 @@ fn http_head() {
         budget(1.0),
         |b: &[u8]| {
             let mut r = BufReader::new(b);
-            if let Ok(Some(head)) = crate::metadata::http::read_head(&mut r) {
-                let _ = crate::metadata::http::read_body(&mut r, &head, 1 << 16, false);
+            if let Ok(Some(head)) = te_reactor::http::read_head(&mut r) {
+                let _ = te_reactor::http::read_body(&mut r, &head, 1 << 16, false);
                 let _ = head
                     .first_line
                     .split(' ')
                     .nth(1)
-                    .map(crate::metadata::http::percent_decode);
+                    .map(te_reactor::http::percent_decode);
             }
         },
     );
@@ -134,11 +134,9 @@ fn percent_decode() {
         budget(1.0),
         |b: &[u8]| {
             if let Ok(s) = std::str::from_utf8(b) {
-                if let Some(d) = crate::metadata::http::percent_decode(s) {
+                if let Some(d) = te_reactor::http::percent_decode(s) {
                     assert_eq!(
-                        crate::metadata::http::percent_decode(
-                            &crate::metadata::http::percent_encode(&d)
-                        ),
+                        te_reactor::http::percent_decode(&te_reactor::http::percent_encode(&d)),
                         Some(d),
                         "encode then decode gives the text back"
                     );

@@ -10,7 +10,7 @@
 //! - [`engine`]: [`TransferEngine`], the classic API.
 //!
 //! te-core moves no bytes between processes: transports do. It knows nothing of a transport's
-//! wire format, verbs, CUDA or io_uring. Unsafe code lives only in [`sys`] (libc calls) and
+//! wire format, verbs, CUDA or io_uring. Unsafe code lives only in
 //! [`host_buffer`] (raw memory copies).
 #![deny(unsafe_code)]
 
@@ -18,21 +18,14 @@ pub mod batch;
 pub mod clock;
 mod completion;
 pub mod config;
-pub mod congestion;
 pub mod control;
-#[cfg(feature = "cuda")]
-pub mod cuda;
 pub mod endpoints;
 pub mod engine;
 pub mod error;
-#[cfg(any(test, feature = "testing"))]
-pub mod fuzz;
 #[cfg(test)]
 mod fuzz_targets;
 pub mod hashing;
 pub mod health;
-pub mod host_buffer;
-pub mod limits;
 pub mod memory;
 pub mod merge;
 pub mod metadata;
@@ -40,25 +33,19 @@ pub mod mooncake;
 pub mod net;
 pub mod notify;
 pub mod rails;
-pub mod reactor;
 pub mod retry;
 pub mod router;
 pub mod segment;
-pub mod signals;
 pub mod slicer;
 mod small_list;
-pub mod sys;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod transport;
-pub mod workers;
 
 pub use batch::{BATCH_ID_BITS, BatchId, TransferState, TransferStatus, next_engine_tag};
 pub use config::Config;
 pub use engine::{FileAccess, PeerLiveness, SubmitOptions, TransferEngine, TransferRequest};
 pub use error::{Error, Result};
-pub use host_buffer::HostBuffer;
 pub use memory::{Location, Permission};
 pub use notify::Notification;
 pub use segment::SegmentId;
+pub use te_sys::HostBuffer;
 pub use transport::{Capabilities, Opcode};

@@ -4,7 +4,7 @@
 //! The [`RegionTable`] refuses zero-length, overflowing and overlapping ranges, answers
 //! "which region holds this range", and counts in-flight users through [`RegionPin`]s so that a
 //! region cannot be unregistered while a slice still reads or writes it.
-//! It does not touch the memory itself; [`HostBuffer`](crate::host_buffer::HostBuffer) owns memory.
+//! It does not touch the memory itself; [`HostBuffer`](te_sys::HostBuffer) owns memory.
 
 use std::any::Any;
 use std::collections::BTreeMap;

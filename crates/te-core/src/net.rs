@@ -1,5 +1,5 @@
 //! Where listeners bind: the bind address chosen from the configuration and the interfaces,
-//! and a port from a range. Serving a listener is [`crate::reactor`]'s.
+//! and a port from a range. Serving a listener is [`crate`]'s.
 
 use std::io;
 use std::net::{IpAddr, TcpListener};
@@ -35,7 +35,7 @@ pub fn bind_in_range(ip: IpAddr, ports: std::ops::RangeInclusive<u16>) -> io::Re
 pub fn choose_bind_ip(
     configured: Option<IpAddr>,
     name_host: Option<IpAddr>,
-    interfaces: &[crate::sys::InterfaceAddr],
+    interfaces: &[te_sys::InterfaceAddr],
     virtual_nics: &[&str],
 ) -> IpAddr {
     if let Some(ip) = configured.or(name_host) {
@@ -56,7 +56,7 @@ pub fn bind_ip_for(
     configured: Option<IpAddr>,
     name_host: Option<IpAddr>,
     topology: &te_topology::Topology,
-    interfaces: &[crate::sys::InterfaceAddr],
+    interfaces: &[te_sys::InterfaceAddr],
 ) -> IpAddr {
     let virtual_nics: Vec<&str> = topology
         .nics
@@ -70,7 +70,7 @@ pub fn bind_ip_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::InterfaceAddr;
+    use te_sys::InterfaceAddr;
 
     fn ifa(name: &str, ip: &str, running: bool, loopback: bool) -> InterfaceAddr {
         InterfaceAddr {

@@ -14,8 +14,8 @@ use te_topology::{NicFilter, NicKind, PriorityMatrix, Topology};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::sys::InterfaceAddr;
 use crate::transport::Rail;
+use te_sys::InterfaceAddr;
 
 /// The IPv4 address of interface `name`. The interface must be up; carrier may still be coming
 /// (a veth whose peer was just brought up), so `IFF_RUNNING` is not required.

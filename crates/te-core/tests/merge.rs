@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::SimTransport;
 use te_core::transport::SliceError;
 use te_core::{
     Config, HostBuffer, Opcode, SubmitOptions, TransferEngine, TransferRequest, TransferState,
 };
+use te_testkit::SimTransport;
 
 const BLOCK: u64 = 4096;
 
@@ -40,7 +40,7 @@ fn fixture(merge: Option<&str>) -> Fixture {
     let engine = engine(merge, &[]);
     let transport = Arc::new(SimTransport::new());
     engine.install_transport(transport.clone()).unwrap();
-    let (local, remote, segment) = te_core::testing::own_buffers(&engine, 1 << 20);
+    let (local, remote, segment) = te_testkit::own_buffers(&engine, 1 << 20);
     Fixture {
         engine,
         transport,
@@ -90,7 +90,7 @@ impl Fixture {
 #[test]
 fn contiguous_blocks_travel_as_few_slices_and_finish_one_by_one() {
     let f = fixture(None);
-    let pattern = te_core::testing::pattern(7, 128 * BLOCK as usize);
+    let pattern = te_testkit::pattern(7, 128 * BLOCK as usize);
     f.local.write_at(0, &pattern).unwrap();
     let b = f.engine.allocate_batch(128).unwrap();
     f.engine.submit(b, &f.blocks(128, BLOCK)).unwrap();
@@ -228,7 +228,7 @@ fn slices_ending_while_the_batch_is_still_sliced_end_no_task_early() {
         );
         let counted = Arc::new(CountingInstant::default());
         engine.install_transport(counted.clone()).unwrap();
-        let (local, remote, segment) = te_core::testing::own_buffers(&engine, 2 << 20);
+        let (local, remote, segment) = te_testkit::own_buffers(&engine, 2 << 20);
         let requests: Vec<TransferRequest> = (0..n)
             .map(|i| TransferRequest {
                 opcode: Opcode::Write,
@@ -265,7 +265,7 @@ fn slices_ending_while_the_batch_is_still_sliced_end_no_task_early() {
 /// te-core's instant transport, counting the lists it is handed and the slices in them.
 #[derive(Default)]
 struct CountingInstant {
-    inner: te_core::testing::InstantTransport,
+    inner: te_testkit::InstantTransport,
     posts: std::sync::atomic::AtomicUsize,
     slices: std::sync::atomic::AtomicUsize,
 }

@@ -21,12 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::clock::SimClock;
-use te_core::testing::SimTransport;
 use te_core::transport::{SliceError, SliceOp};
 use te_core::{
     BatchId, Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest,
     TransferState,
 };
+use te_testkit::SimTransport;
 
 const SLOT: usize = 64 << 10;
 const SLOTS: usize = 16;
@@ -161,7 +161,7 @@ impl Sim {
             Some(_) => SCALE_SLOTS,
             None => SLOTS,
         };
-        let (local, remote, segment) = te_core::testing::own_buffers(&engine, SLOT * slots);
+        let (local, remote, segment) = te_testkit::own_buffers(&engine, SLOT * slots);
         Sim {
             rng: Rng(seed),
             engine,
@@ -575,8 +575,8 @@ fn run(mut sim: Sim, steps: usize) -> Result<Stats, String> {
 fn one_engine_against_a_thousand_peers_with_endpoint_eviction() {
     let dir = std::env::temp_dir().join(format!("te-sim-redis-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let port = te_core::testing::services::free_port();
-    let redis = te_core::testing::services::redis_server(port, None, &dir);
+    let port = te_testkit::services::free_port();
+    let redis = te_testkit::services::redis_server(port, None, &dir);
     let n: u64 = std::env::var("TE_SIM_SCALE_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())

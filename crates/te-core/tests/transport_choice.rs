@@ -7,11 +7,11 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use te_core::segment::{BufferDesc, RemoteSegment};
-use te_core::testing::InstantTransport;
 use te_core::transport::{Capabilities, CompletionSink, InstallContext, SliceOp, Transport};
 use te_core::{
     Config, Error, Opcode, SubmitOptions, TransferEngine, TransferRequest, TransferState,
 };
+use te_testkit::InstantTransport;
 
 /// A transport that claims every buffer (as te-shm claims same-host shared memory), counts
 /// the slices posted to it and reports them done.
@@ -70,7 +70,7 @@ fn a_transport_installed_later_is_chosen_from_the_next_submit_and_none_after_shu
     engine
         .install_transport(Arc::new(InstantTransport::new()))
         .unwrap();
-    let (local, remote, segment) = te_core::testing::own_buffers(&engine, 1 << 20);
+    let (local, remote, segment) = te_testkit::own_buffers(&engine, 1 << 20);
     let request = TransferRequest {
         opcode: Opcode::Write,
         source: local.addr(),

@@ -18,8 +18,8 @@ use std::sync::Arc;
 pub use device::{ALIGN, CxlDevice, HEADER_LEN};
 use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
 use te_core::transport::{Capabilities, InstallContext, Rejection, SliceError, SliceOp, Transport};
-use te_core::workers::CopyWorkers;
 use te_core::{Config, Error, HostBuffer, Opcode};
+use te_workers::CopyWorkers;
 use tracing::info;
 
 /// Worker threads copying slices.
@@ -150,7 +150,7 @@ impl Transport for CxlTransport {
     }
 
     fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {
-        Some(te_core::workers::COPY_SLICE)
+        Some(te_workers::COPY_SLICE)
     }
 
     fn post(&self, slices: Vec<SliceOp>) {

@@ -8,13 +8,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::{SizeSweep, self_test_args, spawn_ready};
 use te_core::{
     Config, Error, HostBuffer, Notification, Opcode, Permission, TransferEngine, TransferRequest,
     TransferState,
 };
 use te_cxl::CxlTransport;
 use te_tcp::TcpTransport;
+use te_testkit::{SizeSweep, self_test_args, spawn_ready};
 
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 4 << 20];
 const LEN: usize = 24 << 20;

@@ -110,9 +110,7 @@ impl MooncakeEngine {
         // Moves no byte: only in builds with the `instant` feature (the C API's cost bench).
         #[cfg(feature = "instant")]
         if protocol == "instant" && !live.runtime().has_transport("instant") {
-            engine.install_transport(std::sync::Arc::new(
-                te_core::testing::InstantTransport::new(),
-            ))?;
+            engine.install_transport(std::sync::Arc::new(te_testkit::InstantTransport::new()))?;
             return Ok(());
         }
         let wanted = Protocol::parse(protocol)?;

@@ -25,7 +25,7 @@ impl ManagedBuffers {
             .ok()
             .filter(|l| *l > 0)
             .ok_or_else(|| Error::InvalidArgument(format!("managed buffer of {len} bytes")))?;
-        let buffer = Arc::new(HostBuffer::new(size)?);
+        let buffer = Arc::new(HostBuffer::new(size).map_err(te_core::Error::from)?);
         runtime.register_buffer(&buffer)?;
         let addr = buffer.addr();
         self.lock().insert(addr, len);

@@ -23,8 +23,7 @@ impl<T> Default for Owned<T> {
 impl<T> Owned<T> {
     /// Holds `live` for this process (replacing what was there).
     pub(crate) fn set(&self, live: Arc<T>) {
-        *self.slot.write().unwrap_or_else(|e| e.into_inner()) =
-            Some((live, te_core::sys::process_id()));
+        *self.slot.write().unwrap_or_else(|e| e.into_inner()) = Some((live, te_sys::process_id()));
     }
 
     /// The engine.
@@ -38,7 +37,7 @@ impl<T> Owned<T> {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(FacadeError::NotInitialized)?;
-        let this = te_core::sys::process_id();
+        let this = te_sys::process_id();
         match owner == this {
             true => Ok(live),
             false => Err(FacadeError::Forked { owner, this }),
@@ -50,7 +49,7 @@ impl<T> Owned<T> {
     pub(crate) fn take(&self) -> Option<Arc<T>> {
         let taken = self.slot.write().unwrap_or_else(|e| e.into_inner()).take();
         match taken {
-            Some((live, owner)) if owner == te_core::sys::process_id() => Some(live),
+            Some((live, owner)) if owner == te_sys::process_id() => Some(live),
             Some((live, _)) => {
                 std::mem::forget(live);
                 None

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::HostBuffer;
-use te_core::testing::{assert_same_bytes, pattern};
 use te_facade::{
     Backend, FacadeError, MooncakeEngine, Notification, Opcode, Permission, RuntimeKind,
 };
+use te_testkit::{assert_same_bytes, pattern};
 
 const LEN: usize = 4 << 20;
 

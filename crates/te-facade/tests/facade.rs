@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use te_core::HostBuffer;
-use te_core::testing::{assert_same_bytes, pattern};
 use te_facade::{BatchProgress, FacadeError, MooncakeEngine, Notification, Opcode};
+use te_testkit::{assert_same_bytes, pattern};
 
 const LEN: usize = 4 << 20;
 

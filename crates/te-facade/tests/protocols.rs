@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use te_core::HostBuffer;
-use te_core::testing::{assert_same_bytes, pattern};
 use te_facade::{FacadeError, MooncakeEngine, Opcode, Protocol, RuntimeKind};
+use te_testkit::{assert_same_bytes, pattern};
 
 const LEN: usize = 1 << 20;
 

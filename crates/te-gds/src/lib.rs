@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 
 use te_core::segment::{RemoteSegment, SegmentId};
 use te_core::transport::{Capabilities, InstallContext, Rejection, SliceError, SliceOp, Transport};
-use te_core::workers::CopyWorkers;
 use te_core::{Opcode, Permission};
+use te_workers::CopyWorkers;
 use tracing::{debug, info};
 
 pub use cufile::open_driver;
@@ -119,7 +119,7 @@ fn file_for(files: &Files, op: &SliceOp) -> Result<Arc<GdsFile>, SliceError> {
 fn execute(files: &Files, op: &SliceOp) -> Result<(), SliceError> {
     let file = file_for(files, op)?;
     // cuFile moves device memory in the current context: the buffer's device's, on this worker.
-    let cuda = te_core::cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
+    let cuda = te_cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
     if let Some(device) = cuda.device_of(op.local_addr) {
         cuda.make_current(device)
             .map_err(|e| SliceError::LocalPath(e.to_string()))?;
@@ -174,7 +174,7 @@ impl Transport for GdsTransport {
             transport: "gds",
             reason,
         };
-        let cuda = te_core::cuda::driver().map_err(|e| fail(e.to_string()))?;
+        let cuda = te_cuda::driver().map_err(|e| fail(e.to_string()))?;
         cufile::open_driver().map_err(fail)?;
         let files = self.files.clone();
         self.workers.start(
@@ -187,7 +187,7 @@ impl Transport for GdsTransport {
     }
 
     fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {
-        Some(te_core::workers::COPY_SLICE)
+        Some(te_workers::COPY_SLICE)
     }
 
     fn post(&self, slices: Vec<SliceOp>) {

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use te_core::cuda::DeviceBuffer;
-use te_core::testing::{pattern, transfer_one};
 use te_core::{
     Config, FileAccess, Opcode, Permission, SubmitOptions, TransferEngine, TransferRequest,
     TransferState,
 };
+use te_cuda::DeviceBuffer;
 use te_gds::GdsTransport;
+use te_testkit::{pattern, transfer_one};
 
 fn engine() -> TransferEngine {
     let mut c = Config::default();
@@ -22,7 +22,7 @@ fn engine() -> TransferEngine {
 fn without_cuda_or_cufile_install_says_what_is_missing() {
     let e = engine();
     match e.install_transport(Arc::new(GdsTransport::new())) {
-        Ok(()) => assert!(te_core::cuda::driver().is_ok() && te_gds::open_driver().is_ok()),
+        Ok(()) => assert!(te_cuda::driver().is_ok() && te_gds::open_driver().is_ok()),
         Err(err) => {
             let msg = err.to_string();
             assert!(msg.starts_with("transport gds:"), "{msg}");

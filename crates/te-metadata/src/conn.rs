@@ -1,4 +1,4 @@
-//! The server's connections on te-core's event loops ([`te_core::reactor`]): each a small
+//! The server's connections on te-core's event loops ([`te_reactor`]): each a small
 //! state machine that reads what its socket has, gathers requests ([`Gatherer`]), answers them
 //! one at a time and in order, and sends each reply before it reads the next request, so a
 //! connection holds at most one request being gathered and one reply.
@@ -26,7 +26,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use te_core::reactor::{Outbox, Protocol, Refusal, Step};
+use te_reactor::{Outbox, Protocol, Refusal, Step};
 use tracing::debug;
 
 use crate::budget::{Budget, Hold, Spent};
@@ -55,7 +55,7 @@ pub(crate) struct MetadataProtocol {
     pub(crate) options: Arc<Options>,
     pub(crate) budget: Arc<Budget>,
     /// The `Authorization` value every request must carry, if a token is set.
-    pub(crate) authorization: Option<Arc<te_core::config::Redacted>>,
+    pub(crate) authorization: Option<Arc<te_reactor::secret::Redacted>>,
 }
 
 /// One client connection.
@@ -313,7 +313,6 @@ impl Protocol for MetadataProtocol {
                 "te-metadata serves at most {max} connections from one address at once \
                  (--max-connections-per-address); try again later"
             ),
-            other => format!("refused: {other:?}"),
         };
         debug!(%peer, reason, "connection refused");
         let mut bytes = reply_head(503, reason.len(), false).into_bytes();

@@ -36,8 +36,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::metadata::http::percent_decode;
-use te_core::reactor::{Deal, ServerSettings};
+use te_reactor::http::percent_decode;
+use te_reactor::{Deal, ServerSettings};
 use tracing::{info, warn};
 
 use budget::Hold;
@@ -80,7 +80,7 @@ pub struct Options {
     pub max_per_address: usize,
     /// The token every request must carry (`Authorization: Bearer <token>`), if any: a
     /// request without it is answered 401 before its body is read. Never printed.
-    pub token: Option<te_core::config::Redacted>,
+    pub token: Option<te_reactor::secret::Redacted>,
 }
 
 impl Options {
@@ -122,7 +122,7 @@ impl Default for Options {
 /// A running server. Dropping it stops it.
 pub struct Server {
     addr: SocketAddr,
-    reactor: te_core::reactor::Server,
+    reactor: te_reactor::Server,
 }
 
 impl std::fmt::Debug for Server {
@@ -149,19 +149,21 @@ impl Server {
         let settings = ServerSettings {
             threads: options.threads.max(1),
             max_connections: options.max_connections.max(1),
-            per_address: te_core::reactor::AddressCap {
+            per_address: te_reactor::AddressCap {
                 max: options.max_per_address,
                 loopback: false,
             },
             deal: Deal::RoundRobin,
             backlog: options.backlog,
-            congestion: te_core::congestion::Congestion::Host,
-            receive_buffer: te_core::limits::ReceiveBuffer::Kernel,
+            congestion: te_reactor::congestion::Congestion::Host,
+            receive_buffer: te_reactor::limits::ReceiveBuffer::Kernel,
         };
-        let authorization = options
-            .token
-            .as_ref()
-            .map(|t| Arc::new(te_core::config::Redacted(format!("Bearer {}", t.expose()))));
+        let authorization = options.token.as_ref().map(|t| {
+            Arc::new(te_reactor::secret::Redacted(format!(
+                "Bearer {}",
+                t.expose()
+            )))
+        });
         let protocol = Arc::new(conn::MetadataProtocol {
             store,
             budget: budget::Budget::new(options.max_buffered),
@@ -169,7 +171,7 @@ impl Server {
             authorization,
         });
         let open = protocol.options.token.is_none();
-        let reactor = te_core::reactor::Server::start(listener, protocol, settings)?;
+        let reactor = te_reactor::Server::start(listener, protocol, settings)?;
         let addr = reactor.local_addr();
         info!(%addr, "metadata server listening");
         if open && !addr.ip().is_loopback() {
@@ -279,10 +281,7 @@ mod tests {
             ..Options::default()
         };
         let server = Server::start(listener, options).unwrap();
-        assert_eq!(
-            te_core::testing::listen_backlog(server.addr().port()),
-            ["1000"]
-        );
+        assert_eq!(te_testkit::listen_backlog(server.addr().port()), ["1000"]);
     }
 
     #[test]

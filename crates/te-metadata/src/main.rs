@@ -11,8 +11,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use te_core::signals::Termination;
 use te_metadata::{Options, Server};
+use te_sys::signals::Termination;
 
 const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] \
 [--max-value BYTES (16 MiB)] [--max-stored BYTES (2 GiB)] [--max-buffered BYTES (1 GiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
@@ -46,12 +46,12 @@ fn count(name: &str, value: &str, min: u64, max: u64) -> Result<u64, Stop> {
 
 /// The token in `path`: its content without the trailing line end, printable ASCII without
 /// spaces (what an HTTP header carries), at least 16 characters.
-fn token_from(path: &str) -> Result<te_core::config::Redacted, Stop> {
+fn token_from(path: &str) -> Result<te_reactor::secret::Redacted, Stop> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Stop::Usage(format!("--token-file {path}: {e}\n{USAGE}")))?;
     let token = text.trim_end_matches(['\n', '\r']);
     match token.len() >= 16 && token.bytes().all(|b| b.is_ascii_graphic()) {
-        true => Ok(te_core::config::Redacted(token.to_string())),
+        true => Ok(te_reactor::secret::Redacted(token.to_string())),
         false => Err(Stop::Usage(format!(
             "--token-file {path}: the token must be at least 16 printable ASCII characters \
              without spaces"
@@ -129,7 +129,7 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
     // Each connection is a file descriptor: the cap, plus the listener, the persistence file
     // and the loops' own.
     let wanted = options.max_connections as u64 + 64;
-    if let Err(e) = te_core::limits::raise_open_files(wanted, "--max-connections") {
+    if let Err(e) = te_reactor::limits::raise_open_files(wanted, "--max-connections") {
         tracing::warn!(error = %e, "open-file limit unknown");
     }
     let listener =

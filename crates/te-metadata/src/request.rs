@@ -18,8 +18,8 @@
 //!
 //! Not here: what a request means (`lib.rs`), sockets and timeouts (`conn.rs`).
 
-use te_core::control::auth::same_bytes;
-use te_core::metadata::http::MAX_HEAD;
+use te_reactor::http::MAX_HEAD;
+use te_reactor::secret::same_bytes;
 
 /// Longest chunk-size line accepted (hex size and extensions).
 const MAX_CHUNK_LINE: usize = 256;
@@ -140,7 +140,7 @@ enum Stage {
 pub(crate) struct Gatherer {
     max_body: usize,
     /// The `Authorization` value every request must carry (`Bearer <token>`), if any.
-    authorization: Option<std::sync::Arc<te_core::config::Redacted>>,
+    authorization: Option<std::sync::Arc<te_reactor::secret::Redacted>>,
     stage: Stage,
     body: Vec<u8>,
 }
@@ -160,7 +160,7 @@ impl Gatherer {
     /// <expected>`, before any of its body is read.
     pub(crate) fn requiring(
         mut self,
-        expected: Option<std::sync::Arc<te_core::config::Redacted>>,
+        expected: Option<std::sync::Arc<te_reactor::secret::Redacted>>,
     ) -> Self {
         self.authorization = expected;
         self

@@ -334,7 +334,7 @@ fn env(name: &str) -> String {
 }
 
 fn pattern(node: usize, peer: usize, round: usize) -> Vec<u8> {
-    te_core::testing::pattern(((node * 1000 + peer) * 100 + round) as u64, BLOCK)
+    te_testkit::pattern(((node * 1000 + peer) * 100 + round) as u64, BLOCK)
 }
 
 /// Runs one one-task batch to its end; the final state, or why it could not be submitted.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{http_server, http_server_with};
 use te_core::metadata::http::HttpStore;
 use te_core::metadata::store::KvStore;
-use te_core::testing::closed_within;
+use te_testkit::closed_within;
 
 fn client(url: &str) -> HttpStore {
     HttpStore::new(url, Duration::from_secs(5), 1 << 20).unwrap()

@@ -294,7 +294,7 @@ fn a_cluster_id_namespaces_the_keys() {
 /// and one that names another listener is an error naming both.
 #[test]
 fn rpc_entries_republish_on_mooncakes_metadata_server() {
-    let server = te_core::testing::mooncake::http_metadata_server();
+    let server = te_testkit::mooncake::http_metadata_server();
     let md = te_core::metadata::open(&server.url, &te_core::Config::default()).unwrap();
     md.publish_rpc("te-node", "127.0.0.1", 4000).unwrap();
     md.publish_rpc("te-node", "127.0.0.1", 4000)

@@ -9,9 +9,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use te_core::cuda::DeviceBuffer;
-use te_core::testing::{pattern, spawn_ready};
 use te_core::{Config, Opcode, Permission, TransferEngine, TransferRequest, TransferState};
+use te_cuda::DeviceBuffer;
+use te_testkit::{pattern, spawn_ready};
 
 const BLOCK: usize = 64 << 20;
 const DEPTH: usize = 4;
@@ -73,7 +73,7 @@ fn main() -> Res<()> {
     if std::env::args().any(|a| a == "--owner") {
         return owner();
     }
-    let cuda = te_core::cuda::driver().map_err(|e| e.to_string())?;
+    let cuda = te_cuda::driver().map_err(|e| e.to_string())?;
     let src = DeviceBuffer::new(0, DEPTH * BLOCK).map_err(|e| e.to_string())?;
     let scratch = DeviceBuffer::new(0, BLOCK).map_err(|e| e.to_string())?;
     src.write_at(0, &pattern(11, DEPTH * BLOCK))

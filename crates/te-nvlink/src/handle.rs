@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use te_core::cuda::MAX_FABRIC_MAPPING;
+use te_cuda::MAX_FABRIC_MAPPING;
 
 /// Which CUDA handle a name carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,13 +108,13 @@ impl GpuName {
 /// A copy on `device`'s context, returned from when the bytes are there (the worker's stream,
 /// waited for).
 pub(crate) fn copy(
-    cuda: &te_core::cuda::Cuda,
+    cuda: &te_cuda::Cuda,
     (device, dst, src, len): (u32, u64, u64, usize),
 ) -> te_core::Result<()> {
     // SAFETY: te-nvlink calls this only for a slice whose local range lies in a region the
     // engine pinned for its task and whose remote range lies in a buffer the target published
     // (opened into this process, or this process's own), both valid until the slice reports.
-    unsafe { cuda.copy(device, dst, src, len) }
+    Ok(unsafe { cuda.copy(device, dst, src, len) }?)
 }
 
 #[cfg(test)]
@@ -203,11 +203,11 @@ mod tests {
         }
         .to_string();
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
-        te_core::fuzz::run(
+        te_testkit::fuzz::run(
             "gpu-name",
             &dir,
             &[ipc.as_bytes(), fabric.as_bytes()],
-            te_core::fuzz::budget(1.0),
+            te_testkit::fuzz::budget(1.0),
             |b: &[u8]| {
                 let Some(n) = std::str::from_utf8(b).ok().and_then(GpuName::parse) else {
                     return;

@@ -1,7 +1,7 @@
 //! te-nvlink: GPU memory between processes over NVLink/PCIe through CUDA handles, and device
 //! copies within one process (the staging hop of te-tent).
 //!
-//! - At install the CUDA driver is loaded (`te_core::cuda`); without it, or without a device,
+//! - At install the CUDA driver is loaded (`te_cuda`); without it, or without a device,
 //!   install fails with a clear error.
 //! - A registered region on a GPU (`cuda:N`) is exported and published in the buffer's
 //!   `shm_name` (as Mooncake's nvlink transport does): `cuMemAlloc` memory as a legacy CUDA IPC
@@ -20,7 +20,7 @@
 //! - Within one process (the own segment) nothing is opened: addresses are used as they are,
 //!   host or device (unified addressing).
 //!
-//! Not here: the CUDA calls themselves (`te_core::cuda`), IMEX channel set-up (the system's).
+//! Not here: the CUDA calls themselves (`te_cuda`), IMEX channel set-up (the system's).
 
 #![deny(unsafe_code)]
 
@@ -30,11 +30,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use te_core::Opcode;
-use te_core::cuda::{Cuda, DeviceBuffer};
 use te_core::memory::{Location, Region};
 use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
 use te_core::transport::{Capabilities, InstallContext, Rejection, SliceError, SliceOp, Transport};
-use te_core::workers::CopyWorkers;
+use te_cuda::{Cuda, DeviceBuffer};
+use te_workers::CopyWorkers;
 use tracing::{debug, info, warn};
 
 pub use handle::{GpuName, HandleKind};
@@ -150,17 +150,17 @@ impl NvlinkTransport {
     /// # Errors
     /// No driver or device, or the allocation failed.
     pub fn allocate(&self, device: u32, len: usize) -> te_core::Result<DeviceBuffer> {
-        let cuda = te_core::cuda::driver()?;
+        let cuda = te_cuda::driver()?;
         if self.options.use_fabric {
             if cuda.fabric_supported(device) {
-                return DeviceBuffer::new_fabric(device, len);
+                return Ok(DeviceBuffer::new_fabric(device, len)?);
             }
             warn!(
                 device,
                 "GPU {device} has no fabric handles: legacy IPC memory instead (same host only)"
             );
         }
-        DeviceBuffer::new(device, len)
+        Ok(DeviceBuffer::new(device, len)?)
     }
 }
 
@@ -229,7 +229,7 @@ fn remote_address(
 /// The published name of a GPU region: its allocation's fabric handle when it has one, else a
 /// legacy IPC handle.
 fn export(region: &Region) -> te_core::Result<GpuName> {
-    let cuda = te_core::cuda::driver()?;
+    let cuda = te_cuda::driver()?;
     let addr = region.addr();
     let device = cuda.device_of(addr).ok_or_else(|| {
         te_core::Error::InvalidArgument(format!(
@@ -272,7 +272,7 @@ fn close(cuda: &Cuda, m: Mapping) {
 
 fn execute(opened: &Opened, own_name: &str, op: &SliceOp) -> Result<(), SliceError> {
     let own = op.target.name() == own_name;
-    let cuda = te_core::cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
+    let cuda = te_cuda::driver().map_err(|e| SliceError::LocalPath(e.to_string()))?;
     let (remote, owner) = remote_address(cuda, opened, own, op)?;
     let (dst, src) = match op.opcode {
         Opcode::Read => (op.local_addr, remote),
@@ -300,7 +300,7 @@ impl Transport for NvlinkTransport {
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
-        let cuda = te_core::cuda::driver().map_err(|e| te_core::Error::Transport {
+        let cuda = te_cuda::driver().map_err(|e| te_core::Error::Transport {
             transport: "nvlink",
             reason: e.to_string(),
         })?;
@@ -376,7 +376,7 @@ impl Transport for NvlinkTransport {
     }
 
     fn close_segment(&self, segment: &RemoteSegment) {
-        let Ok(cuda) = te_core::cuda::driver() else {
+        let Ok(cuda) = te_cuda::driver() else {
             return;
         };
         let mut map = self.opened.lock().unwrap_or_else(|e| e.into_inner());
@@ -389,7 +389,7 @@ impl Transport for NvlinkTransport {
 
     fn shutdown(&self) {
         self.workers.shutdown();
-        if let Ok(cuda) = te_core::cuda::driver() {
+        if let Ok(cuda) = te_cuda::driver() {
             let mut map = self.opened.lock().unwrap_or_else(|e| e.into_inner());
             map.drain().for_each(|(_, m)| close(cuda, m));
         }

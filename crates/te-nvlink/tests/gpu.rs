@@ -9,15 +9,15 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::cuda::DeviceBuffer;
-use te_core::testing::{pattern, self_test_args, spawn_ready, transfer_one};
 use te_core::transport::{Capabilities, Transport};
 use te_core::{
     Config, HostBuffer, Opcode, Permission, SegmentId, SubmitOptions, TransferEngine,
     TransferRequest, TransferState,
 };
+use te_cuda::DeviceBuffer;
 use te_nvlink::NvlinkTransport;
 use te_tcp::TcpTransport;
+use te_testkit::{pattern, self_test_args, spawn_ready, transfer_one};
 
 const LEN: usize = 8 << 20;
 
@@ -47,7 +47,7 @@ fn run(e: &TransferEngine, r: TransferRequest) {
 
 #[test]
 fn without_cuda_gpu_paths_are_clear_errors() {
-    if te_core::cuda::driver().is_ok() {
+    if te_cuda::driver().is_ok() {
         // A GPU machine: the transport installs and says what it moves.
         let e = engine(true);
         let caps = NvlinkTransport::new().capabilities();
@@ -174,7 +174,7 @@ fn gpu_ipc_between_two_processes() {
 #[test]
 #[ignore = "needs a GPU: cargo xtask gpu"]
 fn gpu_fabric_handles_between_two_processes() {
-    let cuda = te_core::cuda::driver().unwrap();
+    let cuda = te_cuda::driver().unwrap();
     if !cuda.fabric_supported(0) {
         // Without fabric handles, MC_USE_FABRIC falls back to legacy IPC memory, and a fabric
         // allocation says why it cannot be made.

@@ -222,7 +222,7 @@ pub struct RdmaTransport {
     state: OnceLock<Arc<State>>,
     /// The workers and event readers, joined at shutdown: they hold the state, and with it
     /// every queue pair and memory region.
-    threads: te_core::workers::Threads,
+    threads: te_workers::Threads,
 }
 
 impl std::fmt::Debug for RdmaTransport {
@@ -239,7 +239,7 @@ impl RdmaTransport {
         RdmaTransport {
             options,
             state: OnceLock::new(),
-            threads: te_core::workers::Threads::default(),
+            threads: te_workers::Threads::default(),
         }
     }
 
@@ -430,7 +430,7 @@ fn shut_down() -> te_core::transport::SliceError {
 /// Whether `ip` is one of this host's addresses (a loopback one, or an interface's).
 fn is_local_ip(ip: std::net::IpAddr) -> bool {
     ip.is_loopback()
-        || te_core::sys::interface_addrs()
+        || te_sys::interface_addrs()
             .iter()
             .any(|a| a.ip.to_canonical() == ip)
 }
@@ -442,11 +442,13 @@ impl Transport for RdmaTransport {
 
     fn capabilities(&self) -> Capabilities {
         let host = Capabilities::DRAM_REMOTE_HOST | Capabilities::DRAM_SAME_HOST;
-        // GPU memory registers through dma-buf where a CUDA driver is present.
-        match te_core::cuda::driver() {
-            Ok(_) => host | Capabilities::GPU_REMOTE_HOST,
-            Err(_) => host,
+        // GPU memory registers through dma-buf where te-rdma is built with `cuda` and a CUDA
+        // driver is present.
+        #[cfg(feature = "cuda")]
+        if te_cuda::driver().is_ok() {
+            return host | Capabilities::GPU_REMOTE_HOST;
         }
+        host
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {

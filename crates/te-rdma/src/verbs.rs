@@ -288,10 +288,7 @@ impl Nic {
         len: u64,
         permission: Permission,
     ) -> Result<Mr, String> {
-        let cuda = te_core::cuda::driver().map_err(|e| e.to_string())?;
-        let (fd, offset) = cuda
-            .dmabuf_fd(addr, len as usize)
-            .map_err(|e| format!("{}: GPU memory {addr:#x}+{len}: {e}", self.name))?;
+        let (fd, offset) = self.dmabuf_of(addr, len)?;
         // SAFETY: `fd` is a dma-buf the driver just exported for the pages holding this range,
         // which starts `offset` bytes in (iova = its address); the caller keeps the memory
         // allocated while the MR lives.
@@ -308,6 +305,24 @@ impl Nic {
             )
         })?;
         Ok(Mr { inner: mr })
+    }
+
+    /// The dma-buf the CUDA driver exports for the pages of `addr..addr+len`, and the range's
+    /// offset in it.
+    #[cfg(feature = "cuda")]
+    fn dmabuf_of(&self, addr: u64, len: u64) -> Result<(i32, u64), String> {
+        let cuda = te_cuda::driver().map_err(|e| e.to_string())?;
+        cuda.dmabuf_fd(addr, len as usize)
+            .map_err(|e| format!("{}: GPU memory {addr:#x}+{len}: {e}", self.name))
+    }
+
+    /// Without `cuda` there is no driver to export a dma-buf.
+    #[cfg(not(feature = "cuda"))]
+    fn dmabuf_of(&self, addr: u64, len: u64) -> Result<(i32, u64), String> {
+        Err(format!(
+            "{}: GPU memory {addr:#x}+{len} needs te-rdma built with its `cuda` feature",
+            self.name
+        ))
     }
 
     /// Registers an engine region as memory regions of at most `chunk` bytes each

@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use common::{eventually, made_since, queue_pairs, sent_packets};
 
-use te_core::testing::assert_same_bytes;
-use te_core::testing::mooncake::MooncakePeer;
-use te_core::testing::pattern;
 use te_core::{
     Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
 use te_rdma::verbs::VerbsOptions;
 use te_rdma::{RdmaOptions, RdmaTransport};
+use te_testkit::assert_same_bytes;
+use te_testkit::mooncake::MooncakePeer;
+use te_testkit::pattern;
 
 const WAIT: Duration = Duration::from_secs(300);
 
@@ -274,8 +274,7 @@ fn mooncakes_bench_over_rdma_both_ways() {
         "--device_name=rxe1",
         "--buffer_size=134217728",
     ];
-    let target =
-        te_core::testing::mooncake::MooncakeBenchTarget::start_at("198.18.1.1", &rdma, &env);
+    let target = te_testkit::mooncake::MooncakeBenchTarget::start_at("198.18.1.1", &rdma, &env);
     let (te, _) = te_engine(true);
     let len = 8 << 20;
     let local = Arc::new(HostBuffer::new(2 * len).unwrap());
@@ -322,20 +321,19 @@ fn mooncakes_bench_over_rdma_both_ways() {
     mem.write_at(0, &before).unwrap();
     te.register_buffer(&mem, "*", Permission::RemoteReadWrite)
         .unwrap();
-    let out =
-        std::process::Command::new(te_core::testing::mooncake::program("transfer_engine_bench"))
-            .args(["--mode=initiator", "--metadata_server=P2PHANDSHAKE"])
-            .args([
-                "--local_server_name=198.18.1.1",
-                "--operation=write",
-                "--duration=2",
-            ])
-            .args(["--threads=1", "--batch_size=16", "--block_size=65536"])
-            .args(rdma)
-            .arg(format!("--segment_id={}", te.segment_name()))
-            .envs(env)
-            .output()
-            .expect("transfer_engine_bench runs");
+    let out = std::process::Command::new(te_testkit::mooncake::program("transfer_engine_bench"))
+        .args(["--mode=initiator", "--metadata_server=P2PHANDSHAKE"])
+        .args([
+            "--local_server_name=198.18.1.1",
+            "--operation=write",
+            "--duration=2",
+        ])
+        .args(["--threads=1", "--batch_size=16", "--block_size=65536"])
+        .args(rdma)
+        .arg(format!("--segment_id={}", te.segment_name()))
+        .envs(env)
+        .output()
+        .expect("transfer_engine_bench runs");
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && log.contains("Test completed"),

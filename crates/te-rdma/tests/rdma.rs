@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use common::{eventually, made_since, memory_regions, queue_pairs, sent_packets};
 
-use te_core::testing::pattern;
 use te_core::transport::SliceError;
 use te_core::{
     Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
 use te_rdma::verbs::{Nic, VerbsOptions, WcError, WorkRequest};
 use te_rdma::{RdmaOptions, RdmaTransport};
+use te_testkit::pattern;
 
 const SIZES: [usize; 7] = [1, 4095, 4096, 65537, 1 << 20, (3 << 20) + 7, 64 << 20];
 
@@ -463,9 +463,9 @@ const RESTART_LEN: usize = 64 << 20;
 
 /// Starts a target process on rxe0 serving as `name`; returns it and its region's address.
 fn rdma_target(name: &str) -> (std::process::Child, u64) {
-    let (child, ready) = te_core::testing::spawn_ready(
+    let (child, ready) = te_testkit::spawn_ready(
         std::process::Command::new(std::env::current_exe().unwrap())
-            .args(te_core::testing::self_test_args("child_rdma_target"))
+            .args(te_testkit::self_test_args("child_rdma_target"))
             .env("TE_CHILD_RDMA_TARGET", name),
     );
     let (got, addr) = ready.split_once(' ').unwrap();
@@ -477,7 +477,7 @@ fn rdma_target(name: &str) -> (std::process::Child, u64) {
 #[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
 fn a_killed_target_fails_the_batch_and_a_restarted_one_serves_again() {
     // The target restarts on the same control port: one below the ephemeral range.
-    let port = te_core::testing::services::free_port_on("198.18.0.1");
+    let port = te_testkit::services::free_port_on("198.18.0.1");
     let name = format!("198.18.0.1:{port}");
     let (mut peer, remote) = rdma_target(&name);
     let mut c = config();
@@ -637,9 +637,9 @@ fn a_target_lets_go_of_the_queue_pairs_of_an_initiator_that_is_gone() {
     assert!(!live_qps.is_empty(), "the live initiator's queue pairs");
 
     // An initiator process writes, then is killed: the target lets its queue pairs go.
-    let (mut child, _) = te_core::testing::spawn_ready(
+    let (mut child, _) = te_testkit::spawn_ready(
         std::process::Command::new(std::env::current_exe().unwrap())
-            .args(te_core::testing::self_test_args("child_rdma_initiator"))
+            .args(te_testkit::self_test_args("child_rdma_initiator"))
             .env(
                 "TE_CHILD_RDMA_INITIATOR",
                 format!("{},{}", target.segment_name(), tbuf.addr()),

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use te_core::HostBuffer;
 use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
 use te_core::transport::{InstallContext, SliceError, SliceOp, Transport};
-use te_core::workers::CopyWorkers;
+use te_workers::CopyWorkers;
 use tracing::{debug, info};
 
 /// How old a file with no live creator must be before install removes it.
@@ -109,7 +109,7 @@ fn buffer_of(desc: &SegmentDesc, addr: u64, len: u64) -> Option<(usize, &BufferD
 /// peer's choosing.
 fn map(dir: &Path, path: &str, len: u64, segment: &str) -> Result<HostBuffer, SliceError> {
     let m = HostBuffer::open_shared(dir, path, len as usize).map_err(|e| match e {
-        te_core::Error::InvalidArgument(why) => {
+        te_sys::Error::InvalidArgument(why) => {
             tracing::warn!(segment, "{why}");
             SliceError::Rejected(te_core::transport::Rejection::Malformed)
         }
@@ -215,7 +215,7 @@ impl Transport for ShmTransport {
     }
 
     fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {
-        Some(te_core::workers::COPY_SLICE)
+        Some(te_workers::COPY_SLICE)
     }
 
     fn post(&self, slices: Vec<SliceOp>) {

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::control::frame::{FrameType, read_frame, write_frame};
-use te_core::testing::{self_test_args, spawn_ready};
 use te_core::{
     Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
+use te_testkit::{self_test_args, spawn_ready};
 
 const ADDR: u64 = 0x7000_0000;
 const LEN: u64 = 1 << 20;

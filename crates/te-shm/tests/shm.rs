@@ -7,12 +7,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::{SizeSweep, self_test_args, spawn_ready};
 use te_core::{
     Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
 use te_shm::ShmTransport;
 use te_tcp::TcpTransport;
+use te_testkit::{SizeSweep, self_test_args, spawn_ready};
 
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 64 << 20];
 const LEN: usize = 160 << 20;
@@ -210,7 +210,7 @@ fn a_closed_engine_copies_nothing_more_into_its_memory() {
     e.submit(b, &[r]).unwrap();
     // 512 copies of 1 MiB, dealt to the workers: most are still queued here.
     e.shutdown();
-    te_core::testing::assert_nothing_lands(&local, len, "its engine was closed");
+    te_testkit::assert_nothing_lands(&local, len, "its engine was closed");
     let status = e.wait(b, Duration::from_secs(60)).unwrap();
     assert_eq!(status.state, TransferState::Failed, "{status:?}");
     assert!(status.transferred_bytes < len as u64, "{status:?}");

@@ -35,11 +35,11 @@ pub mod wire;
 use std::sync::{Arc, Mutex, RwLock};
 
 use te_core::endpoints::{EndpointStore, EvictionPolicy};
-use te_core::reactor::Server;
 use te_core::segment::{RailAddr, RemoteSegment, SegmentDesc};
 use te_core::transport::{
     CompletionSink, InstallContext, Rail, RailStats, SliceError, SliceOp, Transport,
 };
+use te_reactor::Server;
 use tracing::{debug, info, warn};
 
 pub use error::Error;
@@ -296,10 +296,11 @@ impl Transport for TcpTransport {
     fn capabilities(&self) -> te_core::transport::Capabilities {
         use te_core::transport::Capabilities as C;
         let host = C::DRAM_REMOTE_HOST | C::DRAM_SAME_HOST;
-        // GPU memory moves too, staged through host memory, where a CUDA driver is present.
-        match te_core::cuda::driver() {
-            Ok(_) => host | C::GPU_REMOTE_HOST | C::GPU_SAME_HOST,
-            Err(_) => host,
+        // GPU memory moves too, staged through host memory, where te-tcp is built with `cuda`
+        // and a CUDA driver is present.
+        match staging::driver_present() {
+            true => host | C::GPU_REMOTE_HOST | C::GPU_SAME_HOST,
+            false => host,
         }
     }
 

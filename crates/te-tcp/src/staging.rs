@@ -10,8 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 
-use te_core::cuda::{self, PinnedBuffer};
 use te_core::memory::{Location, Region};
+#[cfg(feature = "cuda")]
+use te_cuda::PinnedBuffer;
+#[cfg(not(feature = "cuda"))]
+use without_cuda::PinnedBuffer;
 
 /// Staging buffers at most, across every lane and connection of the transport.
 const MAX_BUFFERS: usize = 32;
@@ -111,8 +114,8 @@ impl GpuStaging {
                 });
             }
             // Too small a free buffer is replaced by a larger one (the count stays).
-            if let Some(small) = pool.free.pop() {
-                drop(small);
+            // (Dropping it frees its page-locked memory.)
+            if pool.free.pop().is_some() {
                 pool.made -= 1;
             }
             if pool.made < MAX_BUFFERS {
@@ -134,10 +137,52 @@ impl GpuStaging {
     }
 }
 
+/// Whether GPU memory can be staged: te-tcp built with `cuda` and a CUDA driver present.
+pub(crate) fn driver_present() -> bool {
+    #[cfg(feature = "cuda")]
+    return te_cuda::driver().is_ok();
+    #[cfg(not(feature = "cuda"))]
+    false
+}
+
 /// Copies `len` bytes between a staging buffer and GPU memory on `device`.
+#[cfg(feature = "cuda")]
 pub(crate) fn copy(device: u32, dst: u64, src: u64, len: usize) -> Result<(), String> {
-    let cuda = cuda::driver().map_err(|e| e.to_string())?;
+    let cuda = te_cuda::driver().map_err(|e| e.to_string())?;
     crate::sys::gpu_copy(cuda, device, dst, src, len).map_err(|e| e.to_string())
+}
+
+/// Copies `len` bytes between a staging buffer and GPU memory on `device`.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn copy(_device: u32, _dst: u64, _src: u64, _len: usize) -> Result<(), String> {
+    Err(without_cuda::REASON.into())
+}
+
+/// te-tcp built without `cuda`: no staging buffer can exist, so every GPU slice fails with a
+/// reason naming the feature.
+#[cfg(not(feature = "cuda"))]
+mod without_cuda {
+    pub(super) const REASON: &str =
+        "GPU memory over TCP needs te-tcp built with its `cuda` feature";
+
+    /// A staging buffer, which `new` never makes: the pool stays empty.
+    pub(super) struct PinnedBuffer {
+        _unmade: (),
+    }
+
+    impl PinnedBuffer {
+        pub(super) fn new(_len: usize) -> Result<Self, String> {
+            Err(REASON.into())
+        }
+
+        pub(super) fn addr(&self) -> u64 {
+            0
+        }
+
+        pub(super) fn len(&self) -> usize {
+            0
+        }
+    }
 }
 
 #[cfg(test)]
@@ -180,7 +225,7 @@ mod tests {
     #[test]
     fn without_a_driver_staging_fails_with_a_reason() {
         let s = GpuStaging::default();
-        if te_core::cuda::driver().is_err() {
+        if !driver_present() {
             let err = s.bounce(100).err().expect("no pinned memory without CUDA");
             assert!(err.contains("GPU"), "{err}");
             assert_eq!(

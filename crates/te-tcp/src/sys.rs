@@ -175,7 +175,7 @@ pub unsafe fn recv_then(
 /// `setsockopt` refused.
 pub fn set_recv_lowat(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
-    te_core::sys::set_socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
+    te_sys::set_socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
 }
 
 /// Sends the acknowledgement the kernel is holding back for `sock`, now, and takes the socket
@@ -188,7 +188,7 @@ pub fn set_recv_lowat(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
 /// # Errors
 /// `setsockopt` refused (not a TCP socket).
 pub fn push_ack(sock: &impl AsRawFd) -> io::Result<()> {
-    te_core::sys::set_socket_int(sock, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+    te_sys::set_socket_int(sock, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
 }
 
 /// One send of `parts` (address, length pairs) without waiting and without SIGPIPE: the bytes
@@ -353,13 +353,14 @@ pub fn discard(sock: &impl AsRawFd, mut len: u64) -> io::Result<()> {
 }
 
 /// Copies between a staging buffer and GPU memory (see `staging`).
+#[cfg(feature = "cuda")]
 pub fn gpu_copy(
-    cuda: &te_core::cuda::Cuda,
+    cuda: &te_cuda::Cuda,
     device: u32,
     dst: u64,
     src: u64,
     len: usize,
-) -> te_core::Result<()> {
+) -> te_cuda::Result<()> {
     // SAFETY: `staging` calls this with one range in a pinned staging buffer it holds on loan
     // and the other in a GPU region the engine pinned (initiator) or `pin_remote` pinned
     // (target) for the slice, both valid for the copy.
@@ -528,7 +529,7 @@ mod tests {
     /// Whether the kernel acknowledges `sock`'s data at once (`TCP_QUICKACK` read back: 0 while
     /// the socket is in interactive mode, whose ACKs wait for an answer to carry them).
     fn acks_at_once(sock: &std::net::TcpStream) -> bool {
-        te_core::sys::socket_int(sock, libc::IPPROTO_TCP, libc::TCP_QUICKACK).unwrap() != 0
+        te_sys::socket_int(sock, libc::IPPROTO_TCP, libc::TCP_QUICKACK).unwrap() != 0
     }
 
     #[test]

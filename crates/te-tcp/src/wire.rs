@@ -314,7 +314,7 @@ mod tests {
 #[cfg(test)]
 mod fuzz_targets {
     use super::*;
-    use te_core::fuzz::{budget, run};
+    use te_testkit::fuzz::{budget, run};
 
     fn regressions() -> std::path::PathBuf {
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions")

@@ -12,9 +12,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::*;
-use te_core::reactor::EVICT_MIN_IDLE;
-use te_core::testing::closed_within;
 use te_core::{Opcode, Permission, TransferState};
+use te_reactor::EVICT_MIN_IDLE;
+use te_testkit::closed_within;
 
 #[test]
 fn idle_sockets_at_the_data_cap_do_not_lock_an_honest_peer_out() {

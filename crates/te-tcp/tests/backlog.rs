@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use te_core::Permission;
-use te_core::testing::listen_backlog;
+use te_testkit::listen_backlog;
 
 /// The port of `engine`'s control listener, from its segment name.
 fn control_port(engine: &te_core::TransferEngine) -> u16 {

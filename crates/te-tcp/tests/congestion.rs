@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use te_core::congestion::Congestion;
-use te_core::testing::connection_congestion;
 use te_core::{Opcode, Permission, TransferState};
+use te_reactor::congestion::Congestion;
+use te_testkit::connection_congestion;
 
 /// Moves 1 MiB to the target and back with engines using `policy`; returns the algorithm of
 /// every connection to the target's data port, checked for the bytes on the way.
@@ -40,7 +40,7 @@ fn connections_after_a_transfer(policy: Congestion) -> Vec<String> {
 fn cubic_settable() -> bool {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let s = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    te_core::sys::set_tcp_congestion(&s, "cubic").is_ok()
+    te_sys::set_tcp_congestion(&s, "cubic").is_ok()
 }
 
 fn host_default() -> String {

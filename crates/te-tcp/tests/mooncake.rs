@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use te_core::Permission;
-use te_core::testing::assert_same_bytes;
-use te_core::testing::mooncake::MooncakePeer;
+use te_testkit::assert_same_bytes;
+use te_testkit::mooncake::MooncakePeer;
 
 /// A Mooncake target holding `len` zeroed bytes at `remote`, and a te engine with a private
 /// buffer of `len` bytes that has the target's segment open as `seg`.
@@ -64,7 +64,7 @@ fn reserved(
     te: &te_core::TransferEngine,
     seg: te_core::SegmentId,
     edit: impl FnOnce(&mut serde_json::Value),
-) -> (te_core::reactor::Server, te_core::SegmentId) {
+) -> (te_reactor::Server, te_core::SegmentId) {
     let mut desc = serde_json::to_value(te.segment(seg).unwrap().desc()).unwrap();
     edit(&mut desc);
     let (server, name) = serve_descriptor(desc);
@@ -188,7 +188,7 @@ fn a_data_host_given_by_name_is_resolved_and_written_to() {
 fn a_peer_unreachable_at_first_is_reached_once_it_listens() {
     let len = 256 << 10;
     let mut t = te_to_mooncake(len);
-    let port = te_core::testing::services::free_port();
+    let port = te_testkit::services::free_port();
     let mut data_port = 0;
     let (_control, later) = reserved(&t.te, t.seg, |d| {
         data_port = d["tcp_data_port"].as_u64().unwrap() as u16;
@@ -514,7 +514,7 @@ fn notifications_cross_both_ways() {
 /// Mooncake segment by name and writes and reads it.
 #[test]
 fn descriptors_through_mooncakes_metadata_server_both_ways() {
-    let server = te_core::testing::mooncake::http_metadata_server();
+    let server = te_testkit::mooncake::http_metadata_server();
     let mut c = config();
     c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| {
         (k == "MC_TE_MOONCAKE_COMPAT").then(|| "1".to_string())

@@ -8,9 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use te_core::testing::assert_same_bytes;
-use te_core::testing::mooncake::MooncakePeer;
 use te_core::{Opcode, Permission, TransferState};
+use te_testkit::assert_same_bytes;
+use te_testkit::mooncake::MooncakePeer;
 
 const MIB: usize = 1 << 20;
 

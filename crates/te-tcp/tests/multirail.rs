@@ -22,7 +22,7 @@ const SEED: u64 = 4242;
 
 fn child(hosts: &netns::TwoHosts, on_a: bool, test: &str) -> Command {
     let mut c = hosts.command(on_a, std::env::current_exe().unwrap().to_str().unwrap());
-    c.args(te_core::testing::self_test_args(test));
+    c.args(te_testkit::self_test_args(test));
     c.env("TE_MULTIRAIL_CHILD", "1")
         .env("MC_TE_FILTERS", hosts.interfaces(on_a, 2));
     c
@@ -128,7 +128,7 @@ fn transfer_between(
     status_timeout: &str,
     during: impl FnOnce(),
 ) -> Vec<RailLine> {
-    let (target, ready) = te_core::testing::spawn_ready(
+    let (target, ready) = te_testkit::spawn_ready(
         child(hosts, false, "multirail_target").env("MC_TCP_BIND_ADDRESS", "198.18.0.2"),
     );
     let mut target = Reap(target);

@@ -6,8 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use te_core::testing::{self_test_args, spawn_ready};
 use te_core::{Opcode, Permission, TransferEngine, TransferState};
+use te_testkit::{self_test_args, spawn_ready};
 
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 64 << 20];
 const READ_SEED: u64 = 77;
@@ -131,7 +131,7 @@ fn idle_target(name: &str) -> (std::process::Child, u64) {
 fn a_killed_peer_fails_fast_and_a_restarted_one_serves_again() {
     // The peer restarts on the same port later: take one below the kernel's ephemeral range
     // (32768 and up), so no outgoing connection of a parallel test can hold it meanwhile.
-    let port = te_core::testing::services::free_port();
+    let port = te_testkit::services::free_port();
     let name = format!("127.0.0.1:{port}");
     let (mut peer, remote) = idle_target(&name);
     let mut cfg = config();

@@ -333,9 +333,9 @@ fn a_closed_engine_receives_nothing_more_into_its_memory() {
         length: len as u64,
     };
     p.initiator.submit(b, &[r]).unwrap();
-    te_core::testing::wait_for_first_byte(&p.local, 0xa5);
+    te_testkit::wait_for_first_byte(&p.local, 0xa5);
     p.initiator.shutdown();
-    te_core::testing::assert_nothing_lands(&p.local, len, "its engine was closed");
+    te_testkit::assert_nothing_lands(&p.local, len, "its engine was closed");
     let status = p.initiator.wait(b, Duration::from_secs(60)).unwrap();
     assert_eq!(status.state, TransferState::Failed, "{status:?}");
     assert!(status.transferred_bytes < len as u64, "{status:?}");

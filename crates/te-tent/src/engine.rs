@@ -37,7 +37,7 @@ pub(crate) struct Inner {
 pub struct TentEngine {
     inner: Arc<Inner>,
     /// The progress thread, joined on drop.
-    progress: te_core::workers::Threads,
+    progress: te_workers::Threads,
     owned: Mutex<HashMap<u64, Arc<HostBuffer>>>,
     #[cfg(feature = "shm")]
     shm: Option<Arc<te_shm::ShmTransport>>,
@@ -93,7 +93,7 @@ impl TentEngine {
             stop: AtomicBool::new(false),
         });
         let progress = inner.clone();
-        let threads = te_core::workers::Threads::default();
+        let threads = te_workers::Threads::default();
         threads.push(
             std::thread::Builder::new()
                 .name("te-tent-progress".into())
@@ -170,7 +170,7 @@ impl TentEngine {
         if !config.enabled("nvlink") {
             return Ok(());
         }
-        if let Err(e) = te_core::cuda::driver() {
+        if let Err(e) = te_cuda::driver() {
             info!(reason = %e, "nvlink not installed");
             return Ok(());
         }
@@ -303,10 +303,10 @@ impl TentEngine {
         #[cfg(feature = "shm")]
         let buffer = match (&self.shm, MemoryKind::of_location(&options.location)) {
             (Some(shm), MemoryKind::Dram) => shm.allocate(len)?,
-            _ => Arc::new(HostBuffer::new(len)?),
+            _ => Arc::new(HostBuffer::new(len).map_err(te_core::Error::from)?),
         };
         #[cfg(not(feature = "shm"))]
-        let buffer = Arc::new(HostBuffer::new(len)?);
+        let buffer = Arc::new(HostBuffer::new(len).map_err(te_core::Error::from)?);
         self.register_memory(&buffer, options)?;
         self.owned
             .lock()

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::pattern;
 use te_core::{HostBuffer, Opcode, TransferState};
 use te_tent::{MemoryOptions, Request, TentConfig, TentEngine, TentFile};
+use te_testkit::pattern;
 
 fn sample_path() -> String {
     format!(

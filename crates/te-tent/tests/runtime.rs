@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::SimTransport;
 use te_core::transport::{Capabilities, SliceError};
 use te_core::{HostBuffer, Opcode, Permission, SegmentId, TransferState};
 use te_tent::{MemoryOptions, Priority, Request, TentConfig, TentEngine, TentFile};
+use te_testkit::SimTransport;
 
 const KIB: u64 = 1024;
 

@@ -7,10 +7,10 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use te_core::testing::{pattern, self_test_args, spawn_ready};
 use te_core::transport::{Capabilities, CompletionSink, InstallContext, SliceOp, Transport};
 use te_core::{HostBuffer, Notification, Opcode, Permission, TransferState};
 use te_tent::{MemoryOptions, Request, TentConfig, TentEngine, TentFile};
+use te_testkit::{pattern, self_test_args, spawn_ready};
 
 const LEN: usize = 4 << 20;
 
@@ -178,9 +178,9 @@ fn a_dropped_engine_moves_nothing_more_into_its_memory() {
     let batch = init.allocate_batch(1).unwrap();
     let read = Request::new(Opcode::Read, local.addr(), seg, tbuf.addr(), len as u64);
     init.submit(batch, &[read]).unwrap();
-    te_core::testing::wait_for_first_byte(&local, 0xa5);
+    te_testkit::wait_for_first_byte(&local, 0xa5);
     drop(init);
-    te_core::testing::assert_nothing_lands(&local, len, "its engine was dropped");
+    te_testkit::assert_nothing_lands(&local, len, "its engine was dropped");
 }
 
 /// Copies between memory of this process: the device hop of staging (a GPU copy engine's
@@ -300,7 +300,7 @@ fn nvlink_is_installed_where_a_cuda_driver_is_unless_disabled() {
     let installed = names(&tent("{}"));
     assert_eq!(
         installed.contains(&"nvlink"),
-        te_core::cuda::driver().is_ok(),
+        te_cuda::driver().is_ok(),
         "{installed:?}"
     );
     assert!(installed.contains(&"tcp"), "the rest install either way");

@@ -138,7 +138,7 @@ pub(crate) struct Shared {
     pub(crate) options: FileOptions,
     sink: OnceLock<Arc<dyn CompletionSink>>,
     /// The workers, joined at shutdown.
-    pub(crate) threads: te_core::workers::Threads,
+    pub(crate) threads: te_workers::Threads,
 }
 
 impl Shared {
@@ -154,7 +154,7 @@ impl Shared {
                 ..options
             },
             sink: OnceLock::new(),
-            threads: te_core::workers::Threads::default(),
+            threads: te_workers::Threads::default(),
         }
     }
 

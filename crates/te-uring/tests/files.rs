@@ -9,12 +9,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::testing::{pattern, self_test_args, spawn_ready};
 use te_core::transport::{Rejection, SliceError, Transport};
 use te_core::{
     Config, Error, FileAccess, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest,
     TransferState,
 };
+use te_testkit::{pattern, self_test_args, spawn_ready};
 use te_uring::{BufIoTransport, FileOptions, UringTransport};
 
 /// (length, file offset, offset in local memory)
@@ -170,7 +170,7 @@ fn closed_mid_read(transport: Arc<dyn Transport>, tag: &str) {
     let b = e.allocate_batch(1).unwrap();
     e.submit(b, &[r]).unwrap();
     e.shutdown();
-    te_core::testing::assert_nothing_lands(&mem, len, "its engine was closed");
+    te_testkit::assert_nothing_lands(&mem, len, "its engine was closed");
     let status = e.wait(b, Duration::from_secs(60)).unwrap();
     assert_eq!(status.state, TransferState::Failed, "{status:?}");
     assert!(status.transferred_bytes < len as u64, "{status:?}");

@@ -89,11 +89,7 @@ pub(crate) fn keyed_mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
     m
 }
 
-/// Whether `a` and `b` are the same bytes, compared in time independent of where they differ
-/// (for secrets, tokens and proofs a peer sends).
-pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+pub use te_reactor::secret::same_bytes;
 
 fn field(v: &Value, name: &str) -> Option<Vec<u8>> {
     v.get(name).and_then(Value::as_str).and_then(unhex)

@@ -23,8 +23,8 @@ use tracing::debug;
 
 use crate::error::{Error, Result};
 use crate::notify::{Notification, NotificationQueue};
-use crate::reactor::{Server, ServerSettings};
 use frame::{FrameError, FrameType, read_frame, write_frame};
+use te_reactor::{Server, ServerSettings};
 
 /// How long a control connection may sit idle (or stall mid-frame) before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -141,17 +141,17 @@ impl ControlState {
 pub fn start_server(
     listener: std::net::TcpListener,
     state: Arc<ControlState>,
-    limits: &crate::limits::ServerLimits,
+    limits: &te_reactor::limits::ServerLimits,
 ) -> Result<Server> {
     let settings = ServerSettings {
         threads: limits.control_threads,
         max_connections: limits.max_control_connections,
         per_address: limits.control_per_address(),
-        deal: crate::reactor::Deal::RoundRobin,
+        deal: te_reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
         // Control frames are small: nothing to pace, so the host's default stays.
-        congestion: crate::congestion::Congestion::Host,
-        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
+        congestion: te_reactor::congestion::Congestion::Host,
+        receive_buffer: te_reactor::limits::ReceiveBuffer::Kernel,
     };
     Server::start(
         listener,

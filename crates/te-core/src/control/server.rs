@@ -1,4 +1,4 @@
-//! The control listener's connections on the event loops ([`crate::reactor`]): each a small
+//! The control listener's connections on the event loops ([`te_reactor`]): each a small
 //! state machine that gathers request frames without blocking, answers them in order (through
 //! [`ControlState::answer`]), and runs the cluster challenge-response as two steps
 //! ([`auth::server_challenge`], [`auth::server_conclude`]).
@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 
 use super::frame::{self, Frame, FrameType};
 use super::{ControlState, IDLE_TIMEOUT, auth};
-use crate::reactor::{Outbox, Protocol, Refusal, Step};
+use te_reactor::{Outbox, Protocol, Refusal, Step};
 
 /// Frames answered per turn before the other connections get theirs.
 const FRAMES_PER_TURN: usize = 64;

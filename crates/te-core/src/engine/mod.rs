@@ -32,10 +32,10 @@ use crate::memory::RegionTable;
 use crate::metadata::Metadata;
 use crate::net;
 use crate::notify::{Notification, NotificationQueue};
-use crate::reactor::Server;
 use crate::retry::RetryPolicy;
 use crate::segment::{RemoteSegment, SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
 use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, Transport};
+use te_reactor::Server;
 
 /// A descriptor fetched for an unknown range that listed nothing new is not fetched again for
 /// one until this old ([`TransferEngine::segment_for_range`]).
@@ -160,7 +160,7 @@ impl TransferEngine {
             config.tcp_bind_address,
             host_ip,
             &topology,
-            &crate::sys::interface_addrs(),
+            &te_sys::interface_addrs(),
         );
         let listener = match port.filter(|p| *p != 0) {
             Some(p) => std::net::TcpListener::bind((bind_ip, p)).map_err(|e| {
@@ -172,7 +172,7 @@ impl TransferEngine {
                 })?,
         };
         let (rails, local_matrix) =
-            crate::rails::plan(&config, bind_ip, &topology, &crate::sys::interface_addrs())?;
+            crate::rails::plan(&config, bind_ip, &topology, &te_sys::interface_addrs())?;
         let addr = listener
             .local_addr()
             .map_err(|e| Error::socket("reading the control address", e))?;
@@ -760,10 +760,10 @@ fn send_notification(
 }
 
 /// Raises the open-file limit for the servers' connection caps, once per process.
-fn raise_open_files_once(limits: &crate::limits::ServerLimits) {
+fn raise_open_files_once(limits: &te_reactor::limits::ServerLimits) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        if let Err(e) = crate::limits::raise_open_files(
+        if let Err(e) = te_reactor::limits::raise_open_files(
             limits.open_files_wanted(),
             "MC_TE_MAX_DATA_CONNECTIONS + MC_TE_MAX_CONTROL_CONNECTIONS",
         ) {

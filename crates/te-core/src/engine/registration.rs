@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::TransferEngine;
 use crate::error::{Error, Result};
-use crate::host_buffer::HostBuffer;
 use crate::memory::{Location, Permission, Region};
+use te_sys::HostBuffer;
 
 impl TransferEngine {
     fn resolve_location(&self, addr: u64, location: &str) -> Result<Location> {
@@ -16,10 +16,10 @@ impl TransferEngine {
             Location::Any => {
                 // Device memory resolves to its GPU (pointer attributes), when CUDA is here.
                 #[cfg(feature = "cuda")]
-                if let Some(device) = crate::cuda::driver().ok().and_then(|c| c.device_of(addr)) {
+                if let Some(device) = te_cuda::driver().ok().and_then(|c| c.device_of(addr)) {
                     return self.resolve_location(addr, &format!("cuda:{device}"));
                 }
-                Ok(Location::Cpu(crate::sys::numa_node_of(addr).unwrap_or(0)))
+                Ok(Location::Cpu(te_sys::numa_node_of(addr).unwrap_or(0)))
             }
             Location::Cuda(n) => {
                 use crate::transport::Capabilities as C;
@@ -103,7 +103,7 @@ impl TransferEngine {
     #[cfg(feature = "cuda")]
     pub fn register_device_buffer(
         &self,
-        buffer: &Arc<crate::cuda::DeviceBuffer>,
+        buffer: &Arc<te_cuda::DeviceBuffer>,
         location: &str,
         permission: Permission,
     ) -> Result<()> {
@@ -203,9 +203,9 @@ impl TransferEngine {
 /// driver or device here (the usual case on a machine without a GPU), else no transport for it.
 fn no_gpu_path(location: &str) -> Error {
     #[cfg(feature = "cuda")]
-    if let Err(e) = crate::cuda::driver() {
+    if let Err(e) = te_cuda::driver() {
         let why = match e {
-            Error::Gpu(why) => why,
+            te_cuda::Error::Gpu(why) => why,
             other => other.to_string(),
         };
         return Error::Gpu(format!("location {location}: {why}"));

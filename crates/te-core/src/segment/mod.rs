@@ -8,7 +8,6 @@
 //! Fetching descriptors is the metadata module's job, not this one's.
 
 use std::fmt;
-use std::io::Read;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -43,14 +42,7 @@ impl SegmentSecret {
     /// # Errors
     /// [`Error::Transport`] if `/dev/urandom` cannot be read.
     pub fn random() -> Result<Self> {
-        let mut bytes = [0u8; 16];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut bytes))
-            .map_err(|e| Error::Transport {
-                transport: "core",
-                reason: format!("reading /dev/urandom: {e}"),
-            })?;
-        Ok(SegmentSecret(bytes))
+        Ok(SegmentSecret(te_sys::random_bytes()?))
     }
 
     /// Wraps raw bytes (as read from the wire).

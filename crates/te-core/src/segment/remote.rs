@@ -141,7 +141,7 @@ impl RemoteSegment {
         use std::sync::atomic::Ordering;
         self.desc.te_owner.as_ref()?;
         // The coarse clock: this runs on every post, and an age off by a tick does not matter.
-        let now = crate::sys::coarse_monotonic_ns();
+        let now = te_sys::coarse_monotonic_ns();
         let max_age = u64::try_from(max_age.as_nanos()).unwrap_or(u64::MAX);
         let seen = self.owner_seen.load(Ordering::Acquire);
         if seen & OWNER_CHECKED != 0 {

@@ -370,7 +370,7 @@ fn garbage_is_a_request_with_a_strange_method_not_a_crash() {
 /// requests and refusal from bytes arriving whole as from bytes arriving in pieces.
 #[test]
 fn http_request() {
-    use te_core::fuzz::{budget, run};
+    use te_testkit::fuzz::{budget, run};
     let regressions = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
     let seeds: &[&[u8]] = &[
         b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhelloGET /metadata?key=a HTTP/1.0\r\n\r\n",

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use te_core::{Config, HostBuffer, Permission, TransferEngine};
 use te_tcp::TcpTransport;
 
-pub use te_core::testing::services::Service;
+pub use te_testkit::services::Service;
 
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("te-metadata");
@@ -38,7 +38,7 @@ pub fn http_server(port: u16, persist: Option<&Path>) -> Service {
 pub fn http_server_with(port: u16, persist: Option<&Path>, args: &[&str]) -> Service {
     // Restarts reuse the port: keep it out of the ephemeral range (see `free_port`).
     let port = if port == 0 {
-        te_core::testing::services::free_port()
+        te_testkit::services::free_port()
     } else {
         port
     };
@@ -66,7 +66,7 @@ pub fn http_server_with(port: u16, persist: Option<&Path>, args: &[&str]) -> Ser
 /// Debian's redis-server on `port` (0: a free one), with `password` if given.
 pub fn redis_server(port: u16, password: Option<&str>) -> Service {
     let dir = scratch(&format!("redis-{port}"));
-    te_core::testing::services::redis_server(port, password, &dir)
+    te_testkit::services::redis_server(port, password, &dir)
 }
 
 /// A single-member etcd on `port` (0: a free one), starting empty.
@@ -77,7 +77,7 @@ pub fn etcd_server(port: u16) -> Service {
         "etcd-{port}-{}",
         STARTS.fetch_add(1, Ordering::Relaxed)
     ));
-    te_core::testing::services::etcd_server(port, &dir)
+    te_testkit::services::etcd_server(port, &dir)
 }
 
 /// An engine with TCP named `name` in the service at `url`, re-reading the service every second.

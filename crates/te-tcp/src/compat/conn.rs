@@ -12,7 +12,7 @@
 //! peer has closed its side ([`Protocol::peer_closing`]) no further edge comes, so it reads on
 //! until a receive returns 0.
 //!
-//! [`Protocol::peer_closing`]: te_core::reactor::Protocol::peer_closing
+//! [`Protocol::peer_closing`]: te_reactor::Protocol::peer_closing
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use te_core::Opcode;
 use te_core::memory::RegionPin;
 
-use te_core::reactor::Step;
+use te_reactor::Step;
 
 use super::{CompatState, IDLE_MAX, Verdict, sched};
 use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
@@ -67,7 +67,7 @@ pub(super) struct Placement {
     /// The peer is on this host: te-core's [`stays_on_host`] says so (a loopback address, or
     /// this end's own address, which Linux routes over loopback too).
     ///
-    /// [`stays_on_host`]: te_core::congestion::stays_on_host
+    /// [`stays_on_host`]: te_reactor::congestion::stays_on_host
     pub(super) on_host: bool,
     /// Its WRITEs may make the connection bulk: a peer on another host, or any with
     /// `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES` (`spread_local`).
@@ -81,7 +81,7 @@ pub(super) fn placement(
     peer: IpAddr,
     local: impl FnOnce() -> Option<IpAddr>,
 ) -> Placement {
-    let on_host = te_core::congestion::stays_on_host(peer, local);
+    let on_host = te_reactor::congestion::stays_on_host(peer, local);
     Placement {
         on_host,
         spread_writes: spread_local || !on_host,

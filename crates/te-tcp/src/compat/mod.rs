@@ -13,7 +13,7 @@
 //! WRITE for a done one.
 //!
 //! Threads: a fixed set of event loops (`MC_TE_MOONCAKE_THREADS`, te-core's
-//! [`reactor`](te_core::reactor)) serve every connection, readiness driven, moving bytes between
+//! [`reactor`](te_reactor)) serve every connection, readiness driven, moving bytes between
 //! sockets and registered memory without copies ([`conn`]). Mooncake's initiator keeps one
 //! request in flight per connection over several connections, so for requests of up to
 //! [`conn::BULK`] a wake-up costs more than the copy: every connection starts on the first
@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use te_core::memory::{AccessDenied, RegionPin, RegionTable};
 use te_core::mooncake::MooncakeCompat;
-use te_core::reactor::{Deal, Protocol, Refusal, Server, ServerSettings, Slot, Step};
+use te_reactor::{Deal, Protocol, Refusal, Server, ServerSettings, Slot, Step};
 use tracing::{error, warn};
 
 use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_REJECTED};
@@ -193,8 +193,8 @@ impl Protocol for CompatState {
 pub(crate) fn start(
     listener: std::net::TcpListener,
     state: Arc<CompatState>,
-    limits: &te_core::limits::ServerLimits,
-    congestion: &te_core::congestion::Congestion,
+    limits: &te_reactor::limits::ServerLimits,
+    congestion: &te_reactor::congestion::Congestion,
 ) -> std::io::Result<Server> {
     let settings = ServerSettings {
         threads: state.compat.threads.max(1),

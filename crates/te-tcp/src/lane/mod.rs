@@ -90,7 +90,7 @@ pub(crate) struct LaneSettings {
     /// GPU regions and the staging pool (GPU slices bounce through host memory).
     pub(crate) staging: Arc<crate::staging::GpuStaging>,
     /// The congestion control of the lanes' connections (`MC_TE_TCP_CONGESTION`).
-    pub(crate) congestion: te_core::congestion::Congestion,
+    pub(crate) congestion: te_reactor::congestion::Congestion,
 }
 
 /// The largest slice a submitting thread carries out itself (see the module doc).

@@ -1,5 +1,5 @@
 //! The target side's connections in te's framing, on te-core's event loops
-//! ([`te_core::reactor`]): a fixed pool of threads (`MC_TE_SERVER_THREADS`) serves every data
+//! ([`te_reactor`]): a fixed pool of threads (`MC_TE_SERVER_THREADS`) serves every data
 //! connection, however many peers there are.
 //!
 //! Each connection is a state machine driven whenever its socket is ready. It sends its
@@ -46,9 +46,9 @@ use std::time::Instant;
 
 use te_core::Opcode;
 use te_core::memory::RegionPin;
-use te_core::reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
 use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
+use te_reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
 use tracing::{debug, warn};
 
 use crate::server::{IDLE_MAX, MAX_DRAIN, SMALL_REQUEST, TargetState, foreign_refusal};
@@ -740,14 +740,14 @@ impl Protocol for TargetProtocol {
 pub(crate) fn start(
     listener: std::net::TcpListener,
     protocol: Arc<TargetProtocol>,
-    limits: &te_core::limits::ServerLimits,
-    congestion: &te_core::congestion::Congestion,
+    limits: &te_reactor::limits::ServerLimits,
+    congestion: &te_reactor::congestion::Congestion,
 ) -> std::io::Result<Server> {
     let settings = ServerSettings {
         threads: limits.server_threads,
         max_connections: limits.max_data_connections,
         per_address: limits.data_per_address(),
-        deal: te_core::reactor::Deal::RoundRobin,
+        deal: te_reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
         congestion: congestion.clone(),
         receive_buffer: limits.data_receive_buffer(),

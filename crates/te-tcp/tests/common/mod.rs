@@ -114,7 +114,7 @@ pub fn write_in_pieces(
 }
 
 #[allow(unused_imports)] // not every test file uses it
-pub use te_core::testing::pattern;
+pub use te_testkit::pattern;
 
 pub fn buffer(len: usize) -> Arc<HostBuffer> {
     Arc::new(HostBuffer::new(len).unwrap())
@@ -171,7 +171,7 @@ pub fn pair(len: usize) -> Pair {
 
 /// Serves `desc` as a segment descriptor on a real control listener (its `name` is set to the
 /// listener's address); returns the listener and that name.
-pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::reactor::Server, String) {
+pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_reactor::Server, String) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let name = listener.local_addr().unwrap().to_string();
     desc["name"] = name.clone().into();
@@ -192,7 +192,7 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_core::reactor::Serve
 
 /// A segment whose descriptor points at a data port that accepts connections and never answers.
 /// Keep the returned listeners alive for as long as the segment is used.
-pub fn silent_segment(len: u64) -> (te_core::reactor::Server, String, std::net::TcpListener) {
+pub fn silent_segment(len: u64) -> (te_reactor::Server, String, std::net::TcpListener) {
     let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let desc = serde_json::json!({
         "protocol": "tcp", "te_wire_version": 2,

@@ -118,7 +118,7 @@ fn start_dealing(threads: usize, max: usize, deal: Deal) -> (Server, Arc<Echo>) 
     let settings = ServerSettings {
         threads,
         max_connections: max,
-        per_address: crate::reactor::AddressCap::default(),
+        per_address: crate::AddressCap::default(),
         deal,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
@@ -293,7 +293,7 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 1000,
-        per_address: crate::reactor::AddressCap::default(),
+        per_address: crate::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
@@ -341,7 +341,7 @@ impl Protocol for Sizer {
         true
     }
     fn open(&self, _peer: SocketAddr, stream: &mio::net::TcpStream) {
-        let size = crate::sys::receive_buffer(stream).unwrap();
+        let size = te_sys::receive_buffer(stream).unwrap();
         self.sizes.lock().unwrap().push(size);
     }
     fn drive(&self, _c: &mut (), _s: &mio::net::TcpStream) -> Step {
@@ -361,7 +361,7 @@ fn connections_accepted_into_a_crowd_get_the_fixed_receive_buffer() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 100,
-        per_address: crate::reactor::AddressCap::default(),
+        per_address: crate::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 128,
         congestion: crate::congestion::Congestion::Host,
@@ -466,7 +466,7 @@ fn parked_connections_are_driven_again_after_one_turn_end_for_all_of_them() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 64,
-        per_address: crate::reactor::AddressCap::default(),
+        per_address: crate::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 64,
         congestion: crate::congestion::Congestion::Auto,
@@ -542,7 +542,7 @@ fn a_peer_closing_its_side_is_told_to_the_protocol_before_a_drive() {
     let settings = ServerSettings {
         threads: 1,
         max_connections: 8,
-        per_address: crate::reactor::AddressCap::default(),
+        per_address: crate::AddressCap::default(),
         deal: Deal::RoundRobin,
         backlog: 8,
         congestion: crate::congestion::Congestion::Auto,

@@ -159,16 +159,16 @@ impl ServerLimits {
     }
 
     /// The per-address cap of a transport's data server.
-    pub fn data_per_address(&self) -> crate::reactor::AddressCap {
-        crate::reactor::AddressCap {
+    pub fn data_per_address(&self) -> crate::AddressCap {
+        crate::AddressCap {
             max: self.max_data_connections_per_address,
             loopback: false,
         }
     }
 
     /// The per-address cap of the control listener.
-    pub fn control_per_address(&self) -> crate::reactor::AddressCap {
-        crate::reactor::AddressCap {
+    pub fn control_per_address(&self) -> crate::AddressCap {
+        crate::AddressCap {
             max: self.max_control_connections_per_address,
             loopback: false,
         }
@@ -251,14 +251,14 @@ pub struct OpenFiles {
 /// [`Error::InvalidConfig`] naming `RLIMIT_NOFILE` when the limit cannot be read (one that
 /// cannot be raised is only warned about).
 pub fn raise_open_files(wanted: u64, caps: &str) -> Result<OpenFiles> {
-    let (before, hard) = crate::sys::nofile_limit().map_err(|e| Error::InvalidConfig {
+    let (before, hard) = te_sys::nofile_limit().map_err(|e| Error::InvalidConfig {
         name: "RLIMIT_NOFILE".into(),
         value: String::new(),
         reason: format!("cannot be read: {e}"),
     })?;
     let mut now = before;
     if before < hard {
-        match crate::sys::set_nofile_soft(hard) {
+        match te_sys::set_nofile_soft(hard) {
             Ok(()) => {
                 now = hard;
                 info!(
@@ -392,6 +392,6 @@ mod tests {
         let files = raise_open_files(0, "no caps").unwrap();
         assert_eq!(files.now, files.hard);
         assert!(files.before <= files.now);
-        assert_eq!(crate::sys::nofile_limit().unwrap().0, files.hard);
+        assert_eq!(te_sys::nofile_limit().unwrap().0, files.hard);
     }
 }

@@ -1,4 +1,4 @@
-//! The operating-system queries te-core needs, each a thin wrapper over one libc call:
+//! te's boundary with the operating system, each function a thin wrapper over one libc call:
 //! the NUMA node of a page (`move_pages` in query mode), the host page size (`sysconf`) and
 //! the IPv4/IPv6 addresses of the network interfaces (`getifaddrs`), the open-file limit
 //! (`getrlimit`/`setrlimit`), a listening socket's accept backlog (`listen` again), a TCP
@@ -6,7 +6,13 @@
 //! monotonic clock (`CLOCK_MONOTONIC_COARSE`), and this process's id kept between calls
 //! (`getpid`, forgotten in a forked child through `pthread_atfork`). Nothing here decides
 //! anything; callers choose.
-#![allow(unsafe_code)]
+
+mod error;
+mod host_buffer;
+pub mod signals;
+
+pub use error::{Error, Result};
+pub use host_buffer::HostBuffer;
 
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -329,6 +335,22 @@ pub fn tcp_congestion(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<Strin
     let got = &name[..(len as usize).min(name.len())];
     let end = got.iter().position(|b| *b == 0).unwrap_or(got.len());
     Ok(String::from_utf8_lossy(&got[..end]).into_owned())
+}
+
+/// `N` random bytes from the kernel (`/dev/urandom`), for names and secrets nobody may guess.
+///
+/// # Errors
+/// [`Error::Memory`] naming `/dev/urandom` when it cannot be read.
+pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    use std::io::Read;
+    let mut bytes = [0u8; N];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| Error::Memory {
+            owner: "random",
+            reason: format!("reading /dev/urandom: {e}"),
+        })?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

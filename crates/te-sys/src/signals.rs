@@ -9,7 +9,6 @@
 //! still running a grace period later, or a second signal arrives, the process exits at once
 //! with status 128 + the signal, as a shell reports a killed program. Libraries never install
 //! this: the application owns its signals.
-#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

@@ -34,8 +34,15 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::{debug, error, warn};
 
 mod admission;
+pub mod congestion;
+mod error;
+pub mod http;
+pub mod limits;
+pub mod secret;
+
 pub use admission::{AddressCap, EVICT_MIN_IDLE, Slot};
 use admission::{Admission, oldest_idle};
+pub use error::{Error, Result};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX);
@@ -123,8 +130,8 @@ impl Outbox {
 }
 
 /// Why a connection was refused before it was served.
+/// Exhaustive: every protocol says each refusal its own way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Refusal {
     /// The server holds its cap of connections, none of them idle.
     AtCapacity {
@@ -273,7 +280,7 @@ impl Server {
         settings: ServerSettings,
     ) -> io::Result<Self> {
         let addr = listener.local_addr()?;
-        crate::sys::set_listen_backlog(&listener, settings.backlog)?;
+        te_sys::set_listen_backlog(&listener, settings.backlog)?;
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(AtomicUsize::new(0));
@@ -553,7 +560,7 @@ impl<P: Protocol> EventLoop<P> {
     /// Fixes an accepted connection's receive buffer (the server is crowded); a refusal is
     /// said once per loop, and the connection keeps the kernel's buffer.
     fn fix_receive_buffer(&mut self, stream: &mio::net::TcpStream, bytes: usize) {
-        if let Err(e) = crate::sys::set_receive_buffer(stream, bytes) {
+        if let Err(e) = te_sys::set_receive_buffer(stream, bytes) {
             if !self.receive_buffer_refused {
                 self.receive_buffer_refused = true;
                 warn!(server = self.protocol.name(), bytes, error = %e,

@@ -3,12 +3,11 @@
 //! Remote peers write into registered memory from transport threads while the application may
 //! look at it, so this type never hands out `&[u8]` / `&mut [u8]` views of its bytes: reads and
 //! writes are explicit copies through raw pointers. It does not register itself; pass it to
-//! [`TransferEngine::register_buffer`](crate::engine::TransferEngine::register_buffer).
+//! `TransferEngine::register_buffer` (te-core).
 //!
 //! A buffer lives on the heap, or in a shared-memory file ([`HostBuffer::new_shared`]: created
 //! owner-only (0600) under a random name, in `/dev/shm` or any tmpfs/CXL mount) that a process
 //! on the same host maps with [`HostBuffer::open_shared`].
-#![allow(unsafe_code)]
 
 use std::alloc::{self, Layout};
 use std::path::{Path, PathBuf};
@@ -56,7 +55,7 @@ impl HostBuffer {
     /// Allocates `len` zeroed bytes aligned to 4096.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero or absurd lengths; [`Error::Transport`] if the
+    /// [`Error::InvalidArgument`] for zero or absurd lengths; [`Error::Memory`] if the
     /// allocator fails.
     pub fn new(len: usize) -> Result<Self> {
         if len == 0 {
@@ -66,8 +65,8 @@ impl HostBuffer {
             .map_err(|_| Error::InvalidArgument(format!("buffer of {len} bytes")))?;
         // SAFETY: the layout has a non-zero size (checked above).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or(Error::Transport {
-            transport: "host",
+        let ptr = NonNull::new(raw).ok_or(Error::Memory {
+            owner: "host",
             reason: format!("allocation of {len} bytes failed"),
         })?;
         Ok(HostBuffer {
@@ -82,21 +81,20 @@ impl HostBuffer {
     /// The file is removed when this buffer is dropped.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero length; [`Error::Transport`] when the file cannot be
+    /// [`Error::InvalidArgument`] for zero length; [`Error::Memory`] when the file cannot be
     /// created, sized or mapped.
     pub fn new_shared(len: usize, dir: &Path) -> Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
         if len == 0 {
             return Err(Error::InvalidArgument("zero-length buffer".into()));
         }
-        let random: String = crate::segment::SegmentSecret::random()?
-            .to_bytes()
+        let random: String = crate::random_bytes::<16>()?
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
         let path = dir.join(format!("te-{random}"));
-        let fail = |what: &str, e: std::io::Error| Error::Transport {
-            transport: "shm",
+        let fail = |what: &str, e: std::io::Error| Error::Memory {
+            owner: "shm",
             reason: format!("{what} {}: {e}", path.display()),
         };
         let file = std::fs::OpenOptions::new()
@@ -148,7 +146,7 @@ impl HostBuffer {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `shm_name` when the name or the file is not te's;
-    /// [`Error::Transport`] when the file is gone (its owner exited), shorter than `len`, or
+    /// [`Error::Memory`] when the file is gone (its owner exited), shorter than `len`, or
     /// cannot be mapped.
     pub fn open_shared(dir: &Path, published: &str, len: usize) -> Result<Self> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -161,8 +159,8 @@ impl HostBuffer {
             )));
         }
         let path = Path::new(published);
-        let fail = |what: String| Error::Transport {
-            transport: "shm",
+        let fail = |what: String| Error::Memory {
+            owner: "shm",
             reason: format!("{what} {}", path.display()),
         };
         if len == 0 {

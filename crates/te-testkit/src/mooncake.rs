@@ -111,7 +111,7 @@ impl MooncakePeer {
         env: &[(&str, &str)],
     ) -> Self {
         let python = program("python3");
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/testing/mooncake_peer.py");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mooncake_peer.py");
         let log = std::env::temp_dir().join(format!(
             "te-mooncake-peer-{}-{}.log",
             std::process::id(),

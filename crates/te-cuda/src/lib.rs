@@ -1,21 +1,20 @@
-//! The CUDA driver, loaded at run time through `cudarc` (feature `cuda`): so every crate builds
+//! The CUDA driver, loaded at run time through `cudarc`: so every crate builds
 //! and runs on a machine without CUDA, and a missing driver or device is a clear error when a
-//! GPU path is asked for, never a panic. All GPU `unsafe` of te-core is here.
+//! GPU path is asked for, never a panic. The engine's and transports' GPU `unsafe` is here.
 //!
 //! What it offers: whether and which device a pointer's memory lives on (for `*` locations),
 //! copies between any two addresses (unified addressing) that return when the bytes are there, CUDA IPC handles of device memory
 //! and their opening in another process, the dma-buf of a device range (for RDMA), and device
 //! buffers for tests and benchmarks; fabric handles (MNNVL) are in `fabric`. Not here:
 //! slicing, queues or completion (transports).
-#![allow(unsafe_code)]
-
+mod error;
 mod fabric;
+
+pub use error::{Error, Result};
 
 use std::sync::OnceLock;
 
 use cudarc::driver::sys;
-
-use crate::error::{Error, Result};
 
 pub use fabric::{FabricExport, MAX_FABRIC_MAPPING};
 
@@ -234,7 +233,7 @@ impl Cuda {
             .device_of(addr)
             .ok_or_else(|| Error::InvalidArgument(format!("{addr:#x} is not GPU memory")))?;
         use_device(device as i32)?;
-        let (start, size) = page_span(addr, len as u64, crate::sys::page_size())?;
+        let (start, size) = page_span(addr, len as u64, te_sys::page_size())?;
         let mut fd: i32 = -1;
         gpu(
             "dma-buf export (needs a driver and kernel with dma-buf)",

@@ -22,8 +22,8 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::transport::{CompletionSink, SliceError, SliceOp};
+use te_core::transport::{CompletionSink, SliceError, SliceOp};
+use te_core::{Error, Result};
 
 /// How long an idle worker polls before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);

@@ -1,4 +1,5 @@
-//! Test and benchmark helpers (feature `testing`).
+//! te's test kit, a dev-dependency of every crate's tests (and of te-bench, which measures
+//! the engine through [`InstantTransport`]).
 //!
 //! - [`InstantTransport`] completes every slice the moment it is posted, without touching
 //!   memory: with it, a benchmark measures the engine's own cost per slice (validation, slicing,
@@ -6,13 +7,14 @@
 //! - [`SimTransport`] holds every slice until the test reports it: the seeded, deterministic
 //!   simulation (`tests/sim.rs`) drives the real engine through it, choosing order and faults.
 
+pub mod fuzz;
 pub mod mooncake;
 pub mod services;
 
 use std::sync::{Arc, OnceLock};
 
-use crate::error::Result;
-use crate::transport::{CompletionSink, InstallContext, SliceOp, Transport};
+use te_core::Result;
+use te_core::transport::{CompletionSink, InstallContext, SliceOp, Transport};
 
 /// A transport named `instant` that reports every slice done as soon as it is posted.
 #[derive(Default)]
@@ -32,8 +34,8 @@ impl Transport for InstantTransport {
         "instant"
     }
 
-    fn capabilities(&self) -> crate::transport::Capabilities {
-        crate::transport::Capabilities::DRAM_REMOTE_HOST
+    fn capabilities(&self) -> te_core::transport::Capabilities {
+        te_core::transport::Capabilities::DRAM_REMOTE_HOST
     }
 
     fn install(&self, ctx: InstallContext) -> Result<()> {
@@ -59,20 +61,20 @@ pub struct SimTransport {
     queue: std::sync::Mutex<Vec<SliceOp>>,
     sink: OnceLock<Arc<dyn CompletionSink>>,
     name: &'static str,
-    capabilities: crate::transport::Capabilities,
+    capabilities: te_core::transport::Capabilities,
     /// Endpoints by peer segment, as a real transport keeps them (`with_endpoints`), and the
     /// peers whose endpoints were evicted since last asked.
     endpoints: std::sync::Mutex<Option<SimEndpoints>>,
 }
 
 struct SimEndpoints {
-    store: crate::endpoints::EndpointStore<String, ()>,
+    store: te_core::endpoints::EndpointStore<String, ()>,
     evicted: Vec<String>,
 }
 
 impl Default for SimTransport {
     fn default() -> Self {
-        Self::named("sim", crate::transport::Capabilities::DRAM_REMOTE_HOST)
+        Self::named("sim", te_core::transport::Capabilities::DRAM_REMOTE_HOST)
     }
 }
 
@@ -84,7 +86,7 @@ impl SimTransport {
 
     /// A simulated transport with its own name and capabilities (several can be installed:
     /// te-tent's policy and failover tests choose among them).
-    pub fn named(name: &'static str, capabilities: crate::transport::Capabilities) -> Self {
+    pub fn named(name: &'static str, capabilities: te_core::transport::Capabilities) -> Self {
         SimTransport {
             queue: std::sync::Mutex::new(Vec::new()),
             sink: OnceLock::new(),
@@ -98,9 +100,9 @@ impl SimTransport {
     /// and te-rdma do; a post to a peer without one evicts another when the store is full.
     pub fn with_endpoints(self, capacity: usize) -> Self {
         *self.endpoints.lock().unwrap_or_else(|e| e.into_inner()) = Some(SimEndpoints {
-            store: crate::endpoints::EndpointStore::new(
+            store: te_core::endpoints::EndpointStore::new(
                 capacity,
-                crate::endpoints::EvictionPolicy::Sieve,
+                te_core::endpoints::EvictionPolicy::Sieve,
             ),
             evicted: Vec::new(),
         });
@@ -157,7 +159,7 @@ impl SimTransport {
     pub fn complete(
         &self,
         slice: SliceOp,
-        outcome: std::result::Result<(), crate::transport::SliceError>,
+        outcome: std::result::Result<(), te_core::transport::SliceError>,
     ) {
         if let Some(sink) = self.sink.get() {
             sink.complete(slice, outcome);
@@ -170,7 +172,7 @@ impl Transport for SimTransport {
         self.name
     }
 
-    fn capabilities(&self) -> crate::transport::Capabilities {
+    fn capabilities(&self) -> te_core::transport::Capabilities {
         self.capabilities
     }
 
@@ -208,12 +210,12 @@ impl Transport for SimTransport {
 /// # Panics
 /// When allocation, registration or the open fails (a test helper).
 pub fn own_buffers(
-    engine: &crate::TransferEngine,
+    engine: &te_core::TransferEngine,
     len: usize,
-) -> (Arc<crate::HostBuffer>, Arc<crate::HostBuffer>, u64) {
-    use crate::memory::Permission;
-    let local = Arc::new(crate::HostBuffer::new(len).expect("local buffer"));
-    let remote = Arc::new(crate::HostBuffer::new(len).expect("remote buffer"));
+) -> (Arc<te_core::HostBuffer>, Arc<te_core::HostBuffer>, u64) {
+    use te_core::memory::Permission;
+    let local = Arc::new(te_core::HostBuffer::new(len).expect("local buffer"));
+    let remote = Arc::new(te_core::HostBuffer::new(len).expect("remote buffer"));
     engine
         .register_buffer(&local, "*", Permission::LocalOnly)
         .expect("local registration");
@@ -232,10 +234,13 @@ pub fn own_buffers(
 /// # Panics
 /// When the engine refuses the batch, the submit, the wait or the free (a test helper).
 pub fn transfer_one(
-    engine: &crate::TransferEngine,
-    request: crate::TransferRequest,
-    options: &crate::SubmitOptions,
-) -> (crate::TransferState, Option<crate::transport::SliceError>) {
+    engine: &te_core::TransferEngine,
+    request: te_core::TransferRequest,
+    options: &te_core::SubmitOptions,
+) -> (
+    te_core::TransferState,
+    Option<te_core::transport::SliceError>,
+) {
     let b = engine.allocate_batch(1).expect("a batch");
     engine
         .submit_with(b, &[request], options)
@@ -276,7 +281,7 @@ pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
 
 /// Waits, up to 30 s, until the first byte of `buf` is `byte`: a transfer filling it with that
 /// byte is under way.
-pub fn wait_for_first_byte(buf: &crate::HostBuffer, byte: u8) {
+pub fn wait_for_first_byte(buf: &te_core::HostBuffer, byte: u8) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while buf.to_vec(0, 1).expect("a readable buffer")[0] != byte {
         assert!(
@@ -290,7 +295,7 @@ pub fn wait_for_first_byte(buf: &crate::HostBuffer, byte: u8) {
 /// Asserts that nothing writes into the first `len` bytes of `buf` any more (`after` says since
 /// when): a snapshot read 1 MiB at a time from the end back, ahead of where writes still under
 /// way would go next, equals another taken 300 ms later.
-pub fn assert_nothing_lands(buf: &crate::HostBuffer, len: usize, after: &str) {
+pub fn assert_nothing_lands(buf: &te_core::HostBuffer, len: usize, after: &str) {
     let snapshot = || -> Vec<Vec<u8>> {
         let mib = 1 << 20;
         (0..len.div_ceil(mib))
@@ -432,12 +437,12 @@ impl SizeSweep<'_> {
     /// On any failure (a test helper).
     pub fn run(
         &self,
-        e: &crate::TransferEngine,
-        segment: crate::SegmentId,
-        local: &crate::HostBuffer,
+        e: &te_core::TransferEngine,
+        segment: te_core::SegmentId,
+        local: &te_core::HostBuffer,
         remote: u64,
     ) {
-        use crate::{Opcode, TransferRequest, TransferState};
+        use te_core::{Opcode, TransferRequest, TransferState};
         let one = |r: TransferRequest| {
             let b = e.allocate_batch(1).unwrap();
             e.submit(b, &[r]).unwrap();
@@ -476,7 +481,7 @@ impl SizeSweep<'_> {
     }
 
     /// Owner side: whether every WRITE of [`run`](Self::run) landed.
-    pub fn writes_landed(&self, buf: &crate::HostBuffer) -> bool {
+    pub fn writes_landed(&self, buf: &te_core::HostBuffer) -> bool {
         self.sizes.iter().enumerate().all(|(i, &len)| {
             buf.to_vec(self.write_base + self.slot(i), len).unwrap() == pattern(100 + i as u64, len)
         })

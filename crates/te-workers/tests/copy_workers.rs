@@ -8,10 +8,10 @@ use std::thread::ThreadId;
 use std::time::Duration;
 
 use te_core::transport::{Capabilities, InstallContext, SliceOp, Transport};
-use te_core::workers::CopyWorkers;
 use te_core::{
     Config, HostBuffer, Opcode, SubmitOptions, TransferEngine, TransferRequest, TransferState,
 };
+use te_workers::CopyWorkers;
 
 /// A memory-copy transport whose executor notes what it ran and where.
 struct Copier {
@@ -78,7 +78,7 @@ fn fixture(slice_size: u64) -> Fixture {
         ran: Arc::new(Mutex::new(Vec::new())),
     });
     engine.install_transport(copier.clone()).unwrap();
-    let (local, remote, segment) = te_core::testing::own_buffers(&engine, 4 << 20);
+    let (local, remote, segment) = te_testkit::own_buffers(&engine, 4 << 20);
     Fixture {
         engine,
         copier,
@@ -125,9 +125,9 @@ fn a_lone_small_slice_is_copied_on_the_submitting_thread_before_submit_returns()
 
 #[test]
 fn a_lone_slice_over_the_inline_limit_goes_to_a_worker() {
-    let big = te_core::workers::INLINE_BYTES * 2;
+    let big = te_workers::INLINE_BYTES * 2;
     let f = fixture(big);
-    let (state, error) = te_core::testing::transfer_one(&f.engine, f.write(big), &via_copier());
+    let (state, error) = te_testkit::transfer_one(&f.engine, f.write(big), &via_copier());
     assert_eq!((state, error), (TransferState::Completed, None));
     let ran = f.ran();
     assert_eq!(ran.len(), 1, "one slice, reported once: {ran:?}");

@@ -1,5 +1,4 @@
-//! A small mutation fuzzer for te's decoders of bytes from the network (feature `testing`, and
-//! te-core's own tests). Stable Rust, no instrumentation: seeds are mutated (bit flips, byte
+//! A small mutation fuzzer for te's decoders of bytes from the network (for every crate's tests). Stable Rust, no instrumentation: seeds are mutated (bit flips, byte
 //! values at the edges, insertions, deletions, repeats, splices, length fields) and fed to a
 //! target that must not panic, for a time budget. A panic is saved under
 //! `target/fuzz-crashes/<target>-<hash>.bin` and fails the run; saved inputs placed in a

@@ -1,6 +1,6 @@
 //! Which TCP congestion control te's data connections use: the policy
 //! (`MC_TE_TCP_CONGESTION`) and its choice for one connection. Setting it on a socket is
-//! [`crate::sys::set_tcp_congestion`]'s; the transports apply the choice to the connections
+//! [`te_sys::set_tcp_congestion`]'s; the transports apply the choice to the connections
 //! they make and accept. Connections that carry no bulk data (control, metadata) keep the
 //! host's default.
 //!
@@ -94,7 +94,7 @@ impl Congestion {
         let Some(name) = self.choose(peer, local) else {
             return;
         };
-        if let Err(e) = crate::sys::set_tcp_congestion(sock, name) {
+        if let Err(e) = te_sys::set_tcp_congestion(sock, name) {
             if !WARNED.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     algorithm = name,
@@ -189,24 +189,24 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (served, _) = listener.accept().unwrap();
-        let before = crate::sys::tcp_congestion(&served).unwrap();
+        let before = te_sys::tcp_congestion(&served).unwrap();
         // Start the client on another algorithm than reno where the host has one, so the
         // check below sees a change (a host defaulting to reno would see none otherwise).
         let available =
             std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
                 .unwrap_or_default();
         if let Some(other) = available.split_whitespace().find(|a| *a != SAME_HOST) {
-            let _ = crate::sys::set_tcp_congestion(&client, other);
+            let _ = te_sys::set_tcp_congestion(&client, other);
         }
         let (local, peer) = (
             client.local_addr().unwrap().ip(),
             client.peer_addr().unwrap().ip(),
         );
         Congestion::Auto.apply(&client, peer, || Some(local));
-        assert_eq!(crate::sys::tcp_congestion(&client).unwrap(), "reno");
+        assert_eq!(te_sys::tcp_congestion(&client).unwrap(), "reno");
         Congestion::Named("no_such_cc".into()).apply(&served, peer, || Some(local));
-        assert_eq!(crate::sys::tcp_congestion(&served).unwrap(), before);
+        assert_eq!(te_sys::tcp_congestion(&served).unwrap(), before);
         Congestion::Host.apply(&served, peer, || Some(local));
-        assert_eq!(crate::sys::tcp_congestion(&served).unwrap(), before);
+        assert_eq!(te_sys::tcp_congestion(&served).unwrap(), before);
     }
 }

@@ -176,7 +176,7 @@ impl Cuda {
             return Err(Error::InvalidArgument(format!(
                 "{addr:#x} was allocated with cuMemCreate without the fabric handle type: it \
                  can be shared neither by fabric nor by legacy IPC handles (allocate it with \
-                 CU_MEM_HANDLE_TYPE_FABRIC, e.g. te_core::cuda::DeviceBuffer::new_fabric)"
+                 CU_MEM_HANDLE_TYPE_FABRIC, e.g. te_cuda::DeviceBuffer::new_fabric)"
             )));
         }
         let (mut base, mut size) = (0u64, 0usize);
