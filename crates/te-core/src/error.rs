@@ -205,29 +205,6 @@ impl From<te_sys::Error> for Error {
 }
 
 impl Error {
-    /// Mooncake's numeric code for this error (`TE/include/error.h`), for C-API compatibility.
-    pub fn mooncake_code(&self) -> i32 {
-        match self {
-            Error::InvalidArgument(_)
-            | Error::InvalidConfig { .. }
-            | Error::InvalidBatch { .. }
-            | Error::InvalidTask { .. }
-            | Error::UnknownSegment(_) => -1,
-            Error::TooManyRequests { .. } => -2,
-            Error::AddressNotRegistered { .. }
-            | Error::RemoteAddressNotRegistered { .. }
-            | Error::PermissionDenied { .. } => -3,
-            Error::BatchBusy(_) | Error::RegionBusy { .. } => -4,
-            Error::AddressOverlapped { .. } => -7,
-            Error::NotSupportedTransport(_) | Error::Gpu(_) => -8,
-            Error::Socket { .. } | Error::WaitTimeout(_) => -102,
-            Error::MalformedMessage(_) => -103,
-            Error::PeerRefused { .. } => -104,
-            Error::Metadata(_) | Error::SegmentNotFound { .. } => -200,
-            Error::Transport { .. } | Error::NotRunning(_) => -202,
-        }
-    }
-
     pub(crate) fn socket(context: impl Into<String>, source: io::Error) -> Self {
         Error::Socket {
             context: context.into(),

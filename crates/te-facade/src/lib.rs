@@ -32,7 +32,10 @@ mod session;
 pub use backend::{Backend, Lists};
 pub use batches::{LOCAL_SEGMENT, NicLoad, SegmentRequest};
 pub use engine::{BatchProgress, Live, MooncakeEngine, UNREGISTER_GRACE, local_topology};
-pub use error::{ERR_INVALID_ARGUMENT, FacadeError, Result};
+pub use error::{ERR_INVALID_ARGUMENT, ErrorKind, FacadeError, KINDS, KindRow, Result};
 pub use protocol::Protocol;
 pub use runtime::RuntimeKind;
 pub use te_core::{Notification, Opcode, Permission};
+/// TENT's runtime as the bindings see it (te-capi's `tent_*` functions): bindings reach te-tent
+/// only through the facade.
+pub use te_tent as tent;

@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use te_core::{Notification, TransferStatus};
 use te_facade::FacadeError;
-use te_tent::{Priority, Request, TentBatchId, TentEngine};
+use te_facade::tent::{Priority, Request, TentBatchId, TentEngine};
 
 use super::{
     TENTS, TentNicLoadStatC, TentNotifyInfoC, TentNotifyRecordC, TentRequestC, TentStatusC, fail,

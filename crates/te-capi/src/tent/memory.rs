@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use te_core::{HostBuffer, Permission};
 use te_facade::FacadeError;
-use te_tent::{MemoryOptions, TentEngine};
+use te_facade::tent::{MemoryOptions, TentEngine};
 
 use super::{TentMemoryOptionsC, tent_err, unfixed, with};
 use crate::registry::{slice, text};

@@ -17,7 +17,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
 
 use te_facade::FacadeError;
-use te_tent::{TentConfig, TentEngine, TentFile};
+use te_facade::tent::{TentConfig, TentEngine, TentFile};
 
 use crate::registry::{Handles, guard, text, write_text};
 
@@ -141,7 +141,7 @@ pub(crate) fn fail(what: &str, e: impl std::fmt::Display) -> c_int {
     FAIL
 }
 
-pub(crate) fn tent_err(e: te_tent::TentError) -> FacadeError {
+pub(crate) fn tent_err(e: te_facade::tent::TentError) -> FacadeError {
     FacadeError::from(e)
 }
 
@@ -203,7 +203,7 @@ pub unsafe extern "C" fn tent_set_config(key: *const c_char, value: *const c_cha
         let parsed = unsafe { text(key, "key").and_then(|k| Ok((k, text(value, "value")?))) };
         match parsed {
             Ok((k, v)) => {
-                let v = te_tent::config::infer_value(v);
+                let v = te_facade::tent::config::infer_value(v);
                 let mut s = settings();
                 s.values.retain(|(key, _)| key != k);
                 s.values.push((k.to_string(), v));
