@@ -2,7 +2,7 @@
 //! failed, or skipped with the reason. A failed lane does not stop the others; the run fails
 //! if any lane failed.
 //!
-//! Lanes: fmt; clippy with warnings denied over the workspace and a feature matrix per package;
+//! Lanes: tidy; fmt; clippy with warnings denied over the workspace and a feature matrix per package;
 //! every test (Redis, etcd and the HTTP metadata server run for real inside them); the
 //! hwloc backend; the etcd scenarios; the simulation at 200 seeds; a short fuzz run of every
 //! wire decoder; dependency licences; security advisories (needs the RustSec database); te's
@@ -141,6 +141,7 @@ fn lane(
 
 pub(crate) fn ci() -> Result<(), String> {
     let mut r = Vec::new();
+    lane(&mut r, "tidy", None, crate::tidy::tidy);
     lane(&mut r, "fmt", None, || {
         run("fmt", cargo().args(["fmt", "--all", "--check"]))
     });

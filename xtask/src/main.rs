@@ -2,6 +2,8 @@
 //!
 //! - `cargo xtask ci`: every lane this machine supports (see `ci.rs`), with a summary that says
 //!   which lanes passed, failed, or were skipped and why.
+//! - `cargo xtask tidy`: the house rules a machine can check (`tidy.rs`).
+//! - `cargo xtask config`: writes `docs/configuration.md` from the crates' settings.
 //! - `cargo xtask bench [all] [--duration S]`: every bench below that the machine supports, then
 //!   the report (`target/bench-report/`: JSON, Markdown, SVG charts), the charts in `docs/bench/`
 //!   and the README's Performance section.
@@ -33,6 +35,7 @@
 mod bench;
 mod capi_bench;
 mod ci;
+mod config;
 mod consumers;
 mod fuzz;
 mod gpu;
@@ -46,6 +49,7 @@ mod report;
 mod scale_bench;
 mod softroce;
 mod tent_bench;
+mod tidy;
 
 use std::process::{Command, ExitCode};
 
@@ -187,7 +191,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -198,6 +202,8 @@ fn main() -> ExitCode {
         .as_slice()
     {
         ["ci"] => ci::ci(),
+        ["tidy"] => tidy::tidy(),
+        ["config"] => config::write(),
         ["licences"] => ci::licences(),
         ["abi3"] => ci::abi3(),
         ["consumers"] => consumers::consumers(),

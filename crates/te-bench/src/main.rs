@@ -450,7 +450,8 @@ fn main_inner(flags: Flags) -> BenchResult<()> {
         return engine_bench::run(config, &flags);
     }
     if flags.mode == "swarm" {
-        return swarm::run(&flags, config.tcp_lanes_per_peer);
+        let tcp = te_tcp::TcpSettings::from_env().map_err(|e| e.to_string())?;
+        return swarm::run(&flags, tcp.lanes_per_peer);
     }
     if flags.loopback && config.tcp_bind_address.is_none() {
         config.tcp_bind_address = Some(std::net::Ipv4Addr::LOCALHOST.into());

@@ -25,7 +25,7 @@ use mio::{Events, Interest, Poll, Token};
 use te_core::Opcode;
 use te_core::control::{self, frame::FrameType};
 use te_core::segment::SegmentDesc;
-use te_tcp::mooncake_wire;
+use te_tcp::wire::mooncake as mooncake_wire;
 use te_tcp::wire::{REPLY_LEN, Reply, Request, Status};
 
 use crate::BenchResult;

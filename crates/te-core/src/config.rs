@@ -6,8 +6,9 @@
 //! never a silent default. This module reads no files and opens no sockets.
 
 use std::net::IpAddr;
-use std::str::FromStr;
 use std::time::Duration;
+
+use te_sys::env;
 
 use crate::error::{Error, Result};
 
@@ -28,6 +29,26 @@ pub enum LogLevel {
 }
 
 pub use te_reactor::secret::Redacted;
+
+/// How a transport's endpoint store picks what to evict when full (`MC_ENDPOINT_STORE_TYPE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// SIEVE: evict the oldest entry not used since the hand last passed (the default).
+    Sieve,
+    /// Evict the oldest entry.
+    Fifo,
+}
+
+impl EvictionPolicy {
+    /// Parses `MC_ENDPOINT_STORE_TYPE` (`SIEVE` or `FIFO`, any case).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "SIEVE" => Some(EvictionPolicy::Sieve),
+            "FIFO" => Some(EvictionPolicy::Fifo),
+            _ => None,
+        }
+    }
+}
 
 /// The engine's settings. Fields are public; build one with `Config::default()` and adjust.
 #[derive(Clone, Debug)]
@@ -52,14 +73,6 @@ pub struct Config {
     pub handshake_max_length: usize,
     /// Per-task deadline after submit (`MC_SLICE_TIMEOUT`, seconds, 1–65535; default off).
     pub slice_timeout: Option<Duration>,
-    /// TCP connections (lanes) per peer (`MC_TCP_LANES_PER_PEER`, 1–64, default 4).
-    pub tcp_lanes_per_peer: usize,
-    /// How long a TCP request may wait for its status or data (`MC_TCP_STATUS_TIMEOUT_SEC`, default 30).
-    pub tcp_status_timeout: Duration,
-    /// The congestion control of te's TCP data connections (`MC_TE_TCP_CONGESTION`: `auto`,
-    /// the default, gives same-host connections reno; `host` keeps the host's default
-    /// everywhere; an algorithm's name sets it on every data connection).
-    pub tcp_congestion: te_reactor::congestion::Congestion,
     /// Cache segment descriptors (`MC_DISABLE_METACACHE` turns this off).
     pub metacache: bool,
     /// Log verbosity (`MC_LOG_LEVEL`).
@@ -69,7 +82,7 @@ pub struct Config {
     /// Endpoints per RDMA context (`MC_MAX_EP_PER_CTX`, 1–65535, default 65536 clamped to 65535).
     pub max_ep_per_ctx: u32,
     /// Eviction policy of endpoint stores (`MC_ENDPOINT_STORE_TYPE`: SIEVE, the default, or FIFO).
-    pub endpoint_store: crate::endpoints::EvictionPolicy,
+    pub endpoint_store: EvictionPolicy,
     /// Worker threads per RDMA context (`MC_WORKERS_PER_CTX`, 1–8, default 2).
     pub workers_per_ctx: u32,
     /// NICs to use as rails, by name (te-bench's `--device_name`); `None` means discover them.
@@ -142,15 +155,12 @@ impl Default for Config {
             handshake_connect_timeout: Duration::from_secs(5),
             handshake_max_length: 1 << 20,
             slice_timeout: None,
-            tcp_lanes_per_peer: 4,
-            tcp_status_timeout: Duration::from_secs(30),
-            tcp_congestion: te_reactor::congestion::Congestion::Auto,
             metacache: true,
             log_level: LogLevel::Info,
             num_qp_per_ep: 2,
             max_ep_per_ctx: 65535,
             workers_per_ctx: 2,
-            endpoint_store: crate::endpoints::EvictionPolicy::Sieve,
+            endpoint_store: EvictionPolicy::Sieve,
             rails: None,
             nic_filter: te_topology::NicFilter::default(),
             custom_topo_json: None,
@@ -179,66 +189,6 @@ impl Default for Config {
     }
 }
 
-/// A byte count with an optional binary suffix (`4096`, `64M`, `2G`), 1 byte to 2^56.
-fn parse_size(name: &str, value: &str) -> Result<u64> {
-    let v = value.trim();
-    let (digits, shift) = match v.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                'T' => 40,
-                _ => return Err(invalid(name, value, "suffix must be K, M, G or T")),
-            };
-            (&v[..i], shift)
-        }
-        _ => (v, 0),
-    };
-    let n: u64 = digits
-        .trim()
-        .parse()
-        .map_err(|_| invalid(name, value, "not a byte count"))?;
-    match n.checked_shl(shift).filter(|b| *b >> shift == n) {
-        Some(b) if (1..=1u64 << 56).contains(&b) => Ok(b),
-        _ => Err(invalid(name, value, "must be 1 byte to 64 PiB")),
-    }
-}
-
-fn invalid(name: &str, value: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidConfig {
-        name: name.to_string(),
-        value: value.to_string(),
-        reason: reason.into(),
-    }
-}
-
-fn parse_in<T>(name: &str, value: &str, min: T, max: T) -> Result<T>
-where
-    T: FromStr + PartialOrd + Copy + std::fmt::Display,
-{
-    let parsed: T = value
-        .trim()
-        .parse()
-        .map_err(|_| invalid(name, value, "not a number"))?;
-    if parsed < min || parsed > max {
-        return Err(invalid(
-            name,
-            value,
-            format!("must be between {min} and {max}"),
-        ));
-    }
-    Ok(parsed)
-}
-
-pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(invalid(name, value, "expected 0/1/true/false")),
-    }
-}
-
 impl LogLevel {
     fn parse(name: &str, value: &str) -> Result<Self> {
         match value.trim().to_ascii_uppercase().as_str() {
@@ -247,11 +197,9 @@ impl LogLevel {
             "INFO" => Ok(LogLevel::Info),
             "WARNING" | "WARN" => Ok(LogLevel::Warning),
             "ERROR" => Ok(LogLevel::Error),
-            _ => Err(invalid(
-                name,
-                value,
-                "expected TRACE, DEBUG, INFO, WARNING or ERROR",
-            )),
+            _ => Err(
+                env::invalid(name, value, "expected TRACE, DEBUG, INFO, WARNING or ERROR").into(),
+            ),
         }
     }
 }
@@ -272,201 +220,167 @@ impl Config {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut c = Config::default();
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        if let Some(v) = get("MC_SLICE_SIZE") {
-            c.slice_size = parse_in("MC_SLICE_SIZE", &v, 4096, 1 << 30)?;
+        if let Some(v) = get(crate::settings::SLICE_SIZE.name) {
+            c.slice_size = env::number_in(crate::settings::SLICE_SIZE.name, &v, 4096, 1 << 30)?;
         }
         c.fragment_limit = c.slice_size / 4;
-        if let Some(v) = get("MC_FRAGMENT_RATIO") {
-            let ratio: u64 = parse_in("MC_FRAGMENT_RATIO", &v, 1, 1024)?;
+        if let Some(v) = get(crate::settings::FRAGMENT_RATIO.name) {
+            let ratio: u64 = env::number_in(crate::settings::FRAGMENT_RATIO.name, &v, 1, 1024)?;
             c.fragment_limit = c.slice_size / ratio;
         }
-        if let Some(v) = get("MC_RETRY_CNT") {
-            c.retry_cnt = parse_in("MC_RETRY_CNT", &v, 1, 127)?;
+        if let Some(v) = get(crate::settings::RETRY_CNT.name) {
+            c.retry_cnt = env::number_in(crate::settings::RETRY_CNT.name, &v, 1, 127)?;
         }
-        if let Some(v) = get("MC_TCP_BIND_ADDRESS") {
-            let ip = v
-                .trim()
-                .parse()
-                .map_err(|_| invalid("MC_TCP_BIND_ADDRESS", &v, "not an IP address"))?;
+        if let Some(v) = get(crate::settings::TCP_BIND_ADDRESS.name) {
+            let ip = v.trim().parse().map_err(|_| {
+                env::invalid(
+                    crate::settings::TCP_BIND_ADDRESS.name,
+                    &v,
+                    "not an IP address",
+                )
+            })?;
             c.tcp_bind_address = Some(ip);
         }
-        if let Some(v) = get("MC_MIN_RPC_PORT").or_else(|| get("MC_MIN_PRC_PORT")) {
-            c.rpc_min_port = parse_in("MC_MIN_RPC_PORT", &v, 1, u16::MAX)?;
+        if let Some(v) = get(crate::settings::MIN_RPC_PORT.name)
+            .or_else(|| get(crate::settings::MIN_PRC_PORT.name))
+        {
+            c.rpc_min_port = env::number_in(crate::settings::MIN_RPC_PORT.name, &v, 1, u16::MAX)?;
         }
-        if let Some(v) = get("MC_MAX_RPC_PORT").or_else(|| get("MC_MAX_PRC_PORT")) {
-            c.rpc_max_port = parse_in("MC_MAX_RPC_PORT", &v, 1, u16::MAX)?;
+        if let Some(v) = get(crate::settings::MAX_RPC_PORT.name)
+            .or_else(|| get(crate::settings::MAX_PRC_PORT.name))
+        {
+            c.rpc_max_port = env::number_in(crate::settings::MAX_RPC_PORT.name, &v, 1, u16::MAX)?;
         }
         if c.rpc_min_port > c.rpc_max_port {
-            return Err(invalid(
-                "MC_MIN_RPC_PORT",
+            return Err(env::invalid(
+                crate::settings::MIN_RPC_PORT.name,
                 &c.rpc_min_port.to_string(),
                 format!("greater than MC_MAX_RPC_PORT ({})", c.rpc_max_port),
-            ));
+            )
+            .into());
         }
-        if let Some(v) = get("MC_HANDSHAKE_CONNECT_TIMEOUT") {
-            let s: u64 = parse_in("MC_HANDSHAKE_CONNECT_TIMEOUT", &v, 1, 3600)?;
+        if let Some(v) = get(crate::settings::HANDSHAKE_CONNECT_TIMEOUT.name) {
+            let s: u64 =
+                env::number_in(crate::settings::HANDSHAKE_CONNECT_TIMEOUT.name, &v, 1, 3600)?;
             c.handshake_connect_timeout = Duration::from_secs(s);
         }
-        if let Some(v) = get("MC_HANDSHAKE_MAX_LENGTH") {
-            c.handshake_max_length = parse_in("MC_HANDSHAKE_MAX_LENGTH", &v, 1, 128 << 20)?;
+        if let Some(v) = get(crate::settings::HANDSHAKE_MAX_LENGTH.name) {
+            c.handshake_max_length =
+                env::number_in(crate::settings::HANDSHAKE_MAX_LENGTH.name, &v, 1, 128 << 20)?;
         }
-        if let Some(v) = get("MC_SLICE_TIMEOUT") {
-            let s: u64 = parse_in("MC_SLICE_TIMEOUT", &v, 1, 65535)?;
+        if let Some(v) = get(crate::settings::SLICE_TIMEOUT.name) {
+            let s: u64 = env::number_in(crate::settings::SLICE_TIMEOUT.name, &v, 1, 65535)?;
             c.slice_timeout = Some(Duration::from_secs(s));
         }
-        if let Some(v) = get("MC_TCP_LANES_PER_PEER") {
-            c.tcp_lanes_per_peer = parse_in("MC_TCP_LANES_PER_PEER", &v, 1, 64)?;
+        if let Some(v) = get(crate::settings::DISABLE_METACACHE.name) {
+            c.metacache = !env::flag(crate::settings::DISABLE_METACACHE.name, &v)?;
         }
-        if let Some(v) = get("MC_TCP_STATUS_TIMEOUT_SEC") {
-            let s: u64 = parse_in("MC_TCP_STATUS_TIMEOUT_SEC", &v, 1, 3600)?;
-            c.tcp_status_timeout = Duration::from_secs(s);
+        if let Some(v) = get(crate::settings::LOG_LEVEL.name) {
+            c.log_level = LogLevel::parse(crate::settings::LOG_LEVEL.name, &v)?;
         }
-        if let Some(v) = get("MC_TE_TCP_CONGESTION") {
-            c.tcp_congestion = te_reactor::congestion::Congestion::parse(&v)?;
+        if let Some(v) = get(crate::settings::NUM_QP_PER_EP.name) {
+            c.num_qp_per_ep = env::number_in(crate::settings::NUM_QP_PER_EP.name, &v, 1, 255)?;
         }
-        if let Some(v) = get("MC_DISABLE_METACACHE") {
-            c.metacache = !parse_bool("MC_DISABLE_METACACHE", &v)?;
+        if let Some(v) = get(crate::settings::MAX_EP_PER_CTX.name) {
+            c.max_ep_per_ctx = env::number_in(crate::settings::MAX_EP_PER_CTX.name, &v, 1, 65535)?;
         }
-        if let Some(v) = get("MC_LOG_LEVEL") {
-            c.log_level = LogLevel::parse("MC_LOG_LEVEL", &v)?;
+        if let Some(v) = get(crate::settings::WORKERS_PER_CTX.name) {
+            c.workers_per_ctx = env::number_in(crate::settings::WORKERS_PER_CTX.name, &v, 1, 8)?;
         }
-        if let Some(v) = get("MC_NUM_QP_PER_EP") {
-            c.num_qp_per_ep = parse_in("MC_NUM_QP_PER_EP", &v, 1, 255)?;
-        }
-        if let Some(v) = get("MC_MAX_EP_PER_CTX") {
-            c.max_ep_per_ctx = parse_in("MC_MAX_EP_PER_CTX", &v, 1, 65535)?;
-        }
-        if let Some(v) = get("MC_WORKERS_PER_CTX") {
-            c.workers_per_ctx = parse_in("MC_WORKERS_PER_CTX", &v, 1, 8)?;
-        }
-        if let Some(v) = get("MC_ENDPOINT_STORE_TYPE") {
-            c.endpoint_store = crate::endpoints::EvictionPolicy::parse(&v)
-                .ok_or_else(|| invalid("MC_ENDPOINT_STORE_TYPE", &v, "expected SIEVE or FIFO"))?;
+        if let Some(v) = get(crate::settings::ENDPOINT_STORE_TYPE.name) {
+            c.endpoint_store = EvictionPolicy::parse(&v).ok_or_else(|| {
+                env::invalid(
+                    crate::settings::ENDPOINT_STORE_TYPE.name,
+                    &v,
+                    "expected SIEVE or FIFO",
+                )
+            })?;
         }
         c.nic_filter = te_topology::NicFilter::from_lookup(|k| get(k));
-        c.custom_topo_json = get("MC_CUSTOM_TOPO_JSON");
-        if let Some(v) = get("MC_PATH_ROUNDROBIN") {
-            c.path_roundrobin = parse_bool("MC_PATH_ROUNDROBIN", &v)?;
+        c.custom_topo_json = get(crate::settings::CUSTOM_TOPO_JSON.name);
+        if let Some(v) = get(crate::settings::PATH_ROUNDROBIN.name) {
+            c.path_roundrobin = env::flag(crate::settings::PATH_ROUNDROBIN.name, &v)?;
         }
-        if let Some(v) = get("MC_TE_MERGE_REQUESTS") {
-            c.merge_requests = parse_bool("MC_TE_MERGE_REQUESTS", &v)?;
+        if let Some(v) = get(crate::settings::TE_MERGE_REQUESTS.name) {
+            c.merge_requests = env::flag(crate::settings::TE_MERGE_REQUESTS.name, &v)?;
         }
-        if let Some(v) = get("MC_RDMA_RAIL_PAUSE_SECONDS") {
-            let s: u64 = parse_in("MC_RDMA_RAIL_PAUSE_SECONDS", &v, 1, 3600)?;
+        if let Some(v) = get(crate::settings::RDMA_RAIL_PAUSE_SECONDS.name) {
+            let s: u64 =
+                env::number_in(crate::settings::RDMA_RAIL_PAUSE_SECONDS.name, &v, 1, 3600)?;
             c.rail_pause = Duration::from_secs(s);
         }
-        if let Some(v) = get("MC_TE_RAIL_ERROR_THRESHOLD") {
-            c.rail_error_threshold = parse_in("MC_TE_RAIL_ERROR_THRESHOLD", &v, 1, 1000)?;
+        if let Some(v) = get(crate::settings::TE_RAIL_ERROR_THRESHOLD.name) {
+            c.rail_error_threshold =
+                env::number_in(crate::settings::TE_RAIL_ERROR_THRESHOLD.name, &v, 1, 1000)?;
         }
-        if let Some(v) = get("MC_TE_RAIL_ERROR_WINDOW_SECS") {
-            let s: u64 = parse_in("MC_TE_RAIL_ERROR_WINDOW_SECS", &v, 1, 3600)?;
+        if let Some(v) = get(crate::settings::TE_RAIL_ERROR_WINDOW_SECS.name) {
+            let s: u64 =
+                env::number_in(crate::settings::TE_RAIL_ERROR_WINDOW_SECS.name, &v, 1, 3600)?;
             c.rail_error_window = Duration::from_secs(s);
         }
-        if let Some(v) = get("MC_TE_RAIL_COOLDOWN_MAX_SECS") {
-            let s: u64 = parse_in("MC_TE_RAIL_COOLDOWN_MAX_SECS", &v, 1, 86400)?;
+        if let Some(v) = get(crate::settings::TE_RAIL_COOLDOWN_MAX_SECS.name) {
+            let s: u64 = env::number_in(
+                crate::settings::TE_RAIL_COOLDOWN_MAX_SECS.name,
+                &v,
+                1,
+                86400,
+            )?;
             c.rail_cooldown_max = Duration::from_secs(s);
         }
-        c.cxl_dev_path = get("MC_CXL_DEV_PATH").map(|v| v.trim().into());
-        c.cluster_secret = lookup("MC_TE_CLUSTER_SECRET")
+        c.cxl_dev_path = get(crate::settings::CXL_DEV_PATH.name).map(|v| v.trim().into());
+        c.cluster_secret = lookup(crate::settings::TE_CLUSTER_SECRET.name)
             .filter(|v| !v.is_empty())
             .map(Redacted);
-        c.metadata_token = match lookup("MC_TE_METADATA_TOKEN").filter(|v| !v.is_empty()) {
-            Some(t) if t.bytes().all(|b| b.is_ascii_graphic()) => Some(Redacted(t)),
-            Some(_) => {
-                return Err(Error::InvalidConfig {
-                    name: "MC_TE_METADATA_TOKEN".into(),
-                    value: "<redacted>".into(),
-                    reason: "must be printable ASCII without spaces".into(),
-                });
-            }
-            None => None,
-        };
-        c.metadata_cluster_id = get("MC_METADATA_CLUSTER_ID").map(|v| v.trim().to_string());
-        c.redis_username = get("MC_REDIS_USERNAME");
-        c.redis_password = lookup("MC_REDIS_PASSWORD")
+        c.metadata_token =
+            match lookup(crate::settings::TE_METADATA_TOKEN.name).filter(|v| !v.is_empty()) {
+                Some(t) if t.bytes().all(|b| b.is_ascii_graphic()) => Some(Redacted(t)),
+                Some(_) => {
+                    return Err(Error::InvalidConfig {
+                        name: crate::settings::TE_METADATA_TOKEN.name.into(),
+                        value: "<redacted>".into(),
+                        reason: "must be printable ASCII without spaces".into(),
+                    });
+                }
+                None => None,
+            };
+        c.metadata_cluster_id =
+            get(crate::settings::METADATA_CLUSTER_ID.name).map(|v| v.trim().to_string());
+        c.redis_username = get(crate::settings::REDIS_USERNAME.name);
+        c.redis_password = lookup(crate::settings::REDIS_PASSWORD.name)
             .filter(|v| !v.is_empty())
             .map(Redacted);
-        if let Some(v) = get("MC_REDIS_DB_INDEX") {
-            c.redis_db_index = Some(parse_in("MC_REDIS_DB_INDEX", &v, 0, 65535)?);
+        if let Some(v) = get(crate::settings::REDIS_DB_INDEX.name) {
+            c.redis_db_index = Some(env::number_in(
+                crate::settings::REDIS_DB_INDEX.name,
+                &v,
+                0,
+                65535,
+            )?);
         }
-        if let Some(v) = get("MC_METADATA_REFRESH_SECS") {
-            let s: u64 = parse_in("MC_METADATA_REFRESH_SECS", &v, 1, 3600)?;
+        if let Some(v) = get(crate::settings::METADATA_REFRESH_SECS.name) {
+            let s: u64 = env::number_in(crate::settings::METADATA_REFRESH_SECS.name, &v, 1, 3600)?;
             c.metadata_refresh = Duration::from_secs(s);
         }
-        if let Some(v) = get("MC_TE_METADATA_REFRESH_BATCH") {
-            c.metadata_refresh_batch = parse_in("MC_TE_METADATA_REFRESH_BATCH", &v, 1, 1_000_000)?;
+        if let Some(v) = get(crate::settings::TE_METADATA_REFRESH_BATCH.name) {
+            c.metadata_refresh_batch = env::number_in(
+                crate::settings::TE_METADATA_REFRESH_BATCH.name,
+                &v,
+                1,
+                1_000_000,
+            )?;
         }
-        if let Some(v) = get("MC_CXL_DEV_SIZE") {
-            c.cxl_dev_size = Some(parse_size("MC_CXL_DEV_SIZE", &v)?);
+        if let Some(v) = get(crate::settings::CXL_DEV_SIZE.name) {
+            c.cxl_dev_size = Some(env::size(crate::settings::CXL_DEV_SIZE.name, &v)?);
         }
-        if let Some(v) = get("MC_HANDSHAKE_PORT") {
-            c.handshake_port = parse_in("MC_HANDSHAKE_PORT", &v, 1, u16::MAX)?;
+        if let Some(v) = get(crate::settings::HANDSHAKE_PORT.name) {
+            c.handshake_port =
+                env::number_in(crate::settings::HANDSHAKE_PORT.name, &v, 1, u16::MAX)?;
         }
         c.mooncake = crate::mooncake::MooncakeCompat::from_lookup(|k| get(k))?;
         c.limits = te_reactor::limits::ServerLimits::from_lookup(|k| get(k))?;
         c.mooncake.check(c.cluster_secret.is_some())?;
         Ok(c)
     }
-
-    /// The variables this config reads, for documentation and `--help` output.
-    pub const VARIABLES: &'static [&'static str] = &[
-        "MC_SLICE_SIZE",
-        "MC_FRAGMENT_RATIO",
-        "MC_RETRY_CNT",
-        "MC_TCP_BIND_ADDRESS",
-        "MC_MIN_RPC_PORT",
-        "MC_MAX_RPC_PORT",
-        "MC_HANDSHAKE_CONNECT_TIMEOUT",
-        "MC_HANDSHAKE_MAX_LENGTH",
-        "MC_HANDSHAKE_PORT",
-        "MC_SLICE_TIMEOUT",
-        "MC_TCP_LANES_PER_PEER",
-        "MC_TCP_STATUS_TIMEOUT_SEC",
-        "MC_TE_TCP_CONGESTION",
-        "MC_DISABLE_METACACHE",
-        "MC_LOG_LEVEL",
-        "MC_NUM_QP_PER_EP",
-        "MC_MAX_EP_PER_CTX",
-        "MC_WORKERS_PER_CTX",
-        "MC_ENDPOINT_STORE_TYPE",
-        "MC_TE_FILTERS",
-        "MC_TE_FILTERS_EXCLUDE",
-        "MC_CUSTOM_TOPO_JSON",
-        "MC_PATH_ROUNDROBIN",
-        "MC_RDMA_RAIL_PAUSE_SECONDS",
-        "MC_TE_RAIL_ERROR_THRESHOLD",
-        "MC_TE_RAIL_ERROR_WINDOW_SECS",
-        "MC_TE_RAIL_COOLDOWN_MAX_SECS",
-        "MC_CXL_DEV_PATH",
-        "MC_CXL_DEV_SIZE",
-        "MC_TE_CLUSTER_SECRET",
-        "MC_TE_METADATA_TOKEN",
-        "MC_METADATA_CLUSTER_ID",
-        "MC_REDIS_USERNAME",
-        "MC_REDIS_PASSWORD",
-        "MC_REDIS_DB_INDEX",
-        "MC_METADATA_REFRESH_SECS",
-        "MC_TE_METADATA_REFRESH_BATCH",
-        "MC_TE_MOONCAKE_COMPAT",
-        "MC_TE_MOONCAKE_ALLOW",
-        "MC_TE_MOONCAKE_ALLOW_V1",
-        "MC_TE_MOONCAKE_WITH_CLUSTER_SECRET",
-        "MC_TE_MOONCAKE_THREADS",
-        "MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES",
-        "MC_TE_MOONCAKE_BATCH_LOCAL_WRITES",
-        "MC_TE_SERVER_THREADS",
-        "MC_TE_MAX_DATA_CONNECTIONS",
-        "MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS",
-        "MC_TE_CONTROL_THREADS",
-        "MC_TE_MAX_CONTROL_CONNECTIONS",
-        "MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS",
-        "MC_TE_CONN_REPLY_BYTES",
-        "MC_TE_CLIENT_THREADS",
-        "MC_TE_CLIENT_LINGER_US",
-        "MC_TE_LISTEN_BACKLOG",
-        "MC_TE_CROWD_CONNECTIONS",
-        "MC_TE_CROWD_RCVBUF",
-    ];
 }
 
 #[cfg(test)]
@@ -561,12 +475,10 @@ mod tests {
             ("MC_TCP_BIND_ADDRESS", "127.0.0.1"),
             ("MC_LOG_LEVEL", "warning"),
             ("MC_SLICE_TIMEOUT", "7"),
-            ("MC_TCP_LANES_PER_PEER", "2"),
             ("MC_DISABLE_METACACHE", "1"),
             ("MC_TE_FILTERS", "eth1,veth0"),
             ("MC_PATH_ROUNDROBIN", "1"),
             ("MC_RDMA_RAIL_PAUSE_SECONDS", "5"),
-            ("MC_TE_TCP_CONGESTION", "cubic"),
         ])
         .unwrap();
         assert_eq!(c.slice_size, 131072);
@@ -575,15 +487,10 @@ mod tests {
         assert_eq!(c.tcp_bind_address, Some("127.0.0.1".parse().unwrap()));
         assert_eq!(c.log_level, LogLevel::Warning);
         assert_eq!(c.slice_timeout, Some(Duration::from_secs(7)));
-        assert_eq!(c.tcp_lanes_per_peer, 2);
         assert!(!c.metacache);
         assert!(c.nic_filter.names("veth0") && !c.nic_filter.admits("eth0", false));
         assert!(c.path_roundrobin);
         assert_eq!(c.rail_pause, Duration::from_secs(5));
-        assert_eq!(
-            c.tcp_congestion,
-            te_reactor::congestion::Congestion::Named("cubic".into())
-        );
     }
 
     #[test]
@@ -596,8 +503,6 @@ mod tests {
             ("MC_TCP_BIND_ADDRESS", "not-an-ip"),
             ("MC_LOG_LEVEL", "LOUD"),
             ("MC_HANDSHAKE_MAX_LENGTH", "999999999999"),
-            ("MC_TCP_LANES_PER_PEER", "0"),
-            ("MC_TE_TCP_CONGESTION", "bbr; reno"),
             ("MC_DISABLE_METACACHE", "maybe"),
             ("MC_WORKERS_PER_CTX", "9"),
             ("MC_PATH_ROUNDROBIN", "sometimes"),

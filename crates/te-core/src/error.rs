@@ -195,6 +195,15 @@ impl From<te_sys::Error> for Error {
     fn from(e: te_sys::Error) -> Self {
         match e {
             te_sys::Error::InvalidArgument(what) => Error::InvalidArgument(what),
+            te_sys::Error::InvalidConfig {
+                name,
+                value,
+                reason,
+            } => Error::InvalidConfig {
+                name,
+                value,
+                reason,
+            },
             te_sys::Error::Memory { owner, reason } => Error::Transport {
                 transport: owner,
                 reason,

@@ -19,7 +19,6 @@ pub mod clock;
 mod completion;
 pub mod config;
 pub mod control;
-pub mod endpoints;
 pub mod engine;
 pub mod error;
 #[cfg(test)]
@@ -36,6 +35,7 @@ pub mod rails;
 pub mod retry;
 pub mod router;
 pub mod segment;
+pub mod settings;
 pub mod slicer;
 mod small_list;
 pub mod transport;

@@ -83,7 +83,7 @@ pub fn plan(
     let matrix = match (&config.custom_topo_json, &config.rails) {
         (Some(path), _) => PriorityMatrix::from_custom_env(|_| Some(path.clone()))
             .map_err(|e| Error::InvalidConfig {
-                name: "MC_CUSTOM_TOPO_JSON".into(),
+                name: crate::settings::CUSTOM_TOPO_JSON.name.into(),
                 value: path.clone(),
                 reason: e.to_string(),
             })?

@@ -106,7 +106,7 @@ pub(crate) fn until_unpinned(mut unregister: impl FnMut() -> te_core::Result<()>
 
 /// `MC_TRANSFER_TIMEOUT` in seconds: 30 unless set, at least 5 (Mooncake's rule).
 pub(crate) fn transfer_timeout() -> Duration {
-    let secs = std::env::var("MC_TRANSFER_TIMEOUT")
+    let secs = std::env::var(crate::settings::TRANSFER_TIMEOUT.name)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(30)

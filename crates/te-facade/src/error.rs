@@ -146,10 +146,7 @@ pub const KINDS: [KindRow; 20] = {
 
 impl ErrorKind {
     fn row(self) -> &'static KindRow {
-        KINDS
-            .iter()
-            .find(|r| r.kind == self)
-            .unwrap_or(&KINDS[0])
+        KINDS.iter().find(|r| r.kind == self).unwrap_or(&KINDS[0])
     }
 
     /// Mooncake's `ERR_*` code for this kind.
@@ -218,7 +215,6 @@ impl FacadeError {
         self.kind().mooncake_code()
     }
 }
-
 
 /// `ERR_INVALID_ARGUMENT`: also what Mooncake's transfer calls return for every failure.
 pub const ERR_INVALID_ARGUMENT: i32 = -1;

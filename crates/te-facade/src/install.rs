@@ -46,7 +46,7 @@ pub(crate) fn install_classic(
     match protocol {
         Protocol::Tcp => {}
         Protocol::Rdma => {
-            let force_tcp = std::env::var("MC_FORCE_TCP")
+            let force_tcp = std::env::var(crate::settings::FORCE_TCP.name)
                 .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "on"))
                 .unwrap_or(false);
             if !force_tcp {

@@ -28,6 +28,7 @@ mod owned;
 mod protocol;
 mod runtime;
 mod session;
+pub mod settings;
 
 pub use backend::{Backend, Lists};
 pub use batches::{LOCAL_SEGMENT, NicLoad, SegmentRequest};

@@ -37,7 +37,7 @@ impl RuntimeKind {
 
     /// As [`from_env`](Self::from_env), with `is_set` telling which variables are set.
     pub fn from_lookup(is_set: impl Fn(&str) -> bool) -> Self {
-        match is_set("MC_USE_TENT") || is_set("MC_USE_TEV1") {
+        match is_set(crate::settings::USE_TENT.name) || is_set(crate::settings::USE_TEV1.name) {
             true => RuntimeKind::Tent,
             false => RuntimeKind::Classic,
         }

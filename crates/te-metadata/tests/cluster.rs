@@ -407,9 +407,10 @@ fn cluster_node() {
     let url = env("TE_CLUSTER_URL");
     let mut config = Config::default();
     config.tcp_bind_address = Some(env("TE_CLUSTER_IP").parse().unwrap());
-    config.tcp_lanes_per_peer = 1;
     config.metadata_refresh = Duration::from_secs(1);
     config.handshake_connect_timeout = Duration::from_secs(2);
+    let mut one_lane = te_tcp::TcpSettings::default();
+    one_lane.lanes_per_peer = 1;
     // The service may still be electing a leader: starting is retried.
     let deadline = Instant::now() + Duration::from_secs(60);
     let engine = loop {
@@ -423,7 +424,7 @@ fn cluster_node() {
         }
     };
     engine
-        .install_transport(Arc::new(TcpTransport::new()))
+        .install_transport(Arc::new(TcpTransport::with_settings(one_lane)))
         .unwrap();
     let local = Arc::new(HostBuffer::new(2 * BLOCK).unwrap());
     engine

@@ -25,6 +25,7 @@
 #![deny(unsafe_code)]
 
 mod handle;
+pub mod settings;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -88,10 +89,10 @@ impl NvlinkOptions {
 
     /// The options from `lookup` (a variable's value by name).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let mnnvl = switch(&lookup, "MC_FORCE_MNNVL");
+        let mnnvl = switch(&lookup, crate::settings::FORCE_MNNVL.name);
         NvlinkOptions {
             mnnvl,
-            use_fabric: mnnvl || switch(&lookup, "MC_USE_FABRIC"),
+            use_fabric: mnnvl || switch(&lookup, crate::settings::USE_FABRIC.name),
         }
     }
 }

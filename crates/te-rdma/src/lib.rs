@@ -38,6 +38,7 @@ pub mod liveness;
 mod mooncake;
 mod refusals;
 pub mod route;
+pub mod settings;
 mod sweep;
 pub mod verbs;
 mod worker;
@@ -51,10 +52,10 @@ use handshake::{Handshake, MAX_QPS_PER_EP, Request, check_shape, parse_request, 
 use serde_json::json;
 use te_core::Config;
 use te_core::control::ControlState;
-use te_core::endpoints::EndpointStore;
 use te_core::memory::Region;
 use te_core::segment::{DeviceDesc, RemoteSegment, SegmentDesc, SegmentSecret};
 use te_core::transport::{Capabilities, CompletionSink, InstallContext, SliceOp, Transport};
+use te_workers::EndpointStore;
 use tracing::{debug, info, warn};
 use verbs::{Endpoint, Mr, Nic, QpInfo, VerbsOptions};
 
@@ -105,40 +106,33 @@ impl RdmaOptions {
         let num = |name: &str, lo: u64, hi: u64| -> te_core::Result<Option<u64>> {
             match lookup(name).filter(|v| !v.trim().is_empty()) {
                 None => Ok(None),
-                Some(v) => match v.trim().parse::<u64>() {
-                    Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
-                    _ => Err(te_core::Error::InvalidConfig {
-                        name: name.into(),
-                        value: v,
-                        reason: format!("expected {lo}..={hi}"),
-                    }),
-                },
+                Some(v) => Ok(Some(te_sys::env::number_in(name, &v, lo, hi)?)),
             }
         };
-        if let Some(p) = num("MC_IB_PORT", 1, 255)? {
+        if let Some(p) = num(crate::settings::IB_PORT.name, 1, 255)? {
             o.verbs.port = p as u8;
         }
-        o.verbs.gid_index = num("MC_GID_INDEX", 0, 255)?.map(|g| g as u32);
-        if let Some(w) = num("MC_MAX_WR", 1, 65536)? {
+        o.verbs.gid_index = num(crate::settings::GID_INDEX.name, 0, 255)?.map(|g| g as u32);
+        if let Some(w) = num(crate::settings::MAX_WR.name, 1, 65536)? {
             o.verbs.max_wr = w as u32;
         }
-        if let Some(t) = num("MC_IB_TIMEOUT", 1, 31)? {
+        if let Some(t) = num(crate::settings::IB_TIMEOUT.name, 1, 31)? {
             o.verbs.timeout = t as u8;
         }
-        if let Some(sl) = num("MC_IB_SL", 0, 15)? {
+        if let Some(sl) = num(crate::settings::IB_SL.name, 0, 15)? {
             o.verbs.service_level = sl as u8;
         }
-        if let Some(tc) = num("MC_IB_TC", 0, 255)? {
+        if let Some(tc) = num(crate::settings::IB_TC.name, 0, 255)? {
             o.verbs.traffic_class = tc as u8;
         }
-        o.verbs.mtu = num("MC_MTU", 256, 4096)?.map(|m| m as u32);
-        if let Some(c) = num("MC_NUM_CQ_PER_CTX", 1, 256)? {
+        o.verbs.mtu = num(crate::settings::MTU.name, 256, 4096)?.map(|m| m as u32);
+        if let Some(c) = num(crate::settings::NUM_CQ_PER_CTX.name, 1, 256)? {
             o.verbs.cqs = c as u32;
         }
-        if let Some(m) = num("MC_MAX_MR_SIZE", 4096, u64::MAX)? {
+        if let Some(m) = num(crate::settings::MAX_MR_SIZE.name, 4096, u64::MAX)? {
             o.max_mr_size = m;
         }
-        if let Some(s) = num("MC_TE_RDMA_PEER_SWEEP_SECS", 1, 86_400)? {
+        if let Some(s) = num(crate::settings::TE_RDMA_PEER_SWEEP_SECS.name, 1, 86_400)? {
             o.peer_sweep = Duration::from_secs(s);
         }
         Ok(o)

@@ -6,9 +6,8 @@
 //!
 //! Why: between two addresses of one host there is no network to share, yet a host whose
 //! default is BBR (without the `fq` queueing discipline) paces every connection with a timer
-//! per burst, and on a VM each timer costs an exit. Measured on a 2-core VM whose default is
-//! bbr: iperf3's single stream moved 22 Gbit/s with bbr and 70 with reno, and te-bench's
-//! 64 KiB WRITEs 4.2 GB/s with bbr and 7.3 with reno. So by default ([`Congestion::Auto`])
+//! per burst, and on a VM each timer costs an exit (`docs/tuning.md`). So by default
+//! ([`Congestion::Auto`])
 //! te's same-host connections use [`SAME_HOST`] (reno: built into every Linux kernel and
 //! allowed to unprivileged processes), and every other connection keeps the host's choice,
 //! which its operator made for the network.

@@ -31,6 +31,23 @@ pub enum Error {
     },
 }
 
+impl From<te_sys::Error> for Error {
+    fn from(e: te_sys::Error) -> Self {
+        match e {
+            te_sys::Error::InvalidConfig {
+                name,
+                value,
+                reason,
+            } => Error::InvalidConfig {
+                name,
+                value,
+                reason,
+            },
+            other => Error::Malformed(other.to_string()),
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn socket(context: impl Into<String>, source: io::Error) -> Self {
         Error::Socket {

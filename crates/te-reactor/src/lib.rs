@@ -34,11 +34,13 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::{debug, error, warn};
 
 mod admission;
+pub mod allow;
 pub mod congestion;
 mod error;
 pub mod http;
 pub mod limits;
 pub mod secret;
+pub mod settings;
 
 pub use admission::{AddressCap, EVICT_MIN_IDLE, Slot};
 use admission::{Admission, oldest_idle};

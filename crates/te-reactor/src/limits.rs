@@ -92,62 +92,90 @@ impl ServerLimits {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let d = ServerLimits::default();
         let read = |name: &str, default: usize, min: usize, max: usize| -> Result<usize> {
-            let Some(v) = get(name) else {
-                return Ok(default);
-            };
-            v.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (min..=max).contains(n))
-                .ok_or_else(|| Error::InvalidConfig {
-                    name: name.into(),
-                    value: v.clone(),
-                    reason: format!("must be a number between {min} and {max}"),
-                })
+            match get(name) {
+                None => Ok(default),
+                Some(v) => Ok(te_sys::env::number_in(name, &v, min, max)?),
+            }
         };
         Ok(ServerLimits {
-            server_threads: read("MC_TE_SERVER_THREADS", d.server_threads, 1, 256)?,
+            server_threads: read(
+                crate::settings::TE_SERVER_THREADS.name,
+                d.server_threads,
+                1,
+                256,
+            )?,
             max_data_connections: read(
-                "MC_TE_MAX_DATA_CONNECTIONS",
+                crate::settings::TE_MAX_DATA_CONNECTIONS.name,
                 d.max_data_connections,
                 1,
                 1 << 20,
             )?,
             max_data_connections_per_address: read(
-                "MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS",
+                crate::settings::TE_MAX_DATA_CONNECTIONS_PER_ADDRESS.name,
                 d.max_data_connections_per_address,
                 0,
                 1 << 20,
             )?,
-            control_threads: read("MC_TE_CONTROL_THREADS", d.control_threads, 1, 64)?,
+            control_threads: read(
+                crate::settings::TE_CONTROL_THREADS.name,
+                d.control_threads,
+                1,
+                64,
+            )?,
             max_control_connections: read(
-                "MC_TE_MAX_CONTROL_CONNECTIONS",
+                crate::settings::TE_MAX_CONTROL_CONNECTIONS.name,
                 d.max_control_connections,
                 1,
                 1 << 20,
             )?,
             max_control_connections_per_address: read(
-                "MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS",
+                crate::settings::TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS.name,
                 d.max_control_connections_per_address,
                 0,
                 1 << 20,
             )?,
-            listen_backlog: read("MC_TE_LISTEN_BACKLOG", d.listen_backlog, 1, 65_535)?,
-            conn_reply_bytes: read("MC_TE_CONN_REPLY_BYTES", d.conn_reply_bytes, 64, 1 << 20)?,
-            client_threads: read("MC_TE_CLIENT_THREADS", d.client_threads, 1, 256)?,
-            client_linger_us: read("MC_TE_CLIENT_LINGER_US", d.client_linger_us, 0, 10_000)?,
-            crowd_connections: read("MC_TE_CROWD_CONNECTIONS", d.crowd_connections, 1, 1 << 20)?,
+            listen_backlog: read(
+                crate::settings::TE_LISTEN_BACKLOG.name,
+                d.listen_backlog,
+                1,
+                65_535,
+            )?,
+            conn_reply_bytes: read(
+                crate::settings::TE_CONN_REPLY_BYTES.name,
+                d.conn_reply_bytes,
+                64,
+                1 << 20,
+            )?,
+            client_threads: read(
+                crate::settings::TE_CLIENT_THREADS.name,
+                d.client_threads,
+                1,
+                256,
+            )?,
+            client_linger_us: read(
+                crate::settings::TE_CLIENT_LINGER_US.name,
+                d.client_linger_us,
+                0,
+                10_000,
+            )?,
+            crowd_connections: read(
+                crate::settings::TE_CROWD_CONNECTIONS.name,
+                d.crowd_connections,
+                1,
+                1 << 20,
+            )?,
             crowd_receive_buffer: match read(
-                "MC_TE_CROWD_RCVBUF",
+                crate::settings::TE_CROWD_RCVBUF.name,
                 d.crowd_receive_buffer,
                 0,
                 64 << 20,
             )? {
                 n @ 1..0x10000 => {
                     return Err(Error::InvalidConfig {
-                        name: "MC_TE_CROWD_RCVBUF".into(),
+                        name: crate::settings::TE_CROWD_RCVBUF.name.into(),
                         // The text as given, as every other variable's refusal quotes it.
-                        value: get("MC_TE_CROWD_RCVBUF").unwrap_or_else(|| n.to_string()),
+                        value: get(crate::settings::TE_CROWD_RCVBUF.name)
+                            .unwrap_or_else(|| n.to_string()),
                         reason: "must be 0 (the kernel sizes every buffer) or between 65536 and \
                                  67108864"
                             .into(),
@@ -195,17 +223,13 @@ impl ServerLimits {
 ///
 /// Linux sizes a connection's receive buffer from how fast the application reads it
 /// (autotuning). A server holding thousands of busy connections on a few loops reads each one
-/// rarely: with 1,024 peers × 4 lanes writing 64 KiB blocks over loopback, a connection waits
-/// tens of milliseconds for its turn while its data sits unread. Its receiver then holds back
-/// acknowledgements, and the sender's tail-loss probe sends the data again: 9,000–26,000
-/// spurious retransmissions (each acknowledged as a duplicate) in 3 s here, against about 350
-/// with 16 peers. With the buffers of connections accepted into that crowd fixed at 2 MiB
-/// (`SO_RCVBUF`) there were about 1,400, and the aggregate rose from 2.99 to 3.38 GB/s
-/// (medians of 6 alternating runs). A fixed buffer has a price where few connections are busy:
-/// it forgoes the larger buffers autotuning gives a fast connection (one peer, 4 lanes, every
-/// buffer fixed at 2 MiB: 1 MiB WRITEs 16 % and 64 KiB WRITEs 24 % slower, medians of 4
-/// alternating runs). So buffers are fixed only on connections accepted while the server is
-/// crowded; the ones it already holds keep theirs.
+/// rarely: with a thousand peers, a connection waits tens of milliseconds for its turn while its
+/// data sits unread. Its receiver then holds back acknowledgements, and the sender's tail-loss
+/// probe sends the data again, spuriously. A fixed buffer (`SO_RCVBUF`) on connections accepted
+/// into that crowd avoids most of those retransmissions; where few connections are busy it would
+/// forgo the larger buffers autotuning gives a fast connection. So buffers are fixed only on
+/// connections accepted while the server is crowded; the ones it already holds keep theirs
+/// (`docs/tuning.md`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReceiveBuffer {
     /// Every buffer left to the kernel.

@@ -4,6 +4,16 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A setting te cannot honour (the variable named).
+    #[error("invalid setting {name}={value:?}: {reason}")]
+    InvalidConfig {
+        /// The variable.
+        name: String,
+        /// The value as given.
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
     /// An argument that cannot be honoured (a zero length, a range past a buffer's end, a
     /// shared-memory name that is not te's).
     #[error("invalid argument: {0}")]

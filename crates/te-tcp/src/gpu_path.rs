@@ -1,5 +1,5 @@
 //! The target side's blocking path: a data connection on a thread of its own, where
-//! [`crate::target`]'s event loops send a connection whose request touches GPU memory (staging
+//! [`crate::native_target`]'s event loops send a connection whose request touches GPU memory (staging
 //! buffers and GPU copies may wait; the loops never do). It serves with the same checks as the
 //! loops: the proof of the secret, the bounds of one registered region and its permission before
 //! any byte of memory is touched; a refused request gets an error reply and touches no memory; a
@@ -22,8 +22,8 @@ use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
 use tracing::{debug, warn};
 
-use crate::mooncake_wire;
 use crate::sys;
+use crate::wire::mooncake as mooncake_wire;
 use crate::wire::{REQUEST_LEN, REQUEST_MAGIC, Reply, Request, Status};
 
 /// A rejected WRITE body up to this size is drained to keep the connection; larger ones close it.

@@ -1,51 +1,54 @@
-//! te-tcp: the TCP transport.
+//! te-tcp: the TCP transport. Modules by role:
 //!
-//! - Target side (`target`, on te-core's event loops; `server` for connections on GPU memory):
-//!   a data listener per rail, served by a fixed pool of threads however many peers connect;
-//!   every request is checked (proof of the segment secret, bounds of one registered region,
-//!   permission) before any byte of memory is touched, and a WRITE is acknowledged only once
-//!   its bytes are in memory.
-//! - Initiator side (`lane`, driven by `dialer`'s event loops): per peer,
-//!   `MC_TCP_LANES_PER_PEER` persistent connections and no thread of their own
-//!   (`MC_TE_CLIENT_THREADS` loops drive them all); slices go to the least-loaded lane and are
-//!   pipelined; bytes move between the socket and registered memory with no copy of te's own.
-//!
-//! The wire format is te's own ([`wire`]), not Mooncake's ([`mooncake_wire`]): it carries a
-//! proof of the segment secret. te's listeners are published in `te_rails`, never as Mooncake's
-//! `tcp_data_port`, so a Mooncake initiator never takes a refused WRITE for a done one.
-//! Not done here: several interfaces as rails, failover across rails (te-core's router).
+//! - `native_target`: the target side in te's framing, on te-reactor's event loops: a data
+//!   listener per rail, served by a fixed pool of threads however many peers connect; every
+//!   request is checked (proof of the segment secret, bounds of one registered region,
+//!   permission) before any byte of memory is touched, and a WRITE is acknowledged only once its
+//!   bytes are in memory. `gpu_path`: the blocking path a connection on GPU memory takes, on a
+//!   thread of its own; `staging`: the pinned host buffers GPU memory is staged through.
+//! - `mooncake_target`: the target side in Mooncake's framing, for Mooncake initiators (opt-in).
+//! - `initiator`: per peer, `MC_TCP_LANES_PER_PEER` persistent connections (lanes) and no thread
+//!   of their own (`initiator::dialer`'s `MC_TE_CLIENT_THREADS` loops drive them all); slices go
+//!   to the least-loaded lane and are pipelined; bytes move between the socket and registered
+//!   memory with no copy of te's own.
+//! - [`wire`]: te's framing, and Mooncake's ([`wire::mooncake`]). te's carries a proof of the
+//!   segment secret. te's listeners are published in `te_rails`, never as Mooncake's
+//!   `tcp_data_port`, so a Mooncake initiator never takes a refused WRITE for a done one.
+//! - [`settings`], `config`: the variables te-tcp reads and [`TcpSettings`].
 //!
 //! Unsafe code is confined to `sys` (the raw socket calls) and the places that hand it
-//! registered addresses (`lane`, `target`, `server`, and the Mooncake listener's `compat::conn` and
-//! `compat::blocking`), each call with a `SAFETY:` comment.
+//! registered addresses (`initiator`, `native_target`, `gpu_path`, and `mooncake_target`'s
+//! `conn` and `blocking`), each call with a `SAFETY:` comment.
 #![deny(unsafe_code)]
 
-mod compat;
-mod dialer;
+mod config;
 mod error;
-mod lane;
-pub mod mooncake_wire;
+mod gpu_path;
+mod initiator;
+mod mooncake_target;
+mod native_target;
 mod rails;
-mod server;
+pub mod settings;
 mod staging;
 mod sys;
-mod target;
 pub mod wire;
 
 use std::sync::{Arc, Mutex, RwLock};
 
-use te_core::endpoints::{EndpointStore, EvictionPolicy};
+use te_core::config::EvictionPolicy;
 use te_core::segment::{RailAddr, RemoteSegment, SegmentDesc};
 use te_core::transport::{
     CompletionSink, InstallContext, Rail, RailStats, SliceError, SliceOp, Transport,
 };
 use te_reactor::Server;
+use te_workers::EndpointStore;
 use tracing::{debug, info, warn};
 
+pub use config::TcpSettings;
 pub use error::Error;
-use lane::{Framing, Lane, LaneSettings, PeerKey, Shares};
+use gpu_path::TargetState;
+use initiator::{Framing, Lane, LaneSettings, PeerKey, Shares};
 use rails::{CountingSink, RailCounters};
-use server::TargetState;
 
 /// Slices towards a Mooncake target: its server handles one request at a time per connection
 /// and pays per request, and Mooncake's own initiator sends a request whole, so te's 64 KiB
@@ -62,7 +65,7 @@ struct Installed {
     mooncake: Option<Server>,
     counters: Arc<Vec<RailCounters>>,
     /// The event loops driving every lane.
-    dialer: dialer::Dialer,
+    dialer: initiator::dialer::Dialer,
 }
 
 /// The lanes to one (local rail, remote rail address): te-tcp's endpoint.
@@ -79,6 +82,8 @@ pub struct TcpTransport {
     sink: std::sync::OnceLock<Arc<dyn CompletionSink>>,
     /// GPU regions, whose slices are staged through host memory on both sides.
     staging: Arc<staging::GpuStaging>,
+    /// Settings given at creation; otherwise read from the environment at install.
+    settings: Option<TcpSettings>,
 }
 
 impl Default for TcpTransport {
@@ -88,6 +93,7 @@ impl Default for TcpTransport {
             peers: Mutex::new(EndpointStore::new(65535, EvictionPolicy::Sieve)),
             sink: std::sync::OnceLock::new(),
             staging: Arc::default(),
+            settings: None,
         }
     }
 }
@@ -112,6 +118,14 @@ impl TcpTransport {
         Self::default()
     }
 
+    /// A transport not yet installed, with `settings` instead of the environment's.
+    pub fn with_settings(settings: TcpSettings) -> Self {
+        TcpTransport {
+            settings: Some(settings),
+            ..Self::default()
+        }
+    }
+
     /// The first rail's data listener port, once installed.
     pub fn data_port(&self) -> Option<u16> {
         self.installed
@@ -133,7 +147,7 @@ impl TcpTransport {
             // A connect failed since the address was resolved: the name may have moved (a
             // restarted peer), so it is resolved again here, never on a lane loop.
             if lanes.iter().any(Lane::address_stale) {
-                match lane::peer_address(key) {
+                match initiator::peer_address(key) {
                     Ok(to) => lanes.iter().for_each(|l| l.readdress(to)),
                     Err(e) => {
                         debug!(host = %key.host, error = %e, "peer address not resolved again")
@@ -145,14 +159,14 @@ impl TcpTransport {
         // A new peer: its address is resolved here, on the posting thread and outside the
         // peers' lock, so a slow name service holds up neither the lane loops nor posts to
         // other peers.
-        let to = lane::peer_address(key)?;
+        let to = initiator::peer_address(key)?;
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(lanes) = peers.get(key) {
             return Ok(lanes.clone());
         }
         let installed = self.installed.read().unwrap_or_else(|e| e.into_inner());
         let inst = installed.as_ref().ok_or("tcp transport is not installed")?;
-        let placement = dialer::Placement::for_framing(key.framing);
+        let placement = initiator::dialer::Placement::for_framing(key.framing);
         let placed = inst.dialer.place(inst.lanes_per_peer, placement);
         let lanes = placed
             .into_iter()
@@ -251,12 +265,14 @@ fn peer_key(op: &SliceOp, rails: &[(Rail, Server)]) -> Result<PeerKey, SliceErro
 /// Mooncake peer reaches the engine's control listener at), and says loudly what it opens.
 fn start_mooncake_listener(
     ctx: &InstallContext,
+    tcp: &TcpSettings,
     staging: &Arc<staging::GpuStaging>,
 ) -> Result<Server, String> {
-    let state = Arc::new(compat::CompatState {
+    let state = Arc::new(mooncake_target::CompatState {
         regions: ctx.regions.clone(),
         compat: ctx.config.mooncake.clone(),
-        stall_timeout: ctx.config.tcp_status_timeout,
+        tcp: tcp.clone(),
+        stall_timeout: tcp.status_timeout,
         staging: staging.clone(),
     });
     let listener = std::net::TcpListener::bind((ctx.bind_ip, 0)).map_err(|e| {
@@ -265,13 +281,8 @@ fn start_mooncake_listener(
             ctx.bind_ip
         )
     })?;
-    let listener = compat::start(
-        listener,
-        state,
-        &ctx.config.limits,
-        &ctx.config.tcp_congestion,
-    )
-    .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
+    let listener = mooncake_target::start(listener, state, &ctx.config.limits, &tcp.congestion)
+        .map_err(|e| format!("starting the Mooncake-compatible listener: {e}"))?;
     let allow = ctx.config.mooncake.allow.as_ref().map_or_else(
         || "ANY address that reaches it (no MC_TE_MOONCAKE_ALLOW)".to_string(),
         ToString::to_string,
@@ -318,11 +329,15 @@ impl Transport for TcpTransport {
             transport: "tcp",
             reason,
         };
-        let protocol = Arc::new(target::TargetProtocol {
+        let tcp = match &self.settings {
+            Some(s) => s.clone(),
+            None => TcpSettings::from_env()?,
+        };
+        let protocol = Arc::new(native_target::TargetProtocol {
             state: TargetState {
                 regions: ctx.regions.clone(),
                 secret: ctx.secret,
-                stall_timeout: ctx.config.tcp_status_timeout,
+                stall_timeout: tcp.status_timeout,
                 staging: self.staging.clone(),
             },
             reply_bytes: ctx.config.limits.conn_reply_bytes,
@@ -335,11 +350,11 @@ impl Transport for TcpTransport {
                     rail.name, rail.ip
                 ))
             })?;
-            let listener = target::start(
+            let listener = native_target::start(
                 listener,
                 protocol.clone(),
                 &ctx.config.limits,
-                &ctx.config.tcp_congestion,
+                &tcp.congestion,
             )
             .map_err(|e| {
                 err(format!(
@@ -351,7 +366,7 @@ impl Transport for TcpTransport {
             listeners.push((rail.clone(), listener));
         }
         let mooncake = match ctx.config.mooncake.enabled {
-            true => Some(start_mooncake_listener(&ctx, &self.staging).map_err(err)?),
+            true => Some(start_mooncake_listener(&ctx, &tcp, &self.staging).map_err(err)?),
             false => None,
         };
         let counters = Arc::new(
@@ -371,17 +386,17 @@ impl Transport for TcpTransport {
         let _ = self.sink.set(sink.clone());
         let limits = &ctx.config.limits;
         let linger = std::time::Duration::from_micros(limits.client_linger_us as u64);
-        let dialer = dialer::Dialer::start(limits.client_threads, linger)
+        let dialer = initiator::dialer::Dialer::start(limits.client_threads, linger)
             .map_err(|e| err(format!("starting the lane loops: {e}")))?;
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
             sink,
             settings: Arc::new(LaneSettings {
                 connect_timeout: ctx.config.handshake_connect_timeout,
-                status_timeout: ctx.config.tcp_status_timeout,
+                status_timeout: tcp.status_timeout,
                 staging: self.staging.clone(),
-                congestion: ctx.config.tcp_congestion.clone(),
+                congestion: tcp.congestion.clone(),
             }),
-            lanes_per_peer: ctx.config.tcp_lanes_per_peer,
+            lanes_per_peer: tcp.lanes_per_peer,
             listeners,
             mooncake,
             counters,

@@ -208,8 +208,7 @@ pub unsafe fn send_some(sock: &impl AsRawFd, parts: &[(u64, usize)]) -> io::Resu
 /// it is copied from; the kernel's copy (and the peer's, out of the same page) then runs
 /// several times slower per byte than between ranges aligned alike. Written into the pipe, the
 /// head sits in a page of the pipe's own, which the socket takes by reference, and every
-/// payload lands as aligned as its source (Mooncake's initiator reading 64 KiB blocks from a
-/// C target on 2 cores beside a spinning thread: 1.70-1.95 GB/s against 1.25-1.44).
+/// payload lands as aligned as its source (`docs/tuning.md`).
 ///
 /// Only the head goes this way: its bytes are the caller's own, copied into the pipe, so
 /// nothing of registered memory is ever referenced past the call.

@@ -318,10 +318,9 @@ fn permissions_are_enforced_on_both_sides() {
 
 #[test]
 fn garbage_on_the_data_and_control_ports() {
-    let mut cfg = config();
-    cfg.tcp_status_timeout = Duration::from_secs(1);
+    let cfg = config();
     let initiator = engine();
-    let target = engine_with(cfg);
+    let target = engine_with_tcp(cfg, tcp(|t| t.status_timeout = Duration::from_secs(1)));
     let local = buffer(1 << 20);
     let remote = buffer(1 << 20);
     register(&initiator, &local, Permission::LocalOnly);
@@ -407,7 +406,7 @@ fn garbage_on_the_data_and_control_ports() {
     // status, and nothing is written; an unacknowledged one gets te's Malformed reply and a
     // close. Neither waits for bytes that will never come.
     for acked in [true, false] {
-        let mooncake = te_tcp::mooncake_wire::Header {
+        let mooncake = te_tcp::wire::mooncake::Header {
             opcode: Opcode::Write,
             addr: p.remote.addr(),
             size: 8,
@@ -422,7 +421,7 @@ fn garbage_on_the_data_and_control_ports() {
         if acked {
             assert_eq!(
                 answer,
-                te_tcp::mooncake_wire::encode_status(te_tcp::mooncake_wire::STATUS_REJECTED)
+                te_tcp::wire::mooncake::encode_status(te_tcp::wire::mooncake::STATUS_REJECTED)
             );
         } else {
             let reply = Reply::decode(answer[..REPLY_LEN].try_into().unwrap()).unwrap();
@@ -527,9 +526,8 @@ fn garbage_on_the_data_and_control_ports() {
 #[test]
 fn in_flight_batches_and_regions_cannot_be_freed_and_cancel_drains_them() {
     let mut cfg = config();
-    cfg.tcp_status_timeout = Duration::from_secs(2);
     cfg.retry_cnt = 1;
-    let e = engine_with(cfg);
+    let e = engine_with_tcp(cfg, tcp(|t| t.status_timeout = Duration::from_secs(2)));
     let local = buffer(8 << 20);
     register(&e, &local, Permission::LocalOnly);
     let (_control, name, _blackhole) = silent_segment(8 << 20);

@@ -13,9 +13,11 @@ use te_testkit::connection_congestion;
 /// Moves 1 MiB to the target and back with engines using `policy`; returns the algorithm of
 /// every connection to the target's data port, checked for the bytes on the way.
 fn connections_after_a_transfer(policy: Congestion) -> Vec<String> {
-    let mut c = config();
-    c.tcp_congestion = policy;
-    let (initiator, target) = (engine_with(c.clone()), engine_with(c));
+    let settings = tcp(|t| t.congestion = policy);
+    let (initiator, target) = (
+        engine_with_tcp(config(), settings.clone()),
+        engine_with_tcp(config(), settings),
+    );
     let len = 1 << 20;
     let (local, remote) = (buffer(len), buffer(len));
     register(&initiator, &local, Permission::LocalOnly);

@@ -28,9 +28,8 @@ fn ten_thousand_endpoint_creations_with_capacity_64_leak_no_descriptor() {
         .collect();
     let mut cfg = config();
     cfg.max_ep_per_ctx = 64;
-    cfg.tcp_lanes_per_peer = 1;
     let before = open_fds();
-    let e = engine_with(cfg);
+    let e = engine_with_tcp(cfg, tcp(|t| t.lanes_per_peer = 1));
     let local = buffer(4096);
     register(&e, &local, Permission::LocalOnly);
     let segments: Vec<u64> = targets

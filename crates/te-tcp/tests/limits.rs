@@ -17,9 +17,8 @@ fn a_peer_over_the_connection_cap_fails_naming_it_and_the_others_are_served() {
     register(&target, &remote, Permission::RemoteReadWrite);
     let one_lane = || {
         let mut c = config();
-        c.tcp_lanes_per_peer = 1;
         c.retry_cnt = 1;
-        engine_with(c)
+        engine_with_tcp(c, tcp(|t| t.lanes_per_peer = 1))
     };
     // The first peer takes the only place, and keeps it (its lane stays connected).
     let first = one_lane();

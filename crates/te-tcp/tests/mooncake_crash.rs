@@ -260,9 +260,8 @@ fn signal(pid: u32, sig: &str) {
 fn a_stopped_mooncake_target_fails_the_batch_after_the_status_timeout() {
     let blocks = 64;
     let mut cfg = config();
-    cfg.tcp_status_timeout = Duration::from_secs(2);
     cfg.retry_cnt = 1;
-    let te = engine_with(cfg);
+    let te = engine_with_tcp(cfg, tcp(|t| t.status_timeout = Duration::from_secs(2)));
     let local = buffer(blocks * MIB);
     local.write_at(0, &pattern(91, blocks * MIB)).unwrap();
     register(&te, &local, Permission::LocalOnly);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use te_core::{Opcode, Permission, TransferEngine};
-use te_tcp::mooncake_wire::{HEADER_LEN, STATUS_OK, STATUS_REJECTED, encode_status};
+use te_tcp::wire::mooncake::{HEADER_LEN, STATUS_OK, STATUS_REJECTED, encode_status};
 
 fn target(stall: Duration) -> TransferEngine {
     target_with(stall, false)
@@ -20,10 +20,11 @@ fn target(stall: Duration) -> TransferEngine {
 /// A target whose same-host peers' large WRITEs are spread over the loops or not
 /// (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES`).
 fn target_with(stall: Duration, spread_local_writes: bool) -> TransferEngine {
-    let spread = if spread_local_writes { "1" } else { "0" };
-    let mut c = compat_config(&[("MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES", spread)]);
-    c.tcp_status_timeout = stall;
-    engine_with(c)
+    let settings = tcp(|t| {
+        t.status_timeout = stall;
+        t.spread_local_writes = spread_local_writes;
+    });
+    engine_with_tcp(compat_config(&[]), settings)
 }
 
 fn connect(t: &TransferEngine) -> TcpStream {

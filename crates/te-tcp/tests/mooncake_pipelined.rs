@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use te_core::{Opcode, Permission, TransferEngine};
-use te_tcp::mooncake_wire::HEADER_LEN;
+use te_tcp::wire::mooncake::HEADER_LEN;
 
 /// One body shorter than the listener's 64 KiB receive piece, one longer (received in pieces,
 /// the last with the next header).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use te_core::{Opcode, Permission, TransferState};
-use te_tcp::mooncake_wire::{HEADER_LEN, Header, STATUS_OK, encode_status};
+use te_tcp::wire::mooncake::{HEADER_LEN, Header, STATUS_OK, encode_status};
 
 /// Where the peer's buffer claims to start, and its length.
 const BASE: u64 = 1 << 32;

@@ -77,7 +77,7 @@ fn loops_serve_local_writes_in_batch_unless_told_not_to() {
         );
         serve(&mut s, Opcode::Read, mem.addr(), &data);
     }
-    let t = engine_with(compat_config(&[("MC_TE_MOONCAKE_BATCH_LOCAL_WRITES", "0")]));
+    let t = engine_with_tcp(compat_config(&[]), tcp(|t| t.batch_local_writes = false));
     let mem = buffer(1 << 20);
     register(&t, &mem, Permission::RemoteReadWrite);
     let mut s = connect_compat(&t);

@@ -135,9 +135,8 @@ fn a_killed_peer_fails_fast_and_a_restarted_one_serves_again() {
     let name = format!("127.0.0.1:{port}");
     let (mut peer, remote) = idle_target(&name);
     let mut cfg = config();
-    cfg.tcp_status_timeout = Duration::from_secs(2);
     cfg.retry_cnt = 2;
-    let e = engine_with(cfg);
+    let e = engine_with_tcp(cfg, tcp(|t| t.status_timeout = Duration::from_secs(2)));
     let local = buffer(64 << 20);
     register(&e, &local, Permission::LocalOnly);
     let seg = e.open_segment(&name).unwrap();

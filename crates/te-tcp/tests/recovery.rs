@@ -110,8 +110,7 @@ fn a_cut_connection_is_retried_and_the_data_lands_intact() {
 fn a_task_past_its_deadline_ends_timeout() {
     let mut cfg = config();
     cfg.slice_timeout = Some(Duration::from_secs(1));
-    cfg.tcp_status_timeout = Duration::from_secs(2);
-    let e = engine_with(cfg);
+    let e = engine_with_tcp(cfg, tcp(|t| t.status_timeout = Duration::from_secs(2)));
     let local = buffer(1 << 20);
     register(&e, &local, Permission::LocalOnly);
     let (_control, name, _blackhole) = silent_segment(1 << 20);
@@ -136,10 +135,10 @@ fn a_task_past_its_deadline_ends_timeout() {
 #[test]
 fn a_hung_peer_fails_a_large_batch_in_one_stall_per_attempt() {
     let mut cfg = config();
-    cfg.tcp_status_timeout = Duration::from_secs(1);
     cfg.retry_cnt = 1;
-    let lanes = cfg.tcp_lanes_per_peer;
-    let e = engine_with(cfg);
+    let settings = tcp(|t| t.status_timeout = Duration::from_secs(1));
+    let lanes = settings.lanes_per_peer;
+    let e = engine_with_tcp(cfg, settings);
     let len = 128 << 20;
     let local = buffer(len);
     register(&e, &local, Permission::LocalOnly);
@@ -173,9 +172,8 @@ fn a_hung_peer_fails_a_large_batch_in_one_stall_per_attempt() {
 fn a_peer_gone_mid_body_or_mid_reply_leaves_no_pin() {
     use te_tcp::wire::{REPLY_LEN, Reply, Request, Status};
 
-    let mut cfg = config();
-    cfg.tcp_status_timeout = Duration::from_secs(60);
-    let target = engine_with(cfg);
+    let cfg = config();
+    let target = engine_with_tcp(cfg, tcp(|t| t.status_timeout = Duration::from_secs(60)));
     let initiator = engine();
     let written = buffer(1 << 20);
     let read = buffer(64 << 20);

@@ -24,6 +24,7 @@ pub mod policy;
 mod progress;
 pub mod queue;
 mod request;
+pub mod settings;
 mod staging;
 mod state;
 

@@ -68,7 +68,7 @@ pub struct SimTransport {
 }
 
 struct SimEndpoints {
-    store: te_core::endpoints::EndpointStore<String, ()>,
+    store: te_workers::EndpointStore<String, ()>,
     evicted: Vec<String>,
 }
 
@@ -100,10 +100,7 @@ impl SimTransport {
     /// and te-rdma do; a post to a peer without one evicts another when the store is full.
     pub fn with_endpoints(self, capacity: usize) -> Self {
         *self.endpoints.lock().unwrap_or_else(|e| e.into_inner()) = Some(SimEndpoints {
-            store: te_core::endpoints::EndpointStore::new(
-                capacity,
-                te_core::endpoints::EvictionPolicy::Sieve,
-            ),
+            store: te_workers::EndpointStore::new(capacity, te_core::config::EvictionPolicy::Sieve),
             evicted: Vec::new(),
         });
         self

@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 use te_core::transport::{CompletionSink, SliceError, SliceOp};
 use te_core::{Error, Result};
 
+pub mod endpoints;
+pub use endpoints::EndpointStore;
+
 /// How long an idle worker polls before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 /// How old an owner-alive check may be: an owner's exit is noticed within this.

@@ -27,8 +27,8 @@ use te_core::transport::{SliceError, SliceOp};
 
 use super::inbox::Inbox;
 use super::{Driven, Framing, LaneCore, LaneState, busy, connect_fault, decode_status, header};
-use crate::dialer::LoopShared;
 use crate::error::Error;
+use crate::initiator::dialer::LoopShared;
 use crate::sys;
 use crate::wire::{GREETING_LEN, Status, connection_proof, greeting_of};
 
@@ -47,10 +47,8 @@ pub(crate) const GATHER_BYTES: usize = 256 << 10;
 /// socket as soon as it has read the request, so a deep pipeline of READs piles megabytes into
 /// its send buffers (2 MiB per connection seen with `ss`). Its socket is then bound by its
 /// congestion window, which bbr (a common default) keeps to a few packets on loopback, and the
-/// rest goes out only as our acknowledgements and its pacing timer allow: 64 KiB READs ran at
-/// 1.4–2.6 GB/s in one run of three and 4–5.5 in the others. With 256 KiB asked for at a time,
-/// 14 hand runs out of 14 ran at 4.0–5.5 GB/s and 1 MiB READs rose from 2.2–2.7 to 3.1–3.3
-/// GB/s; a later full bench still saw 2.3–3.3 at 64 KiB: the slow mode is rarer, not gone.
+/// rest goes out only as our acknowledgements and its pacing timer allow. Bounding the READ
+/// bytes asked for at once makes that slow mode rarer, not gone (`docs/tuning.md`).
 pub(crate) const MOONCAKE_READ_AHEAD: u64 = 256 << 10;
 /// Connects one drive may start after the connection broke, before it waits a little.
 const RECONNECTS_PER_DRIVE: usize = 2;
@@ -562,7 +560,7 @@ impl LaneCore {
         loop {
             let mut pending: usize = c.out.iter().map(Outgoing::left).sum();
             while c.out.len() < GATHER_REQUESTS && pending < GATHER_BYTES {
-                let read_ahead_full = matches!(framing, crate::lane::Framing::Mooncake { .. })
+                let read_ahead_full = matches!(framing, crate::initiator::Framing::Mooncake { .. })
                     && c.reading >= MOONCAKE_READ_AHEAD
                     && queue.front().is_some_and(|o| o.opcode == Opcode::Read);
                 if read_ahead_full {

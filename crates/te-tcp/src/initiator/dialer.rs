@@ -10,7 +10,7 @@
 //! blocks, yielding its CPU meanwhile: a batch submitted right after the last one ended reaches
 //! an awake loop, so the submitting thread pays no wake-up and the slices wait for none.
 //!
-//! What a lane does when driven is the lane's ([`crate::lane`]); here are only the loops, the
+//! What a lane does when driven is the lane's ([`crate::initiator`]); here are only the loops, the
 //! wake-ups, the timers and the shutdown (every lane's slices fail, so each posted slice is
 //! still reported once). Every 5 s a loop also closes its lanes' idle connections whose peers
 //! closed them (idle connections are not watched).
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Registry, Token, Waker};
 use tracing::error;
 
-use crate::lane::LaneCore;
+use crate::initiator::LaneCore;
 
 const WAKER: Token = Token(usize::MAX);
 /// How often a loop with work looks at every lane (timeouts).
@@ -128,21 +128,16 @@ pub(crate) enum Placement {
     Spread,
     /// On one loop: a Mooncake target answers every connection from one asio thread, one
     /// reply at a time, so one loop here keeps up with it; more would only add wake-ups and,
-    /// where both ends share a host's cores, take cores from it. Measured on 2 cores against
-    /// the wheel's target: one loop moved 1 MiB WRITEs 1.9× and 64 KiB READs 1.15× faster
-    /// than four (medians of 43 and 14 runs: one loop's 64 KiB READs range from 1.4 to 6 GB/s,
-    /// slow when the kernel puts the loop and Mooncake's thread on one CPU; four loops' from
-    /// 2.1 to 3.8), 64 KiB WRITEs as fast, and 1 MiB READs 0.8× as fast, still 1.4×
-    /// Mooncake's own initiator.
+    /// where both ends share a host's cores, take cores from it (`docs/tuning.md`).
     Together,
 }
 
 impl Placement {
     /// The placement for a peer speaking `framing`.
-    pub(crate) fn for_framing(framing: crate::lane::Framing) -> Self {
+    pub(crate) fn for_framing(framing: crate::initiator::Framing) -> Self {
         match framing {
-            crate::lane::Framing::Te => Placement::Spread,
-            crate::lane::Framing::Mooncake { .. } => Placement::Together,
+            crate::initiator::Framing::Te => Placement::Spread,
+            crate::initiator::Framing::Mooncake { .. } => Placement::Together,
         }
     }
 }
@@ -392,7 +387,7 @@ fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool, idle: &Idle) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lane::Framing;
+    use crate::initiator::Framing;
 
     /// Which of `dialer`'s loops each placement landed on, and whether the tokens on each loop
     /// are distinct.

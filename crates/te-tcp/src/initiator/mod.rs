@@ -1,5 +1,5 @@
 //! The initiator side: per peer, a fixed set of lanes (TCP connections), all driven by the
-//! transport's event loops ([`crate::dialer`]): no thread of a lane's own. A lane connects
+//! transport's event loops ([`crate::initiator::dialer`]): no thread of a lane's own. A lane connects
 //! lazily (non-blocking, from its local rail's address), pipelines request headers (and WRITE
 //! bodies, straight from registered memory) onto the socket, reads replies in order and
 //! completes slices (READ data lands straight in registered memory) — all in [`conn`], a state
@@ -16,7 +16,7 @@
 //! them) and reconnects for its next slice; a failed connect fails everything queued with it,
 //! and retried slices then back off once per failed connect (a timer on the loop), not once
 //! per slice. A lane speaks te's framing ([`crate::wire`]) to te targets and Mooncake's
-//! acknowledged framing ([`crate::mooncake_wire`]) to Mooncake targets, pipelined the same way:
+//! acknowledged framing ([`crate::wire::mooncake`]) to Mooncake targets, pipelined the same way:
 //! Mooncake's target answers in order, so replies are matched to requests by their place in the
 //! queue. A Mooncake refusal fails its slice for good and closes the connection (Mooncake's
 //! target closes it after refusing), so what was pipelined behind it fails as path errors and
@@ -26,6 +26,7 @@
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
 mod conn;
+pub(crate) mod dialer;
 mod inbox;
 
 use std::collections::VecDeque;
@@ -37,11 +38,11 @@ use te_core::Opcode;
 use te_core::transport::{CompletionSink, SliceError, SliceOp};
 use tracing::debug;
 
-use crate::dialer::{self, LoopShared};
 use crate::error::Error;
-use crate::mooncake_wire;
 use crate::sys;
+use crate::wire::mooncake as mooncake_wire;
 use crate::wire::{REPLY_LEN, Reply, Request, Status};
+use dialer::LoopShared;
 
 /// The framing a peer's data listener speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -343,10 +344,8 @@ impl Lane {
 const MIN_SHARE: u64 = 512 << 10;
 /// As [`MIN_SHARE`], for a post whose submitter waits for it at once (a synchronous call). That
 /// thread sleeps until the post is done, and every further loop woken costs it about 10 µs of
-/// CPU on this VM, while a second lane gains a call of this size nothing measurable. Measured
-/// (Python `transfer_sync_write` of 1 MiB, TCP loopback, 3 alternating runs): on one lane
-/// instead of two the calling thread used 6.2-6.7 % of a core instead of 10.3-11.5 % (16-19 µs
-/// per call instead of 29-32) and moved 3.56-4.06 GB/s instead of 3.53-4.00.
+/// CPU on this VM, while a second lane gains a call of this size nothing measurable
+/// (`docs/tuning.md`).
 const SYNC_SHARE: u64 = 1 << 20;
 
 /// The bytes of one post a lane takes before the next lane is given any of it.

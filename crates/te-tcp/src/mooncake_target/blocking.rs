@@ -13,8 +13,8 @@ use te_core::Opcode;
 use tracing::debug;
 
 use super::{CompatState, IDLE_MAX, Verdict};
-use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_OK};
 use crate::sys;
+use crate::wire::mooncake::{self as mooncake_wire, HEADER_LEN, Header, STATUS_OK};
 
 /// GPU memory moves through staging buffers this large (a Mooncake request is not sliced).
 const STAGING_CHUNK: usize = 4 << 20;
@@ -23,7 +23,7 @@ const STAGING_CHUNK: usize = 4 << 20;
 fn read_header(stream: &mut TcpStream, stall: Duration) -> io::Result<Option<[u8; HEADER_LEN]>> {
     let mut buf = [0u8; HEADER_LEN];
     let done = |_: &[u8], got: usize| got >= HEADER_LEN;
-    let read = crate::server::read_head(stream, &mut buf, 0, stall, IDLE_MAX, done)?;
+    let read = crate::gpu_path::read_head(stream, &mut buf, 0, stall, IDLE_MAX, done)?;
     Ok(read.map(|_| buf))
 }
 
@@ -35,7 +35,7 @@ pub(super) fn serve_from(
     peer: Option<SocketAddr>,
     first: Header,
 ) {
-    if let Err(e) = crate::server::go_blocking(&stream, state.stall_timeout) {
+    if let Err(e) = crate::gpu_path::go_blocking(&stream, state.stall_timeout) {
         return debug!(?peer, error = %e, "Mooncake connection could not go blocking");
     }
     let mut header = first;

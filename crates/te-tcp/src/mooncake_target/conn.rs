@@ -25,8 +25,8 @@ use te_core::memory::RegionPin;
 use te_reactor::Step;
 
 use super::{CompatState, IDLE_MAX, Verdict, sched};
-use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
 use crate::sys;
+use crate::wire::mooncake::{self as mooncake_wire, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
 
 /// Bytes one connection may move per turn before the others get theirs.
 const TURN: usize = 8 << 20;
@@ -39,16 +39,12 @@ const RECV_PIECE: usize = 64 << 10;
 /// the wake-ups around them, so such connections are worth spreading over the loops. A peer on
 /// this host keeps its WRITEs gathered ([`Placement`]): its sending side does the TCP work
 /// on this host's cores, and a second loop waking for each piece takes cores from it
-/// (Mooncake's wheel bench writing 1 MiB to te over loopback, batch 128, 4 alternating runs, 2
-/// cores: 1.50 GB/s spread against 1.73 gathered, 1.73 to Mooncake's own target).
+/// (`docs/tuning.md`).
 pub(super) const BULK: u64 = 256 << 10;
 /// As [`BULK`], for READs, from any peer: the loop copies a READ's data into the socket, so on
 /// one loop the copies of a Mooncake initiator's four 64 KiB READs in flight (one per
-/// connection) queue behind each other. Measured (Mooncake's wheel bench as initiator, TCP
-/// loopback, batch 128, 4 alternating runs, 2 cores): 64 KiB READs from te moved 0.93-1.00
-/// GB/s with their connections spread against 0.81-0.84 gathered, beside 0.94-1.08 from
-/// Mooncake's own target; 64 KiB WRITEs spread fell from 1.28 to 1.09 GB/s, so WRITEs keep
-/// [`BULK`].
+/// connection) queue behind each other; spreading WRITEs that small cost more than it gave, so
+/// WRITEs keep [`BULK`] (`docs/tuning.md`).
 pub(super) const BULK_READ: u64 = 64 << 10;
 
 /// Whether a request of `size` bytes makes its connection bulk ([`BULK`], [`BULK_READ`]);
@@ -350,7 +346,7 @@ impl Conn {
             return Some(Step::Close);
         };
         self.bulk = is_bulk(header.opcode, header.size, self.placement.spread_writes);
-        let batch = state.compat.batch_local_writes;
+        let batch = state.tcp.batch_local_writes;
         sched::serve_under(sched::policy_for(
             header.opcode,
             self.placement.on_host,

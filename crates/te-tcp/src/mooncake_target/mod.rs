@@ -1,5 +1,5 @@
 //! The listener for Mooncake initiators (opt-in, `MC_TE_MOONCAKE_COMPAT=1`): Mooncake's framing
-//! ([`crate::mooncake_wire`]) on a port of its own, published as Mooncake's `tcp_data_port`
+//! ([`crate::wire::mooncake`]) on a port of its own, published as Mooncake's `tcp_data_port`
 //! with `tcp_data_host` and `tcp_proto_version` 2, so te's own listeners and their secret check
 //! are untouched.
 //!
@@ -45,7 +45,7 @@ use te_core::mooncake::MooncakeCompat;
 use te_reactor::{Deal, Protocol, Refusal, Server, ServerSettings, Slot, Step};
 use tracing::{error, warn};
 
-use crate::mooncake_wire::{self, HEADER_LEN, Header, STATUS_REJECTED};
+use crate::wire::mooncake::{self as mooncake_wire, HEADER_LEN, Header, STATUS_REJECTED};
 
 /// An idle connection (no request started) is closed after this long.
 pub(super) const IDLE_MAX: Duration = Duration::from_secs(600);
@@ -54,6 +54,8 @@ pub(super) const IDLE_MAX: Duration = Duration::from_secs(600);
 pub(crate) struct CompatState {
     pub(crate) regions: Arc<RegionTable>,
     pub(crate) compat: MooncakeCompat,
+    /// The listener's threads and scheduling choices.
+    pub(crate) tcp: crate::TcpSettings,
     /// How long a started request may stall.
     pub(crate) stall_timeout: Duration,
     pub(crate) staging: Arc<crate::staging::GpuStaging>,
@@ -136,7 +138,7 @@ impl Protocol for CompatState {
 
     fn open(&self, peer: SocketAddr, stream: &mio::net::TcpStream) -> conn::Conn {
         let local = || stream.local_addr().ok().map(|a| a.ip());
-        let placement = conn::placement(self.compat.spread_local_writes, peer.ip(), local);
+        let placement = conn::placement(self.tcp.spread_local_writes, peer.ip(), local);
         conn::Conn::new(peer, placement)
     }
 
@@ -197,7 +199,7 @@ pub(crate) fn start(
     congestion: &te_reactor::congestion::Congestion,
 ) -> std::io::Result<Server> {
     let settings = ServerSettings {
-        threads: state.compat.threads.max(1),
+        threads: state.tcp.mooncake_threads.max(1),
         max_connections: limits.max_data_connections,
         per_address: limits.data_per_address(),
         deal: Deal::Gather,

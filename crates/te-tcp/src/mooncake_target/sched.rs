@@ -8,12 +8,9 @@
 //! loop preempts the sender, so the two take turns on one core request by request (and
 //! Mooncake's initiator keeps a thread polling on another). A batch thread that wakes does not
 //! preempt: the sender runs on until it sleeps, and the loop then takes what has come, more
-//! requests per wake-up. Measured (Mooncake's wheel bench writing to te over loopback, batch
-//! 128, 2 cores, two te targets side by side, with and without the policy, alternating runs):
-//! 64 KiB WRITEs 1.21 GB/s against 1.06 (medians of 12 rounds), 1 MiB 2.57 against 2.50 (4
-//! rounds). READs keep the default: the loop copies their data while the initiator waits for
-//! it, and batch cost them 15 % (64 KiB and 1 MiB). Where cores are free a woken thread runs
-//! at once under either policy; the difference is only how a busy core is shared.
+//! requests per wake-up. READs keep the default: the loop copies their data while the
+//! initiator waits for it. Where cores are free a woken thread runs at once under either
+//! policy; the difference is only how a busy core is shared (`docs/tuning.md`).
 //!
 //! A thread is left alone if its policy was not the plain default when it first served a
 //! request (the operator chose one: real-time, idle, batch, or the default with

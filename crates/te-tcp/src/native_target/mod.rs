@@ -12,7 +12,7 @@
 //! bounds what a peer that does not read its replies can make the target hold. A refused WRITE's
 //! body is read and dropped so the connection stays usable (up to [`MAX_DRAIN`]; a larger one
 //! closes it). A malformed header is answered and closes the connection; a Mooncake header is
-//! answered in Mooncake's framing and closes it (see [`crate::server`]'s module doc). A
+//! answered in Mooncake's framing and closes it (see [`crate::gpu_path`]'s module doc). A
 //! connection never waits: every socket call is non-blocking and one that has had its turn
 //! ([`TURN`] bytes) yields to the others.
 //!
@@ -34,7 +34,7 @@
 //! for the next one before sleeping; after a larger one, only while it is the server's only
 //! connection ([`Step::BlockedHotAlone`]).
 //!
-//! A request on GPU memory sends its connection to a thread of its own ([`crate::server`]),
+//! A request on GPU memory sends its connection to a thread of its own ([`crate::gpu_path`]),
 //! where staging may wait without holding anybody up.
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
@@ -51,7 +51,7 @@ use te_core::transport::Rejection;
 use te_reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
 use tracing::{debug, warn};
 
-use crate::server::{IDLE_MAX, MAX_DRAIN, SMALL_REQUEST, TargetState, foreign_refusal};
+use crate::gpu_path::{IDLE_MAX, MAX_DRAIN, SMALL_REQUEST, TargetState, foreign_refusal};
 use crate::sys;
 use crate::wire::{REQUEST_LEN, Reply, Request, Status};
 
@@ -71,19 +71,11 @@ pub(crate) const BULK_BYTES: usize = 64 << 10;
 /// Requests of at most this many bytes make a connection that has caught up ask its loop to
 /// poll for the next one instead of sleeping ([`Step::BlockedHot`]). The poll pays where
 /// requests are tiny and a sleep and a wake-up would cost more than waiting; above that it
-/// takes the core the peer needs. Measured on 2 cores (TCP loopback, 128 requests two blocks
-/// apart, 4 alternating runs): polling after every request of at most 16 KiB, 16 KiB READs ran
-/// at 4.0-4.3 GB/s and WRITEs at 3.9-4.3, against 5.3-5.7 and 4.1-5.0 without the poll;
-/// 8 KiB READs and WRITEs gained 10-20 % without it; 4 KiB WRITEs lost 20 % without it.
+/// takes the core the peer needs.
 ///
 /// After a larger request a connection asks for the poll only while it is the server's only
 /// one ([`Step::BlockedHotAlone`]): a single peer's next batch is then the only work coming,
-/// and a sleeping core starts the loop tens of microseconds late. Measured against the build
-/// without it (TCP loopback, batch 128, medians of 4 alternating runs, 2 cores): 128 contiguous
-/// 4 KiB WRITEs (one connection) ran at 3.29 GB/s against 2.66, READs at 3.33 against 2.52;
-/// 16 KiB with gaps, 64 KiB and 1 MiB (four connections) were unchanged. Polling after every
-/// larger request, whatever the connections, cost 64 KiB READs 16 % and 16 KiB WRITEs with
-/// gaps 5 % (four connections: the peer's lane loops needed the cores).
+/// and a sleeping core starts the loop tens of microseconds late (`docs/tuning.md`).
 const HOT_REQUEST: u64 = 4 << 10;
 /// READs whose replies and data may wait to go out together.
 pub(crate) const GATHER_READS: usize = 32;
@@ -724,7 +716,7 @@ impl Protocol for TargetProtocol {
         let spawned = std::thread::Builder::new()
             .name("te-tcp-data-gpu".into())
             .spawn(move || {
-                crate::server::serve_from(&me.state, stream, first, replies, expected);
+                crate::gpu_path::serve_from(&me.state, stream, first, replies, expected);
                 drop(slot);
             });
         if let Err(e) = spawned {

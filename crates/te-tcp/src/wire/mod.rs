@@ -12,6 +12,7 @@
 //! accepted READ by exactly `len` bytes. Requests on one connection are answered in order.
 //! Unlike Mooncake's 24-byte header, nothing is left uninitialised.
 
+pub mod mooncake;
 use te_core::Opcode;
 use te_core::transport::Rejection;
 

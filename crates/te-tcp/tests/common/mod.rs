@@ -9,7 +9,7 @@ use te_core::notify::NotificationQueue;
 use te_core::{
     Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
-use te_tcp::TcpTransport;
+use te_tcp::{TcpSettings, TcpTransport};
 
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -20,18 +20,30 @@ pub fn config() -> Config {
 }
 
 pub fn engine_with(config: Config) -> TransferEngine {
+    engine_with_tcp(config, TcpSettings::default())
+}
+
+/// An engine with `config` and te-tcp's `settings`.
+pub fn engine_with_tcp(config: Config, settings: TcpSettings) -> TransferEngine {
     let e = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").expect("engine starts");
-    e.install_transport(Arc::new(TcpTransport::new()))
+    e.install_transport(Arc::new(TcpTransport::with_settings(settings)))
         .expect("tcp installs");
     e
+}
+
+/// te-tcp's defaults with `set` applied.
+pub fn tcp(set: impl FnOnce(&mut TcpSettings)) -> TcpSettings {
+    let mut settings = TcpSettings::default();
+    set(&mut settings);
+    settings
 }
 
 pub fn engine() -> TransferEngine {
     engine_with(config())
 }
 
-/// A config with the listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`) and the
-/// further `MC_TE_MOONCAKE_*` settings in `vars`.
+/// A config with the listener for Mooncake initiators (`MC_TE_MOONCAKE_COMPAT=1`) and te-core's
+/// further `MC_TE_MOONCAKE_*` settings in `vars` (the allow-list, the v1 framing).
 pub fn compat_config(vars: &[(&str, &str)]) -> Config {
     let mut c = config();
     c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
@@ -59,8 +71,8 @@ pub fn mooncake_header(
     addr: u64,
     size: u64,
     acked: bool,
-) -> [u8; te_tcp::mooncake_wire::HEADER_LEN] {
-    te_tcp::mooncake_wire::Header {
+) -> [u8; te_tcp::wire::mooncake::HEADER_LEN] {
+    te_tcp::wire::mooncake::Header {
         opcode,
         addr,
         size,
@@ -70,8 +82,8 @@ pub fn mooncake_header(
 }
 
 /// Reads one status frame in Mooncake's framing.
-pub fn mooncake_status(s: &mut impl std::io::Read) -> [u8; te_tcp::mooncake_wire::STATUS_LEN] {
-    let mut b = [0u8; te_tcp::mooncake_wire::STATUS_LEN];
+pub fn mooncake_status(s: &mut impl std::io::Read) -> [u8; te_tcp::wire::mooncake::STATUS_LEN] {
+    let mut b = [0u8; te_tcp::wire::mooncake::STATUS_LEN];
     s.read_exact(&mut b).unwrap();
     b
 }
@@ -79,7 +91,7 @@ pub fn mooncake_status(s: &mut impl std::io::Read) -> [u8; te_tcp::mooncake_wire
 /// Reads one reply in Mooncake's framing on `s` and checks it: an OK status, then, for a READ
 /// (`data`), as many bytes as `data` holds, equal to it; `what` names the request in failures.
 pub fn expect_mooncake_ok(s: &mut impl std::io::Read, data: Option<&[u8]>, what: &str) {
-    use te_tcp::mooncake_wire::{STATUS_OK, encode_status};
+    use te_tcp::wire::mooncake::{STATUS_OK, encode_status};
     assert_eq!(
         mooncake_status(s),
         encode_status(STATUS_OK),

@@ -368,7 +368,7 @@ pub const TENT_VARIABLES: &[(&str, &str)] = &[
         "TENT_METRICS_REPORT_INTERVAL",
         "metrics.report_interval_seconds",
     ),
-    ("MC_TENT_RPC_THREADS", "rpc_server_threads"),
+    (crate::settings::TENT_RPC_THREADS.name, "rpc_server_threads"),
 ];
 
 /// Checks the `TENT_*` variables `lookup` gives as their keys: the ones set, each with why te

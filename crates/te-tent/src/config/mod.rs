@@ -194,7 +194,7 @@ impl TentConfig {
     /// # Errors
     /// [`TentError::Config`] naming the bad file, key or variable.
     pub fn from_env() -> Result<Self, TentError> {
-        let file = match std::env::var("MC_TENT_CONF")
+        let file = match std::env::var(crate::settings::TENT_CONF.name)
             .ok()
             .filter(|v| !v.trim().is_empty())
         {

@@ -1,0 +1,127 @@
+//! [`TcpSettings`]: what te-tcp's variables (`settings.rs`) say, read when the transport is
+//! installed unless given.
+
+use std::time::Duration;
+
+use te_reactor::congestion::Congestion;
+use te_sys::env::Env;
+
+use crate::settings::{
+    TCP_LANES_PER_PEER, TCP_STATUS_TIMEOUT_SEC, TE_MOONCAKE_BATCH_LOCAL_WRITES,
+    TE_MOONCAKE_SPREAD_LOCAL_WRITES, TE_MOONCAKE_THREADS, TE_TCP_CONGESTION,
+};
+
+/// te-tcp's settings: from the environment when the transport is installed, unless given with
+/// [`TcpTransport::with_settings`](crate::TcpTransport::with_settings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcpSettings {
+    /// Connections per peer (`MC_TCP_LANES_PER_PEER`).
+    pub lanes_per_peer: usize,
+    /// How long a connection may make no progress with requests out before it fails them
+    /// (`MC_TCP_STATUS_TIMEOUT_SEC`).
+    pub status_timeout: Duration,
+    /// The congestion control of data connections (`MC_TE_TCP_CONGESTION`).
+    pub congestion: Congestion,
+    /// Event-loop threads of the Mooncake listener (`MC_TE_MOONCAKE_THREADS`).
+    pub mooncake_threads: usize,
+    /// Spread large WRITEs of Mooncake peers on this host over the loops too
+    /// (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES`).
+    pub spread_local_writes: bool,
+    /// Serve WRITEs from Mooncake peers on this host in `SCHED_BATCH`
+    /// (`MC_TE_MOONCAKE_BATCH_LOCAL_WRITES`).
+    pub batch_local_writes: bool,
+}
+
+impl Default for TcpSettings {
+    fn default() -> Self {
+        TcpSettings {
+            lanes_per_peer: 4,
+            status_timeout: Duration::from_secs(30),
+            congestion: Congestion::Auto,
+            mooncake_threads: 2,
+            spread_local_writes: false,
+            batch_local_writes: true,
+        }
+    }
+}
+
+impl TcpSettings {
+    /// The defaults overridden by the process environment.
+    ///
+    /// # Errors
+    /// As [`from_lookup`](Self::from_lookup).
+    pub fn from_env() -> te_core::Result<Self> {
+        Self::from_lookup(&|k| std::env::var(k).ok())
+    }
+
+    /// The defaults overridden by `lookup`.
+    ///
+    /// # Errors
+    /// [`te_core::Error::InvalidConfig`] naming the first variable whose value is unusable.
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> te_core::Result<Self> {
+        let env = Env::new(lookup);
+        let d = TcpSettings::default();
+        Ok(TcpSettings {
+            lanes_per_peer: env
+                .number(&TCP_LANES_PER_PEER, 1, 64)?
+                .unwrap_or(d.lanes_per_peer),
+            status_timeout: env
+                .number(&TCP_STATUS_TIMEOUT_SEC, 1, 3600)?
+                .map_or(d.status_timeout, Duration::from_secs),
+            congestion: match env.text(&TE_TCP_CONGESTION) {
+                Some(v) => Congestion::parse(&v)?,
+                None => d.congestion,
+            },
+            mooncake_threads: env
+                .number(&TE_MOONCAKE_THREADS, 1, 64)?
+                .unwrap_or(d.mooncake_threads),
+            spread_local_writes: env
+                .flag(&TE_MOONCAKE_SPREAD_LOCAL_WRITES)?
+                .unwrap_or(d.spread_local_writes),
+            batch_local_writes: env
+                .flag(&TE_MOONCAKE_BATCH_LOCAL_WRITES)?
+                .unwrap_or(d.batch_local_writes),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_come_from_their_variables_and_refusals_name_them() {
+        let pairs = [
+            ("MC_TCP_LANES_PER_PEER", "2"),
+            ("MC_TCP_STATUS_TIMEOUT_SEC", "7"),
+            ("MC_TE_TCP_CONGESTION", "host"),
+            ("MC_TE_MOONCAKE_BATCH_LOCAL_WRITES", "0"),
+        ];
+        let lookup = |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        let s = TcpSettings::from_lookup(&lookup).unwrap();
+        assert_eq!(s.lanes_per_peer, 2);
+        assert_eq!(s.status_timeout, Duration::from_secs(7));
+        assert_eq!(s.congestion, Congestion::Host);
+        assert!(!s.batch_local_writes && !s.spread_local_writes);
+        assert_eq!(s.mooncake_threads, 2);
+        for (name, bad) in [
+            ("MC_TCP_LANES_PER_PEER", "0"),
+            ("MC_TCP_STATUS_TIMEOUT_SEC", "x"),
+            ("MC_TE_TCP_CONGESTION", "bbr; reno"),
+            ("MC_TE_MOONCAKE_THREADS", "65"),
+            ("MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES", "sometimes"),
+        ] {
+            let lookup = |k: &str| (k == name).then(|| bad.to_string());
+            match TcpSettings::from_lookup(&lookup) {
+                Err(te_core::Error::InvalidConfig { name: n, .. }) => assert_eq!(n, name),
+                other => panic!("{name}={bad}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! The variables te-tcp reads ([`TcpSettings`](crate::TcpSettings) holds what they say).
+//! `docs/configuration.md` is generated from these (`cargo xtask config`).
+
+use te_sys::env::Setting;
+
+pub(crate) const TCP_LANES_PER_PEER: Setting = Setting {
+    name: "MC_TCP_LANES_PER_PEER",
+    default: "4",
+    range: "1–64",
+    doc: "TCP connections per peer",
+};
+pub(crate) const TCP_STATUS_TIMEOUT_SEC: Setting = Setting {
+    name: "MC_TCP_STATUS_TIMEOUT_SEC",
+    default: "30",
+    range: "1–3600",
+    doc: "how long a TCP connection may make no progress with requests out; then it fails them and the slices queued behind it (each retried as `MC_RETRY_CNT` allows)",
+};
+pub(crate) const TE_TCP_CONGESTION: Setting = Setting {
+    name: "MC_TE_TCP_CONGESTION",
+    default: "auto",
+    range: "auto, host, or an algorithm",
+    doc: "congestion control of TCP data connections: `auto` (same-host connections use reno, others the host's default), `host` (the host's default everywhere), or an algorithm's name for every data connection",
+};
+pub(crate) const TE_MOONCAKE_THREADS: Setting = Setting {
+    name: "MC_TE_MOONCAKE_THREADS",
+    default: "2",
+    range: "1–64",
+    doc: "event-loop threads serving Mooncake connections (1–64)",
+};
+pub(crate) const TE_MOONCAKE_SPREAD_LOCAL_WRITES: Setting = Setting {
+    name: "MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES",
+    default: "off",
+    range: "0/1",
+    doc: "spread large WRITEs of peers on this host over those loops too (another host's always are)",
+};
+pub(crate) const TE_MOONCAKE_BATCH_LOCAL_WRITES: Setting = Setting {
+    name: "MC_TE_MOONCAKE_BATCH_LOCAL_WRITES",
+    default: "on",
+    range: "0/1",
+    doc: "a loop serving a WRITE from a peer on this host runs in `SCHED_BATCH` (it waits for the sender instead of preempting it; threads under a policy the operator chose are left alone)",
+};
+
+/// Every variable this crate reads, in the order the reference lists them.
+pub const SETTINGS: &[Setting] = &[
+    TCP_LANES_PER_PEER,
+    TCP_STATUS_TIMEOUT_SEC,
+    TE_TCP_CONGESTION,
+    TE_MOONCAKE_THREADS,
+    TE_MOONCAKE_SPREAD_LOCAL_WRITES,
+    TE_MOONCAKE_BATCH_LOCAL_WRITES,
+];
