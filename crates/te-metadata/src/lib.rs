@@ -156,7 +156,6 @@ impl Server {
             deal: Deal::RoundRobin,
             backlog: options.backlog,
             congestion: te_reactor::congestion::Congestion::Host,
-            receive_buffer: te_reactor::limits::ReceiveBuffer::Kernel,
         };
         let authorization = options.token.as_ref().map(|t| {
             Arc::new(te_reactor::secret::Redacted(format!(

@@ -9,8 +9,7 @@
 //! caps (server-wide and per source address, `admission.rs`) refuse more with the protocol's
 //! own refusal once the accepting loop has closed its connection idle longest to make room
 //! ([`Protocol::idle_since`]), each accepted
-//! connection gets its socket settings (`TCP_NODELAY`, the congestion control, and a fixed
-//! receive buffer once the server is crowded: [`ServerSettings::receive_buffer`]), a connection
+//! connection gets its socket settings (`TCP_NODELAY`, the congestion control), a connection
 //! whose turn ran out is driven again before the loop sleeps, one waiting to send is watched
 //! for room only while it waits, expired connections are swept every second, and shutdown
 //! closes everything. An event saying the peer closed its side (or the socket failed) is passed
@@ -49,7 +48,7 @@ pub use error::{Error, Result};
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX);
 /// How long a loop polls without sleeping after a connection said its peer's next request is
-/// due within microseconds ([`Step::BlockedHot`], [`Step::BlockedHotAlone`]). A polling loop
+/// due within microseconds ([`Step::BlockedHotAlone`]). A polling loop
 /// yields its CPU after every poll that found nothing, so a thread with work on that core runs
 /// first. In a VM a core woken from sleep starts the woken thread tens of microseconds late
 /// (about 25 µs on the 2-core VM te is measured on, more under load): the poll keeps the core
@@ -61,12 +60,10 @@ const HOT_SPIN: Duration = Duration::from_micros(100);
 pub enum Step {
     /// Waiting for bytes to read: the loop hears when they come.
     Blocked,
-    /// As `Blocked`, but the peer's next request is expected within microseconds (it follows
-    /// a small one): the loop polls briefly before it sleeps.
-    BlockedHot,
-    /// As `BlockedHot` while this connection is the server's only one: its peer's next request
-    /// is then the only work the server can get. With other connections the loop sleeps: their
-    /// peers may need the core (on one host), and a busy server rarely waits long anyway.
+    /// As `Blocked`, but while this connection is the server's only one the loop polls briefly
+    /// before it sleeps: its peer's next request is then the only work the server can get. With
+    /// other connections the loop sleeps: their peers may need the core (on one host), and a
+    /// busy server rarely waits long anyway.
     BlockedHotAlone,
     /// Waiting for room to send: the loop watches for it (and only then).
     BlockedSending,
@@ -245,8 +242,6 @@ pub struct ServerSettings {
     pub backlog: usize,
     /// The congestion control each accepted connection gets.
     pub congestion: crate::congestion::Congestion,
-    /// How accepted connections' receive buffers are sized.
-    pub receive_buffer: crate::limits::ReceiveBuffer,
 }
 
 /// A connection on its way to a loop: its state too when it moves from another loop.
@@ -320,8 +315,6 @@ impl Server {
                 admission: admission.clone(),
                 deal: settings.deal,
                 congestion: settings.congestion.clone(),
-                receive_buffer: settings.receive_buffer,
-                receive_buffer_refused: false,
                 siblings: siblings.clone(),
                 conns: HashMap::new(),
                 next_token: 0,
@@ -414,7 +407,6 @@ struct Sibling<C> {
 /// on the server: the decision, apart from the loop so it can be tested.
 fn poll_window(step: Step, live: usize) -> Option<Duration> {
     match step {
-        Step::BlockedHot => Some(HOT_SPIN),
         Step::BlockedHotAlone if live <= 1 => Some(HOT_SPIN),
         _ => None,
     }
@@ -433,9 +425,6 @@ struct EventLoop<P: Protocol> {
     admission: Arc<Admission>,
     deal: Deal,
     congestion: crate::congestion::Congestion,
-    receive_buffer: crate::limits::ReceiveBuffer,
-    /// Whether fixing a receive buffer has been refused (and said).
-    receive_buffer_refused: bool,
     /// Every loop, this one included.
     siblings: Arc<Vec<Sibling<P::Conn>>>,
     conns: HashMap<usize, Entry<P::Conn>>,
@@ -539,11 +528,7 @@ impl<P: Protocol> EventLoop<P> {
                     continue;
                 }
             };
-            let held = self.live.load(Ordering::Acquire);
             let _ = stream.set_nodelay(true);
-            if let Some(bytes) = self.receive_buffer.fixed(held) {
-                self.fix_receive_buffer(&stream, bytes);
-            }
             self.congestion.apply(&stream, peer.ip(), || {
                 stream.local_addr().ok().map(|a| a.ip())
             });
@@ -555,19 +540,6 @@ impl<P: Protocol> EventLoop<P> {
             match i == self.index {
                 true => self.adopt(stream, peer, slot, None),
                 false => self.hand_over(i, (stream, peer, slot, None)),
-            }
-        }
-    }
-
-    /// Fixes an accepted connection's receive buffer (the server is crowded); a refusal is
-    /// said once per loop, and the connection keeps the kernel's buffer.
-    fn fix_receive_buffer(&mut self, stream: &mio::net::TcpStream, bytes: usize) {
-        if let Err(e) = te_sys::set_receive_buffer(stream, bytes) {
-            if !self.receive_buffer_refused {
-                self.receive_buffer_refused = true;
-                warn!(server = self.protocol.name(), bytes, error = %e,
-                    "cannot fix a connection's receive buffer (MC_TE_CROWD_RCVBUF); \
-                     the kernel sizes it");
             }
         }
     }
@@ -645,7 +617,7 @@ impl<P: Protocol> EventLoop<P> {
             }
         }
         match step {
-            Step::Blocked | Step::BlockedSending | Step::BlockedHot | Step::BlockedHotAlone => {
+            Step::Blocked | Step::BlockedSending | Step::BlockedHotAlone => {
                 if let Some(spin) = poll_window(step, self.live.load(Ordering::Relaxed)) {
                     self.hot_until = Some(Instant::now() + spin);
                 }

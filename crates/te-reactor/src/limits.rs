@@ -49,19 +49,6 @@ pub struct ServerLimits {
     /// 1–256; default: the machine's cores, at least 4 and at most 8: a lane's sends are
     /// kernel copies, and four lanes per peer move most when four threads can copy at once).
     pub client_threads: usize,
-    /// Microseconds the last of those loops to run out of work waits for the next hand-off
-    /// before it sleeps, giving its CPU to any other thread that can run meanwhile
-    /// (`MC_TE_CLIENT_LINGER_US`, 0–10,000, default 50; 0: it sleeps at once). A hand-off to
-    /// a loop that is awake costs the submitting thread no wake-up (on a virtual machine about
-    /// 10 µs of its CPU) and the slices no wake-up latency.
-    pub client_linger_us: usize,
-    /// Connections a transport's data server holds before it fixes the receive buffer of each
-    /// one it accepts next (`MC_TE_CROWD_CONNECTIONS`, 1–1,048,576, default 256; see
-    /// [`ReceiveBuffer`]).
-    pub crowd_connections: usize,
-    /// The receive buffer those connections get, in bytes (`MC_TE_CROWD_RCVBUF`: 0, which
-    /// leaves every buffer to the kernel's autotuning, or 64 KiB–64 MiB; default 2 MiB).
-    pub crowd_receive_buffer: usize,
 }
 
 impl Default for ServerLimits {
@@ -77,9 +64,6 @@ impl Default for ServerLimits {
             listen_backlog: 4_096,
             conn_reply_bytes: 4096,
             client_threads: cores.clamp(4, 8),
-            client_linger_us: 50,
-            crowd_connections: 256,
-            crowd_receive_buffer: 2 << 20,
         }
     }
 }
@@ -152,37 +136,6 @@ impl ServerLimits {
                 1,
                 256,
             )?,
-            client_linger_us: read(
-                crate::settings::TE_CLIENT_LINGER_US.name,
-                d.client_linger_us,
-                0,
-                10_000,
-            )?,
-            crowd_connections: read(
-                crate::settings::TE_CROWD_CONNECTIONS.name,
-                d.crowd_connections,
-                1,
-                1 << 20,
-            )?,
-            crowd_receive_buffer: match read(
-                crate::settings::TE_CROWD_RCVBUF.name,
-                d.crowd_receive_buffer,
-                0,
-                64 << 20,
-            )? {
-                n @ 1..0x10000 => {
-                    return Err(Error::InvalidConfig {
-                        name: crate::settings::TE_CROWD_RCVBUF.name.into(),
-                        // The text as given, as every other variable's refusal quotes it.
-                        value: get(crate::settings::TE_CROWD_RCVBUF.name)
-                            .unwrap_or_else(|| n.to_string()),
-                        reason: "must be 0 (the kernel sizes every buffer) or between 65536 and \
-                                 67108864"
-                            .into(),
-                    });
-                }
-                n => n,
-            },
         })
     }
 
@@ -202,57 +155,9 @@ impl ServerLimits {
         }
     }
 
-    /// How a transport's data server sizes the receive buffers of the connections it accepts.
-    pub fn data_receive_buffer(&self) -> ReceiveBuffer {
-        match self.crowd_receive_buffer {
-            0 => ReceiveBuffer::Kernel,
-            bytes => ReceiveBuffer::FixedWhenCrowded {
-                from: self.crowd_connections,
-                bytes,
-            },
-        }
-    }
-
     /// File descriptors the servers may hold at their caps, plus a margin for everything else.
     pub fn open_files_wanted(&self) -> u64 {
         (self.max_data_connections + self.max_control_connections) as u64 + 1024
-    }
-}
-
-/// How a server sizes the receive buffers of the connections it accepts.
-///
-/// Linux sizes a connection's receive buffer from how fast the application reads it
-/// (autotuning). A server holding thousands of busy connections on a few loops reads each one
-/// rarely: with a thousand peers, a connection waits tens of milliseconds for its turn while its
-/// data sits unread. Its receiver then holds back acknowledgements, and the sender's tail-loss
-/// probe sends the data again, spuriously. A fixed buffer (`SO_RCVBUF`) on connections accepted
-/// into that crowd avoids most of those retransmissions; where few connections are busy it would
-/// forgo the larger buffers autotuning gives a fast connection. So buffers are fixed only on
-/// connections accepted while the server is crowded; the ones it already holds keep theirs
-/// (`docs/tuning.md`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReceiveBuffer {
-    /// Every buffer left to the kernel.
-    #[default]
-    Kernel,
-    /// A connection accepted while the server holds at least `from` connections (itself
-    /// counted) gets a receive buffer of `bytes`.
-    FixedWhenCrowded {
-        /// Connections held, the new one counted, from which buffers are fixed.
-        from: usize,
-        /// The buffer, in bytes (`SO_RCVBUF`; the kernel doubles it for its bookkeeping).
-        bytes: usize,
-    },
-}
-
-impl ReceiveBuffer {
-    /// The buffer to fix on a connection accepted while the server holds `held` connections,
-    /// that one counted; `None`: leave it to the kernel.
-    pub fn fixed(&self, held: usize) -> Option<usize> {
-        match *self {
-            ReceiveBuffer::FixedWhenCrowded { from, bytes } if held >= from => Some(bytes),
-            _ => None,
-        }
     }
 }
 
@@ -336,18 +241,8 @@ mod tests {
             ("MC_TE_CONN_REPLY_BYTES", "65536"),
             ("MC_TE_CLIENT_THREADS", "5"),
             ("MC_TE_LISTEN_BACKLOG", "512"),
-            ("MC_TE_CLIENT_LINGER_US", "0"),
-            ("MC_TE_CROWD_CONNECTIONS", "64"),
-            ("MC_TE_CROWD_RCVBUF", "1048576"),
         ])
         .unwrap();
-        assert_eq!(
-            l.data_receive_buffer(),
-            ReceiveBuffer::FixedWhenCrowded {
-                from: 64,
-                bytes: 1 << 20
-            }
-        );
         assert_eq!(
             (
                 l.server_threads,
@@ -357,9 +252,8 @@ mod tests {
                 l.conn_reply_bytes,
                 l.client_threads,
                 l.listen_backlog,
-                l.client_linger_us
             ),
-            (3, 100, 2, 50, 65536, 5, 512, 0)
+            (3, 100, 2, 50, 65536, 5, 512)
         );
         for (name, bad) in [
             ("MC_TE_SERVER_THREADS", "0"),
@@ -371,12 +265,6 @@ mod tests {
             ("MC_TE_CLIENT_THREADS", "0"),
             ("MC_TE_LISTEN_BACKLOG", "0"),
             ("MC_TE_LISTEN_BACKLOG", "65536"),
-            ("MC_TE_CLIENT_LINGER_US", "10001"),
-            ("MC_TE_CLIENT_LINGER_US", "-1"),
-            ("MC_TE_CROWD_CONNECTIONS", "0"),
-            ("MC_TE_CROWD_RCVBUF", "4096"),
-            ("MC_TE_CROWD_RCVBUF", "04096"),
-            ("MC_TE_CROWD_RCVBUF", "67108865"),
         ] {
             match with(&[(name, bad)]) {
                 Err(Error::InvalidConfig { name: n, value, .. }) => {
@@ -385,30 +273,6 @@ mod tests {
                 other => panic!("{name}={bad}: {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn buffers_are_fixed_only_on_connections_accepted_into_a_crowd() {
-        let d = with(&[]).unwrap().data_receive_buffer();
-        assert_eq!(
-            d,
-            ReceiveBuffer::FixedWhenCrowded {
-                from: 256,
-                bytes: 2 << 20
-            }
-        );
-        assert_eq!(d.fixed(1), None);
-        assert_eq!(
-            d.fixed(255),
-            None,
-            "the 255th connection keeps the kernel's buffer"
-        );
-        assert_eq!(d.fixed(256), Some(2 << 20));
-        assert_eq!(d.fixed(10_000), Some(2 << 20));
-        let off = with(&[("MC_TE_CROWD_RCVBUF", "0")]).unwrap();
-        assert_eq!(off.data_receive_buffer(), ReceiveBuffer::Kernel);
-        assert_eq!(off.data_receive_buffer().fixed(1 << 20), None);
-        assert_eq!(ReceiveBuffer::default().fixed(usize::MAX), None);
     }
 
     #[test]

@@ -51,29 +51,11 @@ pub(crate) const TE_CLIENT_THREADS: Setting = Setting {
     range: "1–256",
     doc: "event-loop threads driving every TCP lane of an engine (1–256)",
 };
-pub(crate) const TE_CLIENT_LINGER_US: Setting = Setting {
-    name: "MC_TE_CLIENT_LINGER_US",
-    default: "50",
-    range: "0–10,000",
-    doc: "how long the last of those loops to run out of work waits for the next batch before it sleeps, yielding its CPU meanwhile (0–10,000; 0: it sleeps at once)",
-};
 pub(crate) const TE_LISTEN_BACKLOG: Setting = Setting {
     name: "MC_TE_LISTEN_BACKLOG",
     default: "4096",
     range: "1–65,535",
     doc: "connections each listener's kernel queue holds before they are accepted (1–65,535; Linux caps it at `net.core.somaxconn`)",
-};
-pub(crate) const TE_CROWD_CONNECTIONS: Setting = Setting {
-    name: "MC_TE_CROWD_CONNECTIONS",
-    default: "256",
-    range: "1–1 MiB",
-    doc: "data connections a listener holds before it fixes the receive buffer of each one it accepts next (1–1,048,576)",
-};
-pub(crate) const TE_CROWD_RCVBUF: Setting = Setting {
-    name: "MC_TE_CROWD_RCVBUF",
-    default: "2 MiB",
-    range: "0, or 64 KiB–64 MiB",
-    doc: "that buffer, in bytes (`SO_RCVBUF`; 0: the kernel autotunes every buffer, else 64 KiB–64 MiB). A crowded server reads each connection rarely, and an autotuned buffer then makes its peers resend data the kernel already has",
 };
 
 /// Every variable this crate reads, in the order the reference lists them.
@@ -86,8 +68,5 @@ pub const SETTINGS: &[Setting] = &[
     TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS,
     TE_CONN_REPLY_BYTES,
     TE_CLIENT_THREADS,
-    TE_CLIENT_LINGER_US,
     TE_LISTEN_BACKLOG,
-    TE_CROWD_CONNECTIONS,
-    TE_CROWD_RCVBUF,
 ];

@@ -122,7 +122,6 @@ fn start_dealing(threads: usize, max: usize, deal: Deal) -> (Server, Arc<Echo>) 
         deal,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
-        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     (Server::start(l, echo.clone(), settings).unwrap(), echo)
 }
@@ -297,7 +296,6 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
         deal: Deal::RoundRobin,
         backlog: 1024,
         congestion: crate::congestion::Congestion::Auto,
-        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = Server::start(l, gate.clone(), settings).unwrap();
@@ -327,70 +325,10 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
     drop(held);
 }
 
-/// Notes the receive buffer of every connection it opens, in the order opened.
-struct Sizer {
-    sizes: Mutex<Vec<usize>>,
-}
-
-impl Protocol for Sizer {
-    type Conn = ();
-    fn name(&self) -> &'static str {
-        "sizer"
-    }
-    fn admits(&self, _peer: SocketAddr) -> bool {
-        true
-    }
-    fn open(&self, _peer: SocketAddr, stream: &mio::net::TcpStream) {
-        let size = te_sys::receive_buffer(stream).unwrap();
-        self.sizes.lock().unwrap().push(size);
-    }
-    fn drive(&self, _c: &mut (), _s: &mio::net::TcpStream) -> Step {
-        Step::Blocked
-    }
-    fn expired(&self, _c: &(), _now: Instant) -> bool {
-        false
-    }
-}
-
 #[test]
-fn connections_accepted_into_a_crowd_get_the_fixed_receive_buffer() {
-    let sizer = Arc::new(Sizer {
-        sizes: Mutex::new(Vec::new()),
-    });
-    let bytes = 300_000;
-    let settings = ServerSettings {
-        threads: 1,
-        max_connections: 100,
-        per_address: crate::AddressCap::default(),
-        deal: Deal::RoundRobin,
-        backlog: 128,
-        congestion: crate::congestion::Congestion::Host,
-        receive_buffer: crate::limits::ReceiveBuffer::FixedWhenCrowded { from: 3, bytes },
-    };
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let server = Server::start(l, sizer.clone(), settings).unwrap();
-    let mut held = Vec::new();
-    for n in 1..=4 {
-        held.push(TcpStream::connect(server.local_addr()).unwrap());
-        assert_eq!(settled(&server, n), n);
-    }
-    let sizes = sizer.sizes.lock().unwrap().clone();
-    // Linux doubles what it is given, for its bookkeeping.
-    let fixed = 2 * bytes;
-    assert_eq!(sizes.len(), 4);
-    assert_ne!(
-        sizes[0], fixed,
-        "the first two keep the kernel's buffer: {sizes:?}"
-    );
-    assert_ne!(sizes[1], fixed, "{sizes:?}");
-    assert_eq!(&sizes[2..], &[fixed, fixed], "{sizes:?}");
-}
-
-#[test]
-fn a_loop_polls_after_a_small_request_always_and_after_a_large_one_only_when_alone() {
+fn a_loop_polls_for_the_next_request_only_when_its_connection_is_alone() {
     use super::{HOT_SPIN, poll_window};
     for live in [0, 1, 2, 1000] {
-        assert_eq!(poll_window(Step::BlockedHot, live), Some(HOT_SPIN));
         assert_eq!(poll_window(Step::Blocked, live), None);
         assert_eq!(poll_window(Step::BlockedSending, live), None);
         assert_eq!(poll_window(Step::Yield, live), None);
@@ -470,7 +408,6 @@ fn parked_connections_are_driven_again_after_one_turn_end_for_all_of_them() {
         deal: Deal::RoundRobin,
         backlog: 64,
         congestion: crate::congestion::Congestion::Auto,
-        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     let server = Server::start(l, batch.clone(), settings).unwrap();
     let connect = || {
@@ -546,7 +483,6 @@ fn a_peer_closing_its_side_is_told_to_the_protocol_before_a_drive() {
         deal: Deal::RoundRobin,
         backlog: 8,
         congestion: crate::congestion::Congestion::Auto,
-        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = Server::start(l, ender.clone(), settings).unwrap();
@@ -587,7 +523,6 @@ fn at_the_cap_the_connection_idle_longest_makes_room_for_a_new_peer() {
         deal: Deal::RoundRobin,
         backlog: 64,
         congestion: crate::congestion::Congestion::Host,
-        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = Server::start(l, Echo::new(Duration::from_secs(60)), settings).unwrap();
@@ -630,7 +565,6 @@ fn one_address_cannot_take_every_place() {
         deal: Deal::RoundRobin,
         backlog: 64,
         congestion: crate::congestion::Congestion::Host,
-        receive_buffer: crate::limits::ReceiveBuffer::Kernel,
     };
     let server = Server::start(l, Echo::new(Duration::from_secs(2)), settings).unwrap();
     let mut two = connect(&server, 2);

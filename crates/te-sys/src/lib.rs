@@ -239,16 +239,6 @@ pub fn set_tcp_congestion(sock: &impl std::os::fd::AsRawFd, name: &str) -> std::
     }
 }
 
-/// Fixes the receive buffer of the socket `sock` at `bytes` (`SO_RCVBUF`; the kernel doubles
-/// it for its bookkeeping and stops autotuning it).
-///
-/// # Errors
-/// `setsockopt` refused.
-pub fn set_receive_buffer(sock: &impl std::os::fd::AsRawFd, bytes: usize) -> std::io::Result<()> {
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    set_socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF, v)
-}
-
 /// Sets the integer socket option `name` of `level` on `sock` to `value` (`setsockopt`).
 ///
 /// # Errors
@@ -274,14 +264,6 @@ pub fn set_socket_int(
         0 => Ok(()),
         _ => Err(std::io::Error::last_os_error()),
     }
-}
-
-/// The receive buffer of the socket `sock`, in bytes (`SO_RCVBUF`, as the kernel keeps it).
-///
-/// # Errors
-/// `getsockopt` refused.
-pub fn receive_buffer(sock: &impl std::os::fd::AsRawFd) -> std::io::Result<usize> {
-    socket_int(sock, libc::SOL_SOCKET, libc::SO_RCVBUF).map(|v| usize::try_from(v).unwrap_or(0))
 }
 
 /// The integer socket option `name` of `level` on `sock` (`getsockopt`).

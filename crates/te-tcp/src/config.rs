@@ -7,8 +7,7 @@ use te_reactor::congestion::Congestion;
 use te_sys::env::Env;
 
 use crate::settings::{
-    TCP_LANES_PER_PEER, TCP_STATUS_TIMEOUT_SEC, TE_MOONCAKE_BATCH_LOCAL_WRITES,
-    TE_MOONCAKE_SPREAD_LOCAL_WRITES, TE_MOONCAKE_THREADS, TE_TCP_CONGESTION,
+    TCP_LANES_PER_PEER, TCP_STATUS_TIMEOUT_SEC, TE_MOONCAKE_THREADS, TE_TCP_CONGESTION,
 };
 
 /// te-tcp's settings: from the environment when the transport is installed, unless given with
@@ -25,12 +24,6 @@ pub struct TcpSettings {
     pub congestion: Congestion,
     /// Event-loop threads of the Mooncake listener (`MC_TE_MOONCAKE_THREADS`).
     pub mooncake_threads: usize,
-    /// Spread large WRITEs of Mooncake peers on this host over the loops too
-    /// (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES`).
-    pub spread_local_writes: bool,
-    /// Serve WRITEs from Mooncake peers on this host in `SCHED_BATCH`
-    /// (`MC_TE_MOONCAKE_BATCH_LOCAL_WRITES`).
-    pub batch_local_writes: bool,
 }
 
 impl Default for TcpSettings {
@@ -40,8 +33,6 @@ impl Default for TcpSettings {
             status_timeout: Duration::from_secs(30),
             congestion: Congestion::Auto,
             mooncake_threads: 2,
-            spread_local_writes: false,
-            batch_local_writes: true,
         }
     }
 }
@@ -76,12 +67,6 @@ impl TcpSettings {
             mooncake_threads: env
                 .number(&TE_MOONCAKE_THREADS, 1, 64)?
                 .unwrap_or(d.mooncake_threads),
-            spread_local_writes: env
-                .flag(&TE_MOONCAKE_SPREAD_LOCAL_WRITES)?
-                .unwrap_or(d.spread_local_writes),
-            batch_local_writes: env
-                .flag(&TE_MOONCAKE_BATCH_LOCAL_WRITES)?
-                .unwrap_or(d.batch_local_writes),
         })
     }
 }
@@ -96,7 +81,6 @@ mod tests {
             ("MC_TCP_LANES_PER_PEER", "2"),
             ("MC_TCP_STATUS_TIMEOUT_SEC", "7"),
             ("MC_TE_TCP_CONGESTION", "host"),
-            ("MC_TE_MOONCAKE_BATCH_LOCAL_WRITES", "0"),
         ];
         let lookup = |k: &str| {
             pairs
@@ -108,14 +92,12 @@ mod tests {
         assert_eq!(s.lanes_per_peer, 2);
         assert_eq!(s.status_timeout, Duration::from_secs(7));
         assert_eq!(s.congestion, Congestion::Host);
-        assert!(!s.batch_local_writes && !s.spread_local_writes);
         assert_eq!(s.mooncake_threads, 2);
         for (name, bad) in [
             ("MC_TCP_LANES_PER_PEER", "0"),
             ("MC_TCP_STATUS_TIMEOUT_SEC", "x"),
             ("MC_TE_TCP_CONGESTION", "bbr; reno"),
             ("MC_TE_MOONCAKE_THREADS", "65"),
-            ("MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES", "sometimes"),
         ] {
             let lookup = |k: &str| (k == name).then(|| bad.to_string());
             match TcpSettings::from_lookup(&lookup) {

@@ -385,8 +385,7 @@ impl Transport for TcpTransport {
         );
         let _ = self.sink.set(sink.clone());
         let limits = &ctx.config.limits;
-        let linger = std::time::Duration::from_micros(limits.client_linger_us as u64);
-        let dialer = initiator::dialer::Dialer::start(limits.client_threads, linger)
+        let dialer = initiator::dialer::Dialer::start(limits.client_threads)
             .map_err(|e| err(format!("starting the lane loops: {e}")))?;
         *self.installed.write().unwrap_or_else(|e| e.into_inner()) = Some(Installed {
             sink,

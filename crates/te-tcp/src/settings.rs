@@ -27,18 +27,6 @@ pub(crate) const TE_MOONCAKE_THREADS: Setting = Setting {
     range: "1–64",
     doc: "event-loop threads serving Mooncake connections (1–64)",
 };
-pub(crate) const TE_MOONCAKE_SPREAD_LOCAL_WRITES: Setting = Setting {
-    name: "MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES",
-    default: "off",
-    range: "0/1",
-    doc: "spread large WRITEs of peers on this host over those loops too (another host's always are)",
-};
-pub(crate) const TE_MOONCAKE_BATCH_LOCAL_WRITES: Setting = Setting {
-    name: "MC_TE_MOONCAKE_BATCH_LOCAL_WRITES",
-    default: "on",
-    range: "0/1",
-    doc: "a loop serving a WRITE from a peer on this host runs in `SCHED_BATCH` (it waits for the sender instead of preempting it; threads under a policy the operator chose are left alone)",
-};
 
 /// Every variable this crate reads, in the order the reference lists them.
 pub const SETTINGS: &[Setting] = &[
@@ -46,6 +34,4 @@ pub const SETTINGS: &[Setting] = &[
     TCP_STATUS_TIMEOUT_SEC,
     TE_TCP_CONGESTION,
     TE_MOONCAKE_THREADS,
-    TE_MOONCAKE_SPREAD_LOCAL_WRITES,
-    TE_MOONCAKE_BATCH_LOCAL_WRITES,
 ];

@@ -366,36 +366,6 @@ pub fn gpu_copy(
     unsafe { cuda.copy(device, dst, src, len) }
 }
 
-/// The calling thread's scheduling policy as `sched_getscheduler` gives it: `SCHED_OTHER`,
-/// `SCHED_BATCH`, `SCHED_IDLE` or a real-time one, with `SCHED_RESET_ON_FORK` added if set.
-///
-/// # Errors
-/// The call failed (a sandbox may refuse it).
-pub fn thread_policy() -> io::Result<libc::c_int> {
-    // SAFETY: no memory is passed; pid 0 is the calling thread.
-    match unsafe { libc::sched_getscheduler(0) } {
-        -1 => Err(io::Error::last_os_error()),
-        policy => Ok(policy),
-    }
-}
-
-/// Sets the calling thread's scheduling policy to `policy`, one that takes no priority
-/// (`SCHED_OTHER`, `SCHED_BATCH`, `SCHED_IDLE`), its nice value kept (`sched_setscheduler`;
-/// none needs a privilege). A `SCHED_BATCH` thread that wakes does not preempt the thread
-/// running on its CPU: it waits for that one's slice or sleep.
-///
-/// # Errors
-/// The call failed (a sandbox may refuse it; a real-time policy needs a priority).
-pub fn set_thread_policy(policy: libc::c_int) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a live local the kernel reads for the call; pid 0 is the calling
-    // thread.
-    match unsafe { libc::sched_setscheduler(0, policy, &raw const param) } {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
-    }
-}
-
 /// Polls `sock` without sleeping (a peek that does not wait) until it has bytes to read, has
 /// reached its end or failed, for up to `spin`; whether it did. A thread about to block for a
 /// reply that comes within microseconds spares itself the sleep and the wake-up.

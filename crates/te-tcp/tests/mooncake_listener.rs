@@ -14,17 +14,7 @@ use te_core::{Opcode, Permission, TransferEngine};
 use te_tcp::wire::mooncake::{HEADER_LEN, STATUS_OK, STATUS_REJECTED, encode_status};
 
 fn target(stall: Duration) -> TransferEngine {
-    target_with(stall, false)
-}
-
-/// A target whose same-host peers' large WRITEs are spread over the loops or not
-/// (`MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES`).
-fn target_with(stall: Duration, spread_local_writes: bool) -> TransferEngine {
-    let settings = tcp(|t| {
-        t.status_timeout = stall;
-        t.spread_local_writes = spread_local_writes;
-    });
-    engine_with_tcp(compat_config(&[]), settings)
+    engine_with_tcp(compat_config(&[]), tcp(|t| t.status_timeout = stall))
 }
 
 fn connect(t: &TransferEngine) -> TcpStream {
@@ -65,11 +55,9 @@ fn pipelined_requests_are_answered_in_order() {
 
 /// Large requests spread their connections over the listener's loops (all start on the first);
 /// a connection moved in the middle of a WRITE's body keeps its request, its pin and its place.
-/// (This peer is on loopback, whose WRITEs are spread only when told to; a peer on another host
-/// has them spread by default.)
 #[test]
 fn bulk_writes_moved_between_loops_mid_body_land_whole_and_read_back() {
-    let t = target_with(Duration::from_secs(30), true);
+    let t = target(Duration::from_secs(30));
     const LEN: usize = 1 << 20;
     let mem = buffer(4 * LEN);
     register(&t, &mem, Permission::RemoteReadWrite);

@@ -151,7 +151,6 @@ pub fn start_server(
         backlog: limits.listen_backlog,
         // Control frames are small: nothing to pace, so the host's default stays.
         congestion: te_reactor::congestion::Congestion::Host,
-        receive_buffer: te_reactor::limits::ReceiveBuffer::Kernel,
     };
     Server::start(
         listener,

@@ -4,8 +4,7 @@
 //! body straight from registered memory; up to [`GATHER_REQUESTS`] requests or [`GATHER_BYTES`] per
 //! send call) while replies are read in order and in bulk (statuses of many requests, and small
 //! READs' data, per receive call, through the [`Inbox`]; a larger READ's data straight into
-//! registered memory), every socket call non-blocking. Towards a Mooncake target at most
-//! [`MOONCAKE_READ_AHEAD`] bytes of READs are asked for at once. A reply is matched to the oldest
+//! registered memory), every socket call non-blocking. A reply is matched to the oldest
 //! request in flight; a slice is reported only once its request is wholly sent (its memory is the
 //! application's again after that). Whatever breaks the connection (a send or receive error, a
 //! reply out of order, the peer closing, no progress for the status timeout, a Mooncake refusal)
@@ -42,14 +41,6 @@ const DIRECT_READ: usize = 16 << 10;
 pub(crate) const GATHER_REQUESTS: usize = 32;
 /// Bytes one send call carries at most: requests are gathered until this much is out.
 pub(crate) const GATHER_BYTES: usize = 256 << 10;
-/// READ bytes a lane asks a Mooncake target for before their data is in (one larger READ
-/// goes alone). Mooncake's target answers from one thread and writes each reply into its
-/// socket as soon as it has read the request, so a deep pipeline of READs piles megabytes into
-/// its send buffers (2 MiB per connection seen with `ss`). Its socket is then bound by its
-/// congestion window, which bbr (a common default) keeps to a few packets on loopback, and the
-/// rest goes out only as our acknowledgements and its pacing timer allow. Bounding the READ
-/// bytes asked for at once makes that slow mode rarer, not gone (`docs/tuning.md`).
-pub(crate) const MOONCAKE_READ_AHEAD: u64 = 256 << 10;
 /// Connects one drive may start after the connection broke, before it waits a little.
 const RECONNECTS_PER_DRIVE: usize = 2;
 
@@ -104,8 +95,6 @@ pub(crate) struct Conn {
     status: Option<Status>,
     /// Bytes of the oldest READ's data received.
     data_at: usize,
-    /// Bytes of the READs in flight (asked for; their data not all in).
-    reading: u64,
     /// Whether the loop watches the socket: while it connects or has requests out. An idle
     /// connection is not watched, so a submitting thread's exchange on it wakes no loop.
     watched: bool,
@@ -302,7 +291,6 @@ fn connect(core: &LaneCore, home: &LoopShared, now: Instant) -> std::io::Result<
         inbox: Inbox::new(),
         status: None,
         data_at: 0,
-        reading: 0,
         watched: true,
     })
 }
@@ -560,12 +548,6 @@ impl LaneCore {
         loop {
             let mut pending: usize = c.out.iter().map(Outgoing::left).sum();
             while c.out.len() < GATHER_REQUESTS && pending < GATHER_BYTES {
-                let read_ahead_full = matches!(framing, crate::initiator::Framing::Mooncake { .. })
-                    && c.reading >= MOONCAKE_READ_AHEAD
-                    && queue.front().is_some_and(|o| o.opcode == Opcode::Read);
-                if read_ahead_full {
-                    break;
-                }
                 let Some(op) = queue.pop_front() else {
                     break;
                 };
@@ -604,9 +586,6 @@ impl LaneCore {
                 };
                 pending += o.left();
                 c.out.push_back(o);
-                if op.opcode == Opcode::Read {
-                    c.reading += op.len;
-                }
                 c.in_flight.push_back(InFlight { op, request_id: id });
             }
             if c.out.is_empty() {
@@ -741,9 +720,6 @@ impl LaneCore {
             let Some(InFlight { op, .. }) = c.in_flight.pop_front() else {
                 break;
             };
-            if op.opcode == Opcode::Read {
-                c.reading = c.reading.saturating_sub(op.len);
-            }
             c.status = None;
             c.data_at = 0;
             progress = true;

@@ -5,10 +5,7 @@
 //! wake-up naming it), when a timer it asked for is due (a retry's backoff), and on a sweep
 //! every 100 ms while it has work (connect and stall timeouts).
 //!
-//! A hand-off writes a loop's waker only while the loop may block ([`Doorbell`]), and the last
-//! loop to run out of work waits `MC_TE_CLIENT_LINGER_US` for the next hand-off before it
-//! blocks, yielding its CPU meanwhile: a batch submitted right after the last one ended reaches
-//! an awake loop, so the submitting thread pays no wake-up and the slices wait for none.
+//! A hand-off writes a loop's waker only while the loop may block ([`Doorbell`]).
 //!
 //! What a lane does when driven is the lane's ([`crate::initiator`]); here are only the loops, the
 //! wake-ups, the timers and the shutdown (every lane's slices fail, so each posted slice is
@@ -52,8 +49,6 @@ struct Doorbell {
     ready: Mutex<Vec<usize>>,
     /// The loop may block.
     sleeping: AtomicBool,
-    /// Something was handed to the loop since it last took the hand-offs.
-    handed: AtomicBool,
 }
 
 impl Doorbell {
@@ -64,7 +59,6 @@ impl Doorbell {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(token);
-        self.handed.store(true, Ordering::Release);
         // Pairs with the fence in `may_block`: either the loop sees the token before it
         // blocks, or this sees it blocking.
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -88,13 +82,7 @@ impl Doorbell {
 
     /// The lanes handed to the loop since it last took them.
     fn take(&self) -> Vec<usize> {
-        self.handed.store(false, Ordering::Relaxed);
         std::mem::take(&mut *self.ready.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Whether something was handed to the loop since it last took the hand-offs.
-    fn handed(&self) -> bool {
-        self.handed.load(Ordering::Acquire)
     }
 }
 
@@ -110,14 +98,6 @@ impl LoopShared {
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
-}
-
-/// What a transport's loops share about running out of work.
-struct Idle {
-    /// Loops with a lane holding slices.
-    working: AtomicUsize,
-    /// How long the last loop to run out of work waits for more before it sleeps.
-    linger: Duration,
 }
 
 /// How one peer's lanes are laid over the loops.
@@ -151,20 +131,12 @@ pub(crate) struct Dialer {
 }
 
 impl Dialer {
-    /// Starts `threads` loops. The last loop to run out of work (no lane of any loop holding
-    /// slices) waits up to `linger` for the next hand-off before it sleeps, yielding its CPU
-    /// meanwhile: a submitting thread that hands slices to a loop that is awake writes no
-    /// wake-up, and the slices wait for none. Only the last: a loop that waited while its
-    /// siblings still sent would take their core.
+    /// Starts `threads` loops.
     ///
     /// # Errors
     /// A loop could not be set up.
-    pub(crate) fn start(threads: usize, linger: Duration) -> std::io::Result<Self> {
+    pub(crate) fn start(threads: usize) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let idle = Arc::new(Idle {
-            working: AtomicUsize::new(0),
-            linger,
-        });
         let mut loops = Vec::new();
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
@@ -176,10 +148,10 @@ impl Dialer {
                 bell: Doorbell::default(),
                 next_token: AtomicUsize::new(0),
             });
-            let (s, st, w) = (shared.clone(), stop.clone(), idle.clone());
+            let (s, st) = (shared.clone(), stop.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("te-tcp-lanes{i}"))
-                .spawn(move || run(poll, &s, &st, &w));
+                .spawn(move || run(poll, &s, &st));
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -262,27 +234,7 @@ fn lane_of(shared: &LoopShared, token: usize) -> Option<Arc<LaneCore>> {
         .cloned()
 }
 
-/// The wait of the last loop to run out of work (see [`Dialer::start`]): until the next
-/// hand-off or for `linger`, yielding its CPU each turn, so it takes no core another thread
-/// could use.
-fn linger(shared: &LoopShared, linger: Duration) {
-    if linger.is_zero() {
-        return;
-    }
-    let end = Instant::now() + linger;
-    // The clock is read every 8 turns: in a VM a clock read costs more than a turn.
-    for turn in 0u32.. {
-        if shared.bell.handed() {
-            return;
-        }
-        std::thread::yield_now();
-        if turn % 8 == 7 && Instant::now() >= end {
-            return;
-        }
-    }
-}
-
-fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool, idle: &Idle) {
+fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool) {
     let mut events = Events::with_capacity(1024);
     let mut timers: Vec<(Instant, usize)> = Vec::new();
     let mut swept = Instant::now();
@@ -364,15 +316,6 @@ fn run(mut poll: Poll, shared: &LoopShared, stop: &AtomicBool, idle: &Idle) {
                 lane.reap_idle(shared);
             }
         }
-        // The last loop to run out of work lingers: one whose siblings still send would take
-        // their core.
-        let working = !active.is_empty();
-        if working && !busy {
-            idle.working.fetch_add(1, Ordering::AcqRel);
-        }
-        if busy && !working && idle.working.fetch_sub(1, Ordering::AcqRel) == 1 {
-            linger(shared, idle.linger);
-        }
     }
     // Stopped: what the lanes still hold fails (each posted slice is reported once).
     let lanes: Vec<Arc<LaneCore>> =
@@ -412,14 +355,12 @@ mod tests {
         let bell = Doorbell::default();
         // Awake: the loop takes the hand-off before it next blocks; no waker.
         assert!(!bell.ring(1));
-        assert!(bell.handed());
         assert!(
             !bell.may_block(),
             "a hand-off is waiting: the poll must not block"
         );
         bell.awake();
         assert_eq!(bell.take(), vec![1]);
-        assert!(!bell.handed());
         // About to block with nothing handed: the first hand-off writes, later ones do not.
         assert!(bell.may_block());
         assert!(bell.ring(2));
@@ -476,7 +417,7 @@ mod tests {
 
     #[test]
     fn a_te_peer_spreads_its_lanes_and_a_mooncake_peer_keeps_them_on_one_loop() {
-        let dialer = Dialer::start(4, Duration::ZERO).unwrap();
+        let dialer = Dialer::start(4).unwrap();
         let te = Placement::for_framing(Framing::Te);
         let mooncake = Placement::for_framing(Framing::Mooncake { acked: true });
         assert_eq!(te, Placement::Spread);

@@ -16,7 +16,7 @@
 
 #![allow(unsafe_code)] // passes pinned registered addresses to `sys`
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use te_core::Opcode;
@@ -24,7 +24,7 @@ use te_core::memory::RegionPin;
 
 use te_reactor::Step;
 
-use super::{CompatState, IDLE_MAX, Verdict, sched};
+use super::{CompatState, IDLE_MAX, Verdict};
 use crate::sys;
 use crate::wire::mooncake::{self as mooncake_wire, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
 
@@ -34,12 +34,8 @@ const TURN: usize = 8 << 20;
 /// segments arriving meanwhile wait in its backlog, which overflows (drops, retransmits) under
 /// megabyte copies; Mooncake's own target reads in 64 KiB pieces too.
 const RECV_PIECE: usize = 64 << 10;
-/// WRITEs of at least this many bytes make their connection bulk, from a peer on another host
-/// (or any peer, with `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`): copying them costs more than
-/// the wake-ups around them, so such connections are worth spreading over the loops. A peer on
-/// this host keeps its WRITEs gathered ([`Placement`]): its sending side does the TCP work
-/// on this host's cores, and a second loop waking for each piece takes cores from it
-/// (`docs/tuning.md`).
+/// WRITEs of at least this many bytes make their connection bulk: copying them costs more than
+/// the wake-ups around them, so such connections are worth spreading over the loops.
 pub(super) const BULK: u64 = 256 << 10;
 /// As [`BULK`], for READs, from any peer: the loop copies a READ's data into the socket, so on
 /// one loop the copies of a Mooncake initiator's four 64 KiB READs in flight (one per
@@ -47,40 +43,11 @@ pub(super) const BULK: u64 = 256 << 10;
 /// WRITEs keep [`BULK`] (`docs/tuning.md`).
 pub(super) const BULK_READ: u64 = 64 << 10;
 
-/// Whether a request of `size` bytes makes its connection bulk ([`BULK`], [`BULK_READ`]);
-/// `spread_writes` says whether the connection's WRITEs may be (its peer is on another host,
-/// or local WRITEs are spread too).
-pub(super) fn is_bulk(opcode: Opcode, size: u64, spread_writes: bool) -> bool {
+/// Whether a request of `size` bytes makes its connection bulk ([`BULK`], [`BULK_READ`]).
+pub(super) fn is_bulk(opcode: Opcode, size: u64) -> bool {
     match opcode {
         Opcode::Read => size >= BULK_READ,
-        _ => spread_writes && size >= BULK,
-    }
-}
-
-/// Where a connection's peer is, as far as serving it goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Placement {
-    /// The peer is on this host: te-core's [`stays_on_host`] says so (a loopback address, or
-    /// this end's own address, which Linux routes over loopback too).
-    ///
-    /// [`stays_on_host`]: te_reactor::congestion::stays_on_host
-    pub(super) on_host: bool,
-    /// Its WRITEs may make the connection bulk: a peer on another host, or any with
-    /// `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES` (`spread_local`).
-    pub(super) spread_writes: bool,
-}
-
-/// The placement of a connection from `peer`; `local`, the end the connection was accepted on
-/// (`None`: unknown), is asked for only when the answer depends on it (not for a loopback peer).
-pub(super) fn placement(
-    spread_local: bool,
-    peer: IpAddr,
-    local: impl FnOnce() -> Option<IpAddr>,
-) -> Placement {
-    let on_host = te_reactor::congestion::stays_on_host(peer, local);
-    Placement {
-        on_host,
-        spread_writes: spread_local || !on_host,
+        _ => size >= BULK,
     }
 }
 
@@ -114,8 +81,6 @@ pub(crate) struct Conn {
     pub(super) promoted: Option<Header>,
     /// Whether its latest request makes it bulk ([`is_bulk`]).
     pub(super) bulk: bool,
-    /// Where its peer is.
-    placement: Placement,
     /// The next request's header bytes, received with a WRITE body's last piece.
     ahead: [u8; HEADER_LEN],
     ahead_len: usize,
@@ -149,15 +114,14 @@ fn reply(
 }
 
 impl Conn {
-    /// A connection from `peer`, placed as `placement` says.
-    pub(super) fn new(peer: SocketAddr, placement: Placement) -> Self {
+    /// A connection from `peer`.
+    pub(super) fn new(peer: SocketAddr) -> Self {
         Conn {
             peer,
             phase: fresh(),
             progress: Instant::now(),
             promoted: None,
             bulk: false,
-            placement,
             ahead: [0; HEADER_LEN],
             ahead_len: 0,
             drained: false,
@@ -345,13 +309,7 @@ impl Conn {
         let Ok(len) = usize::try_from(header.size) else {
             return Some(Step::Close);
         };
-        self.bulk = is_bulk(header.opcode, header.size, self.placement.spread_writes);
-        let batch = state.tcp.batch_local_writes;
-        sched::serve_under(sched::policy_for(
-            header.opcode,
-            self.placement.on_host,
-            batch,
-        ));
+        self.bulk = is_bulk(header.opcode, header.size);
         self.phase = match header.opcode {
             Opcode::Write => Phase::Body {
                 _pin: pin,
@@ -402,55 +360,11 @@ mod tests {
 
     #[test]
     fn reads_from_64_kib_and_writes_from_256_kib_make_a_connection_bulk() {
-        for spread in [true, false] {
-            assert!(!is_bulk(Opcode::Read, (64 << 10) - 1, spread));
-            assert!(is_bulk(Opcode::Read, 64 << 10, spread));
-            assert!(is_bulk(Opcode::Read, 1 << 20, spread));
-            assert!(!is_bulk(Opcode::Write, 64 << 10, spread));
-            assert!(!is_bulk(Opcode::Write, (256 << 10) - 1, spread));
-        }
-        assert!(is_bulk(Opcode::Write, 256 << 10, true));
-        assert!(
-            !is_bulk(Opcode::Write, 1 << 20, false),
-            "a peer on this host keeps its WRITEs gathered"
-        );
-    }
-
-    #[test]
-    fn peers_on_this_host_gather_their_writes_unless_told_to_spread_them() {
-        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
-        let here = || Some(ip("198.18.0.1"));
-        let on_host = |spread_writes| Placement {
-            on_host: true,
-            spread_writes,
-        };
-        // Loopback addresses (an IPv4-mapped one included), and this end's own address.
-        for local in [
-            "127.0.0.1",
-            "127.3.2.1",
-            "::1",
-            "::ffff:127.0.0.1",
-            "198.18.0.1",
-            "::ffff:198.18.0.1",
-        ] {
-            assert_eq!(placement(false, ip(local), here), on_host(false), "{local}");
-            assert_eq!(placement(true, ip(local), here), on_host(true), "{local}");
-        }
-        let remote = Placement {
-            on_host: false,
-            spread_writes: true,
-        };
-        for peer in ["198.18.0.2", "fd00::2", "::ffff:198.18.0.2"] {
-            assert_eq!(placement(false, ip(peer), here), remote, "{peer}");
-        }
-        // With the local end unknown, only a loopback peer is taken to be on this host.
-        assert_eq!(placement(false, ip("127.0.0.1"), || None), on_host(false));
-        assert_eq!(placement(false, ip("198.18.0.1"), || None), remote);
-        // The local end is not asked for where the answer does not depend on it.
-        let unasked = || -> Option<IpAddr> { panic!("local address asked for") };
-        assert_eq!(
-            placement(false, ip("::ffff:127.0.0.1"), unasked),
-            on_host(false)
-        );
+        assert!(!is_bulk(Opcode::Read, (64 << 10) - 1));
+        assert!(is_bulk(Opcode::Read, 64 << 10));
+        assert!(is_bulk(Opcode::Read, 1 << 20));
+        assert!(!is_bulk(Opcode::Write, 64 << 10));
+        assert!(!is_bulk(Opcode::Write, (256 << 10) - 1));
+        assert!(is_bulk(Opcode::Write, 256 << 10));
     }
 }

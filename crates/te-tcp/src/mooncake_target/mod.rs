@@ -18,13 +18,9 @@
 //! request in flight per connection over several connections, so for requests of up to
 //! [`conn::BULK`] a wake-up costs more than the copy: every connection starts on the first
 //! loop, which serves them all with the fewest wake-ups (as Mooncake's own target serves them
-//! on one thread). A connection whose latest request is a larger WRITE from a peer on another
-//! host, or a READ of at least [`conn::BULK_READ`] (its data is copied into the socket on the
+//! on one thread). A connection whose latest request is a larger WRITE, or a READ of at least [`conn::BULK_READ`] (its data is copied into the socket on the
 //! loop), is bulk, and the reactor spreads bulk connections over the loops, where their copies
-//! run side by side ([`conn::is_bulk`]). A peer on this host keeps its WRITEs gathered unless
-//! `MC_TE_MOONCAKE_SPREAD_LOCAL_WRITES=1`: its sending side works on this host's cores, and
-//! while a loop serves such a peer's WRITEs it runs in `SCHED_BATCH`, waiting for the sender
-//! rather than preempting it ([`sched`]). A connection whose request touches GPU memory
+//! run side by side ([`conn::is_bulk`]). A connection whose request touches GPU memory
 //! leaves the loops for a thread of its own ([`blocking`]), where staging may wait without
 //! holding anybody up.
 //!
@@ -34,7 +30,6 @@
 
 mod blocking;
 mod conn;
-mod sched;
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -54,7 +49,7 @@ pub(super) const IDLE_MAX: Duration = Duration::from_secs(600);
 pub(crate) struct CompatState {
     pub(crate) regions: Arc<RegionTable>,
     pub(crate) compat: MooncakeCompat,
-    /// The listener's threads and scheduling choices.
+    /// The listener's thread count.
     pub(crate) tcp: crate::TcpSettings,
     /// How long a started request may stall.
     pub(crate) stall_timeout: Duration,
@@ -136,10 +131,8 @@ impl Protocol for CompatState {
         ok
     }
 
-    fn open(&self, peer: SocketAddr, stream: &mio::net::TcpStream) -> conn::Conn {
-        let local = || stream.local_addr().ok().map(|a| a.ip());
-        let placement = conn::placement(self.tcp.spread_local_writes, peer.ip(), local);
-        conn::Conn::new(peer, placement)
+    fn open(&self, peer: SocketAddr, _stream: &mio::net::TcpStream) -> conn::Conn {
+        conn::Conn::new(peer)
     }
 
     fn peer_closing(&self, c: &mut conn::Conn) {
@@ -205,7 +198,6 @@ pub(crate) fn start(
         deal: Deal::Gather,
         backlog: limits.listen_backlog,
         congestion: congestion.clone(),
-        receive_buffer: limits.data_receive_buffer(),
     };
     Server::start(listener, state, settings)
 }

@@ -29,10 +29,10 @@
 //! region and the next request's header into a header-sized buffer in one call. A receive that
 //! returns less than it asked for found the socket empty, and the connection waits for more
 //! without asking again. Where GPU memory is registered a connection reads whole headers only
-//! and sends each READ at once: such a request leaves the loop. A connection
-//! that caught up after a request of at most [`HOT_REQUEST`] bytes has its loop poll briefly
-//! for the next one before sleeping; after a larger one, only while it is the server's only
-//! connection ([`Step::BlockedHotAlone`]).
+//! and sends each READ at once: such a request leaves the loop. A connection that caught up
+//! has its loop poll briefly for the next request before sleeping while it is the server's only
+//! connection ([`Step::BlockedHotAlone`]): a single peer's next batch is then the only work
+//! coming, and a sleeping core starts the loop tens of microseconds late (`docs/tuning.md`).
 //!
 //! A request on GPU memory sends its connection to a thread of its own ([`crate::gpu_path`]),
 //! where staging may wait without holding anybody up.
@@ -68,15 +68,6 @@ const RECV_PIECE: usize = 256 << 10;
 const LOWAT_MAX: usize = 64 << 10;
 /// Bytes one bulk receive takes at most (after a small request).
 pub(crate) const BULK_BYTES: usize = 64 << 10;
-/// Requests of at most this many bytes make a connection that has caught up ask its loop to
-/// poll for the next one instead of sleeping ([`Step::BlockedHot`]). The poll pays where
-/// requests are tiny and a sleep and a wake-up would cost more than waiting; above that it
-/// takes the core the peer needs.
-///
-/// After a larger request a connection asks for the poll only while it is the server's only
-/// one ([`Step::BlockedHotAlone`]): a single peer's next batch is then the only work coming,
-/// and a sleeping core starts the loop tens of microseconds late (`docs/tuning.md`).
-const HOT_REQUEST: u64 = 4 << 10;
 /// READs whose replies and data may wait to go out together.
 pub(crate) const GATHER_READS: usize = 32;
 /// Bytes of READ data that may wait to go out together.
@@ -125,9 +116,6 @@ pub(crate) struct TargetConn {
     progress: Instant,
     /// The last request was small: the next headers are taken in bulk.
     last_small: bool,
-    /// The last request was at most [`HOT_REQUEST`] bytes: its initiator's next one is likely
-    /// due within microseconds, worth polling for once the connection has caught up.
-    last_tiny: bool,
     /// The request that sends this connection to a thread of its own (GPU memory).
     promoted: Option<Request>,
     /// `SO_RCVLOWAT` is raised (while a body arrives in pieces).
@@ -189,7 +177,6 @@ impl TargetConn {
             }
         };
         self.last_small = r.len <= SMALL_REQUEST;
-        self.last_tiny = r.len <= HOT_REQUEST;
         let state = &p.state;
         let checked = state.check(&r, &self.expected);
         self.trusted |= !matches!(checked, Err(Rejection::BadSecret));
@@ -245,7 +232,6 @@ impl TargetConn {
         match self.flush(stream) {
             Flush::Blocked => Step::BlockedSending,
             Flush::Failed => Step::Close,
-            Flush::Done if idle && self.last_tiny => Step::BlockedHot,
             Flush::Done if idle => Step::BlockedHotAlone,
             Flush::Done => Step::Blocked,
         }
@@ -659,7 +645,6 @@ impl Protocol for TargetProtocol {
             out,
             progress: Instant::now(),
             last_small: false,
-            last_tiny: false,
             promoted: None,
             lowat: false,
             peer_closed: false,
@@ -742,7 +727,6 @@ pub(crate) fn start(
         deal: te_reactor::Deal::RoundRobin,
         backlog: limits.listen_backlog,
         congestion: congestion.clone(),
-        receive_buffer: limits.data_receive_buffer(),
     };
     Server::start(listener, protocol, settings)
 }
