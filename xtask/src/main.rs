@@ -158,15 +158,7 @@ fn publish() -> Result<(), String> {
 /// `cargo test` of te-core's deterministic simulation (seeds come from the environment).
 pub(crate) fn sim_command() -> Command {
     let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "-p",
-        "te-core",
-        "--features",
-        "testing",
-        "--test",
-        "sim",
-    ]);
+    cmd.args(["test", "-p", "te-core", "--test", "sim"]);
     cmd
 }
 

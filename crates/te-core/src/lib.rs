@@ -1,17 +1,18 @@
 //! te-core: the shared vocabulary of te and its classic batch engine.
 //!
-//! - [`config`]: Mooncake's defaults and `MC_*` variables.
-//! - [`memory`], [`host_buffer`]: registered regions, permissions, pins, te-owned buffers.
+//! - [`config`], [`settings`]: Mooncake's defaults and the `MC_*` variables te-core reads.
+//! - [`memory`]: registered regions, permissions, pins ([`HostBuffer`], te-owned memory, is te-sys's).
 //! - [`segment`], [`metadata`], [`control`]: descriptors, where they come from, the control channel.
 //! - [`batch`], [`slicer`], [`retry`], [`router`], [`health`], [`rails`]: the decisions and
 //!   bookkeeping of a transfer (which slice, which rail, which rail is paused), no I/O.
 //! - [`transport`]: the seam transports implement.
-//! - [`mooncake`]: the opt-in that serves Mooncake initiators, and its allow-list.
+//! - [`mooncake`]: the opt-in that serves Mooncake initiators.
 //! - [`engine`]: [`TransferEngine`], the classic API.
 //!
 //! te-core moves no bytes between processes: transports do. It knows nothing of a transport's
-//! wire format, verbs, CUDA or io_uring. Unsafe code lives only in
-//! [`host_buffer`] (raw memory copies).
+//! wire format, verbs, CUDA or io_uring. Unsafe code lives in te-sys, te-cuda and the
+//! transports; here only the contract of `register_memory` (and its batch form): the caller
+//! vouches for the memory it registers.
 #![deny(unsafe_code)]
 
 pub mod batch;

@@ -419,12 +419,16 @@ def test_a_peer_in_another_process_and_one_that_exits_mid_transfer():
             assert np.array_equal(dst, src[:MiB])
 
 
-def test_the_readmes_python_examples_run():
-    readme = os.path.join(os.path.dirname(__file__), "..", "..", "..", "README.md")
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
-    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
-    runnable = [b for b in blocks if "te.Engine()" in b or "a, b = TransferEngine()" in b]
-    assert len(runnable) >= 2, "the README's te.Engine and te.mooncake examples"
-    for block in runnable:
-        exec(compile(block, "README.md", "exec"), {})
+def test_the_docs_python_examples_run():
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    runnable = []
+    for doc in ("README.md", os.path.join("docs", "python.md")):
+        with open(os.path.join(root, doc), encoding="utf-8") as f:
+            text = f.read()
+        blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+        runnable += [(doc, b) for b in blocks if "te.Engine()" in b or "a, b = TransferEngine()" in b]
+    docs = {doc for doc, _ in runnable}
+    assert "README.md" in docs, "the README's te.Engine example"
+    assert any("TransferEngine()" in b for _, b in runnable), "docs/python.md's te.mooncake example"
+    for doc, block in runnable:
+        exec(compile(block, doc, "exec"), {})

@@ -333,12 +333,20 @@ fn a_device_taken_down_mid_transfer_fails_over() {
         "the rest went over rxe0"
     );
     assert!(tbuf.to_vec(0, len).unwrap() == data, "every byte arrived");
-    // The port coming back reactivates rxe1.
-    let up = std::process::Command::new("ip")
-        .args(["link", "set", "eth1", "up"])
-        .status()
-        .unwrap();
-    assert!(up.success());
+    // The port coming back reactivates rxe1. The guest's kernel may still be handling the
+    // port-down event and refuse the first request ("Protodown not supported"): asked again.
+    let up = (0..10).any(|_| {
+        let ok = std::process::Command::new("ip")
+            .args(["link", "set", "eth1", "up"])
+            .status()
+            .unwrap()
+            .success();
+        if !ok {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        ok
+    });
+    assert!(up, "eth1 came back up");
     assert!(
         eventually(|| transport.active_devices().len() == 2),
         "rxe1 active again: {:?}",

@@ -1,4 +1,4 @@
-//! The variables te-tcp reads ([`TcpSettings`](crate::TcpSettings) holds what they say).
+//! The variables te-tcp reads (`TcpSettings` holds what they say).
 //! `docs/configuration.md` is generated from these (`cargo xtask config`).
 
 use te_sys::env::Setting;
