@@ -164,15 +164,7 @@ pub enum Error {
 impl From<te_reactor::Error> for Error {
     fn from(e: te_reactor::Error) -> Self {
         match e {
-            te_reactor::Error::InvalidConfig {
-                name,
-                value,
-                reason,
-            } => Error::InvalidConfig {
-                name,
-                value,
-                reason,
-            },
+            te_reactor::Error::Sys(e) => Error::from(e),
             te_reactor::Error::Malformed(what) => Error::MalformedMessage(what),
             te_reactor::Error::Socket { context, source } => Error::Socket { context, source },
             other => Error::MalformedMessage(other.to_string()),

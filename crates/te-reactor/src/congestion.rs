@@ -19,6 +19,8 @@ use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use te_sys::env::invalid;
+
 use crate::error::{Error, Result};
 
 /// The algorithm same-host connections use under [`Congestion::Auto`].
@@ -46,14 +48,10 @@ impl Congestion {
     /// Reads a value of `MC_TE_TCP_CONGESTION`: `auto`, `host`, or an algorithm's name.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] when the value is none of these.
+    /// [`Error::Sys`] naming the variable when the value is none of these.
     pub fn parse(value: &str) -> Result<Self> {
         let v = value.trim();
-        let refuse = |reason: &str| Error::InvalidConfig {
-            name: "MC_TE_TCP_CONGESTION".into(),
-            value: value.into(),
-            reason: reason.into(),
-        };
+        let refuse = |reason: &str| Error::from(invalid("MC_TE_TCP_CONGESTION", value, reason));
         match v.to_ascii_lowercase().as_str() {
             "auto" => Ok(Congestion::Auto),
             "host" => Ok(Congestion::Host),

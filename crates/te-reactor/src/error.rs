@@ -1,5 +1,6 @@
-//! The errors of te-reactor: a setting out of range, a malformed HTTP message, a socket that
-//! failed. te-core turns each into its own error of the same kind.
+//! The errors of te-reactor: a setting out of range (te-sys's error, as its environment reader
+//! gives it), a malformed HTTP message, a socket that failed. te-core turns each into its own
+//! error of the same kind.
 
 use std::io;
 
@@ -7,16 +8,9 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A setting te cannot honour.
-    #[error("invalid setting {name}={value:?}: {reason}")]
-    InvalidConfig {
-        /// The variable or field name.
-        name: String,
-        /// The value as given.
-        value: String,
-        /// Why it was refused.
-        reason: String,
-    },
+    /// A setting te cannot honour (`te_sys::Error::InvalidConfig`, naming it).
+    #[error(transparent)]
+    Sys(#[from] te_sys::Error),
     /// Bytes from the network that are not a well-formed message.
     #[error("malformed message: {0}")]
     Malformed(String),
@@ -29,23 +23,6 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-}
-
-impl From<te_sys::Error> for Error {
-    fn from(e: te_sys::Error) -> Self {
-        match e {
-            te_sys::Error::InvalidConfig {
-                name,
-                value,
-                reason,
-            } => Error::InvalidConfig {
-                name,
-                value,
-                reason,
-            },
-            other => Error::Malformed(other.to_string()),
-        }
-    }
 }
 
 impl Error {

@@ -10,7 +10,9 @@
 //!
 //! Not here: what a connection speaks (the control channel, the transports).
 
-use crate::error::{Error, Result};
+use te_sys::env::invalid;
+
+use crate::error::Result;
 use tracing::{info, warn};
 
 /// The servers' limits. Build with `ServerLimits::default()` or from the environment.
@@ -72,7 +74,7 @@ impl ServerLimits {
     /// Reads the limits through `get` (trimmed, non-empty values).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the variable whose value is out of range.
+    /// [`Error::Sys`](crate::Error::Sys) naming the variable whose value is out of range.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let d = ServerLimits::default();
         let read = |name: &str, default: usize, min: usize, max: usize| -> Result<usize> {
@@ -177,14 +179,11 @@ pub struct OpenFiles {
 /// to raise or the settings (`caps`) to lower.
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] naming `RLIMIT_NOFILE` when the limit cannot be read (one that
+/// [`Error::Sys`](crate::Error::Sys) naming `RLIMIT_NOFILE` when the limit cannot be read (one that
 /// cannot be raised is only warned about).
 pub fn raise_open_files(wanted: u64, caps: &str) -> Result<OpenFiles> {
-    let (before, hard) = te_sys::nofile_limit().map_err(|e| Error::InvalidConfig {
-        name: "RLIMIT_NOFILE".into(),
-        value: String::new(),
-        reason: format!("cannot be read: {e}"),
-    })?;
+    let (before, hard) = te_sys::nofile_limit()
+        .map_err(|e| invalid("RLIMIT_NOFILE", "", format!("cannot be read: {e}")))?;
     let mut now = before;
     if before < hard {
         match te_sys::set_nofile_soft(hard) {
@@ -267,7 +266,7 @@ mod tests {
             ("MC_TE_LISTEN_BACKLOG", "65536"),
         ] {
             match with(&[(name, bad)]) {
-                Err(Error::InvalidConfig { name: n, value, .. }) => {
+                Err(crate::Error::Sys(te_sys::Error::InvalidConfig { name: n, value, .. })) => {
                     assert_eq!((n.as_str(), value.as_str()), (name, bad));
                 }
                 other => panic!("{name}={bad}: {other:?}"),
