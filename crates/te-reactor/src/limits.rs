@@ -142,7 +142,7 @@ impl ServerLimits {
     }
 
     /// The per-address cap of a transport's data server.
-    pub fn data_per_address(&self) -> crate::AddressCap {
+    fn data_per_address(&self) -> crate::AddressCap {
         crate::AddressCap {
             max: self.max_data_connections_per_address,
             loopback: false,
@@ -150,10 +150,41 @@ impl ServerLimits {
     }
 
     /// The per-address cap of the control listener.
-    pub fn control_per_address(&self) -> crate::AddressCap {
+    fn control_per_address(&self) -> crate::AddressCap {
         crate::AddressCap {
             max: self.max_control_connections_per_address,
             loopback: false,
+        }
+    }
+
+    /// A data listener's settings (te's framing or Mooncake's): the data caps, `threads` loops
+    /// dealing connections as `deal`, each connection under `congestion`.
+    pub fn data_server(
+        &self,
+        threads: usize,
+        deal: crate::Deal,
+        congestion: &crate::congestion::Congestion,
+    ) -> crate::ServerSettings {
+        crate::ServerSettings {
+            threads: threads.max(1),
+            max_connections: self.max_data_connections,
+            per_address: self.data_per_address(),
+            deal,
+            backlog: self.listen_backlog,
+            congestion: congestion.clone(),
+        }
+    }
+
+    /// The control listener's settings: the control caps; its frames are small, so nothing is
+    /// paced and the host's congestion control stays.
+    pub fn control_server(&self) -> crate::ServerSettings {
+        crate::ServerSettings {
+            threads: self.control_threads,
+            max_connections: self.max_control_connections,
+            per_address: self.control_per_address(),
+            deal: crate::Deal::RoundRobin,
+            backlog: self.listen_backlog,
+            congestion: crate::congestion::Congestion::Host,
         }
     }
 

@@ -24,7 +24,7 @@ use tracing::debug;
 use crate::error::{Error, Result};
 use crate::notify::{Notification, NotificationQueue};
 use frame::{FrameError, FrameType, read_frame, write_frame};
-use te_reactor::{Server, ServerSettings};
+use te_reactor::Server;
 
 /// How long a control connection may sit idle (or stall mid-frame) before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -143,19 +143,10 @@ pub fn start_server(
     state: Arc<ControlState>,
     limits: &te_reactor::limits::ServerLimits,
 ) -> Result<Server> {
-    let settings = ServerSettings {
-        threads: limits.control_threads,
-        max_connections: limits.max_control_connections,
-        per_address: limits.control_per_address(),
-        deal: te_reactor::Deal::RoundRobin,
-        backlog: limits.listen_backlog,
-        // Control frames are small: nothing to pace, so the host's default stays.
-        congestion: te_reactor::congestion::Congestion::Host,
-    };
     Server::start(
         listener,
         Arc::new(server::ControlProtocol { state }),
-        settings,
+        limits.control_server(),
     )
     .map_err(|e| Error::socket("starting the control listener", e))
 }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use te_core::memory::{AccessDenied, RegionPin, RegionTable};
 use te_core::mooncake::MooncakeCompat;
-use te_reactor::{Deal, Protocol, Refusal, Server, ServerSettings, Slot, Step};
+use te_reactor::{Deal, Protocol, Refusal, Server, Slot, Step};
 use tracing::{error, warn};
 
 use crate::wire::mooncake::{self as mooncake_wire, HEADER_LEN, Header, STATUS_REJECTED};
@@ -191,13 +191,6 @@ pub(crate) fn start(
     limits: &te_reactor::limits::ServerLimits,
     congestion: &te_reactor::congestion::Congestion,
 ) -> std::io::Result<Server> {
-    let settings = ServerSettings {
-        threads: state.tcp.mooncake_threads.max(1),
-        max_connections: limits.max_data_connections,
-        per_address: limits.data_per_address(),
-        deal: Deal::Gather,
-        backlog: limits.listen_backlog,
-        congestion: congestion.clone(),
-    };
+    let settings = limits.data_server(state.tcp.mooncake_threads, Deal::Gather, congestion);
     Server::start(listener, state, settings)
 }

@@ -48,7 +48,7 @@ use te_core::Opcode;
 use te_core::memory::RegionPin;
 use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
-use te_reactor::{Protocol, Refusal, Server, ServerSettings, Slot, Step};
+use te_reactor::{Deal, Protocol, Refusal, Server, Slot, Step};
 use tracing::{debug, warn};
 
 use crate::gpu_path::{IDLE_MAX, MAX_DRAIN, SMALL_REQUEST, TargetState, foreign_refusal};
@@ -720,13 +720,6 @@ pub(crate) fn start(
     limits: &te_reactor::limits::ServerLimits,
     congestion: &te_reactor::congestion::Congestion,
 ) -> std::io::Result<Server> {
-    let settings = ServerSettings {
-        threads: limits.server_threads,
-        max_connections: limits.max_data_connections,
-        per_address: limits.data_per_address(),
-        deal: te_reactor::Deal::RoundRobin,
-        backlog: limits.listen_backlog,
-        congestion: congestion.clone(),
-    };
+    let settings = limits.data_server(limits.server_threads, Deal::RoundRobin, congestion);
     Server::start(listener, protocol, settings)
 }
