@@ -198,6 +198,21 @@ impl RegionPin {
     pub fn region(&self) -> &Arc<Region> {
         &self.region
     }
+
+    /// `[addr, addr+len)` of the pinned region, for the kernel or a copy to move bytes
+    /// through: `None` unless the range (not empty) lies inside the region and the region is
+    /// host memory.
+    pub fn range(&self, addr: u64, len: usize) -> Option<te_sys::PinnedRange<'_>> {
+        let region = &self.region;
+        if !region.contains(addr, len as u64) || matches!(region.location, Location::Cuda(_)) {
+            return None;
+        }
+        // SAFETY: the range lies inside a registered host region, valid memory while it is
+        // registered (the registration contract); this pin keeps it registered while the
+        // range borrows it.
+        #[allow(unsafe_code)]
+        Some(unsafe { te_sys::PinnedRange::new(addr, len) })
+    }
 }
 
 impl Drop for RegionPin {
@@ -368,6 +383,43 @@ mod tests {
 
     fn region(addr: u64, len: u64, permission: Permission) -> Region {
         Region::new(addr, len, Location::Cpu(0), permission, None)
+    }
+
+    #[test]
+    fn a_pin_lends_ranges_of_its_own_host_region_only() {
+        let mut host = vec![0u8; 64];
+        let base = host.as_mut_ptr() as u64;
+        let table = RegionTable::new();
+        let owner: Arc<dyn Any + Send + Sync> = Arc::new(());
+        let regions = vec![
+            Region::new(
+                base,
+                64,
+                Location::Cpu(0),
+                Permission::RemoteReadWrite,
+                Some(owner),
+            ),
+            Region::new(
+                0x7000_0000,
+                64,
+                Location::Cuda(0),
+                Permission::RemoteReadWrite,
+                None,
+            ),
+        ];
+        table.insert_all(regions).unwrap();
+        let pin = table.pin_remote(base + 8, 8, Opcode::Write).unwrap();
+        let range = pin.range(base + 8, 8).expect("inside the region");
+        range.put(b"12345678");
+        assert_eq!(&host[8..16], b"12345678");
+        // Anywhere in the pinned region, nowhere past it, never empty.
+        assert!(pin.range(base, 64).is_some());
+        assert!(pin.range(base + 60, 8).is_none());
+        assert!(pin.range(base - 1, 2).is_none());
+        assert!(pin.range(base, 0).is_none());
+        // GPU memory is not the host's to address.
+        let gpu = table.pin_remote(0x7000_0000, 8, Opcode::Read).unwrap();
+        assert!(gpu.range(0x7000_0000, 8).is_none());
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct SliceOp {
     pub target: Arc<RemoteSegment>,
     /// The engine's handle for this slice; hand it back through the sink.
     pub token: SliceToken,
+    /// `[local_addr, local_addr+len)` as made, kept apart from the public fields (which a
+    /// transport may change); of no bytes when it is GPU memory (slices are never empty).
+    pub(crate) host: (u64, usize),
 }
 
 impl fmt::Debug for SliceOp {
@@ -72,6 +75,21 @@ impl SliceOp {
     /// a transport checks this before putting the slice on the wire.
     pub fn is_canceled(&self) -> bool {
         self.token.is_canceled()
+    }
+
+    /// The slice's local memory, for the kernel or a copy to move its bytes: `None` when it is
+    /// GPU memory (which the host cannot address).
+    pub fn local_range(&self) -> Option<te_sys::PinnedRange<'_>> {
+        let (addr, len) = self.host;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: the range lies in a host region that the slice's task pinned at submit (the
+        // engine checked it, and the registration contract makes registered memory valid
+        // while registered). The token in `self` holds the task, whose pin is released only
+        // after the slice is reported, which consumes `self`: the borrow ends first.
+        #[allow(unsafe_code)]
+        Some(unsafe { te_sys::PinnedRange::new(addr, len) })
     }
 }
 

@@ -76,7 +76,11 @@ impl Fixture {
             let off = s.local_addr - self.local.addr();
             let result = outcome(off);
             if result.is_ok() {
-                let bytes = self.local.to_vec(off as usize, s.len as usize).unwrap();
+                // The slice lends its whole local range (a merged one spans its requests).
+                let range = s.local_range().expect("host memory");
+                assert_eq!((range.addr(), range.len() as u64), (s.local_addr, s.len));
+                let mut bytes = vec![0u8; range.len()];
+                range.get(&mut bytes);
                 let at = (s.remote_addr - self.remote.addr()) as usize;
                 self.remote.write_at(at, &bytes).unwrap();
             }

@@ -311,6 +311,13 @@ impl PinnedBuffer {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The whole buffer as a range for the kernel or a copy to move bytes through.
+    pub fn range(&self) -> te_sys::PinnedRange<'_> {
+        // SAFETY: host memory allocated for `self` and freed only on drop, after this borrow;
+        // no reference to its bytes is handed out.
+        unsafe { te_sys::PinnedRange::new(self.ptr, self.len) }
+    }
 }
 
 impl Drop for PinnedBuffer {

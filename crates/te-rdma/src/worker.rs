@@ -42,6 +42,10 @@ struct Flight {
     since: Instant,
 }
 
+/// A slice nothing of which was posted, and why (boxed: the error path is the rare one, and
+/// keeps `start`'s result small).
+type Refused = Box<(SliceOp, SliceError)>;
+
 /// Posts `op` from device `nic` on `lane`. `Ok` has the flight (some work requests may have
 /// been posted before an error, which then waits for them); `Err` gives the error when
 /// nothing was posted.
@@ -51,11 +55,11 @@ fn start(
     lane: usize,
     op: SliceOp,
     wr_id: u64,
-) -> Result<Flight, (SliceOp, SliceError)> {
+) -> Result<Flight, Refused> {
     let desc = op.target.desc();
     if desc.devices.is_empty() {
         let e = SliceError::Path(format!("segment {} publishes no RDMA device", desc.name));
-        return Err((op, e));
+        return Err(Box::new((op, e)));
     }
     let rdev = {
         let m = desc.devices.len();
@@ -77,7 +81,7 @@ fn start(
         })
     };
     let Ok(buffer) = op.target.check_access(op.remote_addr, op.len, op.opcode) else {
-        return Err((op, SliceError::Rejected(Rejection::OutOfBounds)));
+        return Err(Box::new((op, SliceError::Rejected(Rejection::OutOfBounds))));
     };
     let ndev = desc.devices.len();
     let remote_chunk = buffer.te_mr_chunk.unwrap_or(u64::MAX);
@@ -87,10 +91,10 @@ fn start(
             "{:#x}+{} is not registered with RDMA",
             op.local_addr, op.len
         ));
-        return Err((op, e));
+        return Err(Box::new((op, e)));
     };
     if op.len > u64::from(u32::MAX) {
-        return Err((op, SliceError::Rejected(Rejection::Malformed)));
+        return Err(Box::new((op, SliceError::Rejected(Rejection::Malformed))));
     }
     let pieces = route::pieces(local.offset, local.chunk, remote_off, remote_chunk, op.len);
     // Every key first: a descriptor short of keys is refused before anything is posted.
@@ -103,13 +107,13 @@ fn start(
             .and_then(|i| local.keys.get(i));
         match (lkey, rkey) {
             (Some(&l), Some(&r)) => keys.push((l, r)),
-            _ => return Err((op, SliceError::Rejected(Rejection::Malformed))),
+            _ => return Err(Box::new((op, SliceError::Rejected(Rejection::Malformed)))),
         }
     }
     // A failed set-up pauses what it blames itself (once, not per slice behind it).
     let group = match state.endpoint(nic, rdev, lane, &op.target, op.token.attempt()) {
         Ok(g) => g,
-        Err(e) => return Err((op, e)),
+        Err(e) => return Err(Box::new((op, e))),
     };
     // Queue pairs in turn: each keeps its own order, together they fill the device. The
     // pieces of one slice share a queue pair.
@@ -125,7 +129,7 @@ fn start(
         posted += 1;
     }
     match (posted, error) {
-        (0, Some(e)) => Err((op, e)),
+        (0, Some(e)) => Err(Box::new((op, e))),
         (left, error) => Ok(Flight {
             op,
             ep,
@@ -219,7 +223,10 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
                     wrs += f.left;
                     inflight.insert(next_wr, f);
                 }
-                Err((op, e)) => state.sink.complete(op, Err(e)),
+                Err(refused) => {
+                    let (op, e) = *refused;
+                    state.sink.complete(op, Err(e));
+                }
             }
         }
         device.poll_lane(lane, &mut done);

@@ -303,6 +303,13 @@ impl HostBuffer {
         self.len
     }
 
+    /// The whole buffer as a range for the kernel or a copy to move bytes through.
+    pub fn range(&self) -> crate::PinnedRange<'_> {
+        // SAFETY: the allocation lives while `self` is borrowed, and no method hands out
+        // references to its bytes.
+        unsafe { crate::PinnedRange::new(self.addr(), self.len) }
+    }
+
     /// Always false: empty buffers cannot be made.
     pub fn is_empty(&self) -> bool {
         false

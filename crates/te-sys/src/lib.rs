@@ -10,10 +10,12 @@
 pub mod env;
 mod error;
 mod host_buffer;
+mod pinned;
 pub mod signals;
 
 pub use error::{Error, Result};
 pub use host_buffer::HostBuffer;
+pub use pinned::PinnedRange;
 
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -9,8 +9,6 @@
 //! told its request was refused in its own framing ([`foreign_refusal`]), so it reports an error
 //! instead of a WRITE that never landed.
 
-#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
-
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -20,6 +18,7 @@ use te_core::Opcode;
 use te_core::memory::{AccessDenied, RegionPin, RegionTable};
 use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
+use te_sys::PinnedRange;
 use tracing::{debug, warn};
 
 use crate::sys;
@@ -283,20 +282,14 @@ fn handle(
     let checked = state.check(r, expected);
     let len = r.len as usize;
     match (checked, r.opcode) {
-        (Ok(_pin), Opcode::Write) => {
+        (Ok(pin), Opcode::Write) => {
             match state.staging.device_of(r.addr, r.len) {
-                None => {
-                    // SAFETY: `_pin` keeps `[addr, addr+len)` registered (hence allocated, by
-                    // the registration contract) until the bytes have landed; the range was
-                    // checked to lie inside one region that permits remote writes.
-                    unsafe { sys::recv_exact(stream, r.addr, len)? };
-                }
+                None => sys::recv_exact(stream, host_range(&pin, r.addr, len)?)?,
                 Some(device) => {
                     // GPU memory: into a staging buffer, then onto the GPU (a failed copy
                     // closes the connection, so the initiator retries the slice).
                     let bounce = state.staging.bounce(len).map_err(io::Error::other)?;
-                    // SAFETY: the staging buffer is on loan to this request and holds `len`.
-                    unsafe { sys::recv_exact(stream, bounce.addr(), len)? };
+                    sys::recv_exact(stream, bounce.range(len))?;
                     crate::staging::copy(device, r.addr, bounce.addr(), len)
                         .map_err(io::Error::other)?;
                 }
@@ -304,16 +297,17 @@ fn handle(
             queue_reply(replies, r.request_id, Status::Ok);
             Ok(())
         }
-        (Ok(_pin), _) => match state.staging.device_of(r.addr, r.len) {
-            // SAFETY: as above, for a region that permits remote reads.
-            None => unsafe { send_data(stream, replies, r.request_id, r.addr, len) },
+        (Ok(pin), _) => match state.staging.device_of(r.addr, r.len) {
+            None => {
+                let range = host_range(&pin, r.addr, len)?;
+                send_data(stream, replies, r.request_id, range)
+            }
             Some(device) => {
                 // GPU memory: copied out into a staging buffer, sent from there.
                 let bounce = state.staging.bounce(len).map_err(io::Error::other)?;
                 crate::staging::copy(device, bounce.addr(), r.addr, len)
                     .map_err(io::Error::other)?;
-                // SAFETY: the staging buffer is on loan to this request and holds `len` bytes.
-                unsafe { send_data(stream, replies, r.request_id, bounce.addr(), len) }
+                send_data(stream, replies, r.request_id, bounce.range(len))
             }
         },
         (Err(rejection), opcode) => {
@@ -335,16 +329,18 @@ fn handle(
     }
 }
 
-/// Sends the queued replies, an OK reply for `request_id`, and `len` bytes from `addr`.
-///
-/// # Safety
-/// `[addr, addr+len)` must be readable memory that stays valid for the call.
-unsafe fn send_data(
+/// `[addr, addr+len)` of `pin`'s region (checked against it when the request was).
+fn host_range(pin: &RegionPin, addr: u64, len: usize) -> io::Result<PinnedRange<'_>> {
+    pin.range(addr, len)
+        .ok_or_else(|| io::Error::other("a request left its region"))
+}
+
+/// Sends the queued replies, an OK reply for `request_id`, and `data`.
+fn send_data(
     stream: &TcpStream,
     replies: &mut Vec<u8>,
     request_id: u64,
-    addr: u64,
-    len: usize,
+    data: PinnedRange<'_>,
 ) -> io::Result<()> {
     let head = Reply {
         status: Status::Ok,
@@ -352,14 +348,7 @@ unsafe fn send_data(
     }
     .encode();
     replies.extend_from_slice(&head);
-    // SAFETY: `replies` is a local buffer holding the queued replies and this one, which
-    // precede the data in order; the caller guarantees the data range.
-    let sent = unsafe {
-        sys::send_parts(
-            stream,
-            &mut [(replies.as_ptr() as u64, replies.len()), (addr, len)],
-        )
-    };
+    let sent = sys::send_parts(stream, &mut [replies[..].into(), data.into()]);
     replies.clear();
     sent
 }

@@ -13,6 +13,7 @@ use std::sync::{Condvar, Mutex, RwLock};
 use te_core::memory::{Location, Region};
 #[cfg(feature = "cuda")]
 use te_cuda::PinnedBuffer;
+use te_sys::PinnedRange;
 #[cfg(not(feature = "cuda"))]
 use without_cuda::PinnedBuffer;
 
@@ -47,6 +48,13 @@ impl Bounce<'_> {
     /// Its address.
     pub(crate) fn addr(&self) -> u64 {
         self.buf.as_ref().map_or(0, PinnedBuffer::addr)
+    }
+
+    /// Its first `len` bytes (fewer when it is shorter), for the kernel to move bytes through.
+    pub(crate) fn range(&self, len: usize) -> PinnedRange<'_> {
+        self.buf
+            .as_ref()
+            .map_or_else(PinnedRange::empty, |b| b.range().head(len))
     }
 }
 
@@ -181,6 +189,10 @@ mod without_cuda {
 
         pub(super) fn len(&self) -> usize {
             0
+        }
+
+        pub(super) fn range(&self) -> te_sys::PinnedRange<'_> {
+            te_sys::PinnedRange::empty()
         }
     }
 }

@@ -2,14 +2,17 @@
 //! reply's head into a socket ahead of its payload ([`send_head`]): te-tcp's system calls.
 //!
 //! Registered memory is shared with the application and with peers, so no Rust reference to it is
-//! ever formed; the kernel copies between the socket and raw addresses. Callers guarantee that
-//! each range lies in a region pinned for the duration of the call. Registered memory is never
-//! spliced: the socket would keep referring to its pages after the call, past the pin.
+//! ever formed; the kernel copies between the socket and [`PinnedRange`]s, whose lifetimes
+//! keep the memory pinned for the call. Registered memory is never spliced: the socket would
+//! keep referring to its pages after the call, past the pin.
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
 use std::io;
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use te_sys::PinnedRange;
 
 fn last_error() -> io::Error {
     last_error_of(io::Error::last_os_error())
@@ -38,32 +41,87 @@ fn uninterrupted(mut call: impl FnMut() -> isize) -> io::Result<usize> {
     }
 }
 
-/// Sends every byte of `parts` (address, length pairs) on `sock`, without SIGPIPE.
-///
-/// # Safety
-/// Each `(addr, len)` must be readable memory that stays valid for the whole call.
-pub unsafe fn send_parts(sock: &impl AsRawFd, parts: &mut [(u64, usize)]) -> io::Result<()> {
+/// Bytes to send, readable for `'a`: a Rust slice, or a [`PinnedRange`] (registered memory, a
+/// staging buffer).
+#[derive(Clone, Copy)]
+pub struct SendPart<'a> {
+    addr: u64,
+    len: usize,
+    bytes: PhantomData<&'a [u8]>,
+}
+
+impl SendPart<'_> {
+    /// Nothing to send.
+    pub const EMPTY: SendPart<'static> = SendPart {
+        addr: 0,
+        len: 0,
+        bytes: PhantomData,
+    };
+
+    /// Start address.
+    #[cfg(test)]
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn advance(&mut self, n: usize) {
+        let n = n.min(self.len);
+        self.addr += n as u64;
+        self.len -= n;
+    }
+}
+
+impl<'a> From<&'a [u8]> for SendPart<'a> {
+    fn from(bytes: &'a [u8]) -> Self {
+        SendPart {
+            addr: bytes.as_ptr() as u64,
+            len: bytes.len(),
+            bytes: PhantomData,
+        }
+    }
+}
+
+impl<'a> From<PinnedRange<'a>> for SendPart<'a> {
+    fn from(range: PinnedRange<'a>) -> Self {
+        SendPart {
+            addr: range.addr(),
+            len: range.len(),
+            bytes: PhantomData,
+        }
+    }
+}
+
+/// Sends every byte of `parts` on `sock`, without SIGPIPE.
+pub fn send_parts(sock: &impl AsRawFd, parts: &mut [SendPart<'_>]) -> io::Result<()> {
     let mut first = 0;
     while first < parts.len() {
-        if parts[first].1 == 0 {
+        if parts[first].is_empty() {
             first += 1;
             continue;
         }
-        // SAFETY: the caller guarantees every part readable for the call.
-        let sent = unsafe { sendmsg(sock, &parts[first..], libc::MSG_NOSIGNAL) };
-        let mut sent = match sent {
+        let mut sent = match sendmsg(sock, &parts[first..], libc::MSG_NOSIGNAL) {
             Ok(n) => n,
             // The socket's send timeout.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(last_error_of(e)),
             Err(e) => return Err(e),
         };
         while sent > 0 && first < parts.len() {
-            let (addr, len) = &mut parts[first];
-            let step = sent.min(*len);
-            *addr += step as u64;
-            *len -= step;
+            let part = &mut parts[first];
+            let step = sent.min(part.len);
+            part.advance(step);
             sent -= step;
-            if *len == 0 {
+            if part.is_empty() {
                 first += 1;
             }
         }
@@ -72,37 +130,37 @@ pub unsafe fn send_parts(sock: &impl AsRawFd, parts: &mut [(u64, usize)]) -> io:
 }
 
 /// One `sendmsg` of `parts` with `flags` (retried on EINTR): the bytes sent.
-///
-/// # Safety
-/// Each `(addr, len)` must be readable memory that stays valid for the call.
-unsafe fn sendmsg(sock: &impl AsRawFd, parts: &[(u64, usize)], flags: i32) -> io::Result<usize> {
+fn sendmsg(sock: &impl AsRawFd, parts: &[SendPart<'_>], flags: i32) -> io::Result<usize> {
     let mut iov: Vec<libc::iovec> = parts
         .iter()
-        .filter(|p| p.1 > 0)
-        .map(|&(addr, len)| libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: len,
+        .filter(|p| !p.is_empty())
+        .map(|p| libc::iovec {
+            iov_base: p.addr as *mut libc::c_void,
+            iov_len: p.len,
         })
         .collect();
     // SAFETY: zeroed msghdr is a valid "no name, no control" header.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len() as _;
-    // SAFETY: `iov` describes memory the caller guarantees readable; `msg` and `iov` outlive
-    // the call; the kernel only reads from them.
+    // SAFETY: `iov` describes parts readable for their lifetime, which spans the call; `msg`
+    // and `iov` outlive the call; the kernel only reads from them.
     uninterrupted(|| unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, flags) })
 }
 
-/// Receives exactly `len` bytes from `sock` into `[addr, addr+len)`.
-///
-/// # Safety
-/// The range must be writable memory that stays valid for the whole call and that nothing else
-/// relies on while the kernel writes into it.
-pub unsafe fn recv_exact(sock: &impl AsRawFd, mut addr: u64, mut len: usize) -> io::Result<()> {
+/// Receives exactly `range.len()` bytes from `sock` into `range`.
+pub fn recv_exact(sock: &impl AsRawFd, mut range: PinnedRange<'_>) -> io::Result<()> {
     let fd = sock.as_raw_fd();
-    while len > 0 {
-        // SAFETY: the caller guarantees `[addr, addr+len)` is writable for the call.
-        let n = unsafe { libc::recv(fd, addr as *mut libc::c_void, len, libc::MSG_WAITALL) };
+    while !range.is_empty() {
+        // SAFETY: a pinned range is writable for its lifetime, which spans the call.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                range.addr() as *mut libc::c_void,
+                range.len(),
+                libc::MSG_WAITALL,
+            )
+        };
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
@@ -113,45 +171,33 @@ pub unsafe fn recv_exact(sock: &impl AsRawFd, mut addr: u64, mut len: usize) -> 
             }
             return Err(e);
         }
-        addr += n as u64;
-        len -= n as usize;
+        range.advance(n as usize);
     }
     Ok(())
 }
 
-/// One receive into `[addr, addr+len)` without waiting: the bytes received (0: the peer
-/// closed), or `WouldBlock` when none are waiting.
-///
-/// # Safety
-/// The range must be writable memory that stays valid for the call and that nothing else relies
-/// on while the kernel writes into it.
-pub unsafe fn recv_some(sock: &impl AsRawFd, addr: u64, len: usize) -> io::Result<usize> {
-    // SAFETY: the caller guarantees `[addr, addr+len)` is writable for the call.
+/// One receive into `range` without waiting: the bytes received (0: the peer closed), or
+/// `WouldBlock` when none are waiting.
+pub fn recv_some(sock: &impl AsRawFd, range: PinnedRange<'_>) -> io::Result<usize> {
+    // SAFETY: a pinned range is writable for its lifetime, which spans the call.
     uninterrupted(|| unsafe {
         libc::recv(
             sock.as_raw_fd(),
-            addr as *mut libc::c_void,
-            len,
+            range.addr() as *mut libc::c_void,
+            range.len(),
             libc::MSG_DONTWAIT,
         )
     })
 }
 
-/// One receive into `[addr, addr+len)` and then `buf`, without waiting: the bytes received
-/// (0: the peer closed), the first `len` of them in the range; `WouldBlock` when none are
-/// waiting. One call where a receive into each would take two.
-///
-/// # Safety
-/// As [`recv_some`], for `[addr, addr+len)`.
-pub unsafe fn recv_then(
-    sock: &impl AsRawFd,
-    (addr, len): (u64, usize),
-    buf: &mut [u8],
-) -> io::Result<usize> {
+/// One receive into `range` and then `buf`, without waiting: the bytes received (0: the peer
+/// closed), the first `range.len()` of them in the range; `WouldBlock` when none are waiting.
+/// One call where a receive into each would take two.
+pub fn recv_then(sock: &impl AsRawFd, range: PinnedRange<'_>, buf: &mut [u8]) -> io::Result<usize> {
     let mut iov = [
         libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: len,
+            iov_base: range.addr() as *mut libc::c_void,
+            iov_len: range.len(),
         },
         libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -162,7 +208,7 @@ pub unsafe fn recv_then(
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len() as _;
-    // SAFETY: the caller guarantees `[addr, addr+len)` writable for the call; `buf` is an
+    // SAFETY: a pinned range is writable for its lifetime, which spans the call; `buf` is an
     // exclusively borrowed Rust slice; `msg` and `iov` outlive the call.
     uninterrupted(|| unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) })
 }
@@ -191,14 +237,10 @@ pub fn push_ack(sock: &impl AsRawFd) -> io::Result<()> {
     te_sys::set_socket_int(sock, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
 }
 
-/// One send of `parts` (address, length pairs) without waiting and without SIGPIPE: the bytes
-/// sent, or `WouldBlock` when the socket buffer is full.
-///
-/// # Safety
-/// Each `(addr, len)` must be readable memory that stays valid for the call.
-pub unsafe fn send_some(sock: &impl AsRawFd, parts: &[(u64, usize)]) -> io::Result<usize> {
-    // SAFETY: the caller guarantees every part readable for the call.
-    unsafe { sendmsg(sock, parts, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) }
+/// One send of `parts` without waiting and without SIGPIPE: the bytes sent, or `WouldBlock`
+/// when the socket buffer is full.
+pub fn send_some(sock: &impl AsRawFd, parts: &[SendPart<'_>]) -> io::Result<usize> {
+    sendmsg(sock, parts, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
 }
 
 /// A pipe of one thread's own that carries a reply's head (a few bytes ahead of a payload) into
@@ -324,20 +366,17 @@ pub fn send_head(sock: &impl AsRawFd, head: &[u8]) -> io::Result<usize> {
 
 /// Receives exactly `buf.len()` bytes into an ordinary buffer.
 pub fn recv_buf(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<()> {
-    // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.
-    unsafe { recv_exact(sock, buf.as_mut_ptr() as u64, buf.len()) }
+    recv_exact(sock, PinnedRange::of_mut(buf))
 }
 
 /// Reads what is available into `buf` without waiting: `WouldBlock` when nothing is.
 pub fn recv_now(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is an exclusively borrowed, writable Rust slice for the whole call.
-    unsafe { recv_some(sock, buf.as_mut_ptr() as u64, buf.len()) }
+    recv_some(sock, PinnedRange::of_mut(buf))
 }
 
-/// Sends an ordinary buffer.
+/// Sends an ordinary buffer, without SIGPIPE.
 pub fn send_buf(sock: &impl AsRawFd, buf: &[u8]) -> io::Result<()> {
-    // SAFETY: `buf` is a borrowed, readable Rust slice for the whole call.
-    unsafe { send_parts(sock, &mut [(buf.as_ptr() as u64, buf.len())]) }
+    send_parts(sock, &mut [buf.into()])
 }
 
 /// Reads and discards `len` bytes.
@@ -401,16 +440,6 @@ pub fn spin_until_readable(sock: &impl AsRawFd, spin: std::time::Duration) -> bo
     false
 }
 
-/// Copies `bytes` to `[addr, addr + bytes.len())`.
-///
-/// # Safety
-/// The range must be writable memory that stays valid for the call, that nothing else relies
-/// on meanwhile, and that does not overlap `bytes`.
-pub unsafe fn copy_to(addr: u64, bytes: &[u8]) {
-    // SAFETY: the caller guarantees the destination writable, valid and disjoint from `bytes`.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,13 +451,38 @@ mod tests {
         let block = [7u8; 4096];
         let mut total = 0;
         loop {
-            // SAFETY: a local array, readable for the call.
-            match unsafe { send_some(sock, &[(block.as_ptr() as u64, block.len())]) } {
+            match send_some(sock, &[block[..].into()]) {
                 Ok(n) => total += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return total,
                 Err(e) => panic!("filling: {e}"),
             }
         }
+    }
+
+    #[test]
+    fn parts_go_out_whole_and_land_in_a_range() {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        let source = te_sys::HostBuffer::new(1 << 20).unwrap();
+        let pattern: Vec<u8> = (0..source.len()).map(|i| (i % 253) as u8).collect();
+        source.range().put(&pattern);
+        let sink = te_sys::HostBuffer::new(8 + source.len()).unwrap();
+        std::thread::scope(|s| {
+            // More than the socket buffer holds: the sends are cut, the parts advanced.
+            let sender =
+                s.spawn(|| send_parts(&tx, &mut [b"HEAD0003"[..].into(), source.range().into()]));
+            let (head, body) = (sink.range().head(8), sink.range().part(8, source.len()));
+            recv_exact(&rx, head).unwrap();
+            recv_exact(&rx, body.unwrap()).unwrap();
+            sender.join().unwrap().unwrap();
+        });
+        let mut got = vec![0u8; sink.len()];
+        sink.range().get(&mut got);
+        assert_eq!(&got[..8], b"HEAD0003");
+        assert!(got[8..] == pattern[..], "the body arrived changed");
+        drop(tx);
+        // The peer gone: the rest of a range can never come.
+        let e = recv_exact(&rx, sink.range().head(1)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{TransferEngine, TransferRequest};
 use crate::batch::{BatchId, PendingNotify, SliceToken, TaskShared};
 use crate::error::{Error, Result};
-use crate::memory::{Region, RegionTable};
+use crate::memory::{Location, Region, RegionTable};
 use crate::merge::{self, Piece};
 use crate::notify::Notification;
 use crate::router::{Candidates, TaskRails};
@@ -259,6 +259,7 @@ impl TransferEngine {
                 }
             };
             let route = self.route_for(pin.region(), &seg, index);
+            let host = !matches!(pin.region().location(), Location::Cuda(_));
             let key = MergeKey {
                 segment: Arc::as_ptr(&seg) as usize,
                 buffer: buffer.addr,
@@ -276,6 +277,7 @@ impl TransferEngine {
                 transport,
                 task: Arc::new(task),
                 key,
+                host,
             });
         }
         // Merging needs two requests; one request, or merging off, is a run of one per request
@@ -366,6 +368,10 @@ impl TransferEngine {
                         remote_rail,
                         target: seg.clone(),
                         token,
+                        host: match checked[first].host {
+                            true => (r.source + s.offset, s.len as usize),
+                            false => (0, 0),
+                        },
                     },
                 );
             }
@@ -465,4 +471,6 @@ struct Checked {
     transport: Arc<dyn Transport>,
     task: Arc<TaskShared>,
     key: MergeKey,
+    /// The local region is host memory.
+    host: bool,
 }

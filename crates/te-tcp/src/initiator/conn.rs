@@ -28,7 +28,7 @@ use super::inbox::Inbox;
 use super::{Driven, Framing, LaneCore, LaneState, busy, connect_fault, decode_status, header};
 use crate::error::Error;
 use crate::initiator::dialer::LoopShared;
-use crate::sys;
+use crate::sys::{self, SendPart};
 use crate::wire::{GREETING_LEN, Status, connection_proof, greeting_of};
 
 /// Bytes one receive call takes at most.
@@ -43,6 +43,8 @@ pub(crate) const GATHER_REQUESTS: usize = 32;
 pub(crate) const GATHER_BYTES: usize = 256 << 10;
 /// Connects one drive may start after the connection broke, before it waits a little.
 const RECONNECTS_PER_DRIVE: usize = 2;
+/// A reply's data ran past its slice's memory: the arithmetic of a lane went wrong.
+const OVERRUN: &str = "lane failed: a reply's data overran its slice";
 
 type Done = Vec<(SliceOp, Result<(), SliceError>)>;
 
@@ -51,7 +53,8 @@ struct Outgoing {
     head: [u8; 48],
     head_len: usize,
     head_sent: usize,
-    body: (u64, usize),
+    /// A WRITE's body: its slice's local memory (0 for a READ).
+    body: usize,
     body_sent: usize,
     request_id: u64,
 }
@@ -59,7 +62,7 @@ struct Outgoing {
 impl Outgoing {
     /// Bytes of it not yet sent.
     fn left(&self) -> usize {
-        self.head_len - self.head_sent + self.body.1 - self.body_sent
+        self.head_len - self.head_sent + self.body - self.body_sent
     }
 }
 
@@ -163,14 +166,7 @@ impl Conn {
         };
         while *got < GREETING_LEN {
             let at = *got;
-            // SAFETY: `buf[at..]` is this connection's own array, writable for the call.
-            let n = unsafe {
-                sys::recv_some(
-                    &*self.stream,
-                    buf[at..].as_mut_ptr() as u64,
-                    GREETING_LEN - at,
-                )
-            };
+            let n = sys::recv_now(&*self.stream, &mut buf[at..GREETING_LEN]);
             match n {
                 Ok(0) => break,
                 Ok(n) => *got += n,
@@ -544,7 +540,6 @@ impl LaneCore {
     ) -> Result<bool, String> {
         let framing = self.peer.framing;
         let mut progress = false;
-        let mut parts: Vec<(u64, usize)> = Vec::new();
         loop {
             let mut pending: usize = c.out.iter().map(Outgoing::left).sum();
             while c.out.len() < GATHER_REQUESTS && pending < GATHER_BYTES {
@@ -573,8 +568,8 @@ impl LaneCore {
                 let proof = c.proof_for(&op);
                 let (head, head_len) = header(framing, &op, id, proof);
                 let body = match op.opcode {
-                    Opcode::Write => (op.local_addr, op.len as usize),
-                    _ => (0, 0),
+                    Opcode::Write => op.len as usize,
+                    _ => 0,
                 };
                 let o = Outgoing {
                     head,
@@ -591,19 +586,24 @@ impl LaneCore {
             if c.out.is_empty() {
                 return Ok(progress);
             }
-            parts.clear();
-            for o in &c.out {
-                parts.push((
-                    o.head.as_ptr() as u64 + o.head_sent as u64,
-                    o.head_len - o.head_sent,
-                ));
-                parts.push((o.body.0 + o.body_sent as u64, o.body.1 - o.body_sent));
+            // The requests being sent are the last in flight, in order.
+            let sending = c.in_flight.range(c.in_flight.len() - c.out.len()..);
+            let mut parts = [SendPart::EMPTY; 2 * GATHER_REQUESTS];
+            let mut n = 0;
+            for (o, f) in c.out.iter().zip(sending) {
+                parts[n] = o.head[o.head_sent..o.head_len].into();
+                parts[n + 1] = match o.body {
+                    0 => SendPart::EMPTY,
+                    len => {
+                        f.op.local_range()
+                            .and_then(|r| r.part(o.body_sent, len - o.body_sent))
+                            .ok_or("lane failed: a WRITE's body is not host memory")?
+                            .into()
+                    }
+                };
+                n += 2;
             }
-            // SAFETY: each header is its request's own array (held in `c.out`, not moved while
-            // the call runs); each body range lies in a local region the engine pinned for that
-            // slice's task, which stays pinned until the slice is reported, and it is reported
-            // only after its request is wholly sent.
-            let sent = match unsafe { sys::send_some(&*c.stream, &parts) } {
+            let sent = match sys::send_some(&*c.stream, &parts[..n]) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(progress),
                 Err(e) => return Err(format!("lane failed: sending: {e}")),
@@ -618,7 +618,7 @@ impl LaneCore {
                 let h = left.min(o.head_len - o.head_sent);
                 o.head_sent += h;
                 left -= h;
-                let b = left.min(o.body.1 - o.body_sent);
+                let b = left.min(o.body - o.body_sent);
                 o.body_sent += b;
                 left -= b;
                 if o.left() > 0 {
@@ -669,12 +669,15 @@ impl LaneCore {
                     } else {
                         let op = &front.op;
                         let len = op.len as usize;
+                        let Some(local) = op.local_range() else {
+                            return Err("lane failed: a READ's memory is not host memory".into());
+                        };
                         if !c.inbox.is_empty() {
                             let bytes = c.inbox.take(len - c.data_at);
-                            // SAFETY: the destination lies in a local region the engine pinned
-                            // for this slice's task (pinned until the slice is reported, after
-                            // its data is in); the inbox is the connection's own buffer.
-                            unsafe { sys::copy_to(op.local_addr + c.data_at as u64, bytes) };
+                            local
+                                .part(c.data_at, bytes.len())
+                                .ok_or(OVERRUN)?
+                                .put(bytes);
                             c.data_at += bytes.len();
                             progress = true;
                         }
@@ -682,14 +685,10 @@ impl LaneCore {
                         if left > 0 {
                             let direct = left >= DIRECT_READ;
                             let received = match direct {
-                                // SAFETY: as above: pinned local memory of this slice.
-                                true => unsafe {
-                                    sys::recv_some(
-                                        &*c.stream,
-                                        op.local_addr + c.data_at as u64,
-                                        left.min(RECV_PIECE),
-                                    )
-                                },
+                                true => sys::recv_some(
+                                    &*c.stream,
+                                    local.part(c.data_at, left.min(RECV_PIECE)).ok_or(OVERRUN)?,
+                                ),
                                 // Into the inbox, with the replies after it: copied out on the
                                 // next round.
                                 false => c.inbox.fill(&*c.stream),
@@ -753,11 +752,9 @@ impl LaneCore {
         crate::staging::copy(device, bounce.addr(), op.local_addr, len)
             .map_err(|e| format!("staging: {e}"))?;
         let (head, head_len) = header(self.peer.framing, op, id, c.proof_for(op));
-        let mut parts = [(head.as_ptr() as u64, head_len), (bounce.addr(), len)];
+        let mut parts = [head[..head_len].into(), bounce.range(len).into()];
         while_blocking(&c.stream, "sending", || {
-            // SAFETY: the header is a local array; the staging buffer is on loan to this call
-            // and holds `len` bytes.
-            unsafe { sys::send_parts(&*c.stream, &mut parts) }
+            sys::send_parts(&*c.stream, &mut parts)
         })
     }
 
@@ -777,13 +774,10 @@ impl LaneCore {
         // Data already read with the replies first, then the rest from the socket.
         let early = c.inbox.take(len);
         let had = early.len();
-        // SAFETY: the staging buffer is on loan to this call and holds `len` bytes; the inbox
-        // is the connection's own buffer.
-        unsafe { sys::copy_to(bounce.addr(), early) };
-        while_blocking(&c.stream, "receiving", || {
-            // SAFETY: the staging buffer is on loan to this call and holds `len` bytes.
-            unsafe { sys::recv_exact(&*c.stream, bounce.addr() + had as u64, len - had) }
-        })?;
+        let staged = bounce.range(len);
+        staged.put(early);
+        let rest = staged.part(had, len - had).ok_or(OVERRUN)?;
+        while_blocking(&c.stream, "receiving", || sys::recv_exact(&*c.stream, rest))?;
         Ok(
             crate::staging::copy(device, op.local_addr, bounce.addr(), len)
                 .map_err(SliceError::LocalPath),

@@ -23,8 +23,6 @@
 //! is retried on a fresh connection. A slice on GPU memory is sent (or received) whole with the
 //! socket blocking, through a staging buffer, on the loop.
 
-#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
-
 mod conn;
 pub(crate) mod dialer;
 mod inbox;
@@ -39,7 +37,7 @@ use te_core::transport::{CompletionSink, SliceError, SliceOp};
 use tracing::debug;
 
 use crate::error::Error;
-use crate::sys;
+use crate::sys::{self, SendPart};
 use crate::wire::mooncake as mooncake_wire;
 use crate::wire::{REPLY_LEN, Reply, Request, Status};
 use dialer::LoopShared;
@@ -476,14 +474,15 @@ fn send_request(
 ) -> std::io::Result<()> {
     let (head, len) = header(framing, op, request_id, proof);
     let body = match op.opcode {
-        Opcode::Write => (op.local_addr, op.len as usize),
-        _ => (0, 0),
+        Opcode::Write => op.local_range().ok_or_else(not_host)?.into(),
+        _ => SendPart::EMPTY,
     };
-    let mut parts = [(head.as_ptr() as u64, len), body];
-    // SAFETY: the header is a local array; the body range lies in a local region the engine
-    // pinned for this slice's task, which stays pinned until the slice is completed, after
-    // this call.
-    unsafe { sys::send_parts(sock, &mut parts) }
+    sys::send_parts(sock, &mut [head[..len].into(), body])
+}
+
+/// A GPU slice on a path that moves host memory only.
+fn not_host() -> std::io::Error {
+    std::io::Error::other("GPU memory on a host-memory path")
 }
 
 /// The status of the request in flight, read from a blocking socket: te's reply header, or
@@ -553,17 +552,14 @@ fn read_outcome(
         Status::Ok if op.opcode == Opcode::Read => {
             let len = op.len as usize;
             let Some(device) = staging.device_of(op.local_addr, op.len) else {
-                // SAFETY: the destination lies in a local region the engine pinned for this
-                // slice's task; it stays pinned until the slice is completed, after this call.
-                unsafe { sys::recv_exact(sock, op.local_addr, len)? };
+                sys::recv_exact(sock, op.local_range().ok_or_else(not_host)?)?;
                 return Ok(Ok(()));
             };
             // GPU memory: into a staging buffer, then onto the GPU.
             let bounce = staging
                 .bounce(len)
                 .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-            // SAFETY: the staging buffer is on loan to this call and holds `len` bytes.
-            unsafe { sys::recv_exact(sock, bounce.addr(), len)? };
+            sys::recv_exact(sock, bounce.range(len))?;
             Ok(
                 crate::staging::copy(device, op.local_addr, bounce.addr(), len)
                     .map_err(SliceError::LocalPath),

@@ -3,8 +3,6 @@
 //! chunks (the loop never waits on the staging pool or a GPU copy). The connection stays here
 //! until it closes, served with the same checks as the loop's.
 
-#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
-
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -69,7 +67,7 @@ fn handle(
     peer: Option<SocketAddr>,
     h: &Header,
 ) -> io::Result<()> {
-    let _pin = match state.check(peer, h) {
+    let pin = match state.check(peer, h) {
         Ok(pin) => pin,
         Err(status) => {
             match status {
@@ -85,12 +83,12 @@ fn handle(
     let ok = mooncake_wire::encode_status(STATUS_OK);
     let Some(device) = state.staging.device_of(h.addr, h.size) else {
         // Host memory after all (a later request on a promoted connection).
+        let range = pin
+            .range(h.addr, len)
+            .ok_or_else(|| io::Error::other("a request left its region"))?;
         return match h.opcode {
             Opcode::Write => {
-                // SAFETY: `_pin` keeps `[addr, addr+size)` registered (hence allocated, by the
-                // registration contract) until this returns; the range was checked to lie
-                // inside one region that permits remote writes.
-                unsafe { sys::recv_exact(stream, h.addr, len)? };
+                sys::recv_exact(stream, range)?;
                 match h.acked {
                     true => sys::send_buf(stream, &ok),
                     false => Ok(()),
@@ -98,10 +96,7 @@ fn handle(
             }
             _ => {
                 let status: &[u8] = if h.acked { &ok } else { &[] };
-                let mut parts = [(status.as_ptr() as u64, status.len()), (h.addr, len)];
-                // SAFETY: the status is a local array; the data range is pinned and was
-                // checked to lie inside one region that permits remote reads.
-                unsafe { sys::send_parts(stream, &mut parts) }
+                sys::send_parts(stream, &mut [status.into(), range.into()])
             }
         };
     };
@@ -109,8 +104,7 @@ fn handle(
         Opcode::Write => {
             for (off, n) in chunks(len) {
                 let bounce = state.staging.bounce(n).map_err(io::Error::other)?;
-                // SAFETY: the staging buffer is on loan to this request and holds `n` bytes.
-                unsafe { sys::recv_exact(stream, bounce.addr(), n)? };
+                sys::recv_exact(stream, bounce.range(n))?;
                 crate::staging::copy(device, h.addr + off, bounce.addr(), n)
                     .map_err(io::Error::other)?;
             }
@@ -128,8 +122,7 @@ fn handle(
                 let bounce = state.staging.bounce(n).map_err(io::Error::other)?;
                 crate::staging::copy(device, bounce.addr(), h.addr + off, n)
                     .map_err(io::Error::other)?;
-                // SAFETY: the staging buffer is on loan to this request and holds `n` bytes.
-                unsafe { sys::send_parts(stream, &mut [(bounce.addr(), n)])? };
+                sys::send_parts(stream, &mut [bounce.range(n).into()])?;
             }
             Ok(())
         }

@@ -14,8 +14,6 @@
 //!
 //! [`Protocol::peer_closing`]: te_reactor::Protocol::peer_closing
 
-#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -25,7 +23,7 @@ use te_core::memory::RegionPin;
 use te_reactor::Step;
 
 use super::{CompatState, IDLE_MAX, Verdict};
-use crate::sys;
+use crate::sys::{self, SendPart};
 use crate::wire::mooncake::{self as mooncake_wire, HEADER_LEN, Header, STATUS_LEN, STATUS_OK};
 
 /// Bytes one connection may move per turn before the others get theirs.
@@ -56,7 +54,7 @@ enum Phase {
     Header { buf: [u8; HEADER_LEN], got: usize },
     /// Receiving a WRITE's body into pinned memory.
     Body {
-        _pin: RegionPin,
+        pin: RegionPin,
         addr: u64,
         left: usize,
         acked: bool,
@@ -159,9 +157,7 @@ impl Conn {
                 Phase::Header { .. } if self.drained => return Step::Blocked,
                 Phase::Header { buf, got } => {
                     let asked = HEADER_LEN - *got;
-                    // SAFETY: `buf[got..]` is a local array, writable for the call.
-                    let n =
-                        unsafe { sys::recv_some(stream, buf[*got..].as_mut_ptr() as u64, asked) };
+                    let n = sys::recv_now(stream, &mut buf[*got..]);
                     match n {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
@@ -180,22 +176,22 @@ impl Conn {
                 }
                 Phase::Body { .. } if self.drained => return Step::Blocked,
                 Phase::Body {
-                    addr, left, acked, ..
+                    pin,
+                    addr,
+                    left,
+                    acked,
                 } => {
                     // The last piece comes with the next header's bytes, if they are there, in
                     // one call: the body's place is known, and the header's buffer is the
                     // header's size, so no byte of the body is copied.
                     let last = *left <= RECV_PIECE;
                     let piece = (*left).min(RECV_PIECE);
-                    // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
-                    // (hence allocated, by the registration contract); the range was checked to
-                    // lie inside one region that permits remote writes. `ahead` is this
-                    // connection's own array.
-                    let received = unsafe {
-                        match last {
-                            true => sys::recv_then(stream, (*addr, piece), &mut self.ahead),
-                            false => sys::recv_some(stream, *addr, piece),
-                        }
+                    let Some(range) = pin.range(*addr, piece) else {
+                        return Step::Close;
+                    };
+                    let received = match last {
+                        true => sys::recv_then(stream, range, &mut self.ahead),
+                        false => sys::recv_some(stream, range),
                     };
                     match received {
                         Ok(0) => return Step::Close,
@@ -229,9 +225,15 @@ impl Conn {
                     close,
                 } => {
                     let head = &status[STATUS_LEN - *status_left..];
-                    let body = data.as_ref().map_or((0, 0), |(_, a, l)| (*a, *l));
-                    let parts = [(head.as_ptr() as u64, head.len()), body];
-                    if parts.iter().all(|p| p.1 == 0) {
+                    let body = match data {
+                        Some((_, _, 0)) | None => SendPart::EMPTY,
+                        Some((pin, a, l)) => match pin.range(*a, *l) {
+                            Some(range) => range.into(),
+                            None => return Step::Close,
+                        },
+                    };
+                    let parts = [head.into(), body];
+                    if parts.iter().all(SendPart::is_empty) {
                         if *close {
                             self.phase = Phase::Done;
                             continue;
@@ -249,7 +251,7 @@ impl Conn {
                     // A status ahead of READ data goes through the loop's pipe, so the data
                     // lands in the socket as aligned as it lies in memory (`sys::send_head`);
                     // what the pipe did not move goes out with the data below.
-                    let spliced = match *status_left == STATUS_LEN && body.1 > 0 {
+                    let spliced = match *status_left == STATUS_LEN && !body.is_empty() {
                         true => match sys::send_head(stream, head) {
                             Ok(n) => n,
                             Err(_) => return Step::Close,
@@ -260,10 +262,7 @@ impl Conn {
                         *status_left -= spliced;
                         spliced
                     } else {
-                        // SAFETY: the status is this phase's own array; the data range is held
-                        // by its pin and was checked to lie inside one region that permits
-                        // reads.
-                        match unsafe { sys::send_some(stream, &parts) } {
+                        match sys::send_some(stream, &parts) {
                             Ok(n) => {
                                 let from_head = n.min(*status_left);
                                 *status_left -= from_head;
@@ -312,7 +311,7 @@ impl Conn {
         self.bulk = is_bulk(header.opcode, header.size);
         self.phase = match header.opcode {
             Opcode::Write => Phase::Body {
-                _pin: pin,
+                pin,
                 addr: header.addr,
                 left: len,
                 acked: header.acked,

@@ -37,8 +37,6 @@
 //! A request on GPU memory sends its connection to a thread of its own ([`crate::gpu_path`]),
 //! where staging may wait without holding anybody up.
 
-#![allow(unsafe_code)] // passes pinned registered addresses to `sys`
-
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -49,6 +47,7 @@ use te_core::memory::RegionPin;
 use te_core::segment::SegmentSecret;
 use te_core::transport::Rejection;
 use te_reactor::{Deal, Protocol, Refusal, Server, Slot, Step};
+use te_sys::PinnedRange;
 use tracing::{debug, warn};
 
 use crate::gpu_path::{IDLE_MAX, MAX_DRAIN, SMALL_REQUEST, TargetState, foreign_refusal};
@@ -84,7 +83,7 @@ enum Phase {
     Header { buf: [u8; REQUEST_LEN], got: usize },
     /// Receiving a WRITE's body into pinned memory.
     Body {
-        _pin: RegionPin,
+        pin: RegionPin,
         addr: u64,
         left: usize,
         request_id: u64,
@@ -197,7 +196,7 @@ impl TargetConn {
                 return Some(Step::Promote);
             }
             (Ok(pin), Opcode::Write) => Phase::Body {
-                _pin: pin,
+                pin,
                 addr: r.addr,
                 left: len,
                 request_id: r.request_id,
@@ -247,25 +246,19 @@ impl TargetConn {
         p: &TargetProtocol,
         stream: &mio::net::TcpStream,
     ) -> std::io::Result<(Received, Option<Step>)> {
-        let rest = match self.phase {
-            Phase::Body { addr, left, .. } => Some((addr, left)),
-            _ => None,
-        };
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             if scratch.len() < BULK_BYTES {
                 scratch.resize(BULK_BYTES, 0);
             }
-            let (n, body, asked) = match rest {
+            let (n, body, asked) = match self.body_range() {
                 Some(range) => {
-                    // SAFETY: the pin held in the Body phase keeps the range registered (hence
-                    // allocated, by the registration contract); it was checked to lie inside
-                    // one region that permits remote writes; the scratch buffer is the loop's
-                    // own.
-                    let n = unsafe { sys::recv_then(stream, range, &mut scratch[..]) }?;
-                    let body = n.min(range.1);
+                    let range = range?;
+                    let want = range.len();
+                    let n = sys::recv_then(stream, range, &mut scratch[..])?;
+                    let body = n.min(want);
                     self.body_received(stream, body);
-                    (n, body, range.1 + scratch.len())
+                    (n, body, want + scratch.len())
                 }
                 None => (sys::recv_now(stream, &mut scratch[..])?, 0, scratch.len()),
             };
@@ -273,6 +266,21 @@ impl TargetConn {
             let step = self.absorb(p, &scratch[..n - body]);
             Ok((Received::of(n, asked), step))
         })
+    }
+
+    /// The rest of the WRITE body being received, in its pinned region: `None` outside a body;
+    /// an error if the range left its region (checked when the request started, so never).
+    fn body_range(&self) -> Option<std::io::Result<PinnedRange<'_>>> {
+        let Phase::Body {
+            pin, addr, left, ..
+        } = &self.phase
+        else {
+            return None;
+        };
+        Some(
+            pin.range(*addr, *left)
+                .ok_or_else(|| std::io::Error::other("a WRITE's body left its region")),
+        )
     }
 
     /// `n` more bytes of a WRITE's body are in its region; the whole body acknowledged.
@@ -339,17 +347,17 @@ impl TargetConn {
                     }
                 }
                 Phase::Body {
+                    pin,
                     addr,
                     left,
                     request_id,
-                    ..
                 } => {
                     let k = (*left).min(bytes.len());
-                    // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
-                    // (hence allocated, by the registration contract); the range was checked to
-                    // lie inside one region that permits remote writes; the scratch buffer is
-                    // the loop's own.
-                    unsafe { sys::copy_to(*addr, &bytes[..k]) };
+                    let Some(range) = pin.range(*addr, k) else {
+                        warn!(peer = %self.peer, "a WRITE's body left its region; closing the connection");
+                        return Some(Step::Close);
+                    };
+                    range.put(&bytes[..k]);
                     *addr += k as u64;
                     *left -= k;
                     bytes = &bytes[k..];
@@ -499,10 +507,7 @@ impl TargetConn {
                 }
                 Phase::Header { buf, got } => {
                     let at = *got;
-                    // SAFETY: `buf[at..]` is this phase's own array, writable for the call.
-                    let n = unsafe {
-                        sys::recv_some(stream, buf[at..].as_mut_ptr() as u64, REQUEST_LEN - at)
-                    };
+                    let n = sys::recv_now(stream, &mut buf[at..]);
                     match n {
                         Ok(0) => {
                             // The peer finished sending; it may still read what it is owed.
@@ -523,26 +528,29 @@ impl TargetConn {
                         Err(_) => return Step::Close,
                     }
                 }
-                Phase::Body { addr, left, .. } => {
-                    let range = (*addr, (*left).min(RECV_PIECE));
+                Phase::Body {
+                    pin, addr, left, ..
+                } => {
+                    let piece = (*left).min(RECV_PIECE);
+                    let Some(range) = pin.range(*addr, piece) else {
+                        warn!(peer = %self.peer, "a WRITE's body left its region; closing the connection");
+                        return Step::Close;
+                    };
                     // The next request's header comes along with the body's last piece, in the
                     // same call, when the peer sent it (unless replies are piling up, or a GPU
                     // request could follow: then headers are read on their own).
-                    let along = range.1 == *left && !backlog && !p.state.staging.any();
+                    let along = piece == *left && !backlog && !p.state.staging.any();
                     let mut next = [0u8; REQUEST_LEN];
                     let header: &mut [u8] = match along {
                         true => &mut next,
                         false => &mut [],
                     };
-                    // SAFETY: the pin held in this phase keeps `[addr, addr+left)` registered
-                    // (hence allocated, by the registration contract); the range was checked to
-                    // lie inside one region that permits remote writes; `next` is this call's.
-                    match unsafe { sys::recv_then(stream, range, header) } {
+                    match sys::recv_then(stream, range, header) {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
-                            let body = n.min(range.1);
+                            let body = n.min(piece);
                             self.body_received(stream, body);
-                            drained = n < range.1 + header.len();
+                            drained = n < piece + header.len();
                             if n > body {
                                 // The body is whole (the phase is a fresh header's): the next
                                 // header's first bytes came with it.
@@ -687,8 +695,7 @@ impl Protocol for TargetProtocol {
             request_id: 0,
         }
         .encode();
-        // SAFETY: `busy` is a local array, readable for the call.
-        let _ = unsafe { sys::send_some(stream, &[(busy.as_ptr() as u64, busy.len())]) };
+        let _ = sys::send_some(stream, &[busy[..].into()]);
     }
 
     fn promote(self: &Arc<Self>, c: TargetConn, stream: TcpStream, peer: SocketAddr, slot: Slot) {

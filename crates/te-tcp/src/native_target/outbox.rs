@@ -6,13 +6,11 @@
 //! [`Outbox::waiting`], [`Outbox::reads`] and [`Outbox::read_bytes`]), and what a request's
 //! reply says.
 
-#![allow(unsafe_code)] // sends pinned registered memory through `sys`
-
 use std::collections::VecDeque;
 
 use te_core::memory::RegionPin;
 
-use crate::sys;
+use crate::sys::{self, SendPart};
 use crate::wire::{Reply, Status};
 
 /// Parts one send call carries at most (the kernel takes up to 1,024).
@@ -21,7 +19,7 @@ const MAX_PARTS: usize = 256;
 /// A READ answered and not yet sent: its data (pinned) goes out right after byte `after` of
 /// the replies (its own reply's end).
 struct PendingRead {
-    _pin: RegionPin,
+    pin: RegionPin,
     addr: u64,
     left: usize,
     after: usize,
@@ -66,7 +64,7 @@ impl Outbox {
     pub(super) fn read(&mut self, request_id: u64, pin: RegionPin, addr: u64, len: usize) {
         self.reply(request_id, Status::Ok);
         self.reads.push_back(PendingRead {
-            _pin: pin,
+            pin,
             addr,
             left: len,
             after: self.replies.len(),
@@ -99,10 +97,12 @@ impl Outbox {
     /// Sends what waits, as far as the socket takes it; `moved` is called after each send
     /// that took bytes.
     pub(super) fn flush(&mut self, stream: &mio::net::TcpStream, mut moved: impl FnMut()) -> Flush {
-        let mut parts: Vec<(u64, usize)> = Vec::new();
         loop {
-            self.next_parts(&mut parts);
-            if parts.iter().all(|p| p.1 == 0) {
+            let mut parts = [SendPart::EMPTY; MAX_PARTS + 1];
+            let Some(n) = self.next_parts(&mut parts) else {
+                return Flush::Failed;
+            };
+            if n == 0 {
                 // Only READs of no bytes, if any, are left: they are due.
                 self.advance(0);
                 if self.reads.is_empty() {
@@ -113,9 +113,7 @@ impl Outbox {
                 }
                 continue;
             }
-            // SAFETY: the replies are this outbox's own buffer; each READ's data range is held
-            // by its pin and was checked to lie inside one region that permits remote reads.
-            match unsafe { sys::send_some(stream, &parts) } {
+            match sys::send_some(stream, &parts[..n]) {
                 Ok(n) => {
                     self.advance(n);
                     moved();
@@ -126,25 +124,33 @@ impl Outbox {
         }
     }
 
-    /// The next send's parts (address, length), in order: replies up to the next READ's data,
-    /// that data, and so on, at most [`MAX_PARTS`] (and one more) of them.
-    fn next_parts(&self, parts: &mut Vec<(u64, usize)>) {
-        parts.clear();
+    /// Fills `parts` with the next send's, in order: replies up to the next READ's data, that
+    /// data, and so on, at most [`MAX_PARTS`] (and one more) of them. How many it filled (none
+    /// when only READs of no bytes are left); `None` if a READ's range left its region (it
+    /// was checked against it when queued, so never).
+    fn next_parts<'a>(&'a self, parts: &mut [SendPart<'a>; MAX_PARTS + 1]) -> Option<usize> {
+        let mut n = 0;
         let mut at = self.sent;
         for r in &self.reads {
-            if parts.len() >= MAX_PARTS {
+            if n >= MAX_PARTS {
                 // Within the kernel's iovec limit; the rest in the next call.
-                return;
+                return Some(n);
             }
             if r.after > at {
-                parts.push((self.replies[at..].as_ptr() as u64, r.after - at));
+                parts[n] = self.replies[at..r.after].into();
+                n += 1;
                 at = r.after;
             }
-            parts.push((r.addr, r.left));
+            if r.left > 0 {
+                parts[n] = r.pin.range(r.addr, r.left)?.into();
+                n += 1;
+            }
         }
-        if at < self.replies.len() {
-            parts.push((self.replies[at..].as_ptr() as u64, self.replies.len() - at));
+        if at < self.replies.len() && n <= MAX_PARTS {
+            parts[n] = self.replies[at..].into();
+            n += 1;
         }
+        Some(n)
     }
 
     /// Accounts `n` bytes sent: replies up to the next READ's data, that data, and so on.
