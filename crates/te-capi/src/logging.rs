@@ -5,16 +5,18 @@
 
 use std::sync::OnceLock;
 
+use te_core::config::LogLevel;
+
 /// Installs the log once per process.
 pub(crate) fn init() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        let level = std::env::var("MC_LOG_LEVEL").unwrap_or_default();
-        let max = match level.trim().to_ascii_uppercase().as_str() {
-            "TRACE" => tracing::Level::TRACE,
-            "DEBUG" => tracing::Level::DEBUG,
-            "INFO" => tracing::Level::INFO,
-            "ERROR" => tracing::Level::ERROR,
+        let level = LogLevel::from_env();
+        let max = match level {
+            Ok(Some(LogLevel::Trace)) => tracing::Level::TRACE,
+            Ok(Some(LogLevel::Debug)) => tracing::Level::DEBUG,
+            Ok(Some(LogLevel::Info)) => tracing::Level::INFO,
+            Ok(Some(LogLevel::Error)) => tracing::Level::ERROR,
             _ => tracing::Level::WARN,
         };
         let subscriber = tracing_subscriber::fmt()
@@ -24,5 +26,8 @@ pub(crate) fn init() {
             .finish();
         // Refused only when the program installed its own: then its subscriber gets te's events.
         let _ = tracing::subscriber::set_global_default(subscriber);
+        if let Err(e) = level {
+            tracing::warn!("{e}; logging at WARNING");
+        }
     });
 }

@@ -190,6 +190,18 @@ impl Default for Config {
 }
 
 impl LogLevel {
+    /// `MC_LOG_LEVEL` of the process environment, if set.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a level it does not name.
+    pub fn from_env() -> Result<Option<Self>> {
+        let name = crate::settings::LOG_LEVEL.name;
+        te_sys::env::process(name)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| Self::parse(name, &v))
+            .transpose()
+    }
+
     fn parse(name: &str, value: &str) -> Result<Self> {
         match value.trim().to_ascii_uppercase().as_str() {
             "TRACE" => Ok(LogLevel::Trace),
@@ -210,7 +222,7 @@ impl Config {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the first variable whose value is unusable.
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(|key| std::env::var(key).ok())
+        Self::from_lookup(te_sys::env::process)
     }
 
     /// Mooncake's defaults overridden by `lookup(name)` for each known `MC_*` name.

@@ -94,14 +94,7 @@ mod tests {
 
     #[test]
     fn settings_parse_and_refuse_a_silent_downgrade() {
-        let table = |pairs: &'static [(&str, &str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        use te_sys::env::table;
         let off = MooncakeCompat::from_lookup(table(&[])).unwrap();
         assert!(!off.enabled && !off.admits(ip("127.0.0.1")));
         off.check(true).unwrap();

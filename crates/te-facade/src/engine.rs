@@ -24,6 +24,7 @@ use crate::owned::Owned;
 use crate::protocol::Protocol;
 use crate::runtime::{Runtime, RuntimeKind, Submission};
 use crate::session::{self, Sessions};
+use crate::settings::FacadeSettings;
 
 /// Where an asynchronous batch stands ([`MooncakeEngine::check`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,16 +103,6 @@ pub(crate) fn until_unpinned(mut unregister: impl FnMut() -> te_core::Result<()>
             other => return Ok(other?),
         }
     }
-}
-
-/// `MC_TRANSFER_TIMEOUT` in seconds: 30 unless set, at least 5 (Mooncake's rule).
-pub(crate) fn transfer_timeout() -> Duration {
-    let secs = std::env::var(crate::settings::TRANSFER_TIMEOUT.name)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(30)
-        .max(5);
-    Duration::from_secs(secs)
 }
 
 /// The time one call's transfers may take: `timeout` (`MC_TRANSFER_TIMEOUT`) plus a
@@ -236,11 +227,12 @@ impl MooncakeEngine {
             te_core::metadata::MetadataKind::P2p => session::p2p_host(local_hostname)?,
             _ => local_hostname.trim().to_string(),
         };
+        let settings = FacadeSettings::from_env().map_err(te_core::Error::from)?;
         let runtime = match kind {
             RuntimeKind::Classic => {
                 let engine = TransferEngine::init(Config::from_env()?, metadata_server, &local)?;
                 if let Some((protocol, devices)) = wanted {
-                    install_classic(&engine, protocol, devices)?;
+                    install_classic(&engine, protocol, devices, settings.force_tcp)?;
                 }
                 Runtime::Classic(Box::new(engine))
             }
@@ -252,7 +244,7 @@ impl MooncakeEngine {
             batches: Mutex::new(HashMap::new()),
             abandoned: Mutex::new(Vec::new()),
             managed: ManagedBuffers::default(),
-            timeout: transfer_timeout(),
+            timeout: settings.transfer_timeout,
         });
         debug!(segment = live.engine().segment_name(), runtime = ?kind, "engine initialized");
         self.live.set(live);

@@ -42,13 +42,11 @@ pub(crate) fn install_classic(
     engine: &TransferEngine,
     protocol: Protocol,
     device_name: &str,
+    force_tcp: bool,
 ) -> Result<()> {
     match protocol {
         Protocol::Tcp => {}
         Protocol::Rdma => {
-            let force_tcp = std::env::var(crate::settings::FORCE_TCP.name)
-                .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "on"))
-                .unwrap_or(false);
             if !force_tcp {
                 match engine.install_transport(Arc::new(rdma_transport(device_name)?)) {
                     Ok(()) => return Ok(()),

@@ -32,7 +32,7 @@ impl RuntimeKind {
     /// Mooncake's rule: TENT when `MC_USE_TENT` or `MC_USE_TEV1` is set (to any value, even
     /// empty or `0`, as Mooncake reads them), the classic engine otherwise.
     pub fn from_env() -> Self {
-        Self::from_lookup(|name| std::env::var_os(name).is_some())
+        Self::from_lookup(|name| te_sys::env::process(name).is_some())
     }
 
     /// As [`from_env`](Self::from_env), with `is_set` telling which variables are set.

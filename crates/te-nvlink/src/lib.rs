@@ -35,6 +35,7 @@ use te_core::memory::{Location, Region};
 use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
 use te_core::transport::{Capabilities, InstallContext, Rejection, SliceError, SliceOp, Transport};
 use te_cuda::{Cuda, DeviceBuffer};
+use te_sys::env::Env;
 use te_workers::CopyWorkers;
 use tracing::{debug, info, warn};
 
@@ -57,7 +58,7 @@ struct Mapping {
 type Opened = Mutex<HashMap<String, Mapping>>;
 
 /// How the transport exports and allocates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NvlinkOptions {
     /// Fabric handles serve peers on other hosts (`MC_FORCE_MNNVL`).
     pub mnnvl: bool,
@@ -65,35 +66,27 @@ pub struct NvlinkOptions {
     pub use_fabric: bool,
 }
 
-fn switch(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> bool {
-    let Some(v) = lookup(name) else {
-        return false;
-    };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => true,
-        "" | "0" | "false" | "no" | "off" => false,
-        other => {
-            warn!(
-                "{name}={other:?} is not a boolean (1/true/yes/on or 0/false/no/off); taken as off"
-            );
-            false
-        }
-    }
-}
-
 impl NvlinkOptions {
     /// The options from the environment (the variables named on each field).
-    pub fn from_env() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok())
+    ///
+    /// # Errors
+    /// A variable set to something other than a switch, named.
+    pub fn from_env() -> te_sys::Result<Self> {
+        Self::from_lookup(&te_sys::env::process)
     }
 
     /// The options from `lookup` (a variable's value by name).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let mnnvl = switch(&lookup, crate::settings::FORCE_MNNVL.name);
-        NvlinkOptions {
+    ///
+    /// # Errors
+    /// As [`from_env`](Self::from_env).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> te_sys::Result<Self> {
+        let env = Env::new(lookup);
+        let mnnvl = env.flag(&crate::settings::FORCE_MNNVL)?.unwrap_or(false);
+        let fabric = env.flag(&crate::settings::USE_FABRIC)?.unwrap_or(false);
+        Ok(NvlinkOptions {
             mnnvl,
-            use_fabric: mnnvl || switch(&lookup, crate::settings::USE_FABRIC.name),
-        }
+            use_fabric: mnnvl || fabric,
+        })
     }
 }
 
@@ -105,6 +98,8 @@ pub struct NvlinkTransport {
     opened: Arc<Opened>,
     local_name: OnceLock<String>,
     options: NvlinkOptions,
+    /// Why the environment's options were refused: install fails with it.
+    refused: Option<te_sys::Error>,
 }
 
 impl std::fmt::Debug for NvlinkTransport {
@@ -117,12 +112,19 @@ impl std::fmt::Debug for NvlinkTransport {
 
 impl Default for NvlinkTransport {
     fn default() -> Self {
-        Self::with_options(NvlinkOptions::from_env())
+        match NvlinkOptions::from_env() {
+            Ok(options) => Self::with_options(options),
+            Err(e) => Self {
+                refused: Some(e),
+                ..Self::with_options(NvlinkOptions::default())
+            },
+        }
     }
 }
 
 impl NvlinkTransport {
-    /// A transport not yet installed, configured from the environment.
+    /// A transport not yet installed, configured from the environment (a variable it cannot
+    /// honour fails its install, named).
     pub fn new() -> Self {
         Self::default()
     }
@@ -135,6 +137,7 @@ impl NvlinkTransport {
             opened: Arc::new(Mutex::new(HashMap::new())),
             local_name: OnceLock::new(),
             options,
+            refused: None,
         }
     }
 
@@ -301,6 +304,9 @@ impl Transport for NvlinkTransport {
     }
 
     fn install(&self, ctx: InstallContext) -> te_core::Result<()> {
+        if let Some(e) = &self.refused {
+            return Err(e.clone().into());
+        }
         let cuda = te_cuda::driver().map_err(|e| te_core::Error::Transport {
             transport: "nvlink",
             reason: e.to_string(),
@@ -403,22 +409,14 @@ mod tests {
 
     #[test]
     fn options_read_mooncakes_switches() {
-        let opts = |vars: &[(&str, &str)]| {
-            let vars: Vec<(String, String)> = vars
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            NvlinkOptions::from_lookup(move |k| {
-                vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-            })
-        };
-        let o = opts(&[]);
+        let opts = |vars: &[(&str, &str)]| NvlinkOptions::from_lookup(&te_sys::env::table(vars));
+        let o = opts(&[]).unwrap();
         assert_eq!((o.mnnvl, o.use_fabric), (false, false));
         let t = NvlinkTransport::with_options(o);
         assert!(!t.capabilities().contains(Capabilities::GPU_REMOTE_HOST));
-        let o = opts(&[("MC_USE_FABRIC", "1")]);
+        let o = opts(&[("MC_USE_FABRIC", "1")]).unwrap();
         assert_eq!((o.mnnvl, o.use_fabric), (false, true));
-        let o = opts(&[("MC_FORCE_MNNVL", "True")]);
+        let o = opts(&[("MC_FORCE_MNNVL", "True")]).unwrap();
         assert_eq!(
             (o.mnnvl, o.use_fabric),
             (true, true),
@@ -426,9 +424,14 @@ mod tests {
         );
         let t = NvlinkTransport::with_options(o);
         assert!(t.capabilities().contains(Capabilities::GPU_REMOTE_HOST));
-        // Mooncake takes any value as on; te takes "False" as off, and nonsense as off too.
-        assert!(!opts(&[("MC_FORCE_MNNVL", "False")]).mnnvl);
-        assert!(!opts(&[("MC_FORCE_MNNVL", "maybe")]).mnnvl);
+        // Mooncake takes any value as on; te takes "False" as off, and refuses nonsense by name.
+        assert!(!opts(&[("MC_FORCE_MNNVL", "False")]).unwrap().mnnvl);
+        let e = opts(&[("MC_FORCE_MNNVL", "maybe")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MC_FORCE_MNNVL") && e.contains("maybe"), "{e}");
+        let e = opts(&[("MC_USE_FABRIC", "2")]).unwrap_err().to_string();
+        assert!(e.contains("MC_USE_FABRIC"), "{e}");
     }
 
     fn buffer_of(shm_name: &str, host: &str) -> (RemoteSegment, BufferDesc) {
@@ -457,10 +460,10 @@ mod tests {
             name(HandleKind::Fabric { size: 2 << 20 }),
         );
         let here = te_core::segment::host_id();
-        let plain = NvlinkTransport::with_options(NvlinkOptions::from_lookup(|_| None));
-        let mnnvl = NvlinkTransport::with_options(NvlinkOptions::from_lookup(|k| {
-            (k == "MC_FORCE_MNNVL").then(|| "1".to_string())
-        }));
+        let plain = NvlinkTransport::with_options(NvlinkOptions::default());
+        let mnnvl = NvlinkTransport::with_options(
+            NvlinkOptions::from_lookup(&te_sys::env::table(&[("MC_FORCE_MNNVL", "1")])).unwrap(),
+        );
         let serves = |t: &NvlinkTransport, n: &str, host: &str| {
             let (seg, b) = buffer_of(n, host);
             t.serves(&seg, &b)
@@ -495,7 +498,7 @@ mod tests {
             te_core::Permission::RemoteReadWrite,
             None,
         ));
-        let t = NvlinkTransport::with_options(NvlinkOptions::from_lookup(|_| None));
+        let t = NvlinkTransport::with_options(NvlinkOptions::default());
         t.register(&region).unwrap();
         let mut desc: SegmentDesc = serde_json::from_value(serde_json::json!({
             "name": "me:1", "protocol": "tcp",

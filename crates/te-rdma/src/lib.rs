@@ -93,7 +93,7 @@ impl RdmaOptions {
     /// # Errors
     /// [`te_core::Error::InvalidConfig`] naming a bad variable.
     pub fn from_env() -> te_core::Result<Self> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_lookup(te_sys::env::process)
     }
 
     /// As [`from_env`](Self::from_env), with `lookup` giving the variables (te-tent passes

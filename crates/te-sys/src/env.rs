@@ -86,6 +86,22 @@ impl<'a> Env<'a> {
     }
 }
 
+/// Variable `name` of this process's environment: the one lookup every crate's `from_env`
+/// reads through. A value that is not UTF-8 comes back with its bad bytes replaced, so its
+/// reader refuses it by name instead of taking it for unset.
+pub fn process(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// A lookup over `vars`, (name, value) pairs: settings given as a list (tests, a file's keys).
+pub fn table<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
 /// The refusal of `value` for variable `name`.
 pub fn invalid(name: &str, value: &str, reason: impl Into<String>) -> Error {
     Error::InvalidConfig {
@@ -171,22 +187,10 @@ mod tests {
 
     #[test]
     fn values_are_read_through_their_setting_and_refusals_name_it() {
-        let pairs = [("TE_TEST_LANES", " 8 ")];
-        let lookup = |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
+        let lookup = table(&[("TE_TEST_LANES", " 8 ")]);
         let env = Env::new(&lookup);
         assert_eq!(env.number(&LANES, 1u32, 64).unwrap(), Some(8));
-        let pairs = [("TE_TEST_LANES", "99")];
-        let lookup = |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
+        let lookup = table(&[("TE_TEST_LANES", "99")]);
         match Env::new(&lookup).number(&LANES, 1u32, 64) {
             Err(Error::InvalidConfig { name, reason, .. }) => {
                 assert_eq!(name, "TE_TEST_LANES");

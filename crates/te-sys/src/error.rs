@@ -1,7 +1,7 @@
 //! The errors of te-sys. te-core turns each into its own error of the same kind.
 
 /// What went wrong.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A setting te cannot honour (the variable named).

@@ -43,7 +43,7 @@ impl TcpSettings {
     /// # Errors
     /// As [`from_lookup`](Self::from_lookup).
     pub fn from_env() -> te_core::Result<Self> {
-        Self::from_lookup(&|k| std::env::var(k).ok())
+        Self::from_lookup(&te_sys::env::process)
     }
 
     /// The defaults overridden by `lookup`.
@@ -82,13 +82,7 @@ mod tests {
             ("MC_TCP_STATUS_TIMEOUT_SEC", "7"),
             ("MC_TE_TCP_CONGESTION", "host"),
         ];
-        let lookup = |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
-        let s = TcpSettings::from_lookup(&lookup).unwrap();
+        let s = TcpSettings::from_lookup(&te_sys::env::table(&pairs)).unwrap();
         assert_eq!(s.lanes_per_peer, 2);
         assert_eq!(s.status_timeout, Duration::from_secs(7));
         assert_eq!(s.congestion, Congestion::Host);

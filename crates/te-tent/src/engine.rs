@@ -174,7 +174,8 @@ impl TentEngine {
             info!(reason = %e, "nvlink not installed");
             return Ok(());
         }
-        let mut o = te_nvlink::NvlinkOptions::from_env();
+        let mut o = te_nvlink::NvlinkOptions::from_lookup(&|name| config.lookup(name))
+            .map_err(te_core::Error::from)?;
         if config.transports.get("mnnvl").and_then(|t| t.enable) == Some(true) {
             o.mnnvl = true;
             o.use_fabric = true;

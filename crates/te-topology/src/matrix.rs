@@ -43,11 +43,6 @@ impl NicFilter {
         }
     }
 
-    /// From the process environment.
-    pub fn from_env() -> Self {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
     /// Whether the allow-list names `nic` explicitly.
     pub fn names(&self, nic: &str) -> bool {
         self.allow

@@ -148,11 +148,7 @@ pub(crate) fn tent_err(e: te_facade::tent::TentError) -> FacadeError {
 /// The configuration for a new engine: the file, `MC_TENT_CONF`, the keys set, then `MC_*`.
 fn config() -> Result<TentConfig, FacadeError> {
     let s = settings();
-    let mut root = match s
-        .file
-        .clone()
-        .or_else(|| std::env::var("MC_TENT_CONF").ok())
-    {
+    let mut root = match s.file.clone().or_else(TentConfig::source_from_env) {
         Some(source) if !source.trim().is_empty() => {
             let text = match source.trim_start().starts_with('{') {
                 true => source,
@@ -172,7 +168,7 @@ fn config() -> Result<TentConfig, FacadeError> {
     }
     drop(s);
     let file = TentFile::from_value(root).map_err(tent_err)?;
-    TentConfig::from_file(file, |name| std::env::var(name).ok()).map_err(tent_err)
+    TentConfig::from_file_and_env(file).map_err(tent_err)
 }
 
 /// Reads the settings file at `path` for the engines created next (inline JSON works too).

@@ -194,14 +194,24 @@ impl TentConfig {
     /// # Errors
     /// [`TentError::Config`] naming the bad file, key or variable.
     pub fn from_env() -> Result<Self, TentError> {
-        let file = match std::env::var(crate::settings::TENT_CONF.name)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-        {
+        let file = match Self::source_from_env() {
             None => TentFile::default(),
             Some(v) => TentFile::parse_source(&v)?,
         };
-        Self::from_file(file, |name| std::env::var(name).ok())
+        Self::from_file_and_env(file)
+    }
+
+    /// `MC_TENT_CONF` as set (a file path or inline JSON), unless unset or blank.
+    pub fn source_from_env() -> Option<String> {
+        te_sys::env::Env::new(&te_sys::env::process).text(&crate::settings::TENT_CONF)
+    }
+
+    /// From a parsed file and the process environment's `MC_*` variables.
+    ///
+    /// # Errors
+    /// As [`from_file`](Self::from_file).
+    pub fn from_file_and_env(file: TentFile) -> Result<Self, TentError> {
+        Self::from_file(file, te_sys::env::process)
     }
 
     /// From a parsed file, with `lookup` giving the `MC_*` (and `TENT_*`) variables, which
@@ -332,9 +342,7 @@ impl TentConfig {
 
     /// Variable `name` as te runs with it: the environment's, else the file's.
     pub fn lookup(&self, name: &str) -> Option<String> {
-        std::env::var(name)
-            .ok()
-            .or_else(|| self.settings.get(name).cloned())
+        te_sys::env::process(name).or_else(|| self.settings.get(name).cloned())
     }
 
     /// Whether transport `name` (te's name) is enabled (it is unless its `enable` is false).
