@@ -32,21 +32,12 @@ const TURN: usize = 8 << 20;
 /// segments arriving meanwhile wait in its backlog, which overflows (drops, retransmits) under
 /// megabyte copies; Mooncake's own target reads in 64 KiB pieces too.
 const RECV_PIECE: usize = 64 << 10;
-/// WRITEs of at least this many bytes make their connection bulk: copying them costs more than
-/// the wake-ups around them, so such connections are worth spreading over the loops.
+/// Requests of at least this many bytes make their connection bulk: copying them costs more
+/// than the wake-ups around them, so such connections are worth spreading over the loops.
 pub(super) const BULK: u64 = 256 << 10;
-/// As [`BULK`], for READs, from any peer: the loop copies a READ's data into the socket, so on
-/// one loop the copies of a Mooncake initiator's four 64 KiB READs in flight (one per
-/// connection) queue behind each other; spreading WRITEs that small cost more than it gave, so
-/// WRITEs keep [`BULK`] (`docs/tuning.md`).
-pub(super) const BULK_READ: u64 = 64 << 10;
-
-/// Whether a request of `size` bytes makes its connection bulk ([`BULK`], [`BULK_READ`]).
-pub(super) fn is_bulk(opcode: Opcode, size: u64) -> bool {
-    match opcode {
-        Opcode::Read => size >= BULK_READ,
-        _ => size >= BULK,
-    }
+/// Whether a request of `size` bytes makes its connection bulk ([`BULK`]).
+pub(super) fn is_bulk(size: u64) -> bool {
+    size >= BULK
 }
 
 enum Phase {
@@ -203,15 +194,9 @@ impl Conn {
                             let asked = piece + if last { HEADER_LEN } else { 0 };
                             self.drained |= n < asked && !self.peer_closed;
                             if *left == 0 {
-                                // The bytes are in memory: now the acknowledgement (v2), which
-                                // also carries the last piece's ACK.
+                                // The bytes are in memory: now the acknowledgement (v2).
                                 let ok = acked.then(|| mooncake_wire::encode_status(STATUS_OK));
                                 self.phase = reply(ok, None, false);
-                            } else {
-                                // The body's sender may be waiting for this read's ACK, which
-                                // the kernel holds back on a connection that answers requests
-                                // (`sys::push_ack`).
-                                let _ = sys::push_ack(stream);
                             }
                             n
                         }
@@ -308,7 +293,7 @@ impl Conn {
         let Ok(len) = usize::try_from(header.size) else {
             return Some(Step::Close);
         };
-        self.bulk = is_bulk(header.opcode, header.size);
+        self.bulk = is_bulk(header.size);
         self.phase = match header.opcode {
             Opcode::Write => Phase::Body {
                 pin,
@@ -358,12 +343,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_from_64_kib_and_writes_from_256_kib_make_a_connection_bulk() {
-        assert!(!is_bulk(Opcode::Read, (64 << 10) - 1));
-        assert!(is_bulk(Opcode::Read, 64 << 10));
-        assert!(is_bulk(Opcode::Read, 1 << 20));
-        assert!(!is_bulk(Opcode::Write, 64 << 10));
-        assert!(!is_bulk(Opcode::Write, (256 << 10) - 1));
-        assert!(is_bulk(Opcode::Write, 256 << 10));
+    fn requests_from_256_kib_make_a_connection_bulk() {
+        assert!(!is_bulk(64 << 10));
+        assert!(!is_bulk((256 << 10) - 1));
+        assert!(is_bulk(256 << 10));
+        assert!(is_bulk(1 << 20));
     }
 }

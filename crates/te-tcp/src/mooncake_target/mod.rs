@@ -18,9 +18,8 @@
 //! request in flight per connection over several connections, so for requests of up to
 //! [`conn::BULK`] a wake-up costs more than the copy: every connection starts on the first
 //! loop, which serves them all with the fewest wake-ups (as Mooncake's own target serves them
-//! on one thread). A connection whose latest request is a larger WRITE, or a READ of at least [`conn::BULK_READ`] (its data is copied into the socket on the
-//! loop), is bulk, and the reactor spreads bulk connections over the loops, where their copies
-//! run side by side ([`conn::is_bulk`]). A connection whose request touches GPU memory
+//! on one thread). A connection whose latest request is larger is bulk, and the reactor spreads
+//! bulk connections over the loops, where their copies run side by side ([`conn::is_bulk`]). A connection whose request touches GPU memory
 //! leaves the loops for a thread of its own ([`blocking`]), where staging may wait without
 //! holding anybody up.
 //!
