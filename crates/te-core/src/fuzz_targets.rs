@@ -4,16 +4,11 @@
 //! each must refuse garbage with an error. Run one longer: `cargo xtask fuzz <target> --secs N`.
 
 use std::io::BufReader;
-use std::path::PathBuf;
 
 use crate::control::frame::{FrameType, read_frame, write_frame};
 use crate::segment::{RemoteSegment, SegmentDesc};
 use crate::transport::Opcode;
 use te_testkit::fuzz::{budget, run};
-
-fn regressions() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions")
-}
 
 #[test]
 fn control_frame() {
@@ -31,7 +26,7 @@ fn control_frame() {
     untyped.extend_from_slice(br#"{"a":"b"}"#);
     run(
         "control-frame",
-        &regressions(),
+        env!("CARGO_MANIFEST_DIR"),
         &[&frame, &notify, &untyped],
         budget(1.0),
         |b: &[u8]| {
@@ -63,7 +58,7 @@ fn descriptor() {
     let mooncake = br#"{"name":"h:1","protocol":["rdma","tcp"],"tcp_data_host":"h","tcp_data_port":9,"tcp_proto_version":2,"buffers":[{"name":"h:1","addr":4096,"length":4096}]}"#;
     run(
         "descriptor",
-        &regressions(),
+        env!("CARGO_MANIFEST_DIR"),
         &[seed, tcp, mooncake],
         budget(1.0),
         |b: &[u8]| {
@@ -94,7 +89,7 @@ fn http_head() {
     let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nConnection: keep-alive\r\n\r\n{}";
     run(
         "http-head",
-        &regressions(),
+        env!("CARGO_MANIFEST_DIR"),
         &[get, reply],
         budget(1.0),
         |b: &[u8]| {
@@ -119,17 +114,23 @@ fn resp() {
         b"$-1\r\n",
         b":42\r\n-ERR no\r\n",
     ];
-    run("resp", &regressions(), &seeds, budget(1.0), |b: &[u8]| {
-        let mut r = BufReader::new(b);
-        while crate::metadata::redis::read_reply(&mut r, 1 << 16).is_ok() {}
-    });
+    run(
+        "resp",
+        env!("CARGO_MANIFEST_DIR"),
+        &seeds,
+        budget(1.0),
+        |b: &[u8]| {
+            let mut r = BufReader::new(b);
+            while crate::metadata::redis::read_reply(&mut r, 1 << 16).is_ok() {}
+        },
+    );
 }
 
 #[test]
 fn percent_decode() {
     run(
         "percent-decode",
-        &regressions(),
+        env!("CARGO_MANIFEST_DIR"),
         &[b"mooncake%2Fram%2Fh%3A1", b"%zz%"],
         budget(1.0),
         |b: &[u8]| {

@@ -202,10 +202,9 @@ mod tests {
             handle: handle(),
         }
         .to_string();
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
         te_testkit::fuzz::run(
             "gpu-name",
-            &dir,
+            env!("CARGO_MANIFEST_DIR"),
             &[ipc.as_bytes(), fabric.as_bytes()],
             te_testkit::fuzz::budget(1.0),
             |b: &[u8]| {

@@ -310,11 +310,10 @@ mod tests {
     #[test]
     fn rdma_handshake() {
         let seed = br#"{"local_nic_path":"a:1@rxe0","peer_nic_path":"b:2@rxe1","qp_num":[5],"te_qps":[{"qp_num":5,"psn":1,"gid":"0000:0000:0000:0000:0000:ffff:c612:0001","lid":0}],"te_proof":"000102030405060708090a0b0c0d0e0f","te_lane":1}"#;
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
         assert!(matches!(parse_request(seed), Ok(Request::Te(r, _)) if check_shape(&r).is_ok()));
         te_testkit::fuzz::run(
             "rdma-handshake",
-            &dir,
+            env!("CARGO_MANIFEST_DIR"),
             &[seed, MOONCAKE],
             te_testkit::fuzz::budget(1.0),
             |b: &[u8]| match parse_request(b) {

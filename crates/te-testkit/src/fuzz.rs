@@ -126,14 +126,15 @@ fn regressions(dir: &Path, target: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Runs `target` on the saved regressions under `regression_dir`, the seeds, then mutations
-/// of them for `budget`. Returns the number of inputs run.
+/// Runs `target` on the regressions saved under `<crate_dir>/fuzz/regressions/<name>/` (pass
+/// the crate's `env!("CARGO_MANIFEST_DIR")`), the seeds, then mutations of them for `budget`.
+/// Returns the number of inputs run.
 ///
 /// # Panics
 /// When `target` panics on an input (saved first, its path in the message).
 pub fn run(
     name: &str,
-    regression_dir: &Path,
+    crate_dir: &str,
     seeds: &[&[u8]],
     budget: Duration,
     target: impl Fn(&[u8]),
@@ -157,7 +158,8 @@ pub fn run(
         }
     };
     let mut count = 0u64;
-    for input in regressions(regression_dir, name) {
+    let saved = Path::new(crate_dir).join("fuzz/regressions");
+    for input in regressions(&saved, name) {
         check(&input);
         count += 1;
     }
@@ -192,10 +194,11 @@ mod tests {
     #[test]
     fn a_panicking_target_is_caught_and_its_input_saved() {
         let dir = std::env::temp_dir().join(format!("te-fuzz-{}", std::process::id()));
+        let crate_dir = dir.to_str().unwrap();
         let hit = std::panic::catch_unwind(|| {
             run(
                 "selftest",
-                &dir,
+                crate_dir,
                 &[b"abc"],
                 Duration::from_secs(5),
                 |b: &[u8]| {
@@ -215,11 +218,12 @@ mod tests {
         let path = msg.rsplit("saved at ").next().unwrap().trim();
         let saved = std::fs::read(path).unwrap();
         assert!(saved.contains(&0xff));
-        // A regression directory is replayed first.
-        std::fs::create_dir_all(dir.join("replay")).unwrap();
-        std::fs::write(dir.join("replay").join("one"), b"xyz").unwrap();
+        // The crate's saved regressions are replayed first.
+        let saved_dir = dir.join("fuzz/regressions/replay");
+        std::fs::create_dir_all(&saved_dir).unwrap();
+        std::fs::write(saved_dir.join("one"), b"xyz").unwrap();
         let seen = std::sync::Mutex::new(Vec::new());
-        run("replay", &dir, &[], Duration::ZERO, |b: &[u8]| {
+        run("replay", crate_dir, &[], Duration::ZERO, |b: &[u8]| {
             seen.lock().unwrap().push(b.to_vec())
         });
         assert_eq!(seen.into_inner().unwrap(), vec![b"xyz".to_vec()]);

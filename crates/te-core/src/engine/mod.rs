@@ -785,7 +785,7 @@ fn open_to_anyone(bind_ip: std::net::IpAddr, cluster_secret: bool) -> Option<Str
 }
 
 #[cfg(test)]
-mod open_tests {
+mod tests {
     use super::open_to_anyone;
 
     #[test]

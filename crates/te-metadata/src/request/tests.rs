@@ -71,6 +71,22 @@ fn status(results: &[Result<Gathered, Refusal>]) -> u16 {
     }
 }
 
+/// Each request gets its status (a refusal's code) whether its bytes arrive whole or one by
+/// one.
+fn refused_alike(cases: &[(&[u8], u16)]) {
+    for (bytes, want) in cases {
+        for step in [1, bytes.len()] {
+            let got = feed(bytes, step);
+            assert_eq!(
+                status(&got),
+                *want,
+                "{:?} by {step}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+}
+
 #[test]
 fn requests_come_whole_however_their_bytes_arrive() {
     let bytes = b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
@@ -165,17 +181,7 @@ fn bad_heads_and_bodies_are_refused_with_their_status() {
         (huge.as_bytes(), 400),
         (unended.as_bytes(), 400),
     ];
-    for (bytes, want) in cases {
-        for step in [1, bytes.len()] {
-            let got = feed(bytes, step);
-            assert_eq!(
-                status(&got),
-                *want,
-                "{:?} by {step}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-    }
+    refused_alike(cases);
     // Chunks adding up past the limit are refused as the one that crosses it arrives.
     let mut bytes = b"PUT /m HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..4 {
@@ -336,17 +342,7 @@ fn framing_that_another_parser_would_read_otherwise_is_refused() {
         (b"PUT /m HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", 400),
         (b"PUT /m HTTP/1.1\r\n: 3\r\n\r\n", 400),
     ];
-    for (bytes, want) in cases {
-        for step in [1, bytes.len()] {
-            let got = feed(bytes, step);
-            assert_eq!(
-                status(&got),
-                *want,
-                "{:?} by {step}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-    }
+    refused_alike(cases);
     // A tab or spaces around a value are fine; the same length twice is one length.
     assert_eq!(
         feed(
@@ -371,7 +367,6 @@ fn garbage_is_a_request_with_a_strange_method_not_a_crash() {
 #[test]
 fn http_request() {
     use te_testkit::fuzz::{budget, run};
-    let regressions = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
     let seeds: &[&[u8]] = &[
         b"PUT /metadata?key=a HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhelloGET /metadata?key=a HTTP/1.0\r\n\r\n",
         b"POST /m?key=b HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3;x\r\nabc\r\n0\r\nT: 1\r\n\r\n",
@@ -387,7 +382,7 @@ fn http_request() {
     };
     run(
         "http-request",
-        &regressions,
+        env!("CARGO_MANIFEST_DIR"),
         seeds,
         budget(1.0),
         |b: &[u8]| {

@@ -317,10 +317,6 @@ mod fuzz_targets {
     use super::*;
     use te_testkit::fuzz::{budget, run};
 
-    fn regressions() -> std::path::PathBuf {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions")
-    }
-
     #[test]
     fn tcp_request() {
         let seed = Request {
@@ -333,7 +329,7 @@ mod fuzz_targets {
         .encode();
         run(
             "tcp-request",
-            &regressions(),
+            env!("CARGO_MANIFEST_DIR"),
             &[&seed],
             budget(1.0),
             |b: &[u8]| {
@@ -363,7 +359,7 @@ mod fuzz_targets {
         ));
         run(
             "tcp-greeting",
-            &regressions(),
+            env!("CARGO_MANIFEST_DIR"),
             &[&seed, &busy],
             budget(1.0),
             |b: &[u8]| {
@@ -384,7 +380,7 @@ mod fuzz_targets {
         .encode();
         run(
             "tcp-reply",
-            &regressions(),
+            env!("CARGO_MANIFEST_DIR"),
             &[&seed],
             budget(1.0),
             |b: &[u8]| {

@@ -204,10 +204,6 @@ mod fuzz_targets {
     use super::*;
     use te_testkit::fuzz::{budget, run};
 
-    fn regressions() -> std::path::PathBuf {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions")
-    }
-
     #[test]
     fn mooncake_header() {
         let seed = Header {
@@ -219,7 +215,7 @@ mod fuzz_targets {
         .encode();
         run(
             "mooncake-header",
-            &regressions(),
+            env!("CARGO_MANIFEST_DIR"),
             &[&seed],
             budget(1.0),
             |b: &[u8]| {
@@ -242,7 +238,7 @@ mod fuzz_targets {
     fn mooncake_status() {
         run(
             "mooncake-status",
-            &regressions(),
+            env!("CARGO_MANIFEST_DIR"),
             &[&encode_status(STATUS_REJECTED)],
             budget(1.0),
             |b: &[u8]| {
