@@ -115,6 +115,12 @@ pub trait Backend: Send + Sync {
     /// A closed engine.
     fn probe(&self, target: &str) -> Result<bool>;
 
+    /// Each rail's load (Mooncake's `getNicLoadStats`).
+    ///
+    /// # Errors
+    /// A closed engine.
+    fn nic_loads(&self) -> Result<Vec<crate::NicLoad>>;
+
     /// Shuts the engine down; idempotent.
     fn close(&self);
 }
@@ -190,6 +196,10 @@ impl Backend for MooncakeEngine {
 
     fn probe(&self, target: &str) -> Result<bool> {
         MooncakeEngine::probe(self, target)
+    }
+
+    fn nic_loads(&self) -> Result<Vec<crate::NicLoad>> {
+        MooncakeEngine::nic_loads(self)
     }
 
     fn close(&self) {

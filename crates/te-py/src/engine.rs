@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use te_core::Permission;
 use te_facade::{Backend, MooncakeEngine, Notification, Opcode, RuntimeKind};
 
@@ -282,6 +283,12 @@ impl Engine {
     /// Whether `target`'s handshake listener answers.
     fn probe(&self, py: Python<'_>, target: &str) -> PyResult<bool> {
         raise(py.detach(|| self.backend.probe(target)))
+    }
+
+    /// Each rail's load, as the C API's `getNicLoadStats`: a list of dicts.
+    fn nic_load_stats<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let loads = raise(py.detach(|| self.backend.nic_loads()))?;
+        crate::nic_load_dicts(py, loads)
     }
 
     /// Shuts the engine down: listeners closed, ports released, memory unregistered.

@@ -19,7 +19,7 @@ mod logging;
 
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 use te_facade::{BatchProgress, FacadeError, MooncakeEngine, Notification, Opcode, Protocol};
 
 /// A notification: who sent it (`name`) and what it says (`msg`).
@@ -536,6 +536,14 @@ impl TransferEngine {
         py.detach(te_facade::local_topology)
     }
 
+    /// Each rail's load, as the C API's `getNicLoadStats` (te's addition): a list of dicts
+    /// with `device_name`, `inflight_bytes` and `ewma_bandwidth_bps`; empty before
+    /// `initialize`, as every call then answers without an engine.
+    fn nic_load_stats<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let loads = py.detach(|| self.facade.nic_loads()).unwrap_or_default();
+        nic_load_dicts(py, loads)
+    }
+
     /// The notifications received so far (drained).
     fn get_notifies(&self) -> Vec<TransferNotify> {
         self.facade
@@ -619,6 +627,23 @@ impl TransferEngine {
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.facade.close());
     }
+}
+
+/// Rails' loads as Python dicts, with the names of Mooncake's `nic_load_stat_t` fields.
+pub(crate) fn nic_load_dicts(
+    py: Python<'_>,
+    loads: Vec<te_facade::NicLoad>,
+) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    loads
+        .into_iter()
+        .map(|l| {
+            let d = PyDict::new(py);
+            d.set_item("device_name", l.device_name)?;
+            d.set_item("inflight_bytes", l.inflight_bytes)?;
+            d.set_item("ewma_bandwidth_bps", l.ewma_bandwidth_bps)?;
+            Ok(d)
+        })
+        .collect()
 }
 
 /// This host's topology as JSON.

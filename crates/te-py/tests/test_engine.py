@@ -85,6 +85,28 @@ def test_write_read_offsets_and_lengths_land_every_byte(pair):
         peer.write(ra.addr, rb.addr)
 
 
+def test_nic_load_stats_name_each_rail_and_its_bandwidth(pair):
+    a, b, src, dst, ra, rb, peer = pair
+    rails = a.nic_load_stats()
+    assert rails, "an engine has at least one rail"
+    for s in rails:
+        assert set(s) == {"device_name", "inflight_bytes", "ewma_bandwidth_bps"}
+        assert isinstance(s["device_name"], str) and s["device_name"]
+    # Bandwidth is sampled over at least 10 ms of completions: write until a sample is in.
+    deadline = time.monotonic() + 10
+    while not any(s["ewma_bandwidth_bps"] > 0 for s in a.nic_load_stats()):
+        assert time.monotonic() < deadline, a.nic_load_stats()
+        peer.write(ra, rb.addr)
+    assert np.array_equal(dst, src)
+    after = a.nic_load_stats()
+    assert [s["device_name"] for s in after] == [s["device_name"] for s in rails]
+    # The calls returned: nothing of theirs is in flight.
+    assert all(s["inflight_bytes"] == 0 for s in after), after
+    a.close()
+    with pytest.raises(te.ClosedError):
+        a.nic_load_stats()
+
+
 def test_many_from_a_numpy_table_and_from_triples(pair):
     a, b, src, dst, ra, rb, peer = pair
     rows = np.array(

@@ -72,6 +72,7 @@ def test_calls_before_initialize_return_codes_not_crashes():
     assert e.get_batch_transfer_status([5]) == -1
     assert e.get_notifies() == []
     assert e.allocate_managed_buffer(4096) == 0
+    assert e.nic_load_stats() == []
 
 
 def test_p2p_session_names_ignore_the_given_port():
@@ -95,6 +96,10 @@ def test_sync_writes_and_reads_land_every_byte():
     assert a.batch_transfer_sync(peer, srcs[:2], dsts[:2], [4096, 4096], mc.TransferOpcode.Read) == 0
     assert a.transfer_sync(peer, abuf.addr, bbuf.addr, 4096, mc.Write) == 0
     assert bbuf.bytes(0, 4096) == abuf.bytes(0, 4096)
+    # te's addition, as the C API's getNicLoadStats: every rail, nothing left in flight.
+    rails = a.nic_load_stats()
+    assert rails and all(isinstance(s["device_name"], str) for s in rails)
+    assert all(s["inflight_bytes"] == 0 and s["ewma_bandwidth_bps"] >= 0 for s in rails), rails
 
 
 def test_every_return_code_of_the_reference():

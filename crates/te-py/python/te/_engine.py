@@ -447,6 +447,12 @@ class Engine:
         self._engine.connect(name)
         return Peer(self, name)
 
+    def nic_load_stats(self):
+        """Each rail's load, as the C API's ``getNicLoadStats``: a list of dicts with
+        ``device_name``, ``inflight_bytes`` (posted, not yet done) and ``ewma_bandwidth_bps``
+        (completed bytes per second, smoothed)."""
+        return self._engine.nic_load_stats()
+
     def notifications(self, timeout=None):
         """The notifications received so far, oldest first (each returned once); with
         ``timeout``, waits up to that many seconds for the first when there is none."""

@@ -8,7 +8,7 @@ synchronous calls wait without spinning a core; every call that can block releas
 ``read_bytes_from_buffer`` only touch registered memory; ``transfer_check_status`` frees a
 timed-out batch (-2) instead of leaking it; ``get_engine()`` is ``None`` (there is no Mooncake
 C++ engine to share) and ``get_engine_ptr()`` raises ``NotImplementedError``. te adds
-``close()``.
+``close()`` and ``nic_load_stats()`` (each rail's load, as the C API's ``getNicLoadStats``).
 """
 
 import enum
