@@ -21,7 +21,7 @@ enum Outcome {
 }
 
 /// Per-package feature combinations linted beyond the workspace build (which unifies features).
-const FEATURE_MATRIX: [(&str, &[&str]); 12] = [
+const FEATURE_MATRIX: [(&str, &[&str]); 13] = [
     ("te-core", &["--no-default-features"]),
     ("te-core", &["--features", "cuda"]),
     ("te-topology", &["--features", "hwloc"]),
@@ -34,6 +34,8 @@ const FEATURE_MATRIX: [(&str, &[&str]); 12] = [
     ("te-tcp", &[]),
     ("te-rdma", &[]),
     ("te-facade", &["--no-default-features"]),
+    // A lean build of the one crate to depend on: TCP alone.
+    ("te-facade", &["--no-default-features", "--features", "tcp"]),
     ("te-bench", &["--no-default-features"]),
     // The C library as `cargo xtask bench capi` builds it to measure its own cost.
     ("te-capi", &["--features", "instant"]),
@@ -180,6 +182,20 @@ pub(crate) fn ci() -> Result<(), String> {
             )
         },
     );
+    lane(&mut r, "lean te-facade", None, || {
+        run(
+            "test (te-facade with TCP alone: the transports it lacks are named)",
+            cargo().args([
+                "test",
+                "-p",
+                "te-facade",
+                "--no-default-features",
+                "--features",
+                "tcp",
+                "--lib",
+            ]),
+        )
+    });
     lane(&mut r, "hwloc backend", None, || {
         run(
             "test (te-topology with hwloc: the two backends agree)",

@@ -128,7 +128,20 @@ fn tent_engines_start_from_a_configuration_written_for_mooncakes_tent() {
 #[test]
 fn the_classic_api_runs_on_tent_under_mc_use_tent() {
     let out = run("transports");
-    assert!(out.contains("transports: shm refused"), "classic:\n{out}");
+    assert!(out.contains("transports: shm served"), "classic:\n{out}");
+    // The classic engine runs what was installed (auto discovery's TCP, then shm by name).
+    let installed = out
+        .lines()
+        .find(|l| l.starts_with("installed "))
+        .unwrap_or_default();
+    assert!(
+        installed.starts_with("installed tcp (") && installed.contains("shm ("),
+        "classic:\n{out}"
+    );
+    assert!(
+        !installed.contains("uring") && !installed.contains("bufio"),
+        "{out}"
+    );
     // Mooncake's switch, with any value: TENT's transports, and every check of the program.
     for (var, value) in [
         ("MC_USE_TENT", "1"),
@@ -138,6 +151,15 @@ fn the_classic_api_runs_on_tent_under_mc_use_tent() {
         let out = run_with(program(), &["transports"], &[(var, value)]);
         assert!(
             out.contains("transports: shm served"),
+            "{var}={value}:\n{out}"
+        );
+        // TENT starts its configured transports, its file transport among them.
+        let installed = out
+            .lines()
+            .find(|l| l.starts_with("installed "))
+            .unwrap_or_default();
+        assert!(
+            installed.contains("uring (") || installed.contains("bufio ("),
             "{var}={value}:\n{out}"
         );
         let out = run_with(program(), &["local"], &[(var, value)]);

@@ -132,11 +132,28 @@ impl Core {
         })
     }
 
+    /// The choice for one buffer, said once (it is kept): which transport and why.
     fn choose_transport(
         &self,
         seg: &crate::segment::RemoteSegment,
         buffer: &crate::segment::BufferDesc,
     ) -> Result<Arc<dyn Transport>> {
+        let (chosen, why) = self.pick_transport(seg, buffer)?;
+        tracing::info!(
+            segment = seg.name(),
+            buffer = format_args!("{:#x}", buffer.addr),
+            transport = chosen.name(),
+            why,
+            "transport chosen"
+        );
+        Ok(chosen)
+    }
+
+    fn pick_transport(
+        &self,
+        seg: &crate::segment::RemoteSegment,
+        buffer: &crate::segment::BufferDesc,
+    ) -> Result<(Arc<dyn Transport>, &'static str)> {
         if seg.desc().is_file() {
             return self
                 .transports
@@ -144,7 +161,7 @@ impl Core {
                 .unwrap_or_else(|e| e.into_inner())
                 .iter()
                 .find(|t| t.capabilities().contains(Capabilities::DRAM_FILE))
-                .cloned()
+                .map(|t| (t.clone(), "a file segment"))
                 .ok_or_else(|| {
                     Error::NotSupportedTransport(
                         "none installed moves file segments (install te-uring's)".into(),
@@ -159,8 +176,11 @@ impl Core {
             .find(|t| t.serves(seg, buffer))
             .cloned();
         match better {
-            Some(t) => Ok(t),
-            None => self.transport_for(&seg.desc().protocol),
+            Some(t) => Ok((t, "it serves this buffer directly (same host or device)")),
+            None => Ok((
+                self.transport_for(&seg.desc().protocol)?,
+                "the protocol the segment publishes",
+            )),
         }
     }
 

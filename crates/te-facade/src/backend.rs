@@ -121,6 +121,13 @@ pub trait Backend: Send + Sync {
     /// A closed engine.
     fn nic_loads(&self) -> Result<Vec<crate::NicLoad>>;
 
+    /// The transports installed, each with its capability names (the first is the protocol
+    /// the engine's descriptor publishes).
+    ///
+    /// # Errors
+    /// A closed engine.
+    fn transports(&self) -> Result<Vec<(&'static str, Vec<&'static str>)>>;
+
     /// Shuts the engine down; idempotent.
     fn close(&self);
 }
@@ -200,6 +207,10 @@ impl Backend for MooncakeEngine {
 
     fn nic_loads(&self) -> Result<Vec<crate::NicLoad>> {
         MooncakeEngine::nic_loads(self)
+    }
+
+    fn transports(&self) -> Result<Vec<(&'static str, Vec<&'static str>)>> {
+        MooncakeEngine::transports(self)
     }
 
     fn close(&self) {

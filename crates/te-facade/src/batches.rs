@@ -97,8 +97,9 @@ impl MooncakeEngine {
         Ok(engine)
     }
 
-    /// Mooncake's `installTransport`: `tcp`, or `rdma` on `devices` (comma-separated; empty:
-    /// all); with the `instant` feature (a bench's build) also `instant`, which moves no byte.
+    /// Mooncake's `installTransport`: any protocol name (`rdma` on `devices`, comma-separated,
+    /// empty for all; `auto` for every transport that can start here, not installed yet);
+    /// with the `instant` feature (a bench's build) also `instant`, which moves no byte.
     /// One that is installed already stays as it is (a warning), as in Mooncake. On TENT,
     /// whose transports start with the engine, only those are "installed".
     ///
@@ -114,19 +115,25 @@ impl MooncakeEngine {
             return Ok(());
         }
         let wanted = Protocol::parse(protocol)?;
-        if live.runtime().has_transport(wanted.transport()) {
+        if wanted
+            .transports()
+            .iter()
+            .any(|n| live.runtime().has_transport(n))
+        {
             // Mooncake's answer too: a warning, and the transport that is there.
             tracing::warn!(protocol, "transport already installed");
             return Ok(());
         }
         match (live.runtime_kind(), wanted) {
-            (RuntimeKind::Classic, Protocol::Tcp) => {
-                engine.install_transport(std::sync::Arc::new(te_tcp::TcpTransport::new()))?
-            }
+            #[cfg(feature = "rdma")]
             (RuntimeKind::Classic, Protocol::Rdma) => engine.install_transport(
                 std::sync::Arc::new(crate::install::rdma_transport(devices)?),
             )?,
-            (RuntimeKind::Classic, other) => return Err(crate::install::not_on_classic(other)),
+            (RuntimeKind::Classic, other) => {
+                let settings =
+                    crate::settings::FacadeSettings::from_env().map_err(te_core::Error::from)?;
+                crate::install::install_classic(engine, other, devices, &settings)?
+            }
             (_, other) => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
                     "protocol {:?}: te's TENT runtime installs its transports when it starts (MC_TENT_CONF), and {} is not among them",
@@ -302,7 +309,23 @@ impl MooncakeEngine {
             .collect())
     }
 
-    /// The link table (Mooncake's `showLinks`): one line per rail, or a JSON array.
+    /// The transports installed, in the order the engine asks them (the first is the protocol
+    /// its descriptor publishes), each with what it can move (capability names).
+    ///
+    /// # Errors
+    /// [`FacadeError::NotInitialized`].
+    pub fn transports(&self) -> Result<Vec<(&'static str, Vec<&'static str>)>> {
+        Ok(self
+            .live()?
+            .engine()
+            .transport_capabilities()
+            .into_iter()
+            .map(|(name, caps)| (name, caps.names()))
+            .collect())
+    }
+
+    /// The link table (Mooncake's `showLinks`): one line per rail, or a JSON array; the text
+    /// ends with a line naming the transports installed.
     ///
     /// # Errors
     /// [`FacadeError::NotInitialized`].
@@ -335,6 +358,15 @@ impl MooncakeEngine {
                         if s.paused { " paused" } else { "" }
                     )
                 })
+                .chain(std::iter::once(format!(
+                    "transports: {}\n",
+                    live.engine()
+                        .transport_capabilities()
+                        .iter()
+                        .map(|(n, caps)| format!("{n} ({})", caps.names().join(" ")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
                 .collect(),
         })
     }

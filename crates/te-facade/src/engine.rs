@@ -18,7 +18,9 @@ use te_core::{
 use tracing::{debug, error, warn};
 
 use crate::error::{FacadeError, Result};
-use crate::install::{install_classic, start_tent};
+use crate::install::install_classic;
+#[cfg(feature = "tent")]
+use crate::install::start_tent;
 use crate::managed::ManagedBuffers;
 use crate::owned::Owned;
 use crate::protocol::Protocol;
@@ -153,6 +155,24 @@ impl MooncakeEngine {
         Self::default()
     }
 
+    /// An engine started at once, on the classic engine: [`initialize_on`](Self::initialize_on)
+    /// with `protocol` (`"auto"`: every transport this build has that can start here, the
+    /// engine choosing per peer and buffer; or one Mooncake name) and every device.
+    ///
+    /// # Errors
+    /// As [`initialize`](Self::initialize).
+    pub fn started(local_hostname: &str, metadata_server: &str, protocol: &str) -> Result<Self> {
+        let e = Self::new();
+        e.initialize_on(
+            RuntimeKind::Classic,
+            local_hostname,
+            metadata_server,
+            protocol,
+            "",
+        )?;
+        Ok(e)
+    }
+
     /// Mooncake's `initialize(local_hostname, metadata_server, protocol, device_name)`, on
     /// te's TENT runtime when `MC_USE_TENT` or `MC_USE_TEV1` is set (as Mooncake), on the
     /// classic engine otherwise.
@@ -232,11 +252,19 @@ impl MooncakeEngine {
             RuntimeKind::Classic => {
                 let engine = TransferEngine::init(Config::from_env()?, metadata_server, &local)?;
                 if let Some((protocol, devices)) = wanted {
-                    install_classic(&engine, protocol, devices, settings.force_tcp)?;
+                    install_classic(&engine, protocol, devices, &settings)?;
                 }
                 Runtime::Classic(Box::new(engine))
             }
+            #[cfg(feature = "tent")]
             RuntimeKind::Tent => Runtime::Tent(start_tent(metadata_server, &local, wanted)?),
+            #[cfg(not(feature = "tent"))]
+            RuntimeKind::Tent => {
+                return Err(te_core::Error::NotSupportedTransport(
+                    "te's TENT runtime: te-facade was built without its `tent` feature".into(),
+                )
+                .into());
+            }
         };
         let live = Arc::new(Live {
             runtime,

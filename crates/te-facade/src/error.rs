@@ -28,6 +28,7 @@ pub enum FacadeError {
     #[error(transparent)]
     Engine(#[from] te_core::Error),
     /// TENT refused or failed the call (a `te.Engine(backend="tent")`).
+    #[cfg(feature = "tent")]
     #[error(transparent)]
     Tent(te_tent::TentError),
     /// A transfer was submitted and ended in another state than COMPLETED.
@@ -42,6 +43,7 @@ pub enum FacadeError {
     },
 }
 
+#[cfg(feature = "tent")]
 impl From<te_tent::TentError> for FacadeError {
     /// The classic engine's errors inside TENT's stay classic: one mapping for both backends.
     fn from(e: te_tent::TentError) -> Self {
@@ -192,14 +194,21 @@ impl ErrorKind {
 impl FacadeError {
     /// What kind of failure this is, for every binding.
     pub fn kind(&self) -> ErrorKind {
+        #[cfg(feature = "tent")]
         use te_tent::TentError as T;
         match self {
             FacadeError::NotInitialized => ErrorKind::Closed,
             FacadeError::Forked { .. } => ErrorKind::Forked,
-            FacadeError::Engine(e) | FacadeError::Tent(T::Engine(e)) => ErrorKind::of_engine(e),
+            FacadeError::Engine(e) => ErrorKind::of_engine(e),
+            #[cfg(feature = "tent")]
+            FacadeError::Tent(T::Engine(e)) => ErrorKind::of_engine(e),
+            #[cfg(feature = "tent")]
             FacadeError::Tent(T::TooManyRequests { .. }) => ErrorKind::TooManyRequests,
+            #[cfg(feature = "tent")]
             FacadeError::Tent(T::BatchBusy(_)) => ErrorKind::Busy,
+            #[cfg(feature = "tent")]
             FacadeError::Tent(T::NoTransport(_)) => ErrorKind::NoTransport,
+            #[cfg(feature = "tent")]
             FacadeError::Tent(_) => ErrorKind::InvalidArgument,
             FacadeError::Transfer { state, .. } => match state {
                 TransferState::Timeout => ErrorKind::TransferTimeout,

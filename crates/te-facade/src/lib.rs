@@ -39,4 +39,5 @@ pub use runtime::RuntimeKind;
 pub use te_core::{Notification, Opcode, Permission};
 /// TENT's runtime as the bindings see it (te-capi's `tent_*` functions): bindings reach te-tent
 /// only through the facade.
+#[cfg(feature = "tent")]
 pub use te_tent as tent;

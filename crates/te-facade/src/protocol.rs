@@ -26,10 +26,12 @@ pub enum Protocol {
     IoUring,
     /// `gds`: GPUDirect Storage (TENT).
     Gds,
+    /// `auto` (te's): every transport that can start here, chosen per segment and buffer.
+    Auto,
 }
 
 /// Every name [`Protocol::parse`] accepts, and what it selects.
-const NAMES: [(&str, Protocol); 9] = [
+const NAMES: [(&str, Protocol); 10] = [
     ("tcp", Protocol::Tcp),
     ("rdma", Protocol::Rdma),
     ("nvlink", Protocol::Nvlink),
@@ -39,6 +41,7 @@ const NAMES: [(&str, Protocol); 9] = [
     ("shm", Protocol::Shm),
     ("io_uring", Protocol::IoUring),
     ("gds", Protocol::Gds),
+    ("auto", Protocol::Auto),
 ];
 
 /// Mooncake's names for transports te does not have, and what they are.
@@ -91,7 +94,7 @@ impl Protocol {
     pub fn parse_hint(hint: &str) -> Result<Option<Self>> {
         match hint.trim() {
             "" => Ok(None),
-            h if h.eq_ignore_ascii_case("unspec") => Ok(None),
+            h if h.eq_ignore_ascii_case("unspec") || h.eq_ignore_ascii_case("auto") => Ok(None),
             h => Self::parse(h).map(Some),
         }
     }
@@ -134,6 +137,21 @@ impl Protocol {
             .map_or("?", |(n, _)| n)
     }
 
+    /// The names te's transport of this kind may go by once installed (file segments use
+    /// `bufio` where io_uring is refused).
+    pub fn transports(self) -> &'static [&'static str] {
+        match self {
+            Protocol::IoUring => &["uring", "bufio"],
+            Protocol::Tcp => &["tcp"],
+            Protocol::Rdma => &["rdma"],
+            Protocol::Nvlink | Protocol::NvlinkIntra | Protocol::Mnnvl => &["nvlink"],
+            Protocol::Cxl => &["cxl"],
+            Protocol::Shm => &["shm"],
+            Protocol::Gds => &["gds"],
+            Protocol::Auto => &[],
+        }
+    }
+
     /// The name of te's transport of this kind (what [`te_core::transport::Transport::name`]
     /// says once it is installed).
     pub fn transport(self) -> &'static str {
@@ -145,6 +163,7 @@ impl Protocol {
             Protocol::Shm => "shm",
             Protocol::IoUring => "uring",
             Protocol::Gds => "gds",
+            Protocol::Auto => "auto",
         }
     }
 }
@@ -165,6 +184,7 @@ mod tests {
             ("shm", "shm"),
             ("io_uring", "uring"),
             ("gds", "gds"),
+            ("Auto", "auto"),
         ];
         for (name, transport) in cases {
             assert_eq!(
@@ -178,6 +198,9 @@ mod tests {
             "nvlink_intra"
         );
         assert_eq!(Protocol::parse("MNNVL").unwrap().name(), "mnnvl");
+        // `auto` as a hint is no hint: the engine chooses, as it does without one.
+        assert_eq!(Protocol::parse_hint("auto").unwrap(), None);
+        assert_eq!(Protocol::IoUring.transports(), ["uring", "bufio"]);
     }
 
     #[test]

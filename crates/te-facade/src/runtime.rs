@@ -13,6 +13,7 @@ use te_core::{
     BatchId, HostBuffer, Notification, Permission, SubmitOptions, TransferEngine, TransferRequest,
     TransferStatus,
 };
+#[cfg(feature = "tent")]
 use te_tent::{MemoryOptions, Request, TentBatchId, TentEngine};
 
 use crate::error::Result;
@@ -47,6 +48,7 @@ impl RuntimeKind {
 /// A running engine.
 pub(crate) enum Runtime {
     Classic(Box<TransferEngine>),
+    #[cfg(feature = "tent")]
     Tent(TentEngine),
 }
 
@@ -68,6 +70,7 @@ impl Runtime {
     pub(crate) fn core(&self) -> &TransferEngine {
         match self {
             Runtime::Classic(e) => e,
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => t.core(),
         }
     }
@@ -75,6 +78,7 @@ impl Runtime {
     pub(crate) fn kind(&self) -> RuntimeKind {
         match self {
             Runtime::Classic(_) => RuntimeKind::Classic,
+            #[cfg(feature = "tent")]
             Runtime::Tent(_) => RuntimeKind::Tent,
         }
     }
@@ -95,6 +99,7 @@ impl Runtime {
             self.core()
                 .register_memory_batch(ranges, location, permission)?
         };
+        #[cfg(feature = "tent")]
         if let Runtime::Tent(t) = self {
             let tracked: Vec<(u64, u64)> =
                 ranges.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
@@ -112,6 +117,7 @@ impl Runtime {
         let permission = Permission::RemoteReadWrite;
         match self {
             Runtime::Classic(e) => Ok(e.register_buffer(buffer, "*", permission)?),
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => {
                 let options = MemoryOptions {
                     location: "*".into(),
@@ -127,6 +133,7 @@ impl Runtime {
     pub(crate) fn unregister(&self, addrs: &[u64]) -> te_core::Result<()> {
         match self {
             Runtime::Classic(e) => e.unregister_memory_batch(addrs),
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => t.unregister_memory_batch(addrs).map_err(|e| match e {
                 te_tent::TentError::Engine(e) => e,
                 other => te_core::Error::InvalidArgument(other.to_string()),
@@ -146,6 +153,7 @@ impl Runtime {
     pub(crate) fn allocate(&self, capacity: usize) -> Result<u64> {
         Ok(match self {
             Runtime::Classic(e) => e.allocate_batch(capacity)?.raw(),
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => t.allocate_batch(capacity)?.0,
         })
     }
@@ -175,6 +183,7 @@ impl Runtime {
                     None => e.submit_with(batch, requests, &options)?,
                 }
             }
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => {
                 let reqs: Vec<Request> = requests
                     .iter()
@@ -209,6 +218,7 @@ impl Runtime {
     pub(crate) fn status(&self, id: u64) -> Result<TransferStatus> {
         Ok(match self {
             Runtime::Classic(e) => e.batch_status(BatchId::from_raw(id))?,
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => t.batch_status(TentBatchId(id))?,
         })
     }
@@ -217,6 +227,7 @@ impl Runtime {
     pub(crate) fn task_status(&self, id: u64, task: usize) -> Result<TransferStatus> {
         Ok(match self {
             Runtime::Classic(e) => e.task_status(BatchId::from_raw(id), task)?,
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => t.task_status(TentBatchId(id), task)?,
         })
     }
@@ -232,6 +243,7 @@ impl Runtime {
                     other => Ok(other?),
                 }
             }
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => Ok(t.wait(TentBatchId(id), timeout)?),
         }
     }
@@ -240,6 +252,7 @@ impl Runtime {
     pub(crate) fn cancel(&self, id: u64) -> Result<()> {
         match self {
             Runtime::Classic(e) => Ok(e.cancel(BatchId::from_raw(id))?),
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => {
                 let batch = TentBatchId(id);
                 for task in 0..t.task_statuses(batch)?.len() {
@@ -258,6 +271,7 @@ impl Runtime {
                 .flatten()
                 .map(|e| e.to_string())
                 .next(),
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => (0..)
                 .map_while(|task| t.task_errors(TentBatchId(id), task).ok())
                 .find_map(|errors| errors.into_iter().next()),
@@ -268,6 +282,7 @@ impl Runtime {
     pub(crate) fn free(&self, id: u64) -> Result<()> {
         match self {
             Runtime::Classic(e) => Ok(e.free_batch(BatchId::from_raw(id))?),
+            #[cfg(feature = "tent")]
             Runtime::Tent(t) => Ok(t.free_batch(TentBatchId(id))?),
         }
     }

@@ -44,25 +44,78 @@ fn names_te_cannot_serve_fail_initialize_on_both_runtimes() {
             assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
             assert!(e.code() < 0);
         }
-        // te has these transports, but neither runtime of the bindings runs them here (no GPU,
-        // no CXL device, no GPUDirect Storage).
+        // te has these transports, but they cannot start here (no GPU, no CXL device, no
+        // GPUDirect Storage): the error names the protocol and says why.
         for name in ["nvlink", "nvlink_intra", "mnnvl", "cxl", "gds"] {
             let e = started(kind, name).map(|_| ()).unwrap_err();
             assert!(transport_error(&e), "{kind:?} {name}: {e}");
             assert!(e.to_string().contains(name), "{e}");
         }
     }
-    // TENT's shm and io_uring are TENT's: the classic engine says where to find them.
-    for name in ["shm", "io_uring"] {
-        let e = started(RuntimeKind::Classic, name).map(|_| ()).unwrap_err();
-        assert!(e.to_string().contains("MC_USE_TENT"), "{e}");
-        let tent = started(RuntimeKind::Tent, name).expect(name);
-        let live = tent.live().unwrap();
-        assert_eq!(live.runtime_kind(), RuntimeKind::Tent);
-        let installed = live.engine().transport_capabilities();
-        let want = Protocol::parse(name).unwrap().transport();
-        assert!(installed.iter().any(|(n, _)| *n == want), "{name}");
+    // shm and io_uring start on both runtimes, and the name selects that transport.
+    for kind in [RuntimeKind::Classic, RuntimeKind::Tent] {
+        for name in ["shm", "io_uring"] {
+            let e = started(kind, name).expect(name);
+            let live = e.live().unwrap();
+            assert_eq!(live.runtime_kind(), kind);
+            let installed = live.engine().transport_capabilities();
+            let want = Protocol::parse(name).unwrap().transports();
+            assert!(
+                installed.iter().any(|(n, _)| want.contains(n)),
+                "{kind:?} {name}: {installed:?}"
+            );
+            if kind == RuntimeKind::Classic {
+                assert_eq!(installed.len(), 1, "{name} alone: {installed:?}");
+            }
+        }
     }
+}
+
+#[test]
+fn auto_installs_what_starts_here_and_moves_ordinary_memory() {
+    let a = started(RuntimeKind::Classic, "auto").expect("auto");
+    let b = started(RuntimeKind::Classic, "AUTO").expect("auto");
+    let names = |e: &MooncakeEngine| -> Vec<&'static str> {
+        let live = e.live().unwrap();
+        let caps = live.engine().transport_capabilities();
+        caps.iter().map(|(n, _)| *n).collect()
+    };
+    let installed = names(&a);
+    // No RDMA device, GPU or CXL device here: the network transport first (the protocol the
+    // descriptor publishes), then shared memory and files.
+    assert_eq!(installed[0], "tcp", "{installed:?}");
+    assert!(installed.contains(&"shm"), "{installed:?}");
+    assert!(
+        installed.contains(&"uring") || installed.contains(&"bufio"),
+        "{installed:?}"
+    );
+    for absent in ["rdma", "nvlink", "cxl", "gds"] {
+        assert!(!installed.contains(&absent), "{absent}: {installed:?}");
+    }
+    // Installing it again, or any of its transports, changes nothing.
+    a.install_transport("auto", "").unwrap();
+    a.install_transport("shm", "").unwrap();
+    assert_eq!(names(&a), installed);
+    // Memory the application allocated is not in a shared-memory file: it goes over TCP, and
+    // every byte lands.
+    let src = Arc::new(HostBuffer::new(LEN).unwrap());
+    let dst = Arc::new(HostBuffer::new(LEN).unwrap());
+    src.write_at(0, &pattern(7, LEN)).unwrap();
+    // SAFETY: both buffers outlive the engines' use of them in this test.
+    unsafe {
+        a.register(src.addr(), LEN as u64, "cpu:0").unwrap();
+        b.register(dst.addr(), LEN as u64, "cpu:0").unwrap();
+    }
+    let peer = b.session_name().unwrap();
+    let lists = ([src.addr()], [dst.addr()], [LEN as u64]);
+    a.transfer_sync(
+        &peer,
+        Opcode::Write,
+        (&lists.0[..], &lists.1[..], &lists.2[..]),
+        None,
+    )
+    .expect("write");
+    assert_same_bytes(&dst.to_vec(0, LEN).unwrap(), &pattern(7, LEN), "auto write");
 }
 
 #[test]
@@ -70,10 +123,17 @@ fn the_c_apis_install_transport_names_what_it_cannot_install() {
     let (e, _buf) = engine(RuntimeKind::Classic, 1);
     e.install_transport("tcp", "")
         .expect("already there: a warning");
-    for (name, says) in [("bogus", "not a transport name"), ("shm", "MC_USE_TENT")] {
+    for (name, says) in [
+        ("bogus", "not a transport name"),
+        ("gds", "cannot start here"),
+    ] {
         let err = e.install_transport(name, "").unwrap_err();
         assert!(err.to_string().contains(says), "{name}: {err}");
     }
+    e.install_transport("shm", "")
+        .expect("the classic engine runs shm too");
+    let installed = e.live().unwrap().engine().transport_capabilities();
+    assert!(installed.iter().any(|(n, _)| *n == "shm"), "{installed:?}");
     let (t, _tbuf) = engine(RuntimeKind::Tent, 2);
     t.install_transport("shm", "").expect("TENT runs shm");
     let err = t.install_transport("gds", "").unwrap_err();

@@ -65,7 +65,8 @@ unsafe fn read_table(addr: u64, rows: usize) -> PyResult<(Vec<u64>, Vec<u64>, Ve
 #[pymethods]
 impl Engine {
     /// Starts an engine: `metadata` is `P2PHANDSHAKE` (peers named `host:port`) or a metadata
-    /// service (`etcd://`, `redis://`, `http://`); `protocol` `tcp` or `rdma` (on `devices`).
+    /// service (`etcd://`, `redis://`, `http://`); `protocol` `auto` or a Mooncake name (`rdma`
+    /// on `devices`).
     #[new]
     #[pyo3(signature = (hostname, metadata, protocol, devices, backend))]
     fn new(
@@ -283,6 +284,11 @@ impl Engine {
     /// Whether `target`'s handshake listener answers.
     fn probe(&self, py: Python<'_>, target: &str) -> PyResult<bool> {
         raise(py.detach(|| self.backend.probe(target)))
+    }
+
+    /// The transports installed: `(name, capabilities)` pairs, the network one first.
+    fn transports(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, Vec<&'static str>)>> {
+        raise(py.detach(|| self.backend.transports()))
     }
 
     /// Each rail's load, as the C API's `getNicLoadStats`: a list of dicts.

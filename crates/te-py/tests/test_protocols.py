@@ -50,7 +50,7 @@ def records():
 @pytest.mark.parametrize(
     "protocol",
     ["bogus", "tpc", "efa", "hip", "ascend", "barex", "ub", "nvlink", "nvlink_intra", "mnnvl",
-     "cxl", "gds", "shm", "io_uring"],
+     "cxl", "gds"],
 )
 def test_initialize_refuses_what_it_cannot_serve_and_logs_why(protocol, records):
     e = mc.TransferEngine()
@@ -71,11 +71,28 @@ def test_te_engine_raises_for_names_it_cannot_serve():
         with pytest.raises(te.TransportError) as err:
             te.Engine(protocol=protocol)
         assert protocol in str(err.value) and isinstance(err.value, ValueError)
-    with pytest.raises(te.TransportError) as err:
-        te.Engine(protocol="shm")
-    assert "MC_USE_TENT" in str(err.value)
     with te.Engine(protocol="shm", backend="tent") as e:
-        assert e.name
+        assert "shm" in e.transports()
+
+
+def test_a_name_selects_one_transport_and_auto_every_one_that_starts_here():
+    with te.Engine(protocol="shm") as e:
+        assert list(e.transports()) == ["shm"]
+    with te.Engine(protocol="io_uring") as e:
+        assert list(e.transports()) in (["uring"], ["bufio"])
+    with te.Engine() as a, te.Engine(protocol="auto") as b:
+        kinds = a.transports()
+        # No RDMA device, GPU or CXL device here: TCP first (what peers see), then the rest.
+        assert list(kinds)[0] == "tcp", kinds
+        assert "shm" in kinds and ("uring" in kinds or "bufio" in kinds), kinds
+        assert not {"rdma", "nvlink", "cxl", "gds"} & set(kinds), kinds
+        assert all(isinstance(c, str) for caps in kinds.values() for c in caps)
+        # A numpy array is not in a shared-memory file: it moves over TCP, every byte.
+        src = np.random.default_rng(5).integers(0, 256, MiB, dtype=np.uint8)
+        dst = np.zeros(MiB, dtype=np.uint8)
+        ra, rb = a.register(src), b.register(dst)
+        a.connect(b.name).write(ra, rb.addr)
+        assert (dst == src).all()
 
 
 def pair(**kw):
@@ -114,7 +131,7 @@ RUN_ON_TENT = textwrap.dedent(
     import te.mooncake as mc
 
     MiB = 1 << 20
-    # TENT's shared-memory transport is there: the classic engine refuses this protocol.
+    # On TENT, shm runs with TCP beside it; the classic engine runs shm alone.
     a, b = mc.TransferEngine(), mc.TransferEngine()
     assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "shm", "") == 0
     assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
@@ -155,7 +172,7 @@ def test_mc_use_tent_runs_te_mooncake_on_tent(switch):
     out = subprocess.run([sys.executable, "-c", RUN_ON_TENT], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and "ON TENT OK" in out.stdout, out.stdout + out.stderr
-    # Without the switch, the same program stops at the shm protocol.
+    # Without the switch, the classic engine runs shm alone, and the program's TCP calls fail.
     classic = {k: v for k, v in env.items() if k != switch[0]}
     out = subprocess.run([sys.executable, "-c", RUN_ON_TENT], env=classic,
                          capture_output=True, text=True, timeout=120)

@@ -354,8 +354,9 @@ static int processes(void) {
     return 0;
 }
 
-/* Which transports an engine made with auto_discover serves: the classic engine refuses
- * TENT's shm, te's TENT runtime (MC_USE_TENT) runs it; an unknown name is refused by both. */
+/* Which transports an engine made with auto_discover serves: both runtimes install shm by its
+ * name (te's TENT runtime, under MC_USE_TENT, runs it from the start, with its file transport);
+ * an unknown name is refused by both. showLinks' last line names what runs. */
 static int transports(void) {
     transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "", 0, 1);
     CHECK(e != NULL, "createTransferEngine");
@@ -363,6 +364,11 @@ static int transports(void) {
     CHECK(installTransport(e, "efa", NULL) == NULL, "efa refused");
     CHECK(installTransport(e, "bogus", NULL) == NULL, "bogus refused");
     printf("transports: shm %s\n", installTransport(e, "shm", NULL) != NULL ? "served" : "refused");
+    char links[4096];
+    CHECK(showLinks(e, links, sizeof links, 0) == 0, "showLinks text");
+    const char *installed = strstr(links, "transports: ");
+    CHECK(installed != NULL, "showLinks names the transports: %s", links);
+    printf("installed %s", installed + strlen("transports: "));
     batch_id_t b = allocateBatchID(e, 4);
     CHECK(b != INVALID_BATCH && b < (1ull << 48), "batch id %llu", (unsigned long long)b);
     CHECK(freeBatchID(e, b) == 0, "freeBatchID");

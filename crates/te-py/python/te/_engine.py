@@ -392,10 +392,13 @@ class Peer:
 class Engine:
     """A te engine. ``Engine()`` serves on 127.0.0.1 with peers named ``host:port``
     (``P2PHANDSHAKE``); ``metadata`` may name a service instead (``etcd://``, ``redis://``,
-    ``http://``). ``protocol`` is ``tcp`` or ``rdma`` (on ``devices``, comma-separated).
-    Raises :class:`te.TeError` when it cannot start."""
+    ``http://``). ``protocol="auto"`` (the default) runs every transport that can start on this
+    machine and lets the engine choose per peer and buffer (:meth:`transports` says which run);
+    a Mooncake name (``tcp``, ``rdma`` on ``devices``, ``shm``, ``io_uring``, ``nvlink``,
+    ``cxl``, ``gds``) runs that one. Raises :class:`te.TeError` when it cannot start (a
+    transport this machine or build lacks is a :class:`te.TransportError` saying which)."""
 
-    def __init__(self, hostname="127.0.0.1", metadata="P2PHANDSHAKE", protocol="tcp", devices="",
+    def __init__(self, hostname="127.0.0.1", metadata="P2PHANDSHAKE", protocol="auto", devices="",
                  *, backend="classic"):
         self._engine = _native.Engine(hostname, metadata, protocol, devices, backend)
         self.backend = backend
@@ -446,6 +449,13 @@ class Engine:
             raise TypeError("a peer is named by a str, host:port")
         self._engine.connect(name)
         return Peer(self, name)
+
+    def transports(self):
+        """The transports this engine runs, as ``{name: [capabilities]}`` in the order it asks
+        them: the first is the protocol peers see; a buffer another one serves better (shared
+        memory on this host, GPU memory through NVLink) goes to that one. ``protocol="auto"``
+        installs every transport that can start on this machine."""
+        return {name: caps for name, caps in self._engine.transports()}
 
     def nic_load_stats(self):
         """Each rail's load, as the C API's ``getNicLoadStats``: a list of dicts with
