@@ -39,7 +39,8 @@ pub(crate) fn rdma_transport(devices: &str) -> Result<te_rdma::RdmaTransport> {
 /// `rdma` te's RDMA transport where verbs devices are up and `MC_FORCE_TCP` is unset (TCP
 /// otherwise, as Mooncake falls back); every other name its own transport, or an error naming
 /// why it cannot start here. `auto` installs every transport this build has that can start on
-/// this machine, the network one first (it is the protocol the descriptor publishes), and the
+/// this machine, the network one first (it is the protocol the descriptor publishes), with
+/// cross-memory attach beside shared memory (for memory the application allocated), and the
 /// engine then chooses per buffer ([`TransferEngine::submit`]'s rule: a transport that serves a
 /// buffer better, such as shared memory on this host, else the network one).
 ///
@@ -91,6 +92,14 @@ pub(crate) fn install_classic(
         match started {
             Ok(()) => installed.push(p.transport()),
             Err(e) => info!(protocol = p.name(), reason = %e, "auto: not installed"),
+        }
+        // Memory the application allocated, same host: one copy by cross-memory attach.
+        #[cfg(feature = "shm")]
+        if p == Protocol::Shm && !here("cma") {
+            match engine.install_transport(Arc::new(te_shm::CmaTransport::new())) {
+                Ok(()) => installed.push("cma"),
+                Err(e) => info!(reason = %e, "auto: cma not installed"),
+            }
         }
     }
     info!(transports = %installed.join(", "), "auto: installed");

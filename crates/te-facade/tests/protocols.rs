@@ -84,7 +84,10 @@ fn auto_installs_what_starts_here_and_moves_ordinary_memory() {
     // No RDMA device, GPU or CXL device here: the network transport first (the protocol the
     // descriptor publishes), then shared memory and files.
     assert_eq!(installed[0], "tcp", "{installed:?}");
-    assert!(installed.contains(&"shm"), "{installed:?}");
+    assert!(
+        installed.contains(&"shm") && installed.contains(&"cma"),
+        "{installed:?}"
+    );
     assert!(
         installed.contains(&"uring") || installed.contains(&"bufio"),
         "{installed:?}"
@@ -96,8 +99,8 @@ fn auto_installs_what_starts_here_and_moves_ordinary_memory() {
     a.install_transport("auto", "").unwrap();
     a.install_transport("shm", "").unwrap();
     assert_eq!(names(&a), installed);
-    // Memory the application allocated is not in a shared-memory file: it goes over TCP, and
-    // every byte lands.
+    // Memory the application allocated is not in a shared-memory file: on this host it goes by
+    // cross-memory attach, not TCP, and every byte lands.
     let src = Arc::new(HostBuffer::new(LEN).unwrap());
     let dst = Arc::new(HostBuffer::new(LEN).unwrap());
     src.write_at(0, &pattern(7, LEN)).unwrap();
@@ -116,6 +119,15 @@ fn auto_installs_what_starts_here_and_moves_ordinary_memory() {
     )
     .expect("write");
     assert_same_bytes(&dst.to_vec(0, LEN).unwrap(), &pattern(7, LEN), "auto write");
+    let over_tcp: u64 = a
+        .live()
+        .unwrap()
+        .engine()
+        .nic_load_stats()
+        .iter()
+        .map(|s| s.bytes_done)
+        .sum();
+    assert_eq!(over_tcp, 0, "the same host's memory did not go through TCP");
 }
 
 #[test]

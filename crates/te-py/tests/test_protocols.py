@@ -95,6 +95,58 @@ def test_a_name_selects_one_transport_and_auto_every_one_that_starts_here():
         assert (dst == src).all()
 
 
+SAME_HOST_PEER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import te
+
+    with te.Engine() as e:
+        buf = np.zeros(8 << 20, dtype=np.uint8)
+        buf[: 1 << 20] = np.arange(1 << 20) % 251
+        region = e.register(buf)
+        print(e.name, region.addr, flush=True)
+        sys.stdin.readline()  # the parent is done
+        written = (np.arange(1 << 20) * 7 % 256).astype(np.uint8)
+        print("OK" if (buf[4 << 20 : 5 << 20] == written).all() else "BAD", flush=True)
+    """
+)
+
+
+def test_same_host_processes_move_their_own_memory_by_cross_memory_attach(records):
+    """Two processes on one host, each with memory it allocated (numpy): te.Engine() moves it
+    by cross-memory attach, not TCP, and every byte lands."""
+    child = subprocess.Popen([sys.executable, "-c", SAME_HOST_PEER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    logger = logging.getLogger("te")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    te.set_log_level(logging.INFO)
+    try:
+        name, addr = child.stdout.readline().split()
+        addr = int(addr)
+        with te.Engine() as a:
+            assert "cma" in a.transports()
+            src = (np.arange(MiB) * 7 % 256).astype(np.uint8)
+            back = np.zeros(MiB, dtype=np.uint8)
+            rs, rb = a.register(src), a.register(back)
+            peer = a.connect(name)
+            peer.write(rs, addr + 4 * MiB)
+            peer.read(rb, addr)
+            assert (back == np.arange(MiB) % 251).all()
+            chosen = records.wait_for("transport chosen", logging.INFO)
+            assert any("transport=cma" in r.getMessage() for r in chosen), [
+                r.getMessage() for r in chosen]
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "OK"
+    finally:
+        logger.setLevel(level)
+        te.set_log_level(logger.getEffectiveLevel())
+        child.kill()
+        child.wait()
+
+
 def pair(**kw):
     a, b = mc.TransferEngine(), mc.TransferEngine()
     for e in (a, b):

@@ -26,6 +26,9 @@
 //! gate), and memory not allocated by this transport is not shareable.
 #![deny(unsafe_code)]
 
+mod cma;
+pub use cma::CmaTransport;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -7,6 +7,7 @@
 //! (`getpid`, forgotten in a forked child through `pthread_atfork`). Nothing here decides
 //! anything; callers choose.
 
+pub mod cross_memory;
 pub mod env;
 mod error;
 mod host_buffer;
