@@ -230,6 +230,13 @@ int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id, size_t task
 int te_waitBatch(transfer_engine_t engine, batch_id_t batch_id, uint64_t timeout_us,
                  struct transfer_status *status);
 
+/* te's extension: opens the regular file at path as a segment, READ only or, with writable,
+ * READ and WRITE. Returns its segment id (submitTransfer's target_id; a request's
+ * target_offset is the file offset), or a negative ERR_* code (a missing, empty or irregular
+ * file, one that cannot be opened so, no file transport installed). The file keeps its size.
+ * Caller: path is a NUL-terminated string. */
+segment_id_t te_openFile(transfer_engine_t engine, const char *path, int writable);
+
 /* Frees a batch whose tasks have all ended: 0, or a positive Status code (4 while tasks
  * still move, 1 for an unknown or freed batch). */
 int freeBatchID(transfer_engine_t engine, batch_id_t batch_id);

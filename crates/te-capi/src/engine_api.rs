@@ -183,6 +183,33 @@ pub unsafe extern "C" fn openSegmentNoCache(
     unsafe { open(engine, segment_name, true) }
 }
 
+/// te's extension: opens the regular file at `path` as a segment (READ only, or READ and
+/// WRITE with `writable`): its segment id, or a negative `ERR_*` code.
+///
+/// # Safety
+/// `path` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn te_openFile(
+    engine: TransferEngineT,
+    path: *const c_char,
+    writable: c_int,
+) -> SegmentIdT {
+    guard("te_openFile", ERR_INVALID_ARGUMENT, || {
+        let opened = registry::get(engine).and_then(|e| {
+            // SAFETY: the caller's contract for `path`.
+            let path = unsafe { text(path, "path")? };
+            e.open_file(path, writable != 0)
+        });
+        match opened {
+            Ok((_, id)) => id,
+            Err(e) => {
+                tracing::debug!(error = %e, "te_openFile failed");
+                e.code()
+            }
+        }
+    })
+}
+
 /// # Safety
 /// As `openSegment`.
 unsafe fn open(engine: TransferEngineT, segment_name: *const c_char, fresh: bool) -> SegmentIdT {

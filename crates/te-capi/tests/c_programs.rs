@@ -126,6 +126,15 @@ fn tent_engines_start_from_a_configuration_written_for_mooncakes_tent() {
 }
 
 #[test]
+fn a_file_opens_as_a_segment_from_c() {
+    let out = run("files");
+    assert!(
+        out.contains("files: READ and WRITE of a file segment verified"),
+        "{out}"
+    );
+}
+
+#[test]
 fn the_classic_api_runs_on_tent_under_mc_use_tent() {
     let out = run("transports");
     assert!(out.contains("transports: shm served"), "classic:\n{out}");
@@ -262,7 +271,7 @@ fn the_library_exports_exactly_what_the_headers_declare() {
     );
     assert_eq!(
         extensions,
-        ["te_waitBatch"],
+        ["te_openFile", "te_waitBatch"],
         "te's extensions in transfer_engine_c.h"
     );
     assert_eq!(

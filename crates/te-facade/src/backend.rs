@@ -121,6 +121,12 @@ pub trait Backend: Send + Sync {
     /// A closed engine.
     fn nic_loads(&self) -> Result<Vec<crate::NicLoad>>;
 
+    /// Opens the file at `path` as a segment: the name transfers take as their target.
+    ///
+    /// # Errors
+    /// As [`MooncakeEngine::open_file`].
+    fn open_file(&self, path: &str, writable: bool) -> Result<String>;
+
     /// The transports installed, each with its capability names (the first is the protocol
     /// the engine's descriptor publishes).
     ///
@@ -207,6 +213,10 @@ impl Backend for MooncakeEngine {
 
     fn nic_loads(&self) -> Result<Vec<crate::NicLoad>> {
         MooncakeEngine::nic_loads(self)
+    }
+
+    fn open_file(&self, path: &str, writable: bool) -> Result<String> {
+        MooncakeEngine::open_file(self, path, writable).map(|(name, _)| name)
     }
 
     fn transports(&self) -> Result<Vec<(&'static str, Vec<&'static str>)>> {

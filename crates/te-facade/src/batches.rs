@@ -167,6 +167,31 @@ impl MooncakeEngine {
         })
     }
 
+    /// Opens the regular file at `path` as a segment (te's addition, on both runtimes): READs
+    /// and WRITEs move bytes between registered memory and the file, the file offset taking
+    /// the place of the remote address, through the same calls as a peer's memory. Returns the
+    /// name those calls take (`file:` and the canonical path) and the segment's id (the C
+    /// API's). A file segment is local: never published, and its path comes only from here.
+    ///
+    /// # Errors
+    /// A missing, empty or irregular file, one `writable` cannot open for writing (the OS
+    /// error named), or no file transport installed (`io_uring`, or `auto`).
+    pub fn open_file(&self, path: &str, writable: bool) -> Result<(String, i32)> {
+        let live = self.live()?;
+        let engine = live.engine();
+        let access = match writable {
+            true => te_core::FileAccess::ReadWrite,
+            false => te_core::FileAccess::ReadOnly,
+        };
+        let id = engine.open_file_segment(std::path::Path::new(path), access)?;
+        let name = engine.segment(id)?.name().to_string();
+        live.sessions.insert(&name, id);
+        let id = i32::try_from(id).map_err(|_| {
+            te_core::Error::InvalidArgument(format!("segment id {id} does not fit an int32"))
+        })?;
+        Ok((name, id))
+    }
+
     /// Closes segment `id` (Mooncake's `closeSegment`); the own segment stays open.
     ///
     /// # Errors
@@ -187,8 +212,12 @@ impl MooncakeEngine {
         let live = self.live()?;
         let engine = live.engine();
         let mut first = None;
-        for name in engine.open_segment_names() {
-            if let Err(e) = engine.refresh_segment(&name) {
+        let peers = engine.open_segment_names();
+        for name in peers
+            .iter()
+            .filter(|n| !n.starts_with(crate::session::FILE_PREFIX))
+        {
+            if let Err(e) = engine.refresh_segment(name) {
                 first.get_or_insert(e);
             }
         }

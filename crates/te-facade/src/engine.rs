@@ -51,7 +51,7 @@ pub struct MooncakeEngine {
 /// An initialized engine and what the facade keeps beside it.
 pub struct Live {
     runtime: Runtime,
-    sessions: Sessions,
+    pub(crate) sessions: Sessions,
     /// Asynchronous batches handed out, by id, with their target's name.
     batches: Mutex<HashMap<u64, String>>,
     /// Batches whose handles were let go before they finished: freed once they have.

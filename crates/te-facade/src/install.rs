@@ -57,7 +57,7 @@ pub(crate) fn install_classic(
             #[cfg(not(feature = "rdma"))]
             return Err(not_built(protocol, "rdma"));
             #[cfg(feature = "rdma")]
-            return install_network(engine, device_name, settings).map(drop);
+            return install_network(engine, device_name, settings, true).map(drop);
         }
         Protocol::Auto => {}
         _ => {
@@ -75,7 +75,7 @@ pub(crate) fn install_classic(
     };
     let mut installed = Vec::new();
     if !here("tcp") && !here("rdma") {
-        installed.push(install_network(engine, device_name, settings)?);
+        installed.push(install_network(engine, device_name, settings, false)?);
     }
     for p in [
         Protocol::Shm,
@@ -128,20 +128,25 @@ fn not_built(protocol: Protocol, feature: &str) -> FacadeError {
 }
 
 /// Installs the network transport: te's RDMA one on `devices` where it starts (unless
-/// `MC_FORCE_TCP`), else TCP, as Mooncake falls back. Its name.
+/// `MC_FORCE_TCP`), else TCP, as Mooncake falls back (a warning when RDMA was `asked` for by
+/// name; under `auto` a machine without it is no surprise). Its name.
 fn install_network(
     engine: &TransferEngine,
     devices: &str,
     settings: &crate::settings::FacadeSettings,
+    asked: bool,
 ) -> Result<&'static str> {
     #[cfg(feature = "rdma")]
     if !settings.force_tcp {
         match engine.install_transport(Arc::new(rdma_transport(devices)?)) {
             Ok(()) => return Ok("rdma"),
-            Err(e) => tracing::warn!(error = %e, "no RDMA here; using TCP, as Mooncake does"),
+            Err(e) if asked => {
+                tracing::warn!(error = %e, "no RDMA here; using TCP, as Mooncake does")
+            }
+            Err(e) => info!(reason = %e, "auto: no RDMA here; TCP"),
         }
     }
-    let _ = (devices, settings);
+    let _ = (devices, settings, asked);
     engine.install_transport(tcp()?)?;
     Ok("tcp")
 }

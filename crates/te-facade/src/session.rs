@@ -8,6 +8,9 @@ use te_core::{SegmentId, TransferEngine};
 
 use crate::error::Result;
 
+/// How the name of a file segment starts (`file:<canonical path>`).
+pub(crate) const FILE_PREFIX: &str = "file:";
+
 /// Segments opened by name. te-core caches descriptors too; this is the facade's policy on
 /// top: the first use of a name opens it (the handshake), and a failed transfer forgets it so
 /// that the next call fetches the peer's descriptor again (the peer may have restarted).
@@ -28,8 +31,17 @@ impl Sessions {
         Ok(id)
     }
 
-    /// Forgets `target` and closes its segment; the next use opens it afresh.
+    /// Keeps `target` as segment `id` (a file segment, which no peer describes).
+    pub(crate) fn insert(&self, target: &str, id: SegmentId) {
+        self.lock().insert(target.to_string(), id);
+    }
+
+    /// Forgets `target` and closes its segment; the next use opens it afresh. A file segment
+    /// stays: it has no peer that could have restarted.
     pub(crate) fn forget(&self, engine: &TransferEngine, target: &str) {
+        if target.starts_with(FILE_PREFIX) {
+            return;
+        }
         if let Some(id) = self.lock().remove(target) {
             let _ = engine.close_segment(id);
         }

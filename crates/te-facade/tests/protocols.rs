@@ -223,3 +223,87 @@ fn batch_ids_are_non_zero_and_below_2_pow_48_on_both_runtimes() {
         }
     }
 }
+
+/// A scratch file of `len` bytes holding `seed`'s pattern, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(tag: &str, len: usize, seed: u64) -> Self {
+        let path = std::env::temp_dir().join(format!("te-facade-{tag}-{}", std::process::id()));
+        std::fs::write(&path, pattern(seed, len)).unwrap();
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn files_open_as_segments_and_move_through_the_same_calls() {
+    for kind in [RuntimeKind::Classic, RuntimeKind::Tent] {
+        let file = Scratch::new(&format!("{kind:?}"), 4 << 20, 9);
+        let path = file.0.to_str().unwrap();
+        let e = started(kind, "auto").expect("auto");
+        let buf = Arc::new(HostBuffer::new(LEN).unwrap());
+        buf.write_at(0, &pattern(3, LEN)).unwrap();
+        // SAFETY: `buf` outlives the engine's use of it in this loop.
+        unsafe { e.register(buf.addr(), LEN as u64, "cpu:0").unwrap() };
+        let (name, id) = e.open_file(path, true).expect("open");
+        assert!(name.starts_with("file:") && id >= 0, "{name} {id}");
+        // READ 256 KiB from offset 4096 of the file; WRITE 512 KiB at offset 2 MiB.
+        let read = ([buf.addr()], [4096u64], [256u64 << 10]);
+        e.transfer_sync(
+            &name,
+            Opcode::Read,
+            (&read.0[..], &read.1[..], &read.2[..]),
+            None,
+        )
+        .expect("read");
+        let want = pattern(9, 4 << 20);
+        assert_same_bytes(
+            &buf.to_vec(0, 256 << 10).unwrap(),
+            &want[4096..4096 + (256 << 10)],
+            "read",
+        );
+        let write = ([buf.addr() + (1 << 19)], [2u64 << 20], [512u64 << 10]);
+        e.transfer_sync(
+            &name,
+            Opcode::Write,
+            (&write.0[..], &write.1[..], &write.2[..]),
+            None,
+        )
+        .expect("write");
+        let on_disk = std::fs::read(&file.0).unwrap();
+        let wrote = &pattern(3, LEN)[1 << 19..(1 << 19) + (512 << 10)];
+        assert_same_bytes(
+            &on_disk[2 << 20..(2 << 20) + (512 << 10)],
+            wrote,
+            "{kind:?} write",
+        );
+        assert_same_bytes(&on_disk[..2 << 20], &want[..2 << 20], "the rest untouched");
+        // Read-only: a WRITE is refused and the file stays as it was.
+        let (ro, _) = e.open_file(path, false).expect("open read-only");
+        let refused = e.transfer_sync(
+            &ro,
+            Opcode::Write,
+            (&write.0[..], &write.1[..], &write.2[..]),
+            None,
+        );
+        assert!(refused.is_err(), "{kind:?}: a WRITE to a read-only file");
+        assert_eq!(std::fs::read(&file.0).unwrap(), on_disk);
+        // A path that is no file.
+        let missing = e.open_file("/nonexistent/te-file", false).unwrap_err();
+        assert!(
+            missing.to_string().contains("/nonexistent/te-file"),
+            "{missing}"
+        );
+    }
+    // An engine without a file transport says which to install.
+    let tcp = started(RuntimeKind::Classic, "tcp").unwrap();
+    let file = Scratch::new("tcp", 4096, 1);
+    let err = tcp.open_file(file.0.to_str().unwrap(), false).unwrap_err();
+    assert!(err.to_string().contains("file segments"), "{err}");
+}

@@ -286,6 +286,11 @@ impl Engine {
         raise(py.detach(|| self.backend.probe(target)))
     }
 
+    /// Opens the file at `path` as a segment: the name transfers take as their target.
+    fn open_file(&self, py: Python<'_>, path: &str, writable: bool) -> PyResult<String> {
+        raise(py.detach(|| self.backend.open_file(path, writable)))
+    }
+
     /// The transports installed: `(name, capabilities)` pairs, the network one first.
     fn transports(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, Vec<&'static str>)>> {
         raise(py.detach(|| self.backend.transports()))

@@ -252,3 +252,32 @@ def test_tent_runs_under_a_configuration_written_for_mooncakes_tent(monkeypatch,
     with pytest.raises(te.TeError) as err:
         te.Engine(backend="tent")
     assert "transports.rdma.device.gid_index" in str(err.value)
+
+
+def test_a_file_opens_as_a_segment_and_moves_through_the_peer_calls(tmp_path):
+    path = tmp_path / "kv.bin"
+    content = np.random.default_rng(11).integers(0, 256, 4 * MiB, dtype=np.uint8)
+    path.write_bytes(content.tobytes())
+    with te.Engine() as e:
+        f = e.open_file(path, "rw")
+        buf = np.zeros(MiB, dtype=np.uint8)
+        region = e.register(buf)
+        f.read(region, 4096, 256 << 10)
+        assert (buf[: 256 << 10] == content[4096 : 4096 + (256 << 10)]).all()
+        buf[:] = 7
+        f.write(region, 2 * MiB, MiB)
+        f.write_async(region, 3 * MiB, 4096).result(10)
+        on_disk = np.frombuffer(path.read_bytes(), dtype=np.uint8)
+        assert (on_disk[2 * MiB : 3 * MiB] == 7).all() and (on_disk[3 * MiB : 3 * MiB + 4096] == 7).all()
+        assert (on_disk[: 2 * MiB] == content[: 2 * MiB]).all()
+        ro = e.open_file(str(path))
+        with pytest.raises(te.TeError):
+            ro.write(region, 0, 4096)
+        with pytest.raises(ValueError):
+            e.open_file(path, "w")
+        with pytest.raises(te.TeError) as err:
+            e.open_file(tmp_path / "missing")
+        assert "missing" in str(err.value)
+    with te.Engine(protocol="tcp") as e, pytest.raises(te.TeError) as err:
+        e.open_file(path)
+    assert "file segments" in str(err.value)

@@ -18,6 +18,7 @@ capsules are read by the native module (``te._native.dlpack_range``).
 import asyncio
 import collections
 import ctypes
+import os
 import sys
 import threading
 
@@ -449,6 +450,17 @@ class Engine:
             raise TypeError("a peer is named by a str, host:port")
         self._engine.connect(name)
         return Peer(self, name)
+
+    def open_file(self, path, mode="r"):
+        """Opens the regular file at ``path`` as a segment, and returns it as a :class:`Peer`:
+        ``read``/``write`` (and their ``_many`` and ``_async`` forms) move bytes between
+        registered memory and the file, the file offset in place of the remote address.
+        ``mode`` is ``"r"`` (READs only) or ``"rw"``. The file keeps its size (size it first);
+        io_uring moves the bytes where the kernel allows it, buffered I/O otherwise (the
+        engine needs a file transport: ``protocol="auto"`` or ``"io_uring"``)."""
+        if mode not in ("r", "rw"):
+            raise ValueError(f"mode {mode!r}: 'r' or 'rw'")
+        return Peer(self, self._engine.open_file(os.fspath(path), mode == "rw"))
 
     def transports(self):
         """The transports this engine runs, as ``{name: [capabilities]}`` in the order it asks
