@@ -8,7 +8,8 @@
 //! written by reading it back. Runs alternate between the engines; medians are compared.
 //!
 //! Goals (issue 17): te's 4 KiB p50 at most half of Mooncake's; te's 1 MiB and ten-thread
-//! figures at least 1.5× Mooncake's; te's waiting thread under 10 % of a core.
+//! figures at least 1.5× Mooncake's; te's waiting thread under 10 % of a core. Then the
+//! same-host rows ([`crate::same_host_bench`]).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -165,6 +166,7 @@ pub(crate) fn python(args: &[&str]) -> Result<(), String> {
             ));
         }
     }
+    missed.extend(crate::same_host_bench::same_host(&te, seconds)?);
     match missed.is_empty() {
         true => Ok(()),
         false => Err(format!("missed: {}", missed.join("; "))),
