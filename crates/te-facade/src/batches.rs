@@ -132,7 +132,13 @@ impl MooncakeEngine {
             (RuntimeKind::Classic, other) => {
                 let settings =
                     crate::settings::FacadeSettings::from_env().map_err(te_core::Error::from)?;
-                crate::install::install_classic(engine, other, devices, &settings)?
+                crate::install::install_classic(
+                    engine,
+                    other,
+                    devices,
+                    &settings,
+                    &live.managed.shared,
+                )?
             }
             (_, other) => {
                 return Err(te_core::Error::NotSupportedTransport(format!(

@@ -56,7 +56,7 @@ pub struct Live {
     batches: Mutex<HashMap<u64, String>>,
     /// Batches whose handles were let go before they finished: freed once they have.
     abandoned: Mutex<Vec<u64>>,
-    managed: ManagedBuffers,
+    pub(crate) managed: ManagedBuffers,
     /// `MC_TRANSFER_TIMEOUT`: a synchronous transfer's budget, plus a nanosecond per byte.
     timeout: Duration,
 }
@@ -248,11 +248,12 @@ impl MooncakeEngine {
             _ => local_hostname.trim().to_string(),
         };
         let settings = FacadeSettings::from_env().map_err(te_core::Error::from)?;
+        let managed = ManagedBuffers::default();
         let runtime = match kind {
             RuntimeKind::Classic => {
                 let engine = TransferEngine::init(Config::from_env()?, metadata_server, &local)?;
                 if let Some((protocol, devices)) = wanted {
-                    install_classic(&engine, protocol, devices, &settings)?;
+                    install_classic(&engine, protocol, devices, &settings, &managed.shared)?;
                 }
                 Runtime::Classic(Box::new(engine))
             }
@@ -271,7 +272,7 @@ impl MooncakeEngine {
             sessions: Sessions::default(),
             batches: Mutex::new(HashMap::new()),
             abandoned: Mutex::new(Vec::new()),
-            managed: ManagedBuffers::default(),
+            managed,
             timeout: settings.transfer_timeout,
         });
         debug!(segment = live.engine().segment_name(), runtime = ?kind, "engine initialized");

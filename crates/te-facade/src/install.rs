@@ -51,6 +51,7 @@ pub(crate) fn install_classic(
     protocol: Protocol,
     device_name: &str,
     settings: &crate::settings::FacadeSettings,
+    shared: &crate::managed::SharedSlot,
 ) -> Result<()> {
     match protocol {
         Protocol::Rdma => {
@@ -61,7 +62,7 @@ pub(crate) fn install_classic(
         }
         Protocol::Auto => {}
         _ => {
-            let transport = classic_transport(engine, protocol, settings)?;
+            let transport = classic_transport(engine, protocol, settings, shared)?;
             return engine
                 .install_transport(transport)
                 .map_err(|e| cannot_start(protocol, e));
@@ -87,7 +88,7 @@ pub(crate) fn install_classic(
         if p.transports().iter().any(|n| here(n)) {
             continue;
         }
-        let started = classic_transport(engine, p, settings)
+        let started = classic_transport(engine, p, settings, shared)
             .and_then(|t| engine.install_transport(t).map_err(|e| cannot_start(p, e)));
         match started {
             Ok(()) => installed.push(p.transport()),
@@ -160,13 +161,17 @@ pub(crate) fn classic_transport(
     engine: &TransferEngine,
     protocol: Protocol,
     settings: &crate::settings::FacadeSettings,
+    shared: &crate::managed::SharedSlot,
 ) -> Result<Arc<dyn Transport>> {
-    let _ = (engine, settings);
+    let _ = (engine, settings, shared);
     match protocol {
         Protocol::Tcp | Protocol::Auto | Protocol::Rdma => tcp(),
         Protocol::Shm => {
+            // Managed buffers are then allocated as shared memory.
             #[cfg(feature = "shm")]
-            return Ok(Arc::new(te_shm::ShmTransport::default()));
+            return Ok(shared
+                .get_or_init(|| Arc::new(te_shm::ShmTransport::default()))
+                .clone());
             #[cfg(not(feature = "shm"))]
             Err(not_built(protocol, "shm"))
         }

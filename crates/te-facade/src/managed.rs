@@ -13,10 +13,21 @@ use te_core::{Error, HostBuffer, TransferEngine};
 use crate::error::Result;
 use crate::runtime::Runtime;
 
+/// Where managed buffers come from when shared memory is installed: its transport, which
+/// allocates them as files peers on this host map (and publishes them so).
+#[cfg(feature = "shm")]
+pub(crate) type SharedSlot = std::sync::OnceLock<Arc<te_shm::ShmTransport>>;
+/// Without the `shm` feature there is no shared memory to hand out.
+#[cfg(not(feature = "shm"))]
+pub(crate) type SharedSlot = ();
+
 /// Buffers allocated for the caller, by address, with their lengths.
 #[derive(Default)]
 pub(crate) struct ManagedBuffers {
     lengths: Mutex<HashMap<u64, u64>>,
+    /// Set when shm is installed: managed buffers are then shared memory, which a peer on this
+    /// host maps, whatever ptrace allows.
+    pub(crate) shared: SharedSlot,
 }
 
 impl ManagedBuffers {
@@ -25,6 +36,12 @@ impl ManagedBuffers {
             .ok()
             .filter(|l| *l > 0)
             .ok_or_else(|| Error::InvalidArgument(format!("managed buffer of {len} bytes")))?;
+        #[cfg(feature = "shm")]
+        let buffer = match self.shared.get() {
+            Some(shm) => shm.allocate(size)?,
+            None => Arc::new(HostBuffer::new(size).map_err(te_core::Error::from)?),
+        };
+        #[cfg(not(feature = "shm"))]
         let buffer = Arc::new(HostBuffer::new(size).map_err(te_core::Error::from)?);
         runtime.register_buffer(&buffer)?;
         let addr = buffer.addr();

@@ -307,3 +307,47 @@ fn files_open_as_segments_and_move_through_the_same_calls() {
     let err = tcp.open_file(file.0.to_str().unwrap(), false).unwrap_err();
     assert!(err.to_string().contains("file segments"), "{err}");
 }
+
+#[test]
+fn managed_buffers_are_shared_memory_where_shm_runs() {
+    let a = started(RuntimeKind::Classic, "auto").unwrap();
+    let b = started(RuntimeKind::Classic, "auto").unwrap();
+    let len = 1u64 << 20;
+    let (src, dst) = (
+        a.allocate_managed(len).unwrap(),
+        b.allocate_managed(len).unwrap(),
+    );
+    a.write_bytes(src, &pattern(5, len as usize)).unwrap();
+    let peer = b.session_name().unwrap();
+    a.transfer_sync(&peer, Opcode::Write, (&[src], &[dst], &[len]), None)
+        .expect("write");
+    assert_same_bytes(
+        &b.read_bytes(dst, len).unwrap(),
+        &pattern(5, len as usize),
+        "landed",
+    );
+    // b published its managed buffer as a shared-memory file, which a's shm transport maps.
+    let live = a.live().unwrap();
+    let seg = live.engine().open_segment(&peer).unwrap();
+    let desc = live.engine().segment(seg).unwrap();
+    let published = desc
+        .desc()
+        .buffers
+        .iter()
+        .find(|x| x.addr == dst)
+        .expect("published");
+    assert!(published.shm_name.is_some(), "{published:?}");
+    // A TCP engine's managed buffers are ordinary memory.
+    let c = started(RuntimeKind::Classic, "tcp").unwrap();
+    let plain = c.allocate_managed(4096).unwrap();
+    let own = c.live().unwrap().engine().local_descriptor();
+    let mine = own
+        .buffers
+        .iter()
+        .find(|x| x.addr == plain)
+        .expect("registered");
+    assert!(mine.shm_name.is_none());
+    for (e, addr, n) in [(&a, src, len), (&b, dst, len), (&c, plain, 4096)] {
+        e.free_managed(addr, n).unwrap();
+    }
+}
