@@ -168,3 +168,125 @@ fn another_users_process_is_reached_over_tcp() {
         "the owner found its memory wrong"
     );
 }
+
+/// A process of this user with memory at a known address: what a forged descriptor aims at.
+#[test]
+#[ignore = "helper: started by a_forged_descriptor_cannot_aim_copies_at_another_process"]
+fn cma_victim() {
+    if std::env::var("TE_CMA_VICTIM").is_err() {
+        return;
+    }
+    let e = engine();
+    let buf = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    buf.write_at(0, &vec![0x5a; 1 << 20]).unwrap();
+    e.register_buffer(&buf, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let me = te_core::segment::process_identity(std::process::id()).unwrap();
+    println!("READY {me} {}", buf.addr());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let intact = buf.to_vec(0, 1 << 20).unwrap().iter().all(|&b| b == 0x5a);
+    std::process::exit(if intact { 0 } else { 3 });
+}
+
+/// A peer serving, from its own listener, a descriptor that names the victim's process and
+/// memory, with a rail nobody listens on.
+#[test]
+#[ignore = "helper: started by a_forged_descriptor_cannot_aim_copies_at_another_process"]
+fn cma_forger() {
+    use te_core::control::frame::{FrameType, read_frame, write_frame};
+    let Ok(victim) = std::env::var("TE_CMA_FORGER") else {
+        return;
+    };
+    let (owner, addr) = victim.split_once(' ').unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let desc = format!(
+        r#"{{"name":"127.0.0.1:{port}","protocol":"tcp","buffers":[{{"name":"cpu:0","addr":{addr},"length":1048576,"permission":"remote_read_write"}}],"te_rails":[{{"name":"lo","ip":"127.0.0.1","port":{dead_port}}}],"te_secret":"00112233445566778899aabbccddeeff","te_wire_version":2,"te_host_id":{host:?},"te_owner":{owner:?}}}"#,
+        host = te_core::segment::host_id(),
+    );
+    println!("READY 127.0.0.1:{port}");
+    for stream in listener.incoming() {
+        let Ok(mut s) = stream else { continue };
+        let mut r = s.try_clone().unwrap();
+        while read_frame(&mut r, 1 << 20).is_ok() {
+            if write_frame(&mut s, FrameType::Metadata, desc.as_bytes()).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_forged_descriptor_cannot_aim_copies_at_another_process() {
+    let (mut victim, ready) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("cma_victim"))
+            .env("TE_CMA_VICTIM", "1")
+            .stdin(std::process::Stdio::piped()),
+    );
+    let (forger, name) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("cma_forger"))
+            .env("TE_CMA_FORGER", &ready),
+    );
+    // Killed however the test ends: it serves until then.
+    let forger = Killed(forger);
+    let (_, addr) = ready.split_once(' ').unwrap();
+    let addr: u64 = addr.parse().unwrap();
+    let e = engine();
+    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    local.write_at(0, &vec![0xee; 1 << 20]).unwrap();
+    e.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = e.open_segment(&name).expect("a well-formed descriptor");
+    let desc = e.segment(seg).unwrap();
+    assert!(
+        desc.same_host() && desc.owner_alive() == Some(true),
+        "it names the live victim"
+    );
+    for opcode in [Opcode::Write, Opcode::Read] {
+        let b = e.allocate_batch(1).unwrap();
+        let r = TransferRequest {
+            opcode,
+            source: local.addr(),
+            target_id: seg,
+            target_offset: addr,
+            length: 4096,
+        };
+        let state = match e.submit(b, &[r]) {
+            Ok(()) => e.wait(b, Duration::from_secs(60)).unwrap().state,
+            Err(_) => TransferState::Failed,
+        };
+        let _ = e.free_batch(b);
+        assert_ne!(
+            state,
+            TransferState::Completed,
+            "{opcode:?} through a forged descriptor"
+        );
+    }
+    assert!(
+        local.to_vec(0, 1 << 20).unwrap().iter().all(|&b| b == 0xee),
+        "nothing of the victim was read"
+    );
+    drop(forger);
+    use std::io::Write;
+    victim.stdin.take().unwrap().write_all(b"check\n").unwrap();
+    assert!(
+        victim.wait().unwrap().success(),
+        "the victim's memory was written"
+    );
+}
+
+/// A helper process, killed when the test ends (passed or not).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -218,6 +218,7 @@ impl Metadata for P2pMetadata {
         let mut desc = SegmentDesc::from_json(&reply)?;
         // The segment is known by the name it was opened with.
         desc.name = name.to_string();
+        desc.from_owner = true;
         Ok(FetchedSegment {
             host,
             rpc_port,

@@ -224,6 +224,11 @@ pub struct SegmentDesc {
     /// and the name it was published under. Never published.
     #[serde(skip)]
     pub received: Option<Arc<Received>>,
+    /// The descriptor came from the owner itself, over its control listener (peer to peer),
+    /// not from a metadata service: the process listening there described its own memory.
+    /// Never published.
+    #[serde(skip)]
+    pub from_owner: bool,
 }
 
 /// Protocols a descriptor's `protocol` array may list before it is refused.
@@ -309,6 +314,7 @@ impl SegmentDesc {
             te_file: None,
             te_signature: None,
             received: None,
+            from_owner: false,
         }
     }
 
@@ -347,6 +353,7 @@ impl SegmentDesc {
             te_file: Some(path.to_string()),
             te_signature: None,
             received: None,
+            from_owner: false,
         }
     }
 
