@@ -147,6 +147,57 @@ def test_same_host_processes_move_their_own_memory_by_cross_memory_attach(record
         child.wait()
 
 
+SHM_PEER = textwrap.dedent(
+    """
+    import sys
+    import te.mooncake as mc
+
+    e = mc.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "auto", "") == 0
+    addr = e.allocate_managed_buffer(1 << 20)
+    assert addr != 0
+    assert e.write_bytes_to_buffer(addr, bytes(range(256)) * 4096, 1 << 20) == 0
+    print(f"127.0.0.1:{e.get_rpc_port()}", addr, flush=True)
+    sys.stdin.readline()  # the parent is done
+    written = e.read_bytes_from_buffer(addr + 4096, 65536)
+    print("OK" if written == bytes([7]) * 65536 else "BAD", flush=True)
+    """
+)
+
+
+def test_managed_buffers_move_through_shared_memory_between_processes(records):
+    """te.mooncake engines with protocol "auto" in two processes: managed buffers are shared
+    memory, which the other process maps; every byte lands, and the log says shm."""
+    child = subprocess.Popen([sys.executable, "-c", SHM_PEER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    logger = logging.getLogger("te")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    te.set_log_level(logging.INFO)
+    try:
+        peer, remote = child.stdout.readline().split()
+        remote = int(remote)
+        a = mc.TransferEngine()
+        assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "auto", "") == 0
+        local = a.allocate_managed_buffer(1 << 20)
+        assert a.transfer_sync_read(peer, local, remote, 1 << 20) == 0
+        assert a.read_bytes_from_buffer(local, 1 << 20) == bytes(range(256)) * 4096
+        assert a.write_bytes_to_buffer(local, bytes([7]) * 65536, 65536) == 0
+        assert a.transfer_sync_write(peer, local, remote + 4096, 65536) == 0
+        chosen = records.wait_for("transport chosen", logging.INFO)
+        assert any("transport=shm" in r.getMessage() for r in chosen), [
+            r.getMessage() for r in chosen]
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "OK"
+        a.close()
+    finally:
+        logger.setLevel(level)
+        te.set_log_level(logger.getEffectiveLevel())
+        child.kill()
+        child.wait()
+
+
 def pair(**kw):
     a, b = mc.TransferEngine(), mc.TransferEngine()
     for e in (a, b):
