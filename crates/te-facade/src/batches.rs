@@ -129,17 +129,13 @@ impl MooncakeEngine {
             (RuntimeKind::Classic, Protocol::Rdma) => engine.install_transport(
                 std::sync::Arc::new(crate::install::rdma_transport(devices)?),
             )?,
-            (RuntimeKind::Classic, other) => {
-                let settings =
-                    crate::settings::FacadeSettings::from_env().map_err(te_core::Error::from)?;
-                crate::install::install_classic(
-                    engine,
-                    other,
-                    devices,
-                    &settings,
-                    &live.managed.shared,
-                )?
-            }
+            (RuntimeKind::Classic, other) => crate::install::install_classic(
+                engine,
+                other,
+                devices,
+                &live.settings,
+                &live.managed.shared,
+            )?,
             (_, other) => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
                     "protocol {:?}: te's TENT runtime installs its transports when it starts (MC_TENT_CONF), and {} is not among them",

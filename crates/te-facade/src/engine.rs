@@ -57,8 +57,9 @@ pub struct Live {
     /// Batches whose handles were let go before they finished: freed once they have.
     abandoned: Mutex<Vec<u64>>,
     pub(crate) managed: ManagedBuffers,
-    /// `MC_TRANSFER_TIMEOUT`: a synchronous transfer's budget, plus a nanosecond per byte.
-    timeout: Duration,
+    /// The bindings' variables as the engine started with them (`MC_TRANSFER_TIMEOUT`: a
+    /// synchronous transfer's budget, plus a nanosecond per byte; `MC_FORCE_TCP`).
+    pub(crate) settings: FacadeSettings,
 }
 
 impl Live {
@@ -273,7 +274,7 @@ impl MooncakeEngine {
             batches: Mutex::new(HashMap::new()),
             abandoned: Mutex::new(Vec::new()),
             managed,
-            timeout: settings.transfer_timeout,
+            settings,
         });
         debug!(segment = live.engine().segment_name(), runtime = ?kind, "engine initialized");
         self.live.set(live);
@@ -548,7 +549,7 @@ impl MooncakeEngine {
         let mut first_error = None;
         for &id in ids {
             let outcome = live.known_batch(id).and_then(|batch| {
-                let state = live.finish(batch, live.timeout * 2)?;
+                let state = live.finish(batch, live.settings.transfer_timeout * 2)?;
                 let target = live.release(batch).unwrap_or_default();
                 match state {
                     TransferState::Completed => Ok(()),
@@ -666,7 +667,7 @@ impl Live {
     ) -> Result<(Vec<TransferRequest>, Duration)> {
         let seg = self.sessions.open(self.engine(), target)?;
         let reqs = requests(seg, opcode, sources, targets, lengths)?;
-        Ok((reqs, budget(self.timeout, lengths)))
+        Ok((reqs, budget(self.settings.transfer_timeout, lengths)))
     }
 
     pub(crate) fn lock_batches(&self) -> std::sync::MutexGuard<'_, HashMap<u64, String>> {

@@ -2,6 +2,7 @@
 a name te cannot serve is an error naming it (a negative code and an ERROR in the log from
 te.mooncake, an exception from te.Engine), never a TCP engine."""
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -45,6 +46,45 @@ def records():
         yield handler
     finally:
         logger.removeHandler(handler)
+
+
+@pytest.fixture
+def chosen(records):
+    """te's log at INFO for the test: yields a function that waits for the engine's transport
+    choices and returns whether one named ``transport``, with what was said."""
+    logger = logging.getLogger("te")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    te.set_log_level(logging.INFO)
+
+    def said(transport):
+        lines = [r.getMessage() for r in records.wait_for("transport chosen", logging.INFO)]
+        return any(f"transport={transport}" in line for line in lines), lines
+
+    try:
+        yield said
+    finally:
+        logger.setLevel(level)
+        te.set_log_level(logger.getEffectiveLevel())
+
+
+@contextlib.contextmanager
+def peer_process(script):
+    """``script`` in a Python process of its own, stdin and stdout piped; killed at the end."""
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def finish(child):
+    """Tells a peer process the test is done and returns its verdict line."""
+    child.stdin.write("done\n")
+    child.stdin.flush()
+    return child.stdout.readline().strip()
 
 
 @pytest.mark.parametrize(
@@ -113,16 +153,10 @@ SAME_HOST_PEER = textwrap.dedent(
 )
 
 
-def test_same_host_processes_move_their_own_memory_by_cross_memory_attach(records):
+def test_same_host_processes_move_their_own_memory_by_cross_memory_attach(chosen):
     """Two processes on one host, each with memory it allocated (numpy): te.Engine() moves it
     by cross-memory attach, not TCP, and every byte lands."""
-    child = subprocess.Popen([sys.executable, "-c", SAME_HOST_PEER], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    logger = logging.getLogger("te")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    te.set_log_level(logging.INFO)
-    try:
+    with peer_process(SAME_HOST_PEER) as child:
         name, addr = child.stdout.readline().split()
         addr = int(addr)
         with te.Engine() as a:
@@ -134,17 +168,9 @@ def test_same_host_processes_move_their_own_memory_by_cross_memory_attach(record
             peer.write(rs, addr + 4 * MiB)
             peer.read(rb, addr)
             assert (back == np.arange(MiB) % 251).all()
-            chosen = records.wait_for("transport chosen", logging.INFO)
-            assert any("transport=cma" in r.getMessage() for r in chosen), [
-                r.getMessage() for r in chosen]
-        child.stdin.write("done\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == "OK"
-    finally:
-        logger.setLevel(level)
-        te.set_log_level(logger.getEffectiveLevel())
-        child.kill()
-        child.wait()
+            cma, said = chosen("cma")
+            assert cma, said
+        assert finish(child) == "OK"
 
 
 SHM_PEER = textwrap.dedent(
@@ -165,16 +191,10 @@ SHM_PEER = textwrap.dedent(
 )
 
 
-def test_managed_buffers_move_through_shared_memory_between_processes(records):
+def test_managed_buffers_move_through_shared_memory_between_processes(chosen):
     """te.mooncake engines with protocol "auto" in two processes: managed buffers are shared
     memory, which the other process maps; every byte lands, and the log says shm."""
-    child = subprocess.Popen([sys.executable, "-c", SHM_PEER], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    logger = logging.getLogger("te")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    te.set_log_level(logging.INFO)
-    try:
+    with peer_process(SHM_PEER) as child:
         peer, remote = child.stdout.readline().split()
         remote = int(remote)
         a = mc.TransferEngine()
@@ -184,18 +204,10 @@ def test_managed_buffers_move_through_shared_memory_between_processes(records):
         assert a.read_bytes_from_buffer(local, 1 << 20) == bytes(range(256)) * 4096
         assert a.write_bytes_to_buffer(local, bytes([7]) * 65536, 65536) == 0
         assert a.transfer_sync_write(peer, local, remote + 4096, 65536) == 0
-        chosen = records.wait_for("transport chosen", logging.INFO)
-        assert any("transport=shm" in r.getMessage() for r in chosen), [
-            r.getMessage() for r in chosen]
-        child.stdin.write("done\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == "OK"
+        shm, said = chosen("shm")
+        assert shm, said
+        assert finish(child) == "OK"
         a.close()
-    finally:
-        logger.setLevel(level)
-        te.set_log_level(logger.getEffectiveLevel())
-        child.kill()
-        child.wait()
 
 
 def pair(**kw):

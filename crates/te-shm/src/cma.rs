@@ -62,12 +62,6 @@ impl CmaTransport {
     }
 }
 
-/// The pid the peer's descriptor names (`te_owner`, `pid:start-time`).
-fn owner_pid(target: &RemoteSegment) -> Option<u32> {
-    let owner = target.desc().te_owner.as_deref()?;
-    owner.split(':').next()?.parse().ok()
-}
-
 /// The peer's pid, when its descriptor names a process that runs on this host now (`te_owner`
 /// read against this host's `/proc`: a peer in another pid namespace, or one whose pid now
 /// names another process, does not match).
@@ -75,7 +69,7 @@ fn live_pid(target: &RemoteSegment) -> Option<u32> {
     if !target.same_host() || target.owner_alive() != Some(true) {
         return None;
     }
-    owner_pid(target)
+    target.owner_pid()
 }
 
 /// Whether `pid` is the process that described itself to us: the descriptor was fetched from
@@ -171,7 +165,9 @@ const EPERM: i32 = 1;
 /// One slice. Its post checked, within milliseconds, that the peer's pid still names the peer
 /// ([`CopyWorkers::post_live`]).
 fn execute(op: &SliceOp) -> Result<(), SliceError> {
-    let pid = owner_pid(&op.target)
+    let pid = op
+        .target
+        .owner_pid()
         .ok_or_else(|| SliceError::Path("the peer's descriptor names no process".into()))?;
     let local = op
         .local_range()

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::{
-    Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
+    Config, HostBuffer, Opcode, Permission, SegmentId, SubmitOptions, TransferEngine,
+    TransferRequest, TransferState,
 };
 use te_shm::CmaTransport;
 use te_tcp::TcpTransport;
-use te_testkit::{SizeSweep, self_test_args, spawn_ready};
+use te_testkit::{Killed, SizeSweep, self_test_args, spawn_ready, transfer_one};
 
 const SIZES: [usize; 6] = [1, 4095, 65536, 65537, 1 << 20, 16 << 20];
 const LEN: usize = 48 << 20;
@@ -35,6 +36,18 @@ fn engine() -> TransferEngine {
     e.install_transport(Arc::new(TcpTransport::new())).unwrap();
     e.install_transport(Arc::new(CmaTransport::new())).unwrap();
     e
+}
+
+/// The initiator's side against the owner that printed `ready` (`<segment> <address>`): an
+/// engine, a registered buffer of `LEN` bytes, the owner's segment opened; and the address.
+fn initiator(ready: &str) -> (TransferEngine, Arc<HostBuffer>, SegmentId, u64) {
+    let (name, remote) = ready.split_once(' ').unwrap();
+    let e = engine();
+    let local = Arc::new(HostBuffer::new(LEN).unwrap());
+    e.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = e.open_segment(name).unwrap();
+    (e, local, seg, remote.parse().unwrap())
 }
 
 fn tcp_bytes(e: &TransferEngine) -> u64 {
@@ -77,14 +90,8 @@ fn cross_memory_attach_between_two_processes() {
             .args(self_test_args("cma_owner"))
             .env("TE_CMA_OWNER", "1"),
     );
-    let (name, remote) = ready.split_once(' ').unwrap();
-    let remote: u64 = remote.parse().unwrap();
-
-    let e = engine();
-    let local = Arc::new(HostBuffer::new(LEN).unwrap());
-    e.register_buffer(&local, "*", Permission::LocalOnly)
-        .unwrap();
-    let seg = e.open_segment(name).unwrap();
+    let (e, local, seg, remote) = initiator(&ready);
+    let name = ready.split_once(' ').unwrap().0;
     let desc = e.segment(seg).unwrap();
     assert!(desc.same_host());
     assert!(
@@ -109,11 +116,8 @@ fn cross_memory_attach_between_two_processes() {
         target_offset: remote,
         length: 4096,
     };
-    let b = e.allocate_batch(1).unwrap();
-    e.submit(b, &[w]).unwrap();
-    let s = e.wait(b, Duration::from_secs(60)).unwrap();
-    assert_eq!(s.state, TransferState::Failed);
-    e.free_batch(b).unwrap();
+    let (state, _) = transfer_one(&e, w, &SubmitOptions::default());
+    assert_eq!(state, TransferState::Failed);
 }
 
 /// The initiator of [`another_users_process_is_reached_over_tcp`], as user `nobody`.
@@ -123,16 +127,10 @@ fn cma_stranger() {
     let Ok(target) = std::env::var("TE_CMA_STRANGER") else {
         return;
     };
-    let (name, remote) = target.split_once(' ').unwrap();
-    let remote: u64 = remote.parse().unwrap();
-    let e = engine();
-    let local = Arc::new(HostBuffer::new(LEN).unwrap());
-    e.register_buffer(&local, "*", Permission::LocalOnly)
-        .unwrap();
-    let seg = e.open_segment(name).unwrap();
+    let (e, local, seg, remote) = initiator(&target);
     SWEEP.run(&e, seg, &local, remote);
     assert!(tcp_bytes(&e) > 0, "the refused attach fell back to TCP");
-    verify(&e, name);
+    verify(&e, target.split_once(' ').unwrap().0);
     println!("STRANGER DONE");
 }
 
@@ -279,14 +277,4 @@ fn a_forged_descriptor_cannot_aim_copies_at_another_process() {
         victim.wait().unwrap().success(),
         "the victim's memory was written"
     );
-}
-
-/// A helper process, killed when the test ends (passed or not).
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

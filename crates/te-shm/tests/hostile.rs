@@ -12,7 +12,7 @@ use te_core::control::frame::{FrameType, read_frame, write_frame};
 use te_core::{
     Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
-use te_testkit::{self_test_args, spawn_ready};
+use te_testkit::{Killed, self_test_args, spawn_ready};
 
 const ADDR: u64 = 0x7000_0000;
 const LEN: u64 = 1 << 20;
@@ -50,16 +50,6 @@ fn hostile_peer() {
                 break;
             }
         }
-    }
-}
-
-/// A helper process, killed when the test ends (passed or not).
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -47,26 +47,23 @@ fn move_bytes(pid: u32, local: PinnedRange<'_>, remote: u64, write: bool) -> io:
 /// # Errors
 /// `EPERM` where this process may not attach to `pid`, `ESRCH` when it is gone, `EFAULT` for
 /// an address `pid` has not mapped.
-pub fn write_to_process(pid: u32, mut local: PinnedRange<'_>, mut remote: u64) -> io::Result<()> {
-    while !local.is_empty() {
-        match move_bytes(pid, local, remote, true)? {
-            0 => return Err(io::ErrorKind::WriteZero.into()),
-            n => {
-                local.advance(n);
-                remote += n as u64;
-            }
-        }
-    }
-    Ok(())
+pub fn write_to_process(pid: u32, local: PinnedRange<'_>, remote: u64) -> io::Result<()> {
+    move_all(pid, local, remote, true)
 }
 
 /// Fills all of `local` from `remote` in process `pid`.
 ///
 /// # Errors
 /// As [`write_to_process`].
-pub fn read_from_process(pid: u32, mut local: PinnedRange<'_>, mut remote: u64) -> io::Result<()> {
+pub fn read_from_process(pid: u32, local: PinnedRange<'_>, remote: u64) -> io::Result<()> {
+    move_all(pid, local, remote, false)
+}
+
+/// [`move_bytes`] until all of `local` has moved; a call that moves nothing ends it.
+fn move_all(pid: u32, mut local: PinnedRange<'_>, mut remote: u64, write: bool) -> io::Result<()> {
     while !local.is_empty() {
-        match move_bytes(pid, local, remote, false)? {
+        match move_bytes(pid, local, remote, write)? {
+            0 if write => return Err(io::ErrorKind::WriteZero.into()),
             0 => return Err(io::ErrorKind::UnexpectedEof.into()),
             n => {
                 local.advance(n);

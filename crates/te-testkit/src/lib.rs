@@ -324,6 +324,16 @@ pub fn self_test_args(test: &str) -> [&str; 5] {
     ]
 }
 
+/// A helper process, killed (and reaped) when the test ends, passed or not.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `cmd` with its stdout piped and waits for the line holding `READY <text>` that a
 /// helper process prints once it serves; returns the child and `<text>`.
 ///

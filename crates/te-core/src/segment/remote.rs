@@ -126,12 +126,17 @@ impl RemoteSegment {
         self.stale.store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// The pid of the segment's owning process, as its descriptor names it (`te_owner`).
+    pub fn owner_pid(&self) -> Option<u32> {
+        let owner = self.desc.te_owner.as_deref()?;
+        owner.split(':').next()?.parse().ok()
+    }
+
     /// Whether the segment's owning process (on this host) still runs; `None` when the
     /// descriptor does not say who owns it.
     pub fn owner_alive(&self) -> Option<bool> {
-        let owner = self.desc.te_owner.as_deref()?;
-        let pid: u32 = owner.split(':').next()?.parse().ok()?;
-        Some(process_identity(pid).as_deref() == Some(owner))
+        let pid = self.owner_pid()?;
+        Some(process_identity(pid).as_deref() == self.desc.te_owner.as_deref())
     }
 
     /// As [`owner_alive`](Self::owner_alive), answered from a check made within `max_age` when
