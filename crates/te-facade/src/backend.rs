@@ -4,9 +4,10 @@
 //! Not here: Mooncake's integer conventions, which only the classic engine speaks
 //! (`te.mooncake`, the C API).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::{Notification, Opcode, Permission};
+use te_core::{HostBuffer, Notification, Opcode, Permission};
 
 use crate::engine::MooncakeEngine;
 use crate::error::Result;
@@ -44,6 +45,13 @@ pub trait Backend: Send + Sync {
     /// # Errors
     /// An address that starts no region; one still busy after the grace.
     fn unregister(&self, addr: u64) -> Result<()>;
+
+    /// `len` bytes the engine allocates (shared memory where shm runs) and registers for
+    /// peers to read and write, owned jointly with the caller.
+    ///
+    /// # Errors
+    /// As [`MooncakeEngine::allocate_block`].
+    fn allocate(&self, len: u64) -> Result<Arc<HostBuffer>>;
 
     /// Opens `target` now (the handshake).
     ///
@@ -157,6 +165,10 @@ impl Backend for MooncakeEngine {
 
     fn unregister(&self, addr: u64) -> Result<()> {
         self.unregister_batch(&[addr])
+    }
+
+    fn allocate(&self, len: u64) -> Result<Arc<HostBuffer>> {
+        self.allocate_block(len)
     }
 
     fn connect(&self, target: &str) -> Result<()> {

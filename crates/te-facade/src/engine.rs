@@ -609,43 +609,6 @@ impl MooncakeEngine {
             .into()
         })
     }
-
-    /// Allocates `len` bytes of host memory and registers them; the address, never 0.
-    ///
-    /// # Errors
-    /// A zero or impossible length, or registration refused.
-    pub fn allocate_managed(&self, len: u64) -> Result<u64> {
-        let live = self.live()?;
-        live.managed.allocate(&live.runtime, len)
-    }
-
-    /// Unregisters and frees a buffer from [`allocate_managed`](Self::allocate_managed).
-    ///
-    /// # Errors
-    /// -3 for an address that is not such a buffer or a length that is not its length.
-    pub fn free_managed(&self, addr: u64, len: u64) -> Result<()> {
-        let live = self.live()?;
-        live.managed.free(&live.runtime, addr, len)
-    }
-
-    /// Copies `data` to `dest`, which must lie inside one registered region (Mooncake copies
-    /// to any address; te refuses what it cannot vouch for).
-    ///
-    /// # Errors
-    /// -3 when `[dest, dest+len)` is not inside one registered region.
-    pub fn write_bytes(&self, dest: u64, data: &[u8]) -> Result<()> {
-        let live = self.live()?;
-        crate::managed::write_bytes(live.engine(), dest, data)
-    }
-
-    /// A copy of `len` bytes at `src`, which must lie inside one registered region.
-    ///
-    /// # Errors
-    /// -3 when `[src, src+len)` is not inside one registered region.
-    pub fn read_bytes(&self, src: u64, len: u64) -> Result<Vec<u8>> {
-        let live = self.live()?;
-        crate::managed::read_bytes(live.engine(), src, len)
-    }
 }
 
 /// This host's topology as JSON (Mooncake's `get_local_topology`); empty when it cannot be

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use te_core::{Error, HostBuffer, TransferEngine};
 
+use crate::engine::MooncakeEngine;
 use crate::error::Result;
 use crate::runtime::Runtime;
 
@@ -31,7 +32,8 @@ pub(crate) struct ManagedBuffers {
 }
 
 impl ManagedBuffers {
-    pub(crate) fn allocate(&self, runtime: &Runtime, len: u64) -> Result<u64> {
+    /// A new registered buffer of `len` bytes: shared memory where shm is installed.
+    fn block(&self, runtime: &Runtime, len: u64) -> Result<Arc<HostBuffer>> {
         let size = usize::try_from(len)
             .ok()
             .filter(|l| *l > 0)
@@ -44,12 +46,10 @@ impl ManagedBuffers {
         #[cfg(not(feature = "shm"))]
         let buffer = Arc::new(HostBuffer::new(size).map_err(te_core::Error::from)?);
         runtime.register_buffer(&buffer)?;
-        let addr = buffer.addr();
-        self.lock().insert(addr, len);
-        Ok(addr)
+        Ok(buffer)
     }
 
-    pub(crate) fn free(&self, runtime: &Runtime, addr: u64, len: u64) -> Result<()> {
+    fn free(&self, runtime: &Runtime, addr: u64, len: u64) -> Result<()> {
         let mut lengths = self.lock();
         if lengths.get(&addr) != Some(&len) {
             return Err(Error::AddressNotRegistered { addr, len }.into());
@@ -65,8 +65,63 @@ impl ManagedBuffers {
     }
 }
 
+impl MooncakeEngine {
+    /// Allocates `len` bytes (shared memory where shm runs, else host memory) and registers
+    /// them for peers to read and write; the address, never 0. The engine owns them:
+    /// [`free_managed`](Self::free_managed) or closing frees them.
+    ///
+    /// # Errors
+    /// A zero or impossible length, or registration refused.
+    pub fn allocate_managed(&self, len: u64) -> Result<u64> {
+        let live = self.live()?;
+        let buffer = live.managed.block(live.runtime(), len)?;
+        live.managed.lock().insert(buffer.addr(), len);
+        Ok(buffer.addr())
+    }
+
+    /// Allocates and registers `len` bytes as [`allocate_managed`](Self::allocate_managed)
+    /// does, and shares ownership with the caller: the memory stays allocated while either
+    /// holds it. [`unregister_batch`](Self::unregister_batch) or closing ends the engine's
+    /// part (and peers' access); the caller's handle keeps the bytes readable after that.
+    ///
+    /// # Errors
+    /// A zero or impossible length, or registration refused.
+    pub fn allocate_block(&self, len: u64) -> Result<Arc<HostBuffer>> {
+        let live = self.live()?;
+        live.managed.block(live.runtime(), len)
+    }
+
+    /// Unregisters and frees a buffer from [`allocate_managed`](Self::allocate_managed).
+    ///
+    /// # Errors
+    /// -3 for an address that is not such a buffer or a length that is not its length.
+    pub fn free_managed(&self, addr: u64, len: u64) -> Result<()> {
+        let live = self.live()?;
+        live.managed.free(live.runtime(), addr, len)
+    }
+
+    /// Copies `data` to `dest`, which must lie inside one registered region (Mooncake copies
+    /// to any address; te refuses what it cannot vouch for).
+    ///
+    /// # Errors
+    /// -3 when `[dest, dest+len)` is not inside one registered region.
+    pub fn write_bytes(&self, dest: u64, data: &[u8]) -> Result<()> {
+        let live = self.live()?;
+        write_bytes(live.engine(), dest, data)
+    }
+
+    /// A copy of `len` bytes at `src`, which must lie inside one registered region.
+    ///
+    /// # Errors
+    /// -3 when `[src, src+len)` is not inside one registered region.
+    pub fn read_bytes(&self, src: u64, len: u64) -> Result<Vec<u8>> {
+        let live = self.live()?;
+        read_bytes(live.engine(), src, len)
+    }
+}
+
 /// Copies `data` into registered memory at `dest`.
-pub(crate) fn write_bytes(engine: &TransferEngine, dest: u64, data: &[u8]) -> Result<()> {
+fn write_bytes(engine: &TransferEngine, dest: u64, data: &[u8]) -> Result<()> {
     if data.is_empty() {
         return Ok(());
     }
@@ -79,7 +134,7 @@ pub(crate) fn write_bytes(engine: &TransferEngine, dest: u64, data: &[u8]) -> Re
 }
 
 /// Copies `len` bytes of registered memory at `src`.
-pub(crate) fn read_bytes(engine: &TransferEngine, src: u64, len: u64) -> Result<Vec<u8>> {
+fn read_bytes(engine: &TransferEngine, src: u64, len: u64) -> Result<Vec<u8>> {
     if len == 0 {
         return Ok(Vec::new());
     }

@@ -9,12 +9,13 @@
 
 #![allow(unsafe_code)] // forwards raw addresses to registration, under the caller's contract
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use te_core::Permission;
+use te_core::{HostBuffer, Permission};
 use te_facade::{Backend, MooncakeEngine, Notification, Opcode, RuntimeKind};
 
 use crate::errors::raise;
@@ -27,6 +28,36 @@ const MAX_ROWS: usize = 1 << 24;
 #[pyclass(module = "te._native", frozen)]
 pub(crate) struct Engine {
     backend: Box<dyn Backend>,
+}
+
+/// Memory from `Engine.allocate`: this handle and the engine own it jointly, so it stays
+/// allocated while Python holds the handle (te's Python layer ties every view of the bytes to
+/// it), whether or not it is still registered.
+#[pyclass(module = "te._native", frozen)]
+pub(crate) struct Block {
+    buffer: Arc<HostBuffer>,
+}
+
+#[pymethods]
+impl Block {
+    /// Where the bytes start.
+    #[getter]
+    fn addr(&self) -> u64 {
+        self.buffer.addr()
+    }
+
+    /// How many bytes there are.
+    #[getter]
+    fn length(&self) -> u64 {
+        self.buffer.len() as u64
+    }
+
+    /// Called once the engine let go of the memory (unregistered, or closed): shared memory
+    /// becomes private to this process, so a peer that mapped it reaches it no more.
+    fn unshare(&self, py: Python<'_>) -> PyResult<()> {
+        let unshared = py.detach(|| self.buffer.unshare());
+        raise(unshared.map_err(|e| te_core::Error::from(e).into()))
+    }
 }
 
 fn opcode(write: bool) -> Opcode {
@@ -123,6 +154,13 @@ impl Engine {
     /// still hold it.
     fn unregister(&self, py: Python<'_>, addr: u64) -> PyResult<()> {
         raise(py.detach(|| self.backend.unregister(addr)))
+    }
+
+    /// `length` bytes the engine allocates (shared memory where shm runs) and registers for
+    /// peers to read and write.
+    fn allocate(&self, py: Python<'_>, length: u64) -> PyResult<Block> {
+        let buffer = raise(py.detach(|| self.backend.allocate(length)))?;
+        Ok(Block { buffer })
     }
 
     /// Opens the peer `target` (the handshake) now.

@@ -657,6 +657,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TransferEngine>()?;
     m.add_class::<TransferNotify>()?;
     m.add_class::<engine::Engine>()?;
+    m.add_class::<engine::Block>()?;
     m.add_function(wrap_pyfunction!(local_topology, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_range, m)?)?;
     m.add_function(wrap_pyfunction!(logging::enable_logging, m)?)?;

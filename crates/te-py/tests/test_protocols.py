@@ -210,6 +210,90 @@ def test_managed_buffers_move_through_shared_memory_between_processes(chosen):
         a.close()
 
 
+ALLOCATE_PEER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import te
+
+    with te.Engine() as e:
+        region = e.allocate(4 << 20)
+        arr = np.frombuffer(region.obj, dtype=np.uint8)
+        arr[: 1 << 20] = np.arange(1 << 20) % 253
+        print(e.name, region.addr, flush=True)
+        sys.stdin.readline()  # the parent is done
+        print("OK" if (arr[2 << 20 : 3 << 20] == 9).all() else "BAD", flush=True)
+    """
+)
+
+
+def test_allocated_memory_moves_through_shared_memory_between_processes(chosen):
+    """te.Engine.allocate in two processes with the default protocol: the memory is shared
+    memory the other process maps, written through numpy views; every byte lands, and the log
+    says shm."""
+    with peer_process(ALLOCATE_PEER) as child:
+        name, addr = child.stdout.readline().split()
+        addr = int(addr)
+        with te.Engine() as a:
+            local = a.allocate(MiB)
+            view = np.frombuffer(local.obj, dtype=np.uint8)
+            peer = a.connect(name)
+            peer.read(local, addr)
+            assert (view == np.arange(MiB) % 253).all()
+            view[:] = 9
+            peer.write(local, addr + 2 * MiB)
+            shm, said = chosen("shm")
+            assert shm, said
+        assert finish(child) == "OK"
+
+
+def test_allocated_memory_outlives_unregister_and_close_while_viewed():
+    """The bytes of te.Engine.allocate stay allocated while a view of them lives: after
+    unregister (peers lose access) and after close, the view still reads what was written."""
+    with te.Engine() as a, te.Engine() as b:
+        region = b.allocate(MiB)
+        view = np.frombuffer(region.obj, dtype=np.uint8)
+        view[:] = np.arange(MiB) % 241
+        src = a.register(np.full(MiB, 3, dtype=np.uint8))
+        peer = a.connect(b.name)
+        peer.write(src, region.addr, 4096)
+        assert (view[:4096] == 3).all() and (view[4096:] == np.arange(4096, MiB) % 241).all()
+        region.unregister()
+        assert not region.registered
+        # The peer mapped the shared memory before: what it writes or reads now (where its
+        # stale descriptor lets it) no longer reaches the bytes.
+        view[:4096] = 8
+        back = a.register(np.zeros(4096, dtype=np.uint8))
+        for move in (lambda: peer.write(src, region.addr, 4096),
+                     lambda: peer.read(back, region.addr, 4096)):
+            try:
+                move()
+            except te.TeError:
+                pass
+        assert (view[:4096] == 8).all()
+        assert not (back.obj == 8).any()
+        view[:4096] = 3
+        del region
+    # Both engines are closed and the region is gone: the view alone holds the bytes.
+    assert (view[:4096] == 3).all() and (view[4096:] == np.arange(4096, MiB) % 241).all()
+    view[:] = 1
+    assert int(view.sum()) == MiB
+
+
+def test_allocate_refuses_what_it_cannot_hand_out():
+    with te.Engine() as e:
+        with pytest.raises(te.InvalidArgumentError):
+            e.allocate(0)
+        with pytest.raises(te.InvalidArgumentError):
+            e.allocate(-1)
+        with pytest.raises(TypeError):
+            e.allocate(1.5)
+        with pytest.raises(te.TeError):
+            e.allocate(1 << 62)
+    with pytest.raises(te.ClosedError):
+        e.allocate(4096)
+
+
 def pair(**kw):
     a, b = mc.TransferEngine(), mc.TransferEngine()
     for e in (a, b):

@@ -28,6 +28,8 @@ enum Backing {
         /// a file nobody holds it on was left by a process that died.
         #[allow(dead_code)]
         lock: Option<std::fs::File>,
+        /// Set once [`HostBuffer::unshare`] put private memory in the mapping's place.
+        private: std::sync::atomic::AtomicBool,
     },
     /// A view of memory someone else maps (a CXL device); `owner` keeps the mapping alive.
     Borrowed {
@@ -116,6 +118,7 @@ impl HostBuffer {
                     path,
                     creator: true,
                     lock: Some(file),
+                    private: Default::default(),
                 },
             }),
             Err(e) => {
@@ -208,6 +211,7 @@ impl HostBuffer {
                 path: path.to_path_buf(),
                 creator: false,
                 lock: None,
+                private: Default::default(),
             },
         })
     }
@@ -243,6 +247,76 @@ impl HostBuffer {
             Backing::Shared { path, .. } => Some(path),
             Backing::Heap | Backing::Borrowed { .. } => None,
         }
+    }
+
+    /// Ends sharing: the bytes move, at the same address, into memory private to this process,
+    /// and the file is removed. A process that mapped the file keeps its own mapping, which no
+    /// longer reaches this buffer. Heap buffers, a peer's mapping ([`open_shared`]
+    /// (Self::open_shared)), views and a second call do nothing.
+    /// Bytes written into the buffer during the call (by this process or a peer) may be lost.
+    ///
+    /// # Errors
+    /// [`Error::Memory`] when the private memory cannot be mapped (the buffer stays shared).
+    pub fn unshare(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let Backing::Shared {
+            path,
+            private,
+            creator: true,
+            ..
+        } = &self.backing
+        else {
+            return Ok(());
+        };
+        if private.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let fail = |what: &str| Error::Memory {
+            owner: "shm",
+            reason: format!(
+                "{what} {}: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            ),
+        };
+        // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
+        let copy = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                self.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if copy == libc::MAP_FAILED {
+            private.store(false, Ordering::Release);
+            return Err(fail("unsharing"));
+        }
+        // SAFETY: `copy` is a new mapping of `len` bytes and `ptr` this buffer's mapping of
+        // `len` bytes; they do not overlap. `mremap` with MREMAP_FIXED then atomically puts
+        // `copy` where the shared mapping was (the range stays mapped throughout, same length
+        // and protection, so no reader of this buffer sees a hole), consuming `copy`.
+        let moved = unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), copy as *mut u8, self.len);
+            libc::mremap(
+                copy,
+                self.len,
+                self.len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                self.ptr.as_ptr() as *mut libc::c_void,
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            let e = fail("unsharing");
+            // SAFETY: `copy` is still the mapping made above, unmapped once.
+            unsafe { libc::munmap(copy, self.len) };
+            private.store(false, Ordering::Release);
+            return Err(e);
+        }
+        let _ = std::fs::remove_file(path);
+        Ok(())
     }
 
     /// Copies `len` bytes at `src_offset` of `src` into this buffer at `offset` (one memcpy;
@@ -514,6 +588,42 @@ mod tests {
             HostBuffer::open_shared(&dir, &published, 8192).is_err(),
             "owner gone"
         );
+    }
+
+    #[test]
+    fn unsharing_keeps_the_bytes_and_cuts_off_every_other_mapping() {
+        let dir = std::env::temp_dir();
+        let a = HostBuffer::new_shared(3 * 4096, &dir).unwrap();
+        let path = a.shared_path().unwrap().to_path_buf();
+        let b = HostBuffer::open_shared(&dir, path.to_str().unwrap(), 3 * 4096).unwrap();
+        a.write_at(4000, &[5u8; 200]).unwrap();
+        let addr = a.addr();
+        b.unshare().unwrap();
+        assert!(path.exists(), "a peer's mapping removes nothing");
+        a.unshare().unwrap();
+        assert!(!path.exists(), "the file is gone");
+        assert_eq!(a.addr(), addr, "same address");
+        assert_eq!(a.to_vec(4000, 200).unwrap(), [5u8; 200], "same bytes");
+        b.write_at(4000, &[9u8; 200]).unwrap();
+        assert_eq!(
+            a.to_vec(4000, 200).unwrap(),
+            [5u8; 200],
+            "the peer no longer reaches it"
+        );
+        a.write_at(0, &[1u8; 16]).unwrap();
+        assert_eq!(
+            b.to_vec(0, 16).unwrap(),
+            [0u8; 16],
+            "nor sees what it holds"
+        );
+        a.unshare().unwrap();
+        assert_eq!(
+            a.to_vec(4000, 200).unwrap(),
+            [5u8; 200],
+            "a second call does nothing"
+        );
+        let heap = HostBuffer::new(4096).unwrap();
+        heap.unshare().unwrap();
     }
 
     #[test]

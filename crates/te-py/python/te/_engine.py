@@ -173,7 +173,11 @@ class MemoryRegion:
 
     def _release(self):
         keep, self._keep = self._keep, None
-        if isinstance(keep, tuple) and len(keep) == 3 and isinstance(keep[1], memoryview):
+        if isinstance(keep, _native.Block):
+            # Memory from Engine.allocate outlives its registration while viewed: no peer that
+            # mapped it may reach it any more.
+            keep.unshare()
+        elif isinstance(keep, tuple) and len(keep) == 3 and isinstance(keep[1], memoryview):
             _, view, export = keep
             del export, keep
             view.release()
@@ -436,6 +440,30 @@ class Engine:
         region = MemoryRegion(self, addr, length, location, ro, obj, keep)
         with self._lock:
             self._regions[addr] = region
+        return region
+
+    def allocate(self, length):
+        """``length`` bytes the engine allocates and registers for peers to read and write, as
+        a :class:`MemoryRegion` whose ``obj`` is a writable ``memoryview`` of them
+        (``numpy.frombuffer(region.obj, dtype)`` views them as an array). Where shared memory
+        runs (``protocol="auto"`` or ``"shm"``) they are a shared-memory file that peers on
+        this host map, the fastest kind between processes here; else page-aligned host
+        memory. The bytes stay allocated while the region or any view of them lives, also
+        after :meth:`MemoryRegion.unregister` or :meth:`close`; from then on they are private
+        to this process (a peer that had mapped them no longer reaches them, and bytes written
+        while it happens may be lost)."""
+        length = _uint(length, "length")
+        if length == 0:
+            raise InvalidArgumentError("nothing to allocate: zero bytes", -1)
+        block = self._engine.allocate(length)
+        # Every view of the bytes reaches the ctypes array, which holds the block: the memory
+        # cannot be freed under a view.
+        export = (ctypes.c_char * block.length).from_address(block.addr)
+        export.te_block = block
+        view = memoryview(export).cast("B")
+        region = MemoryRegion(self, block.addr, block.length, "*", False, view, block)
+        with self._lock:
+            self._regions[block.addr] = region
         return region
 
     def _unregister(self, region):
