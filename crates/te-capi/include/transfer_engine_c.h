@@ -237,6 +237,17 @@ int te_waitBatch(transfer_engine_t engine, batch_id_t batch_id, uint64_t timeout
  * Caller: path is a NUL-terminated string. */
 segment_id_t te_openFile(transfer_engine_t engine, const char *path, int writable);
 
+/* te's extension (Mooncake's Python API has it as allocate_managed_buffer): length bytes the
+ * engine allocates and registers for peers to read and write: shared memory where shm runs (a
+ * process on this host maps it, whatever ptrace allows), the CXL device where cxl runs without
+ * shm, else host memory. Returns the address, or NULL. Free with te_freeManagedBuffer; the
+ * engine frees what is left when destroyed. */
+void *te_allocateManagedBuffer(transfer_engine_t engine, size_t length);
+
+/* te's extension: unregisters and frees a buffer from te_allocateManagedBuffer, length as
+ * allocated: 0, or a negative ERR_* code (not such a buffer, or another length). */
+int te_freeManagedBuffer(transfer_engine_t engine, void *addr, size_t length);
+
 /* Frees a batch whose tasks have all ended: 0, or a positive Status code (4 while tasks
  * still move, 1 for an unknown or freed batch). */
 int freeBatchID(transfer_engine_t engine, batch_id_t batch_id);

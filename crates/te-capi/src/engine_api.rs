@@ -210,6 +210,45 @@ pub unsafe extern "C" fn te_openFile(
     })
 }
 
+/// te's extension: `length` bytes the engine allocates and registers for peers to read and
+/// write (shared memory where shm runs, the CXL device where cxl runs without shm, else host
+/// memory), as Mooncake's Python `allocate_managed_buffer`: the address, or NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn te_allocateManagedBuffer(engine: TransferEngineT, length: usize) -> *mut c_void {
+    guard(
+        "te_allocateManagedBuffer",
+        std::ptr::null_mut(),
+        || match registry::get(engine).and_then(|e| e.allocate_managed(length as u64)) {
+            Ok(addr) => addr as usize as *mut c_void,
+            Err(e) => {
+                tracing::warn!(error = %e, length, "te_allocateManagedBuffer failed");
+                std::ptr::null_mut()
+            }
+        },
+    )
+}
+
+/// te's extension: unregisters and frees a buffer from `te_allocateManagedBuffer` (`length`
+/// as allocated): 0, or a negative `ERR_*` code.
+#[unsafe(no_mangle)]
+pub extern "C" fn te_freeManagedBuffer(
+    engine: TransferEngineT,
+    addr: *mut c_void,
+    length: usize,
+) -> c_int {
+    guard(
+        "te_freeManagedBuffer",
+        ERR_INVALID_ARGUMENT,
+        || match registry::get(engine).and_then(|e| e.free_managed(addr as u64, length as u64)) {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::debug!(error = %e, "te_freeManagedBuffer failed");
+                e.code()
+            }
+        },
+    )
+}
+
 /// # Safety
 /// As `openSegment`.
 unsafe fn open(engine: TransferEngineT, segment_name: *const c_char, fresh: bool) -> SegmentIdT {

@@ -67,8 +67,14 @@ fn run_program(program: &Path, mode: &str) -> String {
     run_with(program, &[mode], &[])
 }
 
-/// Runs `program` with `args` and the variables `env` (besides the tests' own).
+/// Runs `program` with `args` and the variables `env` (besides the tests' own, which `env`
+/// may override); its standard output.
 fn run_with(program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    run_logged(program, args, env).0
+}
+
+/// As [`run_with`]: standard output and standard error (te's log).
+fn run_logged(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     let mode = args.join(" ");
     // cargo's LD_LIBRARY_PATH names its profile directory, where an older library a plain
     // `cargo build` left would win over the program's rpath: the library under test first.
@@ -79,21 +85,21 @@ fn run_with(program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(program)
         .args(args)
         .env("LD_LIBRARY_PATH", lib_path)
-        .envs(env.iter().copied())
         .env("MC_FORCE_TCP", "1")
         .env("MC_TRANSFER_TIMEOUT", "30")
         .env_remove("MC_TENT_CONF")
+        .envs(env.iter().copied())
         .output()
         .expect("run the test program");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "{} {mode} failed ({}):\n{stdout}\n{}",
+        "{} {mode} failed ({}):\n{stdout}\n{stderr}",
         program.display(),
         out.status,
-        String::from_utf8_lossy(&out.stderr)
     );
-    stdout
+    (stdout, stderr)
 }
 
 #[test]
@@ -210,6 +216,58 @@ fn two_processes_move_bytes_both_ways() {
     );
 }
 
+/// Two processes on one host through each same-host transport, picked by name from C: the
+/// parent WRITEs into the child and READs from it, every byte checked in both; te's log says
+/// which transport served the child's buffer.
+#[test]
+fn same_host_transports_move_bytes_between_processes_from_c() {
+    let dir = std::env::temp_dir().join(format!("te-capi-cxl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A regular file stands in for the CXL device (a DAX device on a real machine).
+    let device = dir.join("device");
+    std::fs::File::create(&device)
+        .and_then(|f| f.set_len(64 << 20))
+        .unwrap();
+    let device_path = device.to_str().unwrap();
+    for (protocol, memory, chosen, installed) in [
+        // Memory the program allocated: cross-memory attach, one copy.
+        ("auto", "own", "cma", "cma"),
+        // Memory te allocated: shared memory, mapped by the other process.
+        ("auto", "managed", "shm", "shm"),
+        ("shm", "managed", "shm", "shm"),
+        // Memory te allocated on the (stand-in) CXL device both processes map.
+        ("cxl", "managed", "cxl", "cxl"),
+    ] {
+        let (out, log) = run_logged(
+            program(),
+            &["same_host", protocol, memory],
+            &[
+                ("MC_LOG_LEVEL", "INFO"),
+                ("MC_FORCE_TCP", "0"),
+                ("MC_CXL_DEV_PATH", device_path),
+            ],
+        );
+        let case = format!("{protocol} {memory}");
+        assert!(
+            out.contains(&format!(
+                "same_host {case}: WRITE and READ between two processes verified"
+            )),
+            "{case}:\n{out}"
+        );
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("installed "))
+            .unwrap_or_default();
+        assert!(line.contains(&format!("{installed} (")), "{case}: {line}");
+        assert!(
+            log.lines().any(|l| l.contains("transport chosen")
+                && l.contains(&format!("transport=\"{chosen}\""))),
+            "{case}: no choice of {chosen} in the log:\n{log}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_inputs_get_their_codes_and_the_engine_keeps_serving() {
     let out = run("bad");
@@ -271,7 +329,12 @@ fn the_library_exports_exactly_what_the_headers_declare() {
     );
     assert_eq!(
         extensions,
-        ["te_openFile", "te_waitBatch"],
+        [
+            "te_allocateManagedBuffer",
+            "te_freeManagedBuffer",
+            "te_openFile",
+            "te_waitBatch"
+        ],
         "te's extensions in transfer_engine_c.h"
     );
     assert_eq!(

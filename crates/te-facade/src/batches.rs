@@ -134,7 +134,7 @@ impl MooncakeEngine {
                 other,
                 devices,
                 &live.settings,
-                &live.managed.shared,
+                &live.managed.source,
             )?,
             (_, other) => {
                 return Err(te_core::Error::NotSupportedTransport(format!(

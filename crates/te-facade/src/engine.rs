@@ -254,7 +254,7 @@ impl MooncakeEngine {
             RuntimeKind::Classic => {
                 let engine = TransferEngine::init(Config::from_env()?, metadata_server, &local)?;
                 if let Some((protocol, devices)) = wanted {
-                    install_classic(&engine, protocol, devices, &settings, &managed.shared)?;
+                    install_classic(&engine, protocol, devices, &settings, &managed.source)?;
                 }
                 Runtime::Classic(Box::new(engine))
             }

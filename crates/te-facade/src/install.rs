@@ -51,7 +51,7 @@ pub(crate) fn install_classic(
     protocol: Protocol,
     device_name: &str,
     settings: &crate::settings::FacadeSettings,
-    shared: &crate::managed::SharedSlot,
+    source: &crate::managed::MemorySource,
 ) -> Result<()> {
     match protocol {
         Protocol::Rdma => {
@@ -62,7 +62,7 @@ pub(crate) fn install_classic(
         }
         Protocol::Auto => {}
         _ => {
-            let transport = classic_transport(engine, protocol, settings, shared)?;
+            let transport = classic_transport(engine, protocol, settings, source)?;
             return engine
                 .install_transport(transport)
                 .map_err(|e| cannot_start(protocol, e));
@@ -88,7 +88,7 @@ pub(crate) fn install_classic(
         if p.transports().iter().any(|n| here(n)) {
             continue;
         }
-        let started = classic_transport(engine, p, settings, shared)
+        let started = classic_transport(engine, p, settings, source)
             .and_then(|t| engine.install_transport(t).map_err(|e| cannot_start(p, e)));
         match started {
             Ok(()) => installed.push(p.transport()),
@@ -161,17 +161,20 @@ pub(crate) fn classic_transport(
     engine: &TransferEngine,
     protocol: Protocol,
     settings: &crate::settings::FacadeSettings,
-    shared: &crate::managed::SharedSlot,
+    source: &crate::managed::MemorySource,
 ) -> Result<Arc<dyn Transport>> {
-    let _ = (engine, settings, shared);
+    let _ = (engine, settings, source);
     match protocol {
         Protocol::Tcp | Protocol::Auto | Protocol::Rdma => tcp(),
         Protocol::Shm => {
             // Managed buffers are then allocated as shared memory.
             #[cfg(feature = "shm")]
-            return Ok(shared
-                .get_or_init(|| Arc::new(te_shm::ShmTransport::default()))
-                .clone());
+            return {
+                let shm = Arc::new(te_shm::ShmTransport::default());
+                let allocator = shm.clone();
+                let _ = source.set(Arc::new(move |len| allocator.allocate(len)));
+                Ok(shm)
+            };
             #[cfg(not(feature = "shm"))]
             Err(not_built(protocol, "shm"))
         }
@@ -182,10 +185,17 @@ pub(crate) fn classic_transport(
             Err(not_built(protocol, "uring"))
         }
         Protocol::Cxl => {
+            // Managed buffers then come from the device, unless shared memory came first.
             #[cfg(feature = "cxl")]
-            return te_cxl::CxlTransport::open(engine.config())
-                .map(|t| Arc::new(t) as Arc<dyn Transport>)
-                .map_err(|e| cannot_start(protocol, e));
+            return match te_cxl::CxlTransport::open(engine.config()) {
+                Ok(cxl) => {
+                    let cxl = Arc::new(cxl);
+                    let allocator = cxl.clone();
+                    let _ = source.set(Arc::new(move |len| allocator.allocate(len)));
+                    Ok(cxl)
+                }
+                Err(e) => Err(cannot_start(protocol, e)),
+            };
             #[cfg(not(feature = "cxl"))]
             Err(not_built(protocol, "cxl"))
         }

@@ -14,37 +14,33 @@ use crate::engine::MooncakeEngine;
 use crate::error::Result;
 use crate::runtime::Runtime;
 
-/// Where managed buffers come from when shared memory is installed: its transport, which
-/// allocates them as files peers on this host map (and publishes them so).
-#[cfg(feature = "shm")]
-pub(crate) type SharedSlot = std::sync::OnceLock<Arc<te_shm::ShmTransport>>;
-/// Without the `shm` feature there is no shared memory to hand out.
-#[cfg(not(feature = "shm"))]
-pub(crate) type SharedSlot = ();
+/// Allocates registrable memory that peers map: shared memory, a CXL device.
+pub(crate) type Allocator = Arc<dyn Fn(usize) -> te_core::Result<Arc<HostBuffer>> + Send + Sync>;
+
+/// Where managed buffers come from: set by the first transport installed that allocates
+/// memory peers map (shm, or cxl; `auto` installs shm first); host memory while unset.
+pub(crate) type MemorySource = std::sync::OnceLock<Allocator>;
 
 /// Buffers allocated for the caller, by address, with their lengths.
 #[derive(Default)]
 pub(crate) struct ManagedBuffers {
     lengths: Mutex<HashMap<u64, u64>>,
-    /// Set when shm is installed: managed buffers are then shared memory, which a peer on this
-    /// host maps, whatever ptrace allows.
-    pub(crate) shared: SharedSlot,
+    /// Set when shm or cxl is installed: managed buffers then come from there, and a peer on
+    /// this host (or sharing the device) maps them, whatever ptrace allows.
+    pub(crate) source: MemorySource,
 }
 
 impl ManagedBuffers {
-    /// A new registered buffer of `len` bytes: shared memory where shm is installed.
+    /// A new registered buffer of `len` bytes, from the source where one is set.
     fn block(&self, runtime: &Runtime, len: u64) -> Result<Arc<HostBuffer>> {
         let size = usize::try_from(len)
             .ok()
             .filter(|l| *l > 0)
             .ok_or_else(|| Error::InvalidArgument(format!("managed buffer of {len} bytes")))?;
-        #[cfg(feature = "shm")]
-        let buffer = match self.shared.get() {
-            Some(shm) => shm.allocate(size)?,
+        let buffer = match self.source.get() {
+            Some(allocate) => allocate(size)?,
             None => Arc::new(HostBuffer::new(size).map_err(te_core::Error::from)?),
         };
-        #[cfg(not(feature = "shm"))]
-        let buffer = Arc::new(HostBuffer::new(size).map_err(te_core::Error::from)?);
         runtime.register_buffer(&buffer)?;
         Ok(buffer)
     }
@@ -66,7 +62,8 @@ impl ManagedBuffers {
 }
 
 impl MooncakeEngine {
-    /// Allocates `len` bytes (shared memory where shm runs, else host memory) and registers
+    /// Allocates `len` bytes (shared memory where shm runs, the CXL device where cxl runs
+    /// without shm, else host memory) and registers
     /// them for peers to read and write; the address, never 0. The engine owns them:
     /// [`free_managed`](Self::free_managed) or closing frees them.
     ///

@@ -280,6 +280,53 @@ def test_allocated_memory_outlives_unregister_and_close_while_viewed():
     assert int(view.sum()) == MiB
 
 
+CXL_PEER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import te
+
+    with te.Engine(protocol="cxl") as e:
+        region = e.allocate(2 << 20)
+        arr = np.frombuffer(region.obj, dtype=np.uint8)
+        arr[: 1 << 20] = np.arange(1 << 20) % 239
+        print(e.name, region.addr, flush=True)
+        sys.stdin.readline()  # the parent is done
+        print("OK" if (arr[1 << 20 :] == 4).all() else "BAD", flush=True)
+    """
+)
+
+
+def test_cxl_moves_engine_memory_on_a_shared_device_between_processes(tmp_path, monkeypatch,
+                                                                      chosen):
+    """te.Engine(protocol="cxl") in two processes mapping one device (a regular file stands in
+    for the DAX device): allocate() carves memory out of the device, and each process reaches
+    the other's through it; every byte lands, and the log says cxl."""
+    device = tmp_path / "cxl-device"
+    with open(device, "wb") as f:
+        f.truncate(64 * MiB)
+    monkeypatch.setenv("MC_CXL_DEV_PATH", str(device))
+    with peer_process(CXL_PEER) as child:
+        name, addr = child.stdout.readline().split()
+        addr = int(addr)
+        with te.Engine(protocol="cxl") as a:
+            assert list(a.transports()) == ["cxl"]
+            local = a.allocate(MiB)
+            view = np.frombuffer(local.obj, dtype=np.uint8)
+            peer = a.connect(name)
+            peer.read(local, addr)
+            assert (view == np.arange(MiB) % 239).all()
+            view[:] = 4
+            peer.write(local, addr + MiB)
+            cxl, said = chosen("cxl")
+            assert cxl, said
+        assert finish(child) == "OK"
+    monkeypatch.delenv("MC_CXL_DEV_PATH")
+    with pytest.raises(te.TransportError) as err:
+        te.Engine(protocol="cxl")
+    assert "MC_CXL_DEV_PATH" in str(err.value)
+
+
 def test_allocate_refuses_what_it_cannot_hand_out():
     with te.Engine() as e:
         with pytest.raises(te.InvalidArgumentError):

@@ -3,7 +3,9 @@
  * Mooncake's Go store drive Mooncake's: byte-verified transfers both ways between two engines
  * in one process ("local") and between two processes ("processes"), notifications with and
  * without a transfer, NIC load stats and the link table, and the bad inputs the header
- * promises to refuse ("bad"). Prints one line per check; exits non-zero at the first failure.
+ * promises to refuse ("bad"); two processes on one host through a transport picked by name
+ * ("same_host PROTOCOL own|managed"). Prints one line per check; exits non-zero at the first
+ * failure.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -427,9 +429,93 @@ static int files(void) {
     return 0;
 }
 
+/* An engine with `protocol` alone installed, and LEN bytes of memory it serves: allocated by
+ * this process (`own`) or by the engine (te_allocateManagedBuffer), filled with `seed`'s
+ * pattern. */
+static transfer_engine_t same_host_engine(const char *protocol, int managed, unsigned seed,
+                                          unsigned char **buf) {
+    transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "", 0, 0);
+    CHECK(e != NULL, "createTransferEngine");
+    CHECK(installTransport(e, protocol, NULL) != NULL, "installTransport %s", protocol);
+    if (managed) {
+        *buf = te_allocateManagedBuffer(e, LEN);
+        CHECK(*buf != NULL, "te_allocateManagedBuffer");
+    } else {
+        *buf = aligned_alloc(4096, LEN);
+        CHECK(*buf != NULL && registerLocalMemory(e, *buf, LEN, "*", 1) == 0, "register");
+    }
+    fill(*buf, LEN, seed);
+    return e;
+}
+
+/* Two processes on one host, each an engine with one transport picked by name and memory of
+ * the kind `how` names: the parent WRITEs half of its pattern into the child and READs the
+ * other half of the child's, every byte checked on both sides; showLinks names what ran. */
+static int same_host(const char *protocol, const char *how) {
+    int managed = strcmp(how, "managed") == 0;
+    CHECK(managed || strcmp(how, "own") == 0, "own or managed, not %s", how);
+    int to_parent[2], to_child[2];
+    CHECK(pipe(to_parent) == 0 && pipe(to_child) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        unsigned char *dst;
+        transfer_engine_t b = same_host_engine(protocol, managed, 5, &dst);
+        char line[512], name[256];
+        CHECK(getLocalIpAndPort(b, name, sizeof name) == 0, "child name");
+        int n = snprintf(line, sizeof line, "%s %llu\n", name, (unsigned long long)(uintptr_t)dst);
+        CHECK(write(to_parent[1], line, (size_t)n) == n, "child write");
+        char go;
+        CHECK(read(to_child[0], &go, 1) == 1, "child wait");
+        CHECK(same(dst, LEN / 2, 6), "the parent's WRITE did not land in the child");
+        if (managed) CHECK(te_freeManagedBuffer(b, dst, LEN) == 0, "te_freeManagedBuffer");
+        destroyTransferEngine(b);
+        _exit(0);
+    }
+    unsigned char *src;
+    transfer_engine_t a = same_host_engine(protocol, managed, 6, &src);
+    char line[512] = {0};
+    size_t got = 0;
+    while (got < sizeof line - 1) {
+        CHECK(read(to_parent[0], line + got, 1) == 1, "parent read");
+        if (line[got++] == '\n') break;
+    }
+    char name[256];
+    unsigned long long addr = 0;
+    CHECK(sscanf(line, "%255s %llu", name, &addr) == 2, "parse %s", line);
+    segment_id_t seg = openSegment(a, name);
+    CHECK(seg > 0, "open the child's segment: %d", seg);
+    CHECK(run(a, OPCODE_WRITE, src, seg, addr, LEN / 2, NULL) == STATUS_COMPLETED, "write");
+    CHECK(run(a, OPCODE_READ, src + LEN / 2, seg, addr + LEN / 2, LEN / 2, NULL) == STATUS_COMPLETED,
+          "read");
+    unsigned char *expect = malloc(LEN);
+    fill(expect, LEN, 5);
+    CHECK(memcmp(src + LEN / 2, expect + LEN / 2, LEN / 2) == 0, "the READ from the child differs");
+    CHECK(write(to_child[1], "g", 1) == 1, "release the child");
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed: %d", status);
+    char links[4096];
+    CHECK(showLinks(a, links, sizeof links, 0) == 0, "showLinks");
+    const char *installed = strstr(links, "transports: ");
+    CHECK(installed != NULL, "showLinks names the transports: %s", links);
+    if (managed) {
+        CHECK(te_freeManagedBuffer(a, src, LEN) == 0, "te_freeManagedBuffer");
+        CHECK(te_freeManagedBuffer(a, src, LEN) < 0, "a second free is refused");
+    }
+    destroyTransferEngine(a);
+    free(expect);
+    printf("same_host %s %s: WRITE and READ between two processes verified\n", protocol, how);
+    printf("installed %s", installed + strlen("transports: "));
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "same_host") == 0) return same_host(argv[2], argv[3]);
     if (argc != 2) {
-        fprintf(stderr, "usage: %s local|bad|processes|transports|files\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s local|bad|processes|transports|files|same_host PROTOCOL own|managed\n",
+                argv[0]);
         return 2;
     }
     if (strcmp(argv[1], "transports") == 0) return transports();
