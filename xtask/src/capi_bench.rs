@@ -37,21 +37,23 @@ fn build_c_bench() -> Result<PathBuf, String> {
         "build te-capi (release)",
         crate::cargo().args(["build", "--release", "-p", "te-capi"]),
     )?;
-    compile_c_bench(&release_dir()?)
+    compile_c(&release_dir()?, "capi_bench")
 }
 
 /// Cargo's release directory.
-fn release_dir() -> Result<PathBuf, String> {
+pub(crate) fn release_dir() -> Result<PathBuf, String> {
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     std::fs::canonicalize(Path::new(&target).join("release"))
         .map_err(|e| format!("{target}/release: {e}"))
 }
 
-/// Compiles the bench program against the library in `lib` (found there at run time too).
-fn compile_c_bench(lib: &Path) -> Result<PathBuf, String> {
-    let out = lib.join("capi_bench");
+/// Compiles `crates/te-capi/bench/{program}.c` against the library in `lib` (found there at
+/// run time too) into `lib/{program}`.
+pub(crate) fn compile_c(lib: &Path, program: &str) -> Result<PathBuf, String> {
+    let out = lib.join(program);
+    let source = format!("crates/te-capi/bench/{program}.c");
     crate::run(
-        "compile crates/te-capi/bench/capi_bench.c",
+        &format!("compile {source}"),
         Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
             .args([
                 "-std=c11",
@@ -61,7 +63,7 @@ fn compile_c_bench(lib: &Path) -> Result<PathBuf, String> {
                 "-pthread",
                 "-Icrates/te-capi/include",
             ])
-            .arg("crates/te-capi/bench/capi_bench.c")
+            .arg(&source)
             .arg(format!("-L{}", lib.display()))
             .arg(format!("-Wl,-rpath,{}", lib.display()))
             .args(["-ltransfer_engine", "-o"])
@@ -93,7 +95,7 @@ fn build_instant_bench() -> Result<PathBuf, String> {
     let _ = std::fs::remove_file(&lib);
     std::fs::copy(release.join("libtransfer_engine.so"), &lib)
         .map_err(|e| format!("{}: {e}", lib.display()))?;
-    compile_c_bench(&dir)
+    compile_c(&dir, "capi_bench")
 }
 
 /// How the C program learns that a batch ended.
@@ -216,6 +218,26 @@ fn costs(c: &Path, rust: &str, seconds: u64, missed: &mut Vec<String>) -> Result
     Ok(())
 }
 
+/// `cargo xtask bench capi same-host [--duration S]`: the same-host rows alone.
+pub(crate) fn same_host(args: &[&str]) -> Result<(), String> {
+    let seconds = duration_arg(
+        args,
+        "usage: cargo xtask bench capi same-host [--duration SECONDS]",
+    )?;
+    crate::run(
+        "build te-capi (release)",
+        crate::cargo().args(["build", "--release", "-p", "te-capi"]),
+    )?;
+    let program = compile_c(&release_dir()?, "same_host")?;
+    crate::ci::install_te_py()?;
+    let python = Path::new(crate::ci::TE_PYTHON);
+    let missed = crate::same_host_bench::capi_rows(&program, python, seconds)?;
+    match missed.is_empty() {
+        true => Ok(()),
+        false => Err(format!("missed: {}", missed.join("; "))),
+    }
+}
+
 pub(crate) fn capi(args: &[&str]) -> Result<(), String> {
     let seconds = duration_arg(args, "usage: cargo xtask bench capi [--duration SECONDS]")?;
     // The instant build first: the plain library, built next, is what target/release keeps.
@@ -297,6 +319,13 @@ pub(crate) fn capi(args: &[&str]) -> Result<(), String> {
         }
     }
     costs(&instant, &rust, seconds, &mut missed)?;
+    let same_host = compile_c(&release_dir()?, "same_host")?;
+    crate::ci::install_te_py()?;
+    missed.extend(crate::same_host_bench::capi_rows(
+        &same_host,
+        Path::new(crate::ci::TE_PYTHON),
+        seconds,
+    )?);
     println!(
         "goal: the C path (te_waitBatch) within 5% of the Rust path's throughput over TCP, and within 1 us of its batch latency on the instant transport; the TCP latencies and the polling rows are for information"
     );

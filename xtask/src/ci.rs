@@ -245,7 +245,7 @@ pub(crate) fn ci() -> Result<(), String> {
             Command::new("cargo-audit").args(["audit", "--no-fetch"]),
         )
     });
-    let py_venv = std::path::Path::new("target/te-py-venv/bin/python3");
+    let py_venv = std::path::Path::new(TE_PYTHON);
     let python = (!py_venv.exists()).then(|| {
         "target/te-py-venv missing (.ci/setup makes it, with maturin, pytest and numpy)".into()
     });
@@ -435,9 +435,13 @@ fn abi3_wheel(pythons: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// te's Python environment: `.ci/setup` makes it (maturin, pytest, numpy), [`install_te_py`]
+/// puts te in it.
+pub(crate) const TE_PYTHON: &str = "target/te-py-venv/bin/python3";
+
 /// Builds and installs crates/te-py (maturin, an abi3 wheel) into `target/te-py-venv`.
 pub(crate) fn install_te_py() -> Result<(), String> {
-    let python = std::path::Path::new("target/te-py-venv/bin/python3");
+    let python = std::path::Path::new(TE_PYTHON);
     // maturin's build hook runs the `maturin` program: the environment's bin first.
     let bin = std::fs::canonicalize("target/te-py-venv/bin")
         .map_err(|e| format!("target/te-py-venv/bin (.ci/setup makes it): {e}"))?;

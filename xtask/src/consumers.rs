@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 const SCENARIOS: &str = "crates/te-py/tests/consumers/scenarios.py";
-const TE_PYTHON: &str = "target/te-py-venv/bin/python3";
+use crate::ci::TE_PYTHON;
 const MOONCAKE_PYTHON: &str = "target/mooncake-venv/bin/python3";
 
 /// Runs the scenarios under `python` on `impl`; their results (scenario → ok, seconds, detail).

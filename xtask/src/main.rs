@@ -184,7 +184,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -208,6 +208,7 @@ fn main() -> ExitCode {
         ["bench", "interop", rest @ ..] => interop_bench::interop(rest),
         ["bench", "python", "same-host", rest @ ..] => same_host_bench::bench(rest),
         ["bench", "python", rest @ ..] => python_bench::python(rest),
+        ["bench", "capi", "same-host", rest @ ..] => capi_bench::same_host(rest),
         ["bench", "capi", rest @ ..] => capi_bench::capi(rest),
         ["bench", "scale", rest @ ..] => scale_bench::scale(rest),
         ["bench", "metadata", rest @ ..] => metadata_bench::metadata(rest),

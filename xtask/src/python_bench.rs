@@ -78,7 +78,7 @@ pub(crate) fn python(args: &[&str]) -> Result<(), String> {
         ));
     }
     crate::ci::install_te_py()?;
-    let te = PathBuf::from("target/te-py-venv/bin/python3");
+    let te = PathBuf::from(crate::ci::TE_PYTHON);
     let (mut te_runs, mut mc_runs) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         mc_runs.push(one_run(&mc, "mooncake", seconds)?);
