@@ -32,6 +32,7 @@ pub mod metadata;
 pub mod mooncake;
 pub mod net;
 pub mod notify;
+pub mod rail_load;
 pub mod rails;
 pub mod retry;
 pub mod router;

@@ -193,6 +193,8 @@ struct State {
     /// initiator's lane, bounded the same way.
     passive: Mutex<EndpointStore<String, Group>>,
     sink: Arc<dyn CompletionSink>,
+    /// Each device's load, in `nics`' order (`nic_load_stats`).
+    load: Vec<te_core::rail_load::RailCounters>,
     local_name: String,
     secret: SegmentSecret,
     control: Arc<ControlState>,
@@ -279,6 +281,14 @@ impl RdmaTransport {
 }
 
 impl State {
+    /// Reports `op`, posted on device `nic`, to the engine, settling the device's load.
+    fn settle(&self, nic: usize, op: SliceOp, outcome: Result<(), te_core::transport::SliceError>) {
+        if let Some(load) = self.load.get(nic) {
+            load.settled(op.len, &outcome);
+        }
+        self.sink.complete(op, outcome);
+    }
+
     /// For `[addr, addr+len)`: its offset in the registered region holding it, the region's
     /// piece size, the index of the first piece it touches, and the local keys on device `nic`
     /// of the pieces it touches.
@@ -467,6 +477,10 @@ impl Transport for RdmaTransport {
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)?;
         let nics_len = nics.len();
+        let load = nics
+            .iter()
+            .map(|n| te_core::rail_load::RailCounters::new(n.name.clone()))
+            .collect();
         let devices = nics.iter().map(|n| (n.name.as_str(), n.netdev.as_deref()));
         let rail_devices = ctx
             .rails
@@ -492,6 +506,7 @@ impl Transport for RdmaTransport {
                 ctx.config.endpoint_store,
             )),
             sink: ctx.sink,
+            load,
             local_name: ctx.local_name.clone(),
             secret: ctx.secret,
             control: ctx.control.clone(),
@@ -658,6 +673,7 @@ impl Transport for RdmaTransport {
                 let nic = failover::pick(preferred, n, |i| {
                     pauses.local_paused(i, now) || !state.nics[i].is_active()
                 });
+                state.load[nic].posted(op.len);
                 let lanes = per[nic].len();
                 // A Mooncake peer shares one QP set per device both ways: its slices take lane
                 // 0, whose completion queues that set reports to.
@@ -680,11 +696,25 @@ impl Transport for RdmaTransport {
                         .drain(..)
                         .collect();
                     for op in left {
-                        state.sink.complete(op, Err(shut_down()));
+                        state.settle(i, op, Err(shut_down()));
                     }
                 }
             }
         }
+    }
+
+    fn rail_stats(&self) -> Vec<te_core::transport::RailStats> {
+        let Some(state) = self.state.get() else {
+            return Vec::new();
+        };
+        let pauses = state.pauses.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        (state.load.iter().enumerate())
+            .map(|(i, load)| te_core::transport::RailStats {
+                paused: pauses.local_paused(i, now),
+                ..load.stats()
+            })
+            .collect()
     }
 
     fn close_segment(&self, segment: &RemoteSegment) {

@@ -192,7 +192,7 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
             }
             if f.left == 0 {
                 let f = inflight.remove(&wr_id).expect("present");
-                state.sink.complete(f.op, f.error.map_or(Ok(()), Err));
+                state.settle(nic, f.op, f.error.map_or(Ok(()), Err));
             }
         }
     };
@@ -208,24 +208,24 @@ pub(crate) fn run(state: Arc<State>, nic: usize, lane: usize) {
         let stopping = state.stop.load(Ordering::SeqCst);
         for op in batch {
             if op.is_canceled() {
-                state.sink.complete(op, Err(SliceError::Canceled));
+                state.settle(nic, op, Err(SliceError::Canceled));
                 continue;
             }
             if stopping {
                 // Shutting down: nothing new goes on the wire (nor dials a peer).
-                state.sink.complete(op, Err(crate::shut_down()));
+                state.settle(nic, op, Err(crate::shut_down()));
                 continue;
             }
             next_wr = next_wr.wrapping_add(1);
             match start(&state, nic, lane, op, next_wr) {
-                Ok(f) if f.left == 0 => state.sink.complete(f.op, Ok(())),
+                Ok(f) if f.left == 0 => state.settle(nic, f.op, Ok(())),
                 Ok(f) => {
                     wrs += f.left;
                     inflight.insert(next_wr, f);
                 }
                 Err(refused) => {
                     let (op, e) = *refused;
-                    state.sink.complete(op, Err(e));
+                    state.settle(nic, op, Err(e));
                 }
             }
         }
@@ -288,7 +288,7 @@ fn abandon(state: &State, nic: usize, inflight: &mut HashMap<u64, Flight>) {
     );
     for (_, f) in inflight.drain() {
         let why = SliceError::Path("rdma transport shut down; the request never completed".into());
-        state.sink.complete(f.op, Err(why));
+        state.settle(nic, f.op, Err(why));
     }
 }
 

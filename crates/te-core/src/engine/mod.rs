@@ -306,35 +306,31 @@ impl TransferEngine {
         &self.local_matrix
     }
 
-    /// Load and health of each local rail (Mooncake's `getNicLoadStats`, with te's counters).
+    /// Load and health of each local rail (Mooncake's `getNicLoadStats`, with te's counters):
+    /// the rails the installed transports report (TCP's the engine's rails, RDMA's its
+    /// devices), in the order they report them; a rail two report is one entry.
     pub fn nic_load_stats(&self) -> Vec<RailStats> {
-        let now = self.core.clock.now();
-        let health = self
-            .core
-            .health
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let mut stats: Vec<RailStats> = self
-            .rails
-            .iter()
-            .map(|r| RailStats {
-                name: r.name.clone(),
-                ..RailStats::default()
-            })
-            .collect();
+        let mut stats: Vec<RailStats> = Vec::new();
         for t in self.core.transports() {
             for s in t.rail_stats() {
-                if let Some(mine) = stats.iter_mut().find(|m| m.name == s.name) {
-                    mine.inflight_bytes += s.inflight_bytes;
-                    mine.bytes_done += s.bytes_done;
-                    mine.errors += s.errors;
-                    mine.ewma_bandwidth_bps += s.ewma_bandwidth_bps;
+                match stats.iter_mut().find(|m| m.name == s.name) {
+                    Some(mine) => {
+                        mine.inflight_bytes += s.inflight_bytes;
+                        mine.bytes_done += s.bytes_done;
+                        mine.errors += s.errors;
+                        mine.ewma_bandwidth_bps += s.ewma_bandwidth_bps;
+                        mine.paused |= s.paused;
+                    }
+                    None => stats.push(s),
                 }
             }
         }
-        for (i, s) in stats.iter_mut().enumerate() {
-            s.paused = health.local_paused(i as u16, now);
+        let now = self.core.clock.now();
+        let health = self.core.health.lock().unwrap_or_else(|e| e.into_inner());
+        for s in &mut stats {
+            if let Some(i) = self.rails.iter().position(|r| r.name == s.name) {
+                s.paused |= health.local_paused(i as u16, now);
+            }
         }
         stats
     }
