@@ -562,8 +562,8 @@ pub(crate) fn softroce(args: &[&str]) -> Result<i32, String> {
 /// CI's RDMA lane: builds te-rdma's device tests on the host, then runs them (`--ignored`) in
 /// one Soft-RoCE guest.
 pub(crate) fn rdma_lane() -> Result<(), String> {
-    // te-rdma's device tests, and its interoperability tests against Mooncake's wheel (RDMA
-    // both ways), in one guest.
+    // te-rdma's device tests, its interoperability tests against Mooncake's wheel (RDMA both
+    // ways), and te's Python APIs over RDMA (where te's Python environment is), in one guest.
     let tests = ["rdma", "mooncake"];
     let mut cmd = crate::cargo();
     cmd.args(["test", "-p", "te-rdma", "--no-run", "--message-format=json"]);
@@ -592,11 +592,24 @@ pub(crate) fn rdma_lane() -> Result<(), String> {
                 .ok_or(format!("cargo did not name te-rdma's {name} test binary"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let script = bins
+    let mut steps = bins
         .iter()
         .map(|b| format!("{b} --ignored --test-threads=1"))
-        .collect::<Vec<_>>()
-        .join(" && ");
+        .collect::<Vec<_>>();
+    let python = Path::new(crate::ci::TE_PYTHON);
+    if python.exists() {
+        crate::ci::install_te_py()?;
+        steps.push(format!(
+            "PYTHONDONTWRITEBYTECODE=1 {} -m pytest -q -p no:cacheprovider crates/te-py/tests/test_rdma.py",
+            python.display()
+        ));
+    } else {
+        eprintln!(
+            "xtask: te's Python APIs over RDMA: skipped ({} missing)",
+            python.display()
+        );
+    }
+    let script = steps.join(" && ");
     let rc = softroce(&["--timeout", "1500", "--", "sh", "-c", &script])?;
     match rc {
         0 => Ok(()),
