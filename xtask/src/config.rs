@@ -15,6 +15,9 @@ mod core_settings;
 #[path = "../../crates/te-facade/src/settings.rs"]
 mod facade_settings;
 #[allow(dead_code)]
+#[path = "../../crates/te-metrics/src/settings.rs"]
+mod metrics_settings;
+#[allow(dead_code)]
 #[path = "../../crates/te-nvlink/src/settings.rs"]
 mod nvlink_settings;
 #[allow(dead_code)]
@@ -34,7 +37,7 @@ mod tent_settings;
 const REFERENCE: &str = "docs/configuration.md";
 
 /// Each crate that reads variables, what they are about, and its definitions.
-const TABLES: [(&str, &str, &[Setting]); 7] = [
+const TABLES: [(&str, &str, &[Setting]); 8] = [
     (
         "te-core",
         "The engine, its control channel and metadata clients, the Mooncake opt-in and the rails.",
@@ -69,6 +72,11 @@ const TABLES: [(&str, &str, &[Setting]); 7] = [
         "te-facade",
         "Mooncake's switches the Python and C bindings honour.",
         facade_settings::SETTINGS,
+    ),
+    (
+        "te-metrics",
+        "Metrics for operators: TENT's endpoint switches and the classic engine's metric log.",
+        metrics_settings::SETTINGS,
     ),
 ];
 

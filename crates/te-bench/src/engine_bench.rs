@@ -19,6 +19,7 @@ pub fn run(config: Config, f: &Flags) -> BenchResult<()> {
     let merge = config.merge_requests;
     let engine =
         TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1").map_err(|e| e.to_string())?;
+    crate::transports::meter(&engine, f)?;
     engine
         .install_transport(Arc::new(InstantTransport::new()))
         .map_err(|e| e.to_string())?;

@@ -54,6 +54,12 @@ pub struct Flags {
     pub hold: f64,
     /// `--mode=swarm`: distinct blocks of the target written (0: one per connection).
     pub slots: usize,
+    /// Count requests and serve Prometheus metrics on this port of `--metrics_host`
+    /// (`--metrics_port`, te's; off when not given, unless `TENT_METRICS_ENABLED`).
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Seconds the metrics endpoint stays up after the run (`--metrics_hold`, te's), so a
+    /// scraper sees the final counts.
+    pub metrics_hold: f64,
 }
 
 /// Power-of-two ranges of block size, batch size and threads (tebench's flags).
@@ -93,7 +99,7 @@ pub const USAGE: &str =
     "usage: te-bench [--mode=initiator|target|topology|engine|swarm] [--loopback] [--metadata_server=P2PHANDSHAKE]
   [--local_server_name=HOST:PORT] [--segment_id=HOST:PORT] [--operation=read|write] [--protocol=tcp|rdma|shm|cxl|uring|bufio]
   [--block_size=65536] [--block_stride=0 (block_size: a batch is contiguous)] [--batch_size=128] [--inflight=1 (batches outstanding per thread)] [--buffer_size=1073741824] [--duration=10] [--threads=12]
-  [--report_unit=GB] [--report_precision=2] [--verify] [--json]
+  [--report_unit=GB] [--report_precision=2] [--verify] [--json] [--metrics_port=N [--metrics_host=127.0.0.1] [--metrics_hold=0]]
   [--device_name=eth0,eth1] [--nic_priority_matrix=FILE] [--auto_discovery] [--file_path=te-bench.dat]
   [--use_vram --gpu_id=0] (buffers in GPU memory: tcp stages them, rdma registers them by dma-buf, nvlink copies them)
   [--backend=classic|tent] [--start_block_size=N --max_block_size=N] [--start_batch_size=N --max_batch_size=N]
@@ -177,7 +183,19 @@ impl Flags {
             depth: number("depth", &take("depth", "2"))?,
             hold: number("hold", &take("hold", "0"))?,
             slots: number("slots", &take("slots", "0"))?,
+            metrics: None,
+            metrics_hold: number("metrics_hold", &take("metrics_hold", "0"))?,
         };
+        let metrics_host = take("metrics_host", "127.0.0.1");
+        let metrics_port = take("metrics_port", "");
+        if !metrics_port.is_empty() {
+            let port = metrics_port;
+            let port: u16 = number("metrics_port", &port)?;
+            let host: std::net::IpAddr = metrics_host
+                .parse()
+                .map_err(|_| format!("--metrics_host={metrics_host}: not an IP address"))?;
+            flags.metrics = Some(std::net::SocketAddr::new(host, port));
+        }
         let backend = take("backend", "classic");
         if backend != "classic" && backend != "tent" {
             return Err(format!("--backend={backend}: expected classic or tent"));

@@ -497,12 +497,23 @@ fn main_inner(flags: Flags) -> BenchResult<()> {
         let (initiator, _) = start_engine(config, &flags, "")?;
         let m = run_initiator(&initiator, &flags, target.segment_name())?;
         print_report(&flags, &m);
+        hold_metrics(&flags);
         return Ok(());
     }
     let (initiator, _) = start_engine(config, &flags, &flags.local_server_name)?;
     let m = run_initiator(&initiator, &flags, &flags.segment_id)?;
     print_report(&flags, &m);
+    hold_metrics(&flags);
     Ok(())
+}
+
+/// Keeps the metrics endpoint up `--metrics_hold` seconds after the report, for a last scrape.
+fn hold_metrics(flags: &Flags) {
+    if flags.metrics.is_some() && flags.metrics_hold > 0.0 {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(std::time::Duration::from_secs_f64(flags.metrics_hold));
+    }
 }
 
 fn main() -> ExitCode {

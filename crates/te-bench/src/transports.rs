@@ -37,6 +37,23 @@ impl Installed {
 }
 
 /// An engine named `name` with the transports `--protocol` needs.
+/// Counts the engine's requests and serves them where `--metrics_port` (or the variables of
+/// te-metrics) ask.
+pub(crate) fn meter(engine: &TransferEngine, flags: &Flags) -> BenchResult<()> {
+    let counting = match flags.metrics {
+        Some(addr) => te_metrics::start(&te_metrics::MetricsSettings {
+            http: Some(addr),
+            report_every: None,
+        })?,
+        None => te_metrics::start_from_env(engine.metrics())?,
+    };
+    if counting {
+        te_metrics::watch(engine.metrics());
+        engine.set_metrics_enabled(true);
+    }
+    Ok(())
+}
+
 pub(crate) fn start_engine(
     config: Config,
     flags: &Flags,
@@ -50,6 +67,7 @@ pub(crate) fn start_engine(
     };
     let engine = TransferEngine::init(config, &flags.metadata_server, name)
         .map_err(|e| format!("engine: {e}"))?;
+    meter(&engine, flags)?;
     let install = |t: Arc<dyn te_core::transport::Transport>| {
         let n = t.name();
         engine

@@ -28,9 +28,25 @@ pub(crate) struct Core {
     /// from an older epoch is not used ([`RemoteSegment::chosen`](crate::segment::RemoteSegment)).
     pub(crate) transports_epoch: std::sync::atomic::AtomicU64,
     pub(crate) notifier: std::sync::Mutex<Option<mpsc::Sender<PendingNotify>>>,
+    /// What the engine did, counted while `metrics_on` is set.
+    pub(crate) metrics: Arc<te_metrics::counters::Metrics>,
+    pub(crate) metrics_on: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
+    /// The counters to give a task submitted now, with metrics on.
+    pub(crate) fn meter(&self) -> Option<(Arc<te_metrics::counters::Metrics>, Instant)> {
+        self.metrics_on
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| (self.metrics.clone(), Instant::now()))
+    }
+
+    fn metered(&self) -> Option<&te_metrics::counters::Metrics> {
+        self.metrics_on
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then_some(&*self.metrics)
+    }
+
     /// Whether the rail may carry slices now (no lock while every rail is healthy).
     /// Whether the rail may carry a slice; `now` is asked for only when some rail is paused
     /// (with every rail healthy, as almost always, no clock is read).
@@ -68,6 +84,9 @@ impl Core {
             if !failed {
                 h.record_success(key);
             } else if h.record_error(key, now) {
+                if let Some(m) = self.metered() {
+                    m.rail_paused();
+                }
                 warn!(
                     local_rail = local,
                     segment = slice.target.name(),
@@ -217,6 +236,10 @@ impl CompletionSink for Core {
                     .map_or_else(|| self.transport_for(&slice.target.desc().protocol), Ok);
                 if let Ok(t) = transport {
                     debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
+                    if let Some(m) = self.metered() {
+                        let label = te_metrics::counters::TransportLabel::of(t.name());
+                        m.slice_retried(label, slice.opcode.operation());
+                    }
                     slice.token.next_attempt();
                     self.reroute(&mut slice);
                     t.post_one(slice);

@@ -24,7 +24,6 @@ pub mod engine;
 pub mod error;
 #[cfg(test)]
 mod fuzz_targets;
-pub mod hashing;
 pub mod health;
 pub mod memory;
 pub mod merge;
@@ -32,14 +31,12 @@ pub mod metadata;
 pub mod mooncake;
 pub mod net;
 pub mod notify;
-pub mod rail_load;
 pub mod rails;
 pub mod retry;
 pub mod router;
 pub mod segment;
 pub mod settings;
 pub mod slicer;
-mod small_list;
 pub mod transport;
 
 pub use batch::{BATCH_ID_BITS, BatchId, TransferState, TransferStatus, next_engine_tag};
@@ -50,4 +47,5 @@ pub use memory::{Location, Permission};
 pub use notify::Notification;
 pub use segment::SegmentId;
 pub use te_sys::HostBuffer;
+pub use te_sys::hashing;
 pub use transport::{Capabilities, Opcode};

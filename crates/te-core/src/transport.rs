@@ -25,6 +25,14 @@ pub enum Opcode {
 }
 
 impl Opcode {
+    /// The metrics' `operation` label.
+    pub fn operation(self) -> te_metrics::counters::Operation {
+        match self {
+            Opcode::Read => te_metrics::counters::Operation::Read,
+            Opcode::Write => te_metrics::counters::Operation::Write,
+        }
+    }
+
     /// "read" or "write".
     pub fn as_str(self) -> &'static str {
         match self {
@@ -125,6 +133,26 @@ pub enum SliceError {
     Unsupported(String),
 }
 
+/// The metrics' kind of a failed slice's error.
+pub fn failure_kind(error: &SliceError) -> te_metrics::counters::FailureKind {
+    use te_metrics::counters::FailureKind;
+    match error {
+        SliceError::Canceled => FailureKind::Canceled,
+        SliceError::Rejected(_) | SliceError::Unsupported(_) => FailureKind::Refused,
+        SliceError::Path(_) | SliceError::LocalPath(_) => FailureKind::Path,
+    }
+}
+
+/// How a slice's outcome settles its rail's load ([`te_metrics::rail::RailCounters`]).
+pub fn settled(outcome: &Result<(), SliceError>) -> te_metrics::rail::Settled {
+    use te_metrics::rail::Settled;
+    match outcome {
+        Ok(()) => Settled::Done,
+        Err(SliceError::Path(_) | SliceError::LocalPath(_)) => Settled::PathFailed,
+        Err(_) => Settled::Other,
+    }
+}
+
 impl SliceError {
     /// Whether the engine may try the slice again.
     pub fn is_retryable(&self) -> bool {
@@ -194,21 +222,7 @@ pub struct Rail {
 }
 
 /// Load and health of one local rail (Mooncake's `NicLoadStats`, plus te's counters).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RailStats {
-    /// NIC name.
-    pub name: String,
-    /// Bytes posted on the rail and not yet completed.
-    pub inflight_bytes: u64,
-    /// Bytes completed successfully.
-    pub bytes_done: u64,
-    /// Slices that failed on the rail.
-    pub errors: u64,
-    /// Exponentially weighted bandwidth of completions, bytes per second.
-    pub ewma_bandwidth_bps: f64,
-    /// Paused by rail health (filled in by the engine).
-    pub paused: bool,
-}
+pub use te_metrics::rail::RailLoad as RailStats;
 
 /// What a transport can move, between which kinds of memory. The engine picks the transport
 /// for a buffer from these, and te-tent ranks transports by them.

@@ -194,7 +194,7 @@ struct State {
     passive: Mutex<EndpointStore<String, Group>>,
     sink: Arc<dyn CompletionSink>,
     /// Each device's load, in `nics`' order (`nic_load_stats`).
-    load: Vec<te_core::rail_load::RailCounters>,
+    load: Vec<te_metrics::rail::RailCounters>,
     local_name: String,
     secret: SegmentSecret,
     control: Arc<ControlState>,
@@ -284,7 +284,7 @@ impl State {
     /// Reports `op`, posted on device `nic`, to the engine, settling the device's load.
     fn settle(&self, nic: usize, op: SliceOp, outcome: Result<(), te_core::transport::SliceError>) {
         if let Some(load) = self.load.get(nic) {
-            load.settled(op.len, &outcome);
+            load.settled(op.len, te_core::transport::settled(&outcome));
         }
         self.sink.complete(op, outcome);
     }
@@ -479,7 +479,7 @@ impl Transport for RdmaTransport {
         let nics_len = nics.len();
         let load = nics
             .iter()
-            .map(|n| te_core::rail_load::RailCounters::new(n.name.clone()))
+            .map(|n| te_metrics::rail::RailCounters::new(n.name.clone()))
             .collect();
         let devices = nics.iter().map(|n| (n.name.as_str(), n.netdev.as_deref()));
         let rail_devices = ctx

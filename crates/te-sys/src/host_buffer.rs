@@ -251,8 +251,8 @@ impl HostBuffer {
 
     /// Ends sharing: the bytes move, at the same address, into memory private to this process,
     /// and the file is removed. A process that mapped the file keeps its own mapping, which no
-    /// longer reaches this buffer. Heap buffers, a peer's mapping ([`open_shared`]
-    /// (Self::open_shared)), views and a second call do nothing.
+    /// longer reaches this buffer. Heap buffers, a peer's mapping (from
+    /// [`open_shared`](Self::open_shared)), views and a second call do nothing.
     /// Bytes written into the buffer during the call (by this process or a peer) may be lost.
     ///
     /// # Errors

@@ -10,9 +10,11 @@
 pub mod cross_memory;
 pub mod env;
 mod error;
+pub mod hashing;
 mod host_buffer;
 mod pinned;
 pub mod signals;
+pub mod small_list;
 
 pub use error::{Error, Result};
 pub use host_buffer::HostBuffer;

@@ -49,7 +49,7 @@ pub use error::Error;
 use gpu_path::TargetState;
 use initiator::{Framing, Lane, LaneSettings, PeerKey, Shares};
 use rails::CountingSink;
-use te_core::rail_load::RailCounters;
+use te_metrics::rail::RailCounters;
 
 /// Slices towards a Mooncake target: its server handles one request at a time per connection
 /// and pays per request, and Mooncake's own initiator sends a request whole, so te's 64 KiB

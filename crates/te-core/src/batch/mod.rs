@@ -159,6 +159,8 @@ pub(crate) struct TaskShared {
     transport: Option<Arc<dyn crate::transport::Transport>>,
     /// The submitting thread waits for this task right after submitting it.
     caller_waits: bool,
+    /// Where its end is counted, and when it was submitted (only with metrics on).
+    metered: Option<Box<(Arc<te_metrics::counters::Metrics>, Instant)>>,
 }
 
 impl TaskShared {
@@ -185,7 +187,48 @@ impl TaskShared {
             route: None,
             transport: None,
             caller_waits: false,
+            metered: None,
         }
+    }
+
+    /// Counts the task's end in `metrics`, its latency from `submitted`.
+    #[inline]
+    pub(crate) fn metered(
+        mut self,
+        metrics: Option<(Arc<te_metrics::counters::Metrics>, Instant)>,
+    ) -> Self {
+        self.metered = metrics.map(Box::new);
+        self
+    }
+
+    /// Counts the task's end where it is metered.
+    fn count_end(&self, state: TransferState) {
+        use crate::transport::failure_kind;
+        use te_metrics::counters::{FailureKind, TransportLabel};
+        let Some(metered) = &self.metered else {
+            return;
+        };
+        let (metrics, submitted) = &**metered;
+        let transport = self
+            .transport
+            .as_ref()
+            .map_or(TransportLabel::Unspec, |t| TransportLabel::of(t.name()));
+        let outcome = match state {
+            TransferState::Completed => Ok(()),
+            TransferState::Timeout => Err(FailureKind::Timeout),
+            TransferState::Canceled => Err(FailureKind::Canceled),
+            _ => Err(lock(&self.error)
+                .as_ref()
+                .map_or(FailureKind::Other, failure_kind)),
+        };
+        let latency = u64::try_from(submitted.elapsed().as_micros()).unwrap_or(u64::MAX);
+        metrics.request_ended(
+            transport,
+            self.opcode.operation(),
+            self.len,
+            outcome,
+            latency,
+        );
     }
 
     /// Counts `n` more slices carrying bytes of the task. Submit counts all of a task's slices
@@ -636,6 +679,7 @@ impl SliceToken {
             TransferState::Completed
         };
         lock(&task.pin).take();
+        task.count_end(state);
         let batch = &self.batch;
         if state != TransferState::Completed {
             batch.any_failed.store(true, Ordering::Release);

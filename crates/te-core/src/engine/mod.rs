@@ -231,6 +231,8 @@ impl TransferEngine {
             transports: RwLock::new(Vec::new()),
             transports_epoch: std::sync::atomic::AtomicU64::new(0),
             notifier: std::sync::Mutex::new(Some(tx)),
+            metrics: Arc::default(),
+            metrics_on: std::sync::atomic::AtomicBool::new(false),
         });
         let segments = Arc::new(SegmentCache::default());
         let publish_owed = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -294,6 +296,25 @@ impl TransferEngine {
     /// The engine's configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The engine's counters (they count while [`metrics_enabled`](Self::metrics_enabled)).
+    pub fn metrics(&self) -> &Arc<te_metrics::counters::Metrics> {
+        &self.core.metrics
+    }
+
+    /// Whether requests are counted in [`metrics`](Self::metrics).
+    pub fn metrics_enabled(&self) -> bool {
+        self.core
+            .metrics_on
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Starts or stops counting requests (off at start; te-metrics turns it on where asked).
+    pub fn set_metrics_enabled(&self, on: bool) {
+        self.core
+            .metrics_on
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The local rails, in index order.

@@ -12,8 +12,8 @@ use crate::notify::Notification;
 use crate::router::{Candidates, TaskRails};
 use crate::segment::RemoteSegment;
 use crate::slicer;
-use crate::small_list::SmallList;
 use crate::transport::{SliceOp, Transport};
+use te_sys::small_list::SmallList;
 
 /// How [`TransferEngine::submit_with`] posts its requests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -271,7 +271,8 @@ impl TransferEngine {
             let task = TaskShared::new(r.opcode, r.length, 0, deadline, pin)
                 .with_route(route)
                 .with_transport(transport.clone())
-                .waited(options.caller_waits);
+                .waited(options.caller_waits)
+                .metered(self.core.meter());
             checked.push(Checked {
                 seg,
                 transport,

@@ -349,7 +349,7 @@ struct CacheInner {
     next_id: SegmentId,
     by_name: HashMap<String, SegmentId>,
     /// By id: engine-made, so hashed with one multiply.
-    by_id: HashMap<SegmentId, Arc<RemoteSegment>, crate::hashing::IdHashing>,
+    by_id: HashMap<SegmentId, Arc<RemoteSegment>, te_sys::hashing::IdHashing>,
 }
 
 impl SegmentCache {

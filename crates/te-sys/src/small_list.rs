@@ -1,27 +1,32 @@
-//! [`SmallList`]: the items a submit gathers (its checked requests, a transport's slices),
+//! [`SmallList`]: items gathered in a hot path (te-core's submit: its checked requests, a
+//! transport's slices),
 //! kept without a heap allocation while there is only one, as for most small transfers.
 //!
 //! It only gathers and hands over: no removal, no ordering of its own.
 
 /// A list that holds a single item inline and moves to a `Vec` at the second.
 #[derive(Debug, Default)]
-pub(crate) enum SmallList<T> {
+pub enum SmallList<T> {
+    /// No item yet.
     #[default]
     Empty,
+    /// One item, inline.
     One(T),
+    /// Two or more.
     Many(Vec<T>),
 }
 
 impl<T> SmallList<T> {
     /// A list for about `count` items: inline for one, a `Vec` of that room for more.
-    pub(crate) fn with_capacity(count: usize) -> Self {
+    pub fn with_capacity(count: usize) -> Self {
         match count {
             0 | 1 => SmallList::Empty,
             n => SmallList::Many(Vec::with_capacity(n)),
         }
     }
 
-    pub(crate) fn push(&mut self, item: T) {
+    /// Adds `item` at the end.
+    pub fn push(&mut self, item: T) {
         match self {
             SmallList::Many(all) => all.push(item),
             SmallList::Empty => *self = SmallList::One(item),

@@ -6,7 +6,33 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::transport::{RailStats, SliceError};
+/// How a slice posted on a rail ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Its bytes moved.
+    Done,
+    /// The path failed (the rail is charged an error).
+    PathFailed,
+    /// Anything else (refused, canceled): no bytes, no error charged to the rail.
+    Other,
+}
+
+/// One rail's load at a moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RailLoad {
+    /// The rail's name (an interface, or a device).
+    pub name: String,
+    /// Bytes posted and not yet ended.
+    pub inflight_bytes: u64,
+    /// Bytes that moved.
+    pub bytes_done: u64,
+    /// Slices whose path failed.
+    pub errors: u64,
+    /// Smoothed bandwidth of completions, bytes per second.
+    pub ewma_bandwidth_bps: f64,
+    /// Paused after repeated errors (the engine's rail health, or the transport's own).
+    pub paused: bool,
+}
 
 /// Weight of the newest sample in the bandwidth average.
 const EWMA_ALPHA: f64 = 0.2;
@@ -40,11 +66,11 @@ impl RailCounters {
         self.inflight.fetch_add(len, Ordering::Relaxed);
     }
 
-    /// `len` bytes posted before ended with `outcome`.
-    pub fn settled(&self, len: u64, outcome: &Result<(), SliceError>) {
+    /// `len` bytes posted before ended `how`.
+    pub fn settled(&self, len: u64, how: Settled) {
         self.inflight.fetch_sub(len, Ordering::Relaxed);
-        match outcome {
-            Ok(()) => {
+        match how {
+            Settled::Done => {
                 self.done.fetch_add(len, Ordering::Relaxed);
                 let mut bw = self.bandwidth.lock().unwrap_or_else(|e| e.into_inner());
                 bw.1 += len;
@@ -60,16 +86,16 @@ impl RailCounters {
                     bw.2 = Instant::now();
                 }
             }
-            Err(SliceError::Path(_) | SliceError::LocalPath(_)) => {
+            Settled::PathFailed => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
             }
-            Err(_) => {}
+            Settled::Other => {}
         }
     }
 
     /// What the rail carries now and carried so far.
-    pub fn stats(&self) -> RailStats {
-        RailStats {
+    pub fn stats(&self) -> RailLoad {
+        RailLoad {
             name: self.name.clone(),
             inflight_bytes: self.inflight.load(Ordering::Relaxed),
             bytes_done: self.done.load(Ordering::Relaxed),

@@ -1,4 +1,4 @@
-//! A hasher for ids the engine makes itself (segment ids, batch ids: counters, never chosen
+//! A hasher for ids te makes itself (segment ids, batch ids: counters, never chosen
 //! by a peer, so nobody can pick colliding keys). The default SipHash guards maps against
 //! keys an attacker chooses, and costs more than the rest of a lookup on paths run several
 //! times per batch. Not for keys that come from the wire or from names.
