@@ -248,6 +248,15 @@ void *te_allocateManagedBuffer(transfer_engine_t engine, size_t length);
  * allocated: 0, or a negative ERR_* code (not such a buffer, or another length). */
 int te_freeManagedBuffer(transfer_engine_t engine, void *addr, size_t length);
 
+/* te's extension: the engine's figures as JSON and a NUL (TENT's totals by name, such as
+ * "tent_write_bytes_total", then "series": per transport and operation, requests, bytes,
+ * failures by kind, latency and size histograms; see te's docs/metrics.md). With count 0 or 1,
+ * counting is switched off or on first (it is off unless TENT_METRICS_ENABLED or MC_TE_METRIC
+ * is set); -1 leaves it. Returns 0, or ERR_INVALID_ARGUMENT for a bad handle, a count other
+ * than -1/0/1 or a buffer too small.
+ * Caller: buf_out is writable for buf_len bytes. */
+int te_getMetrics(transfer_engine_t engine, char *buf_out, size_t buf_len, int count);
+
 /* Frees a batch whose tasks have all ended: 0, or a positive Status code (4 while tasks
  * still move, 1 for an unknown or freed batch). */
 int freeBatchID(transfer_engine_t engine, batch_id_t batch_id);

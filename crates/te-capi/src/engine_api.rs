@@ -249,6 +249,45 @@ pub extern "C" fn te_freeManagedBuffer(
     )
 }
 
+/// te's extension: the engine's figures as JSON (te-metrics': TENT's totals by name, then
+/// every series) and a NUL into `buf_out`: 0, or `ERR_INVALID_ARGUMENT` for a bad handle or a
+/// buffer too small. With `count` 0 or 1 counting is switched off or on first; -1 leaves it.
+///
+/// # Safety
+/// `buf_out` is writable for `buf_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn te_getMetrics(
+    engine: TransferEngineT,
+    buf_out: *mut c_char,
+    buf_len: usize,
+    count: c_int,
+) -> c_int {
+    guard("te_getMetrics", ERR_INVALID_ARGUMENT, || {
+        let written = registry::get(engine).and_then(|e| {
+            match count {
+                -1 => {}
+                0 | 1 => e.set_metrics(count == 1)?,
+                other => {
+                    return Err(te_core::Error::InvalidArgument(format!(
+                        "count {other}: -1 (leave), 0 (off) or 1 (on)"
+                    ))
+                    .into());
+                }
+            }
+            let json = e.metrics_json()?;
+            // SAFETY: the caller's contract for `buf_out`.
+            unsafe { write_text(buf_out, buf_len, &json) }
+        });
+        match written {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::debug!(error = %e, "te_getMetrics failed");
+                ERR_INVALID_ARGUMENT
+            }
+        }
+    })
+}
+
 /// # Safety
 /// As `openSegment`.
 unsafe fn open(engine: TransferEngineT, segment_name: *const c_char, fresh: bool) -> SegmentIdT {

@@ -269,6 +269,15 @@ fn same_host_transports_move_bytes_between_processes_from_c() {
 }
 
 #[test]
+fn the_engines_figures_are_read_from_c() {
+    let out = run("metrics");
+    assert!(
+        out.contains("metrics: counted from C, switched on and off"),
+        "{out}"
+    );
+}
+
+#[test]
 fn bad_inputs_get_their_codes_and_the_engine_keeps_serving() {
     let out = run("bad");
     assert!(
@@ -332,6 +341,7 @@ fn the_library_exports_exactly_what_the_headers_declare() {
         [
             "te_allocateManagedBuffer",
             "te_freeManagedBuffer",
+            "te_getMetrics",
             "te_openFile",
             "te_waitBatch"
         ],

@@ -142,6 +142,12 @@ pub trait Backend: Send + Sync {
     /// A closed engine.
     fn transports(&self) -> Result<Vec<(&'static str, Vec<&'static str>)>>;
 
+    /// The engine's figures as te-metrics' JSON; with `count`, counting is switched first.
+    ///
+    /// # Errors
+    /// A closed engine.
+    fn metrics(&self, count: Option<bool>) -> Result<String>;
+
     /// Shuts the engine down; idempotent.
     fn close(&self);
 }
@@ -233,6 +239,13 @@ impl Backend for MooncakeEngine {
 
     fn transports(&self) -> Result<Vec<(&'static str, Vec<&'static str>)>> {
         MooncakeEngine::transports(self)
+    }
+
+    fn metrics(&self, count: Option<bool>) -> Result<String> {
+        if let Some(on) = count {
+            self.set_metrics(on)?;
+        }
+        self.metrics_json()
     }
 
     fn close(&self) {

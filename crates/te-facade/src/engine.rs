@@ -276,6 +276,10 @@ impl MooncakeEngine {
             managed,
             settings,
         });
+        // TENT_METRICS_ENABLED, MC_TE_METRIC: count this engine's requests and show them.
+        let counting = te_metrics::start_from_env(live.engine().metrics())
+            .map_err(|e| te_core::Error::InvalidArgument(format!("metrics: {e}")))?;
+        live.engine().set_metrics_enabled(counting);
         debug!(segment = live.engine().segment_name(), runtime = ?kind, "engine initialized");
         self.live.set(live);
         Ok(())

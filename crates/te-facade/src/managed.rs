@@ -1,4 +1,5 @@
-//! Memory the facade owns or copies for its caller: Mooncake's managed buffers
+//! Memory the facade owns or copies for its caller (and, beside it, the engine's figures):
+//! Mooncake's managed buffers
 //! (`allocate_managed_buffer`, one registered host buffer per call) and its byte helpers
 //! (`write_bytes_to_buffer`, `read_bytes_from_buffer`), which here only touch registered
 //! memory, pinned for the copy.
@@ -62,6 +63,26 @@ impl ManagedBuffers {
 }
 
 impl MooncakeEngine {
+    /// This engine's figures (te-metrics' JSON: TENT's totals by name, then every series);
+    /// they count while [`set_metrics`](Self::set_metrics) is on, or the variables turned
+    /// counting on.
+    ///
+    /// # Errors
+    /// A closed engine.
+    pub fn metrics_json(&self) -> Result<String> {
+        let live = self.live()?;
+        Ok(te_metrics::json(&live.engine().metrics().snapshot()).to_string())
+    }
+
+    /// Starts or stops counting this engine's requests.
+    ///
+    /// # Errors
+    /// A closed engine.
+    pub fn set_metrics(&self, on: bool) -> Result<()> {
+        self.live()?.engine().set_metrics_enabled(on);
+        Ok(())
+    }
+
     /// Allocates `len` bytes (shared memory where shm runs, the CXL device where cxl runs
     /// without shm, else host memory) and registers
     /// them for peers to read and write; the address, never 0. The engine owns them:

@@ -340,6 +340,12 @@ impl Engine {
         crate::nic_load_dicts(py, loads)
     }
 
+    /// The engine's figures as te-metrics' JSON text; `count` switches counting first.
+    #[pyo3(signature = (count=None))]
+    fn metrics(&self, py: Python<'_>, count: Option<bool>) -> PyResult<String> {
+        raise(py.detach(|| self.backend.metrics(count)))
+    }
+
     /// Shuts the engine down: listeners closed, ports released, memory unregistered.
     /// Idempotent; later calls raise `ClosedError`.
     fn close(&self, py: Python<'_>) {

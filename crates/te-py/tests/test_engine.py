@@ -463,3 +463,24 @@ def test_the_docs_python_examples_run():
     assert any("TransferEngine()" in b for _, b in runnable), "docs/python.md's te.mooncake example"
     for doc, block in runnable:
         exec(compile(block, doc, "exec"), {})
+
+
+def test_metrics_count_what_moved_by_transport_and_operation():
+    """Engine.metrics(): TENT's totals and per-series figures of the engine's requests, counted
+    while switched on (metrics=True), nothing while off."""
+    with te.Engine(protocol="tcp", metrics=True) as a, te.Engine(protocol="tcp") as b:
+        src = np.arange(1 << 20, dtype=np.uint8)
+        dst = np.zeros(1 << 20, dtype=np.uint8)
+        ra, rb = a.register(src), b.register(dst)
+        peer = a.connect(b.name)
+        peer.write(ra, rb.addr)
+        peer.read(ra, rb.addr, 4096)
+        m = a.metrics()
+        assert m["tent_write_bytes_total"] == 1 << 20
+        assert m["tent_write_requests_total"] == 1
+        assert m["tent_read_bytes_total"] == 4096
+        assert m["tent_write_failures_total"] == 0
+        (write,) = [s for s in m["series"] if s["operation"] == "write"]
+        assert write["transport"] == "tcp" and write["latency_us"]["count"] == 1
+        assert write["size_bytes"]["sum"] == 1 << 20
+        assert b.metrics()["tent_write_requests_total"] == 0, "b counted nothing: off"

@@ -510,11 +510,43 @@ static int same_host(const char *protocol, const char *how) {
     return 0;
 }
 
+/* The engine's figures from C (te_getMetrics): off until switched on; then a WRITE of 1 MiB
+ * and a READ of 4 KiB are counted, bytes and requests, under tcp; a buffer too small and a
+ * count other than -1/0/1 are refused. */
+static int metrics(void) {
+    transfer_engine_t a = engine(), b = engine();
+    unsigned char *src = malloc(LEN), *dst = malloc(LEN);
+    fill(src, LEN, 3);
+    CHECK(registerLocalMemory(a, src, LEN, "*", 1) == 0 && registerLocalMemory(b, dst, LEN, "*", 1) == 0,
+          "register");
+    char name[256], json[16384];
+    CHECK(getLocalIpAndPort(b, name, sizeof name) == 0, "name");
+    segment_id_t seg = openSegment(a, name);
+    CHECK(run(a, OPCODE_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 4096, NULL) == STATUS_COMPLETED, "off");
+    CHECK(te_getMetrics(a, json, sizeof json, 1) == 0, "te_getMetrics, switching on");
+    CHECK(strstr(json, "\"tent_write_bytes_total\":0") != NULL, "nothing counted while off: %s", json);
+    CHECK(run(a, OPCODE_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 1 << 20, NULL) == STATUS_COMPLETED, "write");
+    CHECK(run(a, OPCODE_READ, src, seg, (uint64_t)(uintptr_t)dst, 4096, NULL) == STATUS_COMPLETED, "read");
+    CHECK(te_getMetrics(a, json, sizeof json, -1) == 0, "te_getMetrics");
+    CHECK(strstr(json, "\"tent_write_bytes_total\":1048576") != NULL, "write bytes: %s", json);
+    CHECK(strstr(json, "\"tent_read_bytes_total\":4096") != NULL, "read bytes: %s", json);
+    CHECK(strstr(json, "\"tent_write_requests_total\":1") != NULL, "write requests: %s", json);
+    CHECK(strstr(json, "\"transport\":\"tcp\"") != NULL, "by transport: %s", json);
+    CHECK(te_getMetrics(a, json, 8, -1) != 0, "a buffer too small is refused");
+    CHECK(te_getMetrics(a, json, sizeof json, 5) != 0, "count 5 is refused");
+    CHECK(te_getMetrics(a, json, sizeof json, 0) == 0, "switching off");
+    destroyTransferEngine(a);
+    destroyTransferEngine(b);
+    free(src), free(dst);
+    printf("metrics: counted from C, switched on and off\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "same_host") == 0) return same_host(argv[2], argv[3]);
     if (argc != 2) {
         fprintf(stderr,
-                "usage: %s local|bad|processes|transports|files|same_host PROTOCOL own|managed\n",
+                "usage: %s local|bad|processes|transports|files|metrics|same_host PROTOCOL own|managed\n",
                 argv[0]);
         return 2;
     }
@@ -523,6 +555,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "bad") == 0) return bad();
     if (strcmp(argv[1], "processes") == 0) return processes();
     if (strcmp(argv[1], "files") == 0) return files();
+    if (strcmp(argv[1], "metrics") == 0) return metrics();
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
 }

@@ -18,6 +18,7 @@ capsules are read by the native module (``te._native.dlpack_range``).
 import asyncio
 import collections
 import ctypes
+import json
 import os
 import sys
 import threading
@@ -404,8 +405,10 @@ class Engine:
     transport this machine or build lacks is a :class:`te.TransportError` saying which)."""
 
     def __init__(self, hostname="127.0.0.1", metadata="P2PHANDSHAKE", protocol="auto", devices="",
-                 *, backend="classic"):
+                 *, backend="classic", metrics=None):
         self._engine = _native.Engine(hostname, metadata, protocol, devices, backend)
+        if metrics is not None:
+            self._engine.metrics(bool(metrics))
         self.backend = backend
         self._regions = {}
         self._lock = threading.Lock()
@@ -502,6 +505,15 @@ class Engine:
         ``device_name``, ``inflight_bytes`` (posted, not yet done) and ``ewma_bandwidth_bps``
         (completed bytes per second, smoothed)."""
         return self._engine.nic_load_stats()
+
+    def metrics(self):
+        """This engine's figures as a dict: TENT's totals by name (``tent_write_bytes_total``,
+        ``tent_read_requests_total``, ...), then ``series``: per transport and operation,
+        requests, bytes, failures by kind, latency (µs) and size histograms; ``failovers`` and
+        ``rail_pauses``. Requests are counted while counting is on: ``Engine(metrics=True)``,
+        or ``TENT_METRICS_ENABLED`` / ``MC_TE_METRIC`` (which also serve or log them for the
+        whole process; docs/metrics.md)."""
+        return json.loads(self._engine.metrics())
 
     def notifications(self, timeout=None):
         """The notifications received so far, oldest first (each returned once); with
