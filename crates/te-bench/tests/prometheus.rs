@@ -4,18 +4,12 @@
 //! the run is reported beside the bench's own throughput. Everything binds loopback.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use te_testkit::Killed;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
+use te_testkit::services::free_port;
 
 /// GET `path` from 127.0.0.1:`port`: (status line, body).
 fn get(port: u16, path: &str) -> std::io::Result<(String, String)> {

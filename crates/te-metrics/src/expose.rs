@@ -76,6 +76,12 @@ fn by_op(series: &[Series], op: Operation) -> impl Iterator<Item = &Series> {
 
 /// A counter of each series: its name's middle word, its help, and how it is read.
 type Counted = (&'static str, &'static str, fn(&Series) -> u64);
+/// A histogram of each series: its name's tail, its help, and which one it is.
+type Measured = (
+    &'static str,
+    &'static str,
+    fn(&Series) -> &HistogramSnapshot,
+);
 
 /// The snapshot's metric families: TENT's names, labels and meanings, then te's own.
 fn families(s: &Snapshot) -> Vec<MetricFamily> {
@@ -108,28 +114,29 @@ fn families(s: &Snapshot) -> Vec<MetricFamily> {
                 members,
             );
         }
-        let latency = by_op(&s.series, op)
-            .filter(|x| x.latency_us.count() > 0)
-            .map(|x| member(&transport(x), Value::Buckets(&x.latency_us)))
-            .collect();
-        family(
-            &mut out,
-            format!("tent_{n}_latency_us"),
-            format!("{n} latency of completed requests, microseconds"),
-            MetricType::HISTOGRAM,
-            latency,
-        );
-        let size = by_op(&s.series, op)
-            .filter(|x| x.size.count() > 0)
-            .map(|x| member(&transport(x), Value::Buckets(&x.size)))
-            .collect();
-        family(
-            &mut out,
-            format!("tent_{n}_size_bytes"),
-            format!("{n} size of completed requests, bytes"),
-            MetricType::HISTOGRAM,
-            size,
-        );
+        let histograms: [Measured; 2] = [
+            (
+                "latency_us",
+                "latency of completed requests, microseconds",
+                |x| &x.latency_us,
+            ),
+            ("size_bytes", "size of completed requests, bytes", |x| {
+                &x.size
+            }),
+        ];
+        for (what, help, histogram) in histograms {
+            let members = by_op(&s.series, op)
+                .filter(|x| histogram(x).count() > 0)
+                .map(|x| member(&transport(x), Value::Buckets(histogram(x))))
+                .collect();
+            family(
+                &mut out,
+                format!("tent_{n}_{what}"),
+                format!("{n} {help}"),
+                MetricType::HISTOGRAM,
+                members,
+            );
+        }
     }
     let failovers = (s.failovers.iter())
         .map(|(from, to, n)| {

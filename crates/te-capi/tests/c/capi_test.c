@@ -296,6 +296,31 @@ static int bad(void) {
 }
 
 /* Two processes: the child's engine owns `dst`; the parent writes to it and reads it back. */
+/* The parent's side of a two-process exchange: reads the child's "name address" line from
+ * `fd`, opens its segment, WRITEs the first half of `src` into it and READs the second half of
+ * the child's memory (its pattern, seed 5) into `src`, checking every byte; the segment. */
+static segment_id_t exchange_with_child(transfer_engine_t a, int fd, unsigned char *src) {
+    char line[512] = {0};
+    size_t got = 0;
+    while (got < sizeof line - 1) {
+        CHECK(read(fd, line + got, 1) == 1, "parent read");
+        if (line[got++] == '\n') break;
+    }
+    char name[256];
+    unsigned long long addr = 0;
+    CHECK(sscanf(line, "%255s %llu", name, &addr) == 2, "parse %s", line);
+    segment_id_t seg = openSegment(a, name);
+    CHECK(seg > 0, "open the child's segment: %d", seg);
+    CHECK(run(a, OPCODE_WRITE, src, seg, addr, LEN / 2, NULL) == STATUS_COMPLETED, "write");
+    CHECK(run(a, OPCODE_READ, src + LEN / 2, seg, addr + LEN / 2, LEN / 2, NULL) == STATUS_COMPLETED,
+          "read");
+    unsigned char *expect = malloc(LEN);
+    fill(expect, LEN, 5);
+    CHECK(memcmp(src + LEN / 2, expect + LEN / 2, LEN / 2) == 0, "the READ from the child differs");
+    free(expect);
+    return seg;
+}
+
 static int processes(void) {
     int to_parent[2], to_child[2];
     CHECK(pipe(to_parent) == 0 && pipe(to_child) == 0, "pipe");
@@ -324,25 +349,7 @@ static int processes(void) {
     unsigned char *src = malloc(LEN);
     fill(src, LEN, 6);
     CHECK(registerLocalMemory(a, src, LEN, "*", 1) == 0, "parent register");
-    char line[512] = {0};
-    size_t got = 0;
-    while (got < sizeof line - 1) {
-        ssize_t r = read(to_parent[0], line + got, 1);
-        CHECK(r == 1, "parent read");
-        if (line[got++] == '\n') break;
-    }
-    char name[256];
-    unsigned long long addr = 0;
-    CHECK(sscanf(line, "%255s %llu", name, &addr) == 2, "parse %s", line);
-    segment_id_t seg = openSegment(a, name);
-    CHECK(seg > 0, "open the child's segment: %d", seg);
-    CHECK(run(a, OPCODE_WRITE, src, seg, addr, LEN / 2, NULL) == STATUS_COMPLETED, "write");
-    CHECK(run(a, OPCODE_READ, src + LEN / 2, seg, addr + LEN / 2, LEN / 2, NULL) == STATUS_COMPLETED,
-          "read");
-    /* The second half came from the child's pattern (seed 5), at its offset. */
-    unsigned char *expect = malloc(LEN);
-    fill(expect, LEN, 5);
-    CHECK(memcmp(src + LEN / 2, expect + LEN / 2, LEN / 2) == 0, "the READ from the child differs");
+    segment_id_t seg = exchange_with_child(a, to_parent[0], src);
     notify_msg_t note = {"parent", "done"};
     CHECK(genNotifyInEngine(a, (uint64_t)seg, note) == 0, "notify the child");
     CHECK(write(to_child[1], "g", 1) == 1, "release the child");
@@ -351,7 +358,6 @@ static int processes(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed: %d", status);
     destroyTransferEngine(a);
     free(src);
-    free(expect);
     printf("processes: WRITE to and READ from another process verified, notification crossed\n");
     return 0;
 }
@@ -474,23 +480,7 @@ static int same_host(const char *protocol, const char *how) {
     }
     unsigned char *src;
     transfer_engine_t a = same_host_engine(protocol, managed, 6, &src);
-    char line[512] = {0};
-    size_t got = 0;
-    while (got < sizeof line - 1) {
-        CHECK(read(to_parent[0], line + got, 1) == 1, "parent read");
-        if (line[got++] == '\n') break;
-    }
-    char name[256];
-    unsigned long long addr = 0;
-    CHECK(sscanf(line, "%255s %llu", name, &addr) == 2, "parse %s", line);
-    segment_id_t seg = openSegment(a, name);
-    CHECK(seg > 0, "open the child's segment: %d", seg);
-    CHECK(run(a, OPCODE_WRITE, src, seg, addr, LEN / 2, NULL) == STATUS_COMPLETED, "write");
-    CHECK(run(a, OPCODE_READ, src + LEN / 2, seg, addr + LEN / 2, LEN / 2, NULL) == STATUS_COMPLETED,
-          "read");
-    unsigned char *expect = malloc(LEN);
-    fill(expect, LEN, 5);
-    CHECK(memcmp(src + LEN / 2, expect + LEN / 2, LEN / 2) == 0, "the READ from the child differs");
+    exchange_with_child(a, to_parent[0], src);
     CHECK(write(to_child[1], "g", 1) == 1, "release the child");
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
@@ -504,7 +494,6 @@ static int same_host(const char *protocol, const char *how) {
         CHECK(te_freeManagedBuffer(a, src, LEN) < 0, "a second free is refused");
     }
     destroyTransferEngine(a);
-    free(expect);
     printf("same_host %s %s: WRITE and READ between two processes verified\n", protocol, how);
     printf("installed %s", installed + strlen("transports: "));
     return 0;
