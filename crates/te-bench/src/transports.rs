@@ -36,14 +36,13 @@ impl Installed {
     }
 }
 
-/// An engine named `name` with the transports `--protocol` needs.
 /// Counts the engine's requests and serves them where `--metrics_port` (or the variables of
 /// te-metrics) ask.
 pub(crate) fn meter(engine: &TransferEngine, flags: &Flags) -> BenchResult<()> {
     let counting = match flags.metrics {
         Some(addr) => te_metrics::start(&te_metrics::MetricsSettings {
             http: Some(addr),
-            report_every: None,
+            ..Default::default()
         })?,
         None => te_metrics::start_from_env(engine.metrics())?,
     };
@@ -54,6 +53,7 @@ pub(crate) fn meter(engine: &TransferEngine, flags: &Flags) -> BenchResult<()> {
     Ok(())
 }
 
+/// An engine named `name` with the transports `--protocol` needs.
 pub(crate) fn start_engine(
     config: Config,
     flags: &Flags,

@@ -34,11 +34,12 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// The counters to give a task submitted now, with metrics on.
-    pub(crate) fn meter(&self) -> Option<(Arc<te_metrics::counters::Metrics>, Instant)> {
+    /// The counters to give a task submitted now, with metrics on (counting its attempt only
+    /// when its submitter counts the request).
+    pub(crate) fn meter(&self, attempt_only: bool) -> Option<crate::batch::Meter> {
         self.metrics_on
             .load(std::sync::atomic::Ordering::Relaxed)
-            .then(|| (self.metrics.clone(), Instant::now()))
+            .then(|| crate::batch::Meter::new(self.metrics.clone(), attempt_only))
     }
 
     fn metered(&self) -> Option<&te_metrics::counters::Metrics> {

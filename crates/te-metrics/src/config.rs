@@ -17,6 +17,9 @@ pub struct MetricsSettings {
     pub http: Option<SocketAddr>,
     /// How often the summary is logged, when it is.
     pub report_every: Option<Duration>,
+    /// The log line is the classic engine's (`MC_TE_METRIC`: throughput and latency
+    /// distribution over the interval) rather than TENT's summary of totals.
+    pub classic_report: bool,
 }
 
 fn refused(s: &Setting, e: te_sys::Error) -> MetricsError {
@@ -63,6 +66,7 @@ impl MetricsSettings {
                 .map_err(|e| refused(&TE_METRIC_INTERVAL, e))?
                 .unwrap_or(5);
             out.report_every = Some(Duration::from_secs(every));
+            out.classic_report = true;
         }
         Ok(out)
     }

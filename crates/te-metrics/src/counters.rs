@@ -18,6 +18,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const LATENCY_BUCKETS_US: [u64; 9] = [
     100, 500, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000,
 ];
+/// Stage latency buckets, µs: TENT's (`tent_stage_*_us`).
+pub const STAGE_BUCKETS_US: [u64; 10] = [
+    10, 50, 100, 500, 1_000, 5_000, 10_000, 50_000, 100_000, 500_000,
+];
+/// Task latency buckets, µs: the classic engine's (`MC_TE_METRIC`'s distribution).
+pub const TASK_LATENCY_BUCKETS_US: [u64; 19] = [
+    10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000,
+    500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000,
+];
 /// Request size buckets, bytes: TENT's (`tent_*_size_bytes`).
 pub const SIZE_BUCKETS: [u64; 11] = [
     1 << 10,
@@ -176,6 +185,18 @@ impl FailureKind {
     }
 }
 
+/// The stages of a completed request (TENT's causal chain), µs: waiting in the runtime's
+/// queue, being posted to its transport, and in the transport until its end was seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stages {
+    /// Submission to leaving the queue (0 where there is no queue: the classic engine).
+    pub queue_wait_us: u64,
+    /// Leaving the queue to every slice handed to the transport.
+    pub dispatch_us: u64,
+    /// Handed to the transport to its end.
+    pub transport_us: u64,
+}
+
 /// A histogram over fixed buckets: one counter per bucket (the last is +Inf), a count and a
 /// sum, all atomics.
 #[derive(Debug)]
@@ -186,7 +207,8 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    fn new(bounds: &'static [u64]) -> Self {
+    /// A histogram over `bounds` (ascending), nothing observed.
+    pub fn new(bounds: &'static [u64]) -> Self {
         Histogram {
             bounds,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -221,7 +243,7 @@ impl Histogram {
 }
 
 /// A histogram's figures at one moment.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct HistogramSnapshot {
     /// The upper bounds (the last bucket, +Inf, has none).
     pub bounds: &'static [u64],
@@ -247,6 +269,11 @@ struct Cell {
     retries: AtomicU64,
     latency_us: Histogram,
     size: Histogram,
+    attempts: AtomicU64,
+    attempt_failures: AtomicU64,
+    attempt_latency_us: Histogram,
+    /// Queue wait, dispatch, transport.
+    stages: [Histogram; 3],
 }
 
 impl Cell {
@@ -258,6 +285,10 @@ impl Cell {
             retries: AtomicU64::new(0),
             latency_us: Histogram::new(&LATENCY_BUCKETS_US),
             size: Histogram::new(&SIZE_BUCKETS),
+            attempts: AtomicU64::new(0),
+            attempt_failures: AtomicU64::new(0),
+            attempt_latency_us: Histogram::new(&LATENCY_BUCKETS_US),
+            stages: [0; 3].map(|_| Histogram::new(&STAGE_BUCKETS_US)),
         }
     }
 }
@@ -267,7 +298,9 @@ impl Cell {
 pub struct Metrics {
     cells: Vec<[Cell; 2]>,
     failovers: Vec<[AtomicU64; TransportLabel::ALL.len()]>,
+    deadline_infeasible: [AtomicU64; TransportLabel::ALL.len()],
     rail_pauses: AtomicU64,
+    task_latency_us: Histogram,
 }
 
 impl Default for Metrics {
@@ -281,7 +314,9 @@ impl Default for Metrics {
                 .iter()
                 .map(|_| Default::default())
                 .collect(),
+            deadline_infeasible: Default::default(),
             rail_pauses: AtomicU64::new(0),
+            task_latency_us: Histogram::new(&TASK_LATENCY_BUCKETS_US),
         }
     }
 }
@@ -291,8 +326,9 @@ impl Metrics {
         &self.cells[transport as usize][op as usize]
     }
 
-    /// A request (a task) that ended: `moved` bytes of `len` when it completed, else the
-    /// kind of its failure; `latency_us` from submission to its end.
+    /// A request that ended on its final `transport`: its `len` bytes when it completed,
+    /// else the kind of its failure; `latency_us` from submission to its end, and how that
+    /// time was spent (counted for completed requests, as TENT counts them).
     pub fn request_ended(
         &self,
         transport: TransportLabel,
@@ -300,6 +336,7 @@ impl Metrics {
         len: u64,
         outcome: Result<(), FailureKind>,
         latency_us: u64,
+        stages: Stages,
     ) {
         let cell = self.cell(transport, op);
         cell.requests.fetch_add(1, Ordering::Relaxed);
@@ -308,11 +345,38 @@ impl Metrics {
                 cell.bytes.fetch_add(len, Ordering::Relaxed);
                 cell.latency_us.observe(latency_us);
                 cell.size.observe(len);
+                let [queue, dispatch, carried] = &cell.stages;
+                queue.observe(stages.queue_wait_us);
+                dispatch.observe(stages.dispatch_us);
+                carried.observe(stages.transport_us);
+                self.task_latency_us.observe(latency_us);
             }
             Err(kind) => {
                 cell.failures[kind as usize].fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// One attempt of a request on `transport` ended (a task of the classic engine is one
+    /// attempt of one request; TENT tries a request on its next transport after a failure).
+    pub fn attempt_ended(
+        &self,
+        transport: TransportLabel,
+        op: Operation,
+        ok: bool,
+        latency_us: u64,
+    ) {
+        let cell = self.cell(transport, op);
+        cell.attempts.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            cell.attempt_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        cell.attempt_latency_us.observe(latency_us);
+    }
+
+    /// A request submitted with its deadline already past.
+    pub fn deadline_infeasible(&self, transport: TransportLabel) {
+        self.deadline_infeasible[transport as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A slice posted again after a failure (te's retry on the next rail).
@@ -340,7 +404,8 @@ impl Metrics {
                 let c = self.cell(transport, op);
                 let requests = c.requests.load(Ordering::Relaxed);
                 let retries = c.retries.load(Ordering::Relaxed);
-                if requests == 0 && retries == 0 {
+                let attempts = c.attempts.load(Ordering::Relaxed);
+                if requests == 0 && retries == 0 && attempts == 0 {
                     continue;
                 }
                 series.push(Series {
@@ -356,6 +421,10 @@ impl Metrics {
                     retries,
                     latency_us: c.latency_us.snapshot(),
                     size: c.size.snapshot(),
+                    attempts,
+                    attempt_failures: c.attempt_failures.load(Ordering::Relaxed),
+                    attempt_latency_us: c.attempt_latency_us.snapshot(),
+                    stages: c.stages.each_ref().map(Histogram::snapshot),
                 });
             }
         }
@@ -368,10 +437,22 @@ impl Metrics {
                 }
             }
         }
+        let deadline_infeasible = TransportLabel::ALL
+            .into_iter()
+            .map(|t| {
+                (
+                    t,
+                    self.deadline_infeasible[t as usize].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
         Snapshot {
             series,
             failovers,
+            deadline_infeasible,
             rail_pauses: self.rail_pauses.load(Ordering::Relaxed),
+            task_latency_us: self.task_latency_us.snapshot(),
         }
     }
 }
@@ -395,6 +476,14 @@ pub struct Series {
     pub latency_us: HistogramSnapshot,
     /// Size of completed requests, bytes.
     pub size: HistogramSnapshot,
+    /// Attempts ended on this transport, and those that failed.
+    pub attempts: u64,
+    /// Attempts that failed.
+    pub attempt_failures: u64,
+    /// Latency of each attempt, µs.
+    pub attempt_latency_us: HistogramSnapshot,
+    /// Completed requests' stages, µs: queue wait, dispatch, transport.
+    pub stages: [HistogramSnapshot; 3],
 }
 
 impl Series {
@@ -405,7 +494,17 @@ impl Series {
 }
 
 impl HistogramSnapshot {
-    fn add(&mut self, other: &HistogramSnapshot) {
+    /// What was observed since `earlier` (a snapshot of the same histogram).
+    pub fn since(&self, earlier: &HistogramSnapshot) -> HistogramSnapshot {
+        let mut out = self.clone();
+        for (now, then) in out.cumulative.iter_mut().zip(&earlier.cumulative) {
+            *now = now.saturating_sub(*then);
+        }
+        out.sum = out.sum.saturating_sub(earlier.sum);
+        out
+    }
+
+    pub(crate) fn add(&mut self, other: &HistogramSnapshot) {
         for (mine, theirs) in self.cumulative.iter_mut().zip(&other.cumulative) {
             *mine += theirs;
         }
@@ -420,8 +519,12 @@ pub struct Snapshot {
     pub series: Vec<Series>,
     /// Failovers: (from, to, how many).
     pub failovers: Vec<(TransportLabel, TransportLabel, u64)>,
+    /// Requests submitted with their deadline past, by transport.
+    pub deadline_infeasible: Vec<(TransportLabel, u64)>,
     /// Rails paused after repeated errors.
     pub rail_pauses: u64,
+    /// Latency of every completed request, µs, over the classic engine's finer buckets.
+    pub task_latency_us: HistogramSnapshot,
 }
 
 impl Snapshot {
@@ -443,6 +546,12 @@ impl Snapshot {
                     }
                     mine.latency_us.add(&theirs.latency_us);
                     mine.size.add(&theirs.size);
+                    mine.attempts += theirs.attempts;
+                    mine.attempt_failures += theirs.attempt_failures;
+                    mine.attempt_latency_us.add(&theirs.attempt_latency_us);
+                    for (m, t) in mine.stages.iter_mut().zip(&theirs.stages) {
+                        m.add(t);
+                    }
                 }
                 None => self.series.push(theirs.clone()),
             }
@@ -453,7 +562,17 @@ impl Snapshot {
                 None => self.failovers.push((*from, *to, *n)),
             }
         }
+        for (transport, n) in &other.deadline_infeasible {
+            match (self.deadline_infeasible.iter_mut()).find(|(t, _)| t == transport) {
+                Some((_, m)) => *m += n,
+                None => self.deadline_infeasible.push((*transport, *n)),
+            }
+        }
         self.rail_pauses += other.rail_pauses;
+        match self.task_latency_us.cumulative.is_empty() {
+            true => self.task_latency_us = other.task_latency_us.clone(),
+            false => self.task_latency_us.add(&other.task_latency_us),
+        }
     }
 }
 
@@ -477,15 +596,30 @@ mod tests {
     fn requests_bytes_and_failures_land_in_their_own_series_only() {
         let m = Metrics::default();
         let tcp = TransportLabel::of("tcp");
-        m.request_ended(tcp, Operation::Write, 4096, Ok(()), 250);
-        m.request_ended(tcp, Operation::Write, 1 << 20, Ok(()), 2_000);
-        m.request_ended(tcp, Operation::Write, 4096, Err(FailureKind::Timeout), 9);
+        m.request_ended(tcp, Operation::Write, 4096, Ok(()), 250, Stages::default());
+        m.request_ended(
+            tcp,
+            Operation::Write,
+            1 << 20,
+            Ok(()),
+            2_000,
+            Stages::default(),
+        );
+        m.request_ended(
+            tcp,
+            Operation::Write,
+            4096,
+            Err(FailureKind::Timeout),
+            9,
+            Stages::default(),
+        );
         m.request_ended(
             TransportLabel::of("uring"),
             Operation::Read,
             512,
             Ok(()),
             50,
+            Stages::default(),
         );
         m.failover(TransportLabel::Rdma, TransportLabel::Tcp);
         let s = m.snapshot();

@@ -9,6 +9,8 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 enum Value<'a> {
     Count(u64),
     Buckets(&'a HistogramSnapshot),
+    /// A histogram of microseconds shown in seconds (te's own series use base units).
+    Seconds(&'a HistogramSnapshot),
 }
 
 fn member(labels: &[(&str, &str)], value: Value<'_>) -> proto::Metric {
@@ -30,15 +32,19 @@ fn member(labels: &[(&str, &str)], value: Value<'_>) -> proto::Metric {
             c.set_value(n as f64);
             m.set_counter(c);
         }
-        Value::Buckets(h) => {
+        Value::Buckets(h) | Value::Seconds(h) => {
+            let per = match value {
+                Value::Seconds(_) => 1e6,
+                _ => 1.0,
+            };
             let mut out = proto::Histogram::default();
             out.set_sample_count(h.count());
-            out.set_sample_sum(h.sum as f64);
+            out.set_sample_sum(h.sum as f64 / per);
             out.set_bucket(
                 (h.bounds.iter().zip(&h.cumulative))
                     .map(|(bound, at)| {
                         let mut b = proto::Bucket::default();
-                        b.set_upper_bound(*bound as f64);
+                        b.set_upper_bound(*bound as f64 / per);
                         b.set_cumulative_count(*at);
                         b
                     })
@@ -104,6 +110,7 @@ fn families(s: &Snapshot) -> Vec<MetricFamily> {
         ];
         for (what, help, value) in counters {
             let members = by_op(&s.series, op)
+                .filter(|x| x.requests > 0)
                 .map(|x| member(&transport(x), Value::Count(value(x))))
                 .collect();
             family(
@@ -138,6 +145,76 @@ fn families(s: &Snapshot) -> Vec<MetricFamily> {
             );
         }
     }
+    let attempt_counters: [Counted; 2] = [
+        (
+            "attempts",
+            "physical transport attempts ended (a failed-over request makes one per transport)",
+            |x| x.attempts,
+        ),
+        (
+            "attempt_failures",
+            "physical transport attempts that failed",
+            |x| x.attempt_failures,
+        ),
+    ];
+    let transport_op = |x: &Series| {
+        [
+            ("transport", x.transport.name()),
+            ("operation", x.op.name()),
+        ]
+    };
+    for (what, help, value) in attempt_counters {
+        let members = (s.series.iter())
+            .filter(|x| x.attempts > 0)
+            .map(|x| member(&transport_op(x), Value::Count(value(x))))
+            .collect();
+        family(
+            &mut out,
+            format!("tent_transport_{what}_total"),
+            help.into(),
+            MetricType::COUNTER,
+            members,
+        );
+    }
+    let attempt_latency = (s.series.iter())
+        .filter(|x| x.attempts > 0)
+        .map(|x| member(&transport_op(x), Value::Buckets(&x.attempt_latency_us)))
+        .collect();
+    family(
+        &mut out,
+        "tent_transport_attempt_latency_us".into(),
+        "latency of each physical transport attempt, microseconds".into(),
+        MetricType::HISTOGRAM,
+        attempt_latency,
+    );
+    let stages = [
+        ("queue_wait", "queue wait"),
+        ("dispatch", "dispatch"),
+        ("transport", "transport execution"),
+    ];
+    for (at, (name, help)) in stages.into_iter().enumerate() {
+        let by_transport = per_transport(&s.series, |x| &x.stages[at]);
+        let members = (by_transport.iter())
+            .map(|(t, h)| member(&[("transport", t.name())], Value::Buckets(h)))
+            .collect();
+        family(
+            &mut out,
+            format!("tent_stage_{name}_us"),
+            format!("causal chain of completed requests: {help} latency, microseconds"),
+            MetricType::HISTOGRAM,
+            members,
+        );
+    }
+    let infeasible = (s.deadline_infeasible.iter())
+        .map(|(t, n)| member(&[("transport", t.name())], Value::Count(*n)))
+        .collect();
+    family(
+        &mut out,
+        "tent_deadline_infeasible_total".into(),
+        "requests submitted with their deadline already past".into(),
+        MetricType::COUNTER,
+        infeasible,
+    );
     let failovers = (s.failovers.iter())
         .map(|(from, to, n)| {
             member(
@@ -200,7 +277,92 @@ fn families(s: &Snapshot) -> Vec<MetricFamily> {
         MetricType::COUNTER,
         pauses,
     );
+    let tasks = match s.task_latency_us.count() {
+        0 => Vec::new(),
+        _ => vec![member(&[], Value::Seconds(&s.task_latency_us))],
+    };
+    family(
+        &mut out,
+        "te_task_latency_seconds".into(),
+        "latency of every completed request over the classic engine's buckets (MC_TE_METRIC's), seconds".into(),
+        MetricType::HISTOGRAM,
+        tasks,
+    );
     out
+}
+
+/// One histogram per transport: its operations' summed, those with no observation left out.
+fn per_transport(
+    series: &[Series],
+    histogram: impl Fn(&Series) -> &HistogramSnapshot,
+) -> Vec<(crate::counters::TransportLabel, HistogramSnapshot)> {
+    let mut out: Vec<(crate::counters::TransportLabel, HistogramSnapshot)> = Vec::new();
+    for x in series.iter().filter(|x| histogram(x).count() > 0) {
+        match out.iter_mut().find(|(t, _)| *t == x.transport) {
+            Some((_, h)) => h.add(histogram(x)),
+            None => out.push((x.transport, histogram(x).clone())),
+        }
+    }
+    out
+}
+
+/// Families built one by one, for a server with series of its own (te-metadata's), shown in
+/// Prometheus's text format through the same encoder.
+#[derive(Default)]
+pub struct Exposition(Vec<MetricFamily>);
+
+impl Exposition {
+    /// A counter family: one member per (labels, value); none shown when there is none.
+    pub fn counter(&mut self, name: &str, help: &str, members: &[(&[(&str, &str)], u64)]) {
+        let members = (members.iter())
+            .map(|(labels, n)| member(labels, Value::Count(*n)))
+            .collect();
+        family(
+            &mut self.0,
+            name.into(),
+            help.into(),
+            MetricType::COUNTER,
+            members,
+        );
+    }
+
+    /// A gauge of one value.
+    pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
+        let mut m = proto::Metric::default();
+        let mut g = proto::Gauge::default();
+        g.set_value(value);
+        m.set_gauge(g);
+        family(
+            &mut self.0,
+            name.into(),
+            help.into(),
+            MetricType::GAUGE,
+            vec![m],
+        );
+    }
+
+    /// A histogram of microseconds, shown in seconds; none shown before its first value.
+    pub fn histogram_seconds(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
+        let members = match h.count() {
+            0 => Vec::new(),
+            _ => vec![member(&[], Value::Seconds(h))],
+        };
+        family(
+            &mut self.0,
+            name.into(),
+            help.into(),
+            MetricType::HISTOGRAM,
+            members,
+        );
+    }
+
+    /// The families in Prometheus's text format (0.0.4).
+    pub fn text(&self) -> String {
+        // Well formed by construction: the encoder has nothing to refuse.
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.0)
+            .unwrap_or_default()
+    }
 }
 
 /// The snapshot in Prometheus's text format (0.0.4).
@@ -248,6 +410,12 @@ pub fn json(snapshot: &Snapshot) -> serde_json::Value {
                 "retries": x.retries,
                 "latency_us": histogram(&x.latency_us),
                 "size_bytes": histogram(&x.size),
+                "attempts": x.attempts,
+                "attempt_failures": x.attempt_failures,
+                "attempt_latency_us": histogram(&x.attempt_latency_us),
+                "stage_queue_wait_us": histogram(&x.stages[0]),
+                "stage_dispatch_us": histogram(&x.stages[1]),
+                "stage_transport_us": histogram(&x.stages[2]),
             })
         })
         .collect();
@@ -256,6 +424,11 @@ pub fn json(snapshot: &Snapshot) -> serde_json::Value {
         .map(|(from, to, n)| serde_json::json!({"from": from.name(), "to": to.name(), "count": n}))
         .collect();
     out.insert("failovers".into(), failovers.into());
+    let infeasible: serde_json::Map<String, serde_json::Value> =
+        (snapshot.deadline_infeasible.iter())
+            .map(|(t, n)| (t.name().to_string(), (*n).into()))
+            .collect();
+    out.insert("deadline_infeasible".into(), infeasible.into());
     out.insert("rail_pauses".into(), snapshot.rail_pauses.into());
     serde_json::Value::Object(out)
 }
@@ -286,6 +459,48 @@ pub fn summary(snapshot: &Snapshot) -> String {
         part(Operation::Read, "Read"),
         part(Operation::Write, "Write")
     )
+}
+
+/// The classic engine's periodic line (Mooncake's `MC_TE_METRIC` report): throughput over the
+/// last `interval_secs` from the `bytes` moved in it, and the share of the requests ended in it
+/// per latency bucket (`latency`: that interval's counts); none when nothing happened.
+pub fn classic_report(
+    interval_secs: u64,
+    bytes: u64,
+    latency: &HistogramSnapshot,
+) -> Option<String> {
+    let count = latency.count();
+    if bytes == 0 && count == 0 {
+        return None;
+    }
+    let mut line = format!("[Metrics] Transfer Engine Stats (over last {interval_secs}s):");
+    if bytes > 0 {
+        let mb_s = bytes as f64 / (interval_secs.max(1) as f64 * 1024.0 * 1024.0);
+        line += &format!(" Throughput: {mb_s:.2} MB/s");
+    }
+    if count == 0 {
+        return Some(line);
+    }
+    line += &format!(" | Latency Distribution (count={count}): ");
+    let mut below = 0;
+    let mut parts = Vec::new();
+    for (i, at) in latency.cumulative.iter().enumerate() {
+        let n = at - below;
+        below = *at;
+        let share = n as f64 * 100.0 / count as f64;
+        if n == 0 || share < 0.1 {
+            continue;
+        }
+        let range = match latency.bounds.get(i) {
+            Some(upper) => {
+                let lower = i.checked_sub(1).map_or(0, |j| latency.bounds[j]);
+                format!("{lower}-{upper}μs")
+            }
+            None => format!(">{}μs", latency.bounds.last().copied().unwrap_or(0)),
+        };
+        parts.push(format!("{range}:{share:.1}%"));
+    }
+    Some(line + &parts.join(", "))
 }
 
 #[cfg(test)]

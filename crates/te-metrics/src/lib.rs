@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 pub use config::MetricsSettings;
 use counters::{Metrics, Snapshot};
-pub use expose::{json, prometheus_text, summary};
-pub use server::{MetricsServer, Reporter};
+pub use expose::{Exposition, classic_report, json, prometheus_text, summary};
+pub use server::{MetricsServer, Pages, Reporter};
 pub use settings::SETTINGS;
 
 /// What can go wrong starting the metrics.
@@ -94,13 +94,26 @@ pub struct Started {
     pub reporter: Option<Reporter>,
 }
 
+/// What [`start`] started in this process.
+static STARTED: OnceLock<Result<Started, String>> = OnceLock::new();
+
+/// The address the process's metrics endpoint serves on, once started.
+pub fn endpoint() -> Option<std::net::SocketAddr> {
+    match STARTED.get() {
+        Some(Ok(Started {
+            server: Some(server),
+            ..
+        })) => Some(server.addr()),
+        _ => None,
+    }
+}
+
 /// Starts what `settings` ask for, once per process (later calls return what the first
 /// started, or its error again); whether counting is asked for at all.
 ///
 /// # Errors
 /// The endpoint's address cannot be bound, or a thread cannot start.
 pub fn start(settings: &MetricsSettings) -> Result<bool, String> {
-    static STARTED: OnceLock<Result<Started, String>> = OnceLock::new();
     if !settings.counting() {
         return Ok(false);
     }
@@ -110,7 +123,9 @@ pub fn start(settings: &MetricsSettings) -> Result<bool, String> {
             None => None,
         };
         let reporter = match settings.report_every {
-            Some(every) => Some(Reporter::start(every).map_err(|e| e.to_string())?),
+            Some(every) => {
+                Some(Reporter::start(every, settings.classic_report).map_err(|e| e.to_string())?)
+            }
             None => None,
         };
         Ok(Started { server, reporter })

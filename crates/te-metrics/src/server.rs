@@ -20,6 +20,32 @@ const MAX_REQUEST: usize = 8 << 10;
 /// How long a client may take to send its request.
 const READ_LIMIT: Duration = Duration::from_secs(2);
 
+/// What an endpoint serves: the engines' figures ([`MetricsServer::start`]) or a server's own
+/// (te-metadata's).
+pub trait Pages: Send + Sync + 'static {
+    /// `/metrics`: Prometheus's text format.
+    fn prometheus(&self) -> String;
+    /// `/metrics/json`.
+    fn json(&self) -> String;
+    /// `/metrics/summary`: one line.
+    fn summary(&self) -> String;
+}
+
+/// The watched engines' figures.
+struct Engines;
+
+impl Pages for Engines {
+    fn prometheus(&self) -> String {
+        crate::prometheus_text(&crate::snapshot())
+    }
+    fn json(&self) -> String {
+        crate::json(&crate::snapshot()).to_string()
+    }
+    fn summary(&self) -> String {
+        crate::summary(&crate::snapshot())
+    }
+}
+
 /// The running endpoint; stops when dropped.
 #[derive(Debug)]
 pub struct MetricsServer {
@@ -29,11 +55,23 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    /// Binds `addr` (port 0: any free one) and serves on a thread of its own.
+    /// Binds `addr` (port 0: any free one) and serves the watched engines' figures on a
+    /// thread of its own.
     ///
     /// # Errors
     /// [`MetricsError::Bind`] when the address cannot be bound; [`MetricsError::Thread`].
     pub fn start(addr: SocketAddr) -> Result<MetricsServer, MetricsError> {
+        Self::start_with(addr, Arc::new(Engines))
+    }
+
+    /// As [`start`](Self::start), serving `pages`.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn start_with(
+        addr: SocketAddr,
+        pages: Arc<dyn Pages>,
+    ) -> Result<MetricsServer, MetricsError> {
         let listener = TcpListener::bind(addr).map_err(|source| MetricsError::Bind {
             addr: addr.to_string(),
             source,
@@ -49,7 +87,7 @@ impl MetricsServer {
                         return;
                     }
                     if let Ok(conn) = conn {
-                        answer(conn);
+                        answer(conn, &*pages);
                     }
                 }
             })
@@ -95,32 +133,24 @@ fn route(head: &[u8]) -> Result<(&str, &str), &'static str> {
 }
 
 /// The status, content type and body for `method` on `path`.
-fn respond(method: &str, path: &str) -> (&'static str, &'static str, String) {
+fn respond(pages: &dyn Pages, method: &str, path: &str) -> (&'static str, &'static str, String) {
     if method != "GET" && method != "HEAD" {
         return ("405 Method Not Allowed", "text/plain", "GET only\n".into());
     }
     match path {
-        "/metrics" => (
-            "200 OK",
-            prometheus::TEXT_FORMAT,
-            crate::prometheus_text(&crate::snapshot()),
-        ),
-        "/metrics/json" => (
-            "200 OK",
-            "application/json",
-            crate::json(&crate::snapshot()).to_string(),
-        ),
+        "/metrics" => ("200 OK", prometheus::TEXT_FORMAT, pages.prometheus()),
+        "/metrics/json" => ("200 OK", "application/json", pages.json()),
         "/metrics/summary" => (
             "200 OK",
             "text/plain; charset=utf-8",
-            crate::summary(&crate::snapshot()) + "\n",
+            pages.summary() + "\n",
         ),
         "/health" => ("200 OK", "text/plain", "OK\n".into()),
         _ => ("404 Not Found", "text/plain", "not found\n".into()),
     }
 }
 
-fn answer(mut conn: TcpStream) {
+fn answer(mut conn: TcpStream, pages: &dyn Pages) {
     let _ = conn.set_read_timeout(Some(READ_LIMIT));
     let _ = conn.set_write_timeout(Some(READ_LIMIT));
     let mut head = Vec::with_capacity(512);
@@ -133,7 +163,7 @@ fn answer(mut conn: TcpStream) {
     }
     let (status, kind, body, head_only) = match route(&head) {
         Ok((method, path)) => {
-            let (status, kind, body) = respond(method, path);
+            let (status, kind, body) = respond(pages, method, path);
             (status, kind, body, method == "HEAD")
         }
         Err(status) => (status, "text/plain", "bad request\n".into(), false),
@@ -148,8 +178,9 @@ fn answer(mut conn: TcpStream) {
     }
 }
 
-/// The periodic log: the summary at INFO every interval, as Mooncake's `MC_TE_METRIC`
-/// (throughput since the last line, then the totals). Stops when dropped.
+/// The periodic log: TENT's summary of totals, or the classic engine's line (Mooncake's
+/// `MC_TE_METRIC`: throughput and latency distribution over the interval, nothing when
+/// idle). Stops when dropped.
 #[derive(Debug)]
 pub struct Reporter {
     stop: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
@@ -157,18 +188,18 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// Logs every `every`.
+    /// Logs every `every`, the classic line when `classic`.
     ///
     /// # Errors
     /// [`MetricsError::Thread`].
-    pub fn start(every: Duration) -> Result<Reporter, MetricsError> {
+    pub fn start(every: Duration, classic: bool) -> Result<Reporter, MetricsError> {
         let stop = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("te-metric-log".into())
             .spawn(move || {
                 let (lock, cv) = &*stopping;
-                let mut last = (0u64, 0u64);
+                let mut last = crate::snapshot();
                 let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     stopped = cv
@@ -178,24 +209,16 @@ impl Reporter {
                     if *stopped {
                         return;
                     }
-                    let s = crate::snapshot();
-                    let moved = |op| -> u64 {
-                        (s.series.iter())
-                            .filter(|x| x.op == op)
-                            .map(|x| x.bytes)
-                            .sum()
-                    };
-                    let now = (
-                        moved(crate::counters::Operation::Read),
-                        moved(crate::counters::Operation::Write),
-                    );
-                    let secs = every.as_secs_f64();
-                    tracing::info!(
-                        read_mb_s = format_args!("{:.2}", (now.0 - last.0) as f64 / secs / 1e6),
-                        write_mb_s = format_args!("{:.2}", (now.1 - last.1) as f64 / secs / 1e6),
-                        totals = %crate::summary(&s),
-                        "transfer engine metrics"
-                    );
+                    let now = crate::snapshot();
+                    if !classic {
+                        tracing::info!("[Metrics] {}", crate::summary(&now));
+                    } else if let Some(line) = crate::classic_report(
+                        every.as_secs(),
+                        moved(&now).saturating_sub(moved(&last)),
+                        &now.task_latency_us.since(&last.task_latency_us),
+                    ) {
+                        tracing::info!("{line}");
+                    }
                     last = now;
                 }
             })
@@ -205,6 +228,11 @@ impl Reporter {
             thread: Some(thread),
         })
     }
+}
+
+/// Bytes of completed requests, both operations.
+fn moved(s: &crate::counters::Snapshot) -> u64 {
+    s.series.iter().map(|x| x.bytes).sum()
 }
 
 impl Drop for Reporter {
@@ -233,10 +261,13 @@ mod tests {
         );
         assert_eq!(route(b"\xff\xfe"), Err("400 Bad Request"));
         assert_eq!(route(b"GET /metrics\r\n\r\n"), Err("400 Bad Request"));
-        assert_eq!(respond("POST", "/metrics").0, "405 Method Not Allowed");
-        assert_eq!(respond("GET", "/nope").0, "404 Not Found");
         assert_eq!(
-            respond("GET", "/health"),
+            respond(&Engines, "POST", "/metrics").0,
+            "405 Method Not Allowed"
+        );
+        assert_eq!(respond(&Engines, "GET", "/nope").0, "404 Not Found");
+        assert_eq!(
+            respond(&Engines, "GET", "/health"),
             ("200 OK", "text/plain", "OK\n".to_string())
         );
     }

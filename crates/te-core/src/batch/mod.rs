@@ -159,8 +159,32 @@ pub(crate) struct TaskShared {
     transport: Option<Arc<dyn crate::transport::Transport>>,
     /// The submitting thread waits for this task right after submitting it.
     caller_waits: bool,
-    /// Where its end is counted, and when it was submitted (only with metrics on).
-    metered: Option<Box<(Arc<te_metrics::counters::Metrics>, Instant)>>,
+    /// Where its end is counted, and its moments (only with metrics on).
+    metered: Option<Box<Meter>>,
+}
+
+/// Where a task's end is counted, with metrics on, and the moments its stages are measured by.
+pub(crate) struct Meter {
+    metrics: Arc<te_metrics::counters::Metrics>,
+    submitted: Instant,
+    /// µs from submission until its first slice was handed to its transport, plus one (0: not
+    /// yet).
+    posted: AtomicU64,
+    /// The task is one attempt of a request its submitter counts (te-tent's): the engine
+    /// counts the attempt only.
+    attempt_only: bool,
+}
+
+impl Meter {
+    /// Counts into `metrics` a task submitted now.
+    pub(crate) fn new(metrics: Arc<te_metrics::counters::Metrics>, attempt_only: bool) -> Self {
+        Meter {
+            metrics,
+            submitted: Instant::now(),
+            posted: AtomicU64::new(0),
+            attempt_only,
+        }
+    }
 }
 
 impl TaskShared {
@@ -191,24 +215,39 @@ impl TaskShared {
         }
     }
 
-    /// Counts the task's end in `metrics`, its latency from `submitted`.
+    /// Counts the task's end with `meter`.
     #[inline]
-    pub(crate) fn metered(
-        mut self,
-        metrics: Option<(Arc<te_metrics::counters::Metrics>, Instant)>,
-    ) -> Self {
-        self.metered = metrics.map(Box::new);
+    pub(crate) fn metered(mut self, meter: Option<Meter>) -> Self {
+        self.metered = meter.map(Box::new);
         self
     }
 
-    /// Counts the task's end where it is metered.
+    /// Notes that the task's slices are being handed to its transport (the first time counts).
+    #[inline]
+    pub(crate) fn mark_posted(&self, now: Instant) {
+        if let Some(m) = &self.metered {
+            let at = u64::try_from(now.saturating_duration_since(m.submitted).as_micros())
+                .unwrap_or(u64::MAX - 1);
+            let _ = m
+                .posted
+                .compare_exchange(0, at + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts the task's end where it is metered: an attempt on its transport, and a request
+    /// unless its submitter counts requests itself.
     fn count_end(&self, state: TransferState) {
         use crate::transport::failure_kind;
-        use te_metrics::counters::{FailureKind, TransportLabel};
-        let Some(metered) = &self.metered else {
+        use te_metrics::counters::{FailureKind, Stages, TransportLabel};
+        let Some(meter) = &self.metered else {
             return;
         };
-        let (metrics, submitted) = &**metered;
+        let Meter {
+            metrics,
+            submitted,
+            posted,
+            attempt_only,
+        } = &**meter;
         let transport = self
             .transport
             .as_ref()
@@ -222,13 +261,28 @@ impl TaskShared {
                 .map_or(FailureKind::Other, failure_kind)),
         };
         let latency = u64::try_from(submitted.elapsed().as_micros()).unwrap_or(u64::MAX);
-        metrics.request_ended(
-            transport,
-            self.opcode.operation(),
-            self.len,
-            outcome,
-            latency,
-        );
+        let op = self.opcode.operation();
+        metrics.attempt_ended(transport, op, state != TransferState::Failed, latency);
+        if *attempt_only {
+            return;
+        }
+        // Never handed to a transport (refused at submit): all of it was dispatch.
+        let dispatch = match posted.load(Ordering::Relaxed) {
+            0 => latency,
+            at => (at - 1).min(latency),
+        };
+        let stages = Stages {
+            queue_wait_us: 0,
+            dispatch_us: dispatch,
+            transport_us: latency - dispatch,
+        };
+        metrics.request_ended(transport, op, self.len, outcome, latency, stages);
+    }
+
+    /// Whether the task's end is counted.
+    #[inline]
+    pub(crate) fn is_metered(&self) -> bool {
+        self.metered.is_some()
     }
 
     /// Counts `n` more slices carrying bytes of the task. Submit counts all of a task's slices
@@ -557,6 +611,20 @@ impl SliceToken {
 
     pub(crate) fn transport(&self) -> Option<&Arc<dyn crate::transport::Transport>> {
         self.task.transport.as_ref()
+    }
+
+    /// Whether its tasks' ends are counted (metrics were on when they were submitted).
+    #[inline]
+    pub(crate) fn is_metered(&self) -> bool {
+        self.task.is_metered()
+    }
+
+    /// Notes on each task it carries that it is being handed to the transport.
+    pub(crate) fn mark_posted(&self, now: Instant) {
+        self.task.mark_posted(now);
+        for (task, _) in self.riders() {
+            task.mark_posted(now);
+        }
     }
 
     /// Whether the task was canceled or ran past its deadline.

@@ -31,6 +31,10 @@ pub struct SubmitOptions {
     /// Merge requests contiguous in both memories before slicing (see [`crate::merge`]);
     /// `None` follows the engine's `MC_TE_MERGE_REQUESTS`.
     pub merge: Option<bool>,
+    /// The tasks are attempts of requests the submitter counts itself (te-tent, which may try
+    /// a request on several transports): with metrics on, the engine counts them as transport
+    /// attempts, not as requests.
+    pub attempt_only: bool,
 }
 
 impl SubmitOptions {
@@ -44,6 +48,12 @@ impl SubmitOptions {
     /// Say that the submitting thread waits for the batch at once ([`caller_waits`](Self::caller_waits)).
     pub fn waited(mut self) -> Self {
         self.caller_waits = true;
+        self
+    }
+
+    /// Say that the tasks are attempts of requests the submitter counts ([`attempt_only`](Self::attempt_only)).
+    pub fn as_attempts(mut self) -> Self {
+        self.attempt_only = true;
         self
     }
 
@@ -272,7 +282,7 @@ impl TransferEngine {
                 .with_route(route)
                 .with_transport(transport.clone())
                 .waited(options.caller_waits)
-                .metered(self.core.meter());
+                .metered(self.core.meter(options.attempt_only));
             checked.push(Checked {
                 seg,
                 transport,
@@ -444,8 +454,13 @@ impl Posts {
     }
 }
 
-/// Hands `transport` its slices (a lone slice through `post_one`).
+/// Hands `transport` its slices (a lone slice through `post_one`), noting the moment on
+/// their tasks when they are metered.
 fn post(transport: &Arc<dyn Transport>, ops: SmallList<SliceOp>) {
+    if ops.first().is_some_and(|op| op.token.is_metered()) {
+        let now = std::time::Instant::now();
+        ops.iter().for_each(|op| op.token.mark_posted(now));
+    }
     match ops {
         SmallList::Empty => {}
         SmallList::One(op) => transport.post_one(op),
