@@ -219,7 +219,7 @@ fn the_tent_backend_runs_under_a_configuration_written_for_mooncakes_tent() {
     assert!(err.contains("verified"), "{err}");
     // The keys te does not use are named, each once.
     for key in [
-        "metrics.http_port",
+        "metrics.http_server_threads",
         "transports.ub",
         "enable_progress_worker",
     ] {

@@ -440,7 +440,7 @@ def test_tent_runs_under_a_configuration_written_for_mooncakes_tent(monkeypatch,
         a.connect(b.name).write(region, remote.addr)
         assert (dst == src).all()
     # The keys te does not use are named (once per process; no other test here reads them).
-    for key in ["transports.ub", "metrics.http_port", "enable_progress_worker"]:
+    for key in ["transports.ub", "metrics.http_server_threads", "enable_progress_worker"]:
         assert records.wait_for(f"{key} ignored", logging.WARNING), key
     monkeypatch.setenv("MC_TENT_CONF", '{"transports": {"rdma": {"device": {"gid_index": 300}}}}')
     with pytest.raises(te.TeError) as err:

@@ -17,6 +17,7 @@ use tracing::info;
 use crate::capability::{MemoryKind, Move, Scope};
 use crate::config::TentConfig;
 use crate::memo::{PlanMemo, TargetMemo};
+use crate::meter::RequestMeter;
 use crate::policy::{Plan, RequestFacts, select};
 use crate::progress::{needs_progress, overall};
 use crate::queue::Dispatcher;
@@ -72,6 +73,11 @@ impl TentEngine {
             &config.metadata_conn,
             &config.segment_name(),
         )?);
+        // The metrics the file and the variables ask for: this engine counts into them.
+        if te_metrics::start(&config.metrics).map_err(TentError::Metrics)? {
+            core.set_metrics_enabled(true);
+            te_metrics::watch(core.metrics());
+        }
         let own = core.open_segment(core.segment_name())?;
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
@@ -555,7 +561,7 @@ impl TentEngine {
                         return Err(e);
                     }
                 };
-                b.tasks.push(Task {
+                let mut task = Task {
                     deadline: r.deadline.zip(now).map(|(d, now)| now + d),
                     request: r.clone(),
                     plan,
@@ -563,7 +569,16 @@ impl TentEngine {
                     state: TaskState::Queued,
                     errors: Vec::new(),
                     canceled: false,
-                });
+                    meter: None,
+                };
+                if self.inner.core.metrics_enabled() {
+                    let metrics = self.inner.core.metrics().clone();
+                    if r.deadline == Some(Duration::ZERO) {
+                        metrics.deadline_infeasible(task.label());
+                    }
+                    task.meter = Some(Box::new(RequestMeter::new(metrics)));
+                }
+                b.tasks.push(task);
             }
             if notify.is_some() {
                 b.notify = notify;
@@ -712,7 +727,7 @@ impl TentEngine {
         match &t.state {
             TaskState::Queued => {
                 dispatcher.remove_where(|k| *k == (batch.0, task));
-                t.state = TaskState::Done(TransferStatus {
+                t.end(TransferStatus {
                     state: TransferState::Canceled,
                     transferred_bytes: 0,
                 });

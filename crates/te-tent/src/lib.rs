@@ -20,6 +20,7 @@ pub mod capability;
 pub mod config;
 mod engine;
 mod memo;
+mod meter;
 pub mod policy;
 mod progress;
 pub mod queue;
@@ -40,6 +41,9 @@ pub enum TentError {
     /// The configuration is wrong (the message names the key or variable).
     #[error("TENT configuration: {0}")]
     Config(String),
+    /// The metrics endpoint or log could not start (the address taken, a thread refused).
+    #[error("metrics: {0}")]
+    Metrics(String),
     /// The classic engine refused (its error).
     #[error(transparent)]
     Engine(#[from] te_core::Error),

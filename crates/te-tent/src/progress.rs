@@ -240,6 +240,9 @@ impl Inner {
                     Ok(st) if st.state == TransferState::Completed => (st.state, st, None),
                     Ok(st) if st.state.is_terminal() => {
                         let err = self.core.task_error(*sub, *index).ok().flatten();
+                        if let (Some(m), Some(e)) = (&mut t.meter, &err) {
+                            m.failed_with(te_core::transport::failure_kind(e));
+                        }
                         (st.state, st, err.map(|e| e.to_string()))
                     }
                     _ => return true,
@@ -272,7 +275,7 @@ impl Inner {
                 && (t.choice as u32) < self.config.max_failover_attempts
                 && t.choice + 1 < alternatives;
             if failover {
-                t.choice += 1;
+                t.fail_over();
                 debug!(
                     batch = bid,
                     task = ti,
@@ -282,7 +285,7 @@ impl Inner {
                 t.state = TaskState::Queued;
                 dispatcher.push_front(t.request.priority, (bid, ti));
             } else {
-                t.state = TaskState::Done(status);
+                t.end(status);
             }
             false
         });
@@ -308,7 +311,7 @@ impl Inner {
         });
         for (b, t) in late {
             if let Some(task) = batches.get_mut(&b).and_then(|b| b.tasks.get_mut(t)) {
-                task.state = TaskState::Done(TransferStatus {
+                task.end(TransferStatus {
                     state: TransferState::Timeout,
                     transferred_bytes: 0,
                 });
@@ -325,6 +328,16 @@ impl Inner {
         let mut scratch = std::mem::take(&mut s.scratch);
         while let Some(k) = s.dispatcher.take_next() {
             scratch.taken.push(k);
+        }
+        // With metrics on, the moment they left the queue (one clock read for them all).
+        let mut now = None;
+        for &(bid, ti) in &scratch.taken {
+            if let Some(m) = (s.batches.get_mut(&bid))
+                .and_then(|b| b.tasks.get_mut(ti))
+                .and_then(|t| t.meter.as_mut())
+            {
+                m.dispatched(*now.get_or_insert_with(Instant::now));
+            }
         }
         // Groups keep submission order: (batch, transport, deadline) → tasks.
         for &(bid, ti) in &scratch.taken {
@@ -344,6 +357,9 @@ impl Inner {
                         deadline: t.deadline,
                     },
                 );
+                if let Some(m) = &mut t.meter {
+                    m.posted(Instant::now());
+                }
                 t.state = TaskState::Staged(job);
                 s.live.push((bid, ti));
                 continue;
@@ -413,7 +429,7 @@ impl Inner {
                 }
             }
         };
-        let mut options = SubmitOptions::default().via(transport);
+        let mut options = SubmitOptions::default().via(transport).as_attempts();
         if let Some(d) = deadline {
             options = options.within(
                 d.saturating_duration_since(Instant::now())
@@ -437,8 +453,13 @@ impl Inner {
         };
         match outcome {
             Ok(()) => {
+                let mut now = None;
                 for (k, &ti) in tasks.iter().enumerate() {
-                    b.tasks[ti].state = TaskState::Posted {
+                    let t = &mut b.tasks[ti];
+                    if let Some(m) = &mut t.meter {
+                        m.posted(*now.get_or_insert_with(Instant::now));
+                    }
+                    t.state = TaskState::Posted {
                         sub: sub_id,
                         index: used + k,
                     };
@@ -452,16 +473,22 @@ impl Inner {
                 for &ti in tasks {
                     let t = &mut b.tasks[ti];
                     t.errors.push(format!("{transport}: {e}"));
+                    // A refusal at submit is a failed attempt that te-core never started.
+                    let (label, op) = (t.label(), t.request.opcode.operation());
+                    if let Some(m) = &mut t.meter {
+                        m.metrics().attempt_ended(label, op, false, 0);
+                        m.failed_with(te_metrics::counters::FailureKind::Refused);
+                    }
                     let more = match &*t.plan {
                         Plan::Direct(order) => t.choice + 1 < order.len(),
                         Plan::Staged { .. } => false,
                     };
                     dispatcher.finished();
                     if more {
-                        t.choice += 1;
+                        t.fail_over();
                         dispatcher.push_front(t.request.priority, (bid, ti));
                     } else {
-                        t.state = TaskState::Done(TransferStatus {
+                        t.end(TransferStatus {
                             state: TransferState::Failed,
                             transferred_bytes: 0,
                         });
@@ -475,7 +502,7 @@ impl Inner {
 fn fail_now(t: &mut Task, dispatcher: &mut Dispatcher<(u64, usize)>, why: String) {
     dispatcher.finished();
     t.errors.push(why);
-    t.state = TaskState::Done(TransferStatus {
+    t.end(TransferStatus {
         state: TransferState::Failed,
         transferred_bytes: 0,
     });

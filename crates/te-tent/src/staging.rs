@@ -88,7 +88,7 @@ fn hop(
             "deadline passed while staging".into(),
         ));
     }
-    let mut options = SubmitOptions::default().via(transport);
+    let mut options = SubmitOptions::default().via(transport).as_attempts();
     if let Some(left) = left {
         options = options.within(left);
     }

@@ -10,7 +10,10 @@ use std::time::Instant;
 use te_core::transport::Capabilities;
 use te_core::{Notification, SegmentId, TransferStatus};
 
+use te_metrics::counters::TransportLabel;
+
 use crate::capability::MemoryKind;
+use crate::meter::RequestMeter;
 use crate::policy::{Plan, RequestFacts};
 use crate::queue::Dispatcher;
 use crate::request::{Request, TentBatchId};
@@ -34,6 +37,8 @@ pub(crate) struct Task {
     pub(crate) deadline: Option<Instant>,
     pub(crate) errors: Vec<String>,
     pub(crate) canceled: bool,
+    /// Its moments, with metrics on.
+    pub(crate) meter: Option<Box<RequestMeter>>,
 }
 
 impl Task {
@@ -41,6 +46,36 @@ impl Task {
         match &*self.plan {
             Plan::Direct(order) => order.get(self.choice).copied(),
             Plan::Staged { .. } => None,
+        }
+    }
+
+    /// Its `transport` label: the transport in use, or a staged move's hop to the target.
+    pub(crate) fn label(&self) -> TransportLabel {
+        match &*self.plan {
+            Plan::Direct(order) => order
+                .get(self.choice)
+                .map_or(TransportLabel::Unspec, |t| TransportLabel::of(t)),
+            Plan::Staged { remote, .. } => remote
+                .first()
+                .map_or(TransportLabel::Unspec, |t| TransportLabel::of(t)),
+        }
+    }
+
+    /// Ends the task with `status`, counted where it is metered.
+    pub(crate) fn end(&mut self, status: TransferStatus) {
+        if let Some(m) = &self.meter {
+            let op = self.request.opcode.operation();
+            m.ended(self.label(), op, self.request.length, &status);
+        }
+        self.state = TaskState::Done(status);
+    }
+
+    /// Counts a move to its next transport (TENT's failover) where it is metered.
+    pub(crate) fn fail_over(&mut self) {
+        let from = self.label();
+        self.choice += 1;
+        if let Some(m) = &self.meter {
+            m.metrics().failover(from, self.label());
         }
     }
 }

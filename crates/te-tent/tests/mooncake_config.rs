@@ -28,8 +28,7 @@ fn every_key_of_mooncakes_sample_is_applied_or_reported() {
     let reported: Vec<&str> = file.ignored.iter().map(|(k, _)| k.as_str()).collect();
     for key in [
         "enable_progress_worker",
-        "metrics.enabled",
-        "metrics.http_port",
+        "metrics.http_server_threads",
         "transports.tcp.max_concurrent_tasks",
         "transports.rdma.shared_quota_shm_path",
         "transports.rdma.device.max_cqe",

@@ -59,7 +59,11 @@ fn a_broken_shared_memory_path_fails_over_to_tcp() {
     );
     let (name, remote) = ready.split_once(' ').unwrap();
     let remote: u64 = remote.parse().unwrap();
-    let t = tent("{}");
+    // Metrics on, from the configuration file's block, on any free loopback port.
+    let t = tent(
+        r#"{"metrics": {"enabled": true, "http_port": 0, "http_host": "127.0.0.1",
+        "http_server_threads": 2, "report_interval_seconds": 0}}"#,
+    );
     let local = Arc::new(HostBuffer::new(LEN).unwrap());
     local.write_at(0, &pattern(9, LEN)).unwrap();
     t.register_memory(&local, &private()).unwrap();
@@ -96,6 +100,41 @@ fn a_broken_shared_memory_path_fails_over_to_tcp() {
     );
     let status = target.wait().unwrap();
     assert!(status.success(), "the target found every byte: {status}");
+    // The counters tell the same story: one request, ended on TCP with its bytes; one failed
+    // shared-memory attempt, one TCP attempt; one failover from shm to TCP.
+    let text = scrape("/metrics");
+    for line in [
+        r#"tent_write_requests_total{transport="tcp"} 1"#.to_string(),
+        format!(r#"tent_write_bytes_total{{transport="tcp"}} {LEN}"#),
+        r#"tent_transport_failover_total{from="shm",to="tcp"} 1"#.into(),
+        r#"tent_transport_attempts_total{transport="shm",operation="write"} 1"#.into(),
+        r#"tent_transport_attempt_failures_total{transport="shm",operation="write"} 1"#.into(),
+        r#"tent_transport_attempts_total{transport="tcp",operation="write"} 1"#.into(),
+        r#"tent_transport_attempt_failures_total{transport="tcp",operation="write"} 0"#.into(),
+        r#"tent_stage_transport_us_count{transport="tcp"} 1"#.into(),
+        r#"tent_stage_queue_wait_us_count{transport="tcp"} 1"#.into(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+    }
+    assert!(
+        !text.contains(r#"tent_write_requests_total{transport="shm"}"#),
+        "the request is counted once, on its final transport:\n{text}"
+    );
+    assert_eq!(scrape("/health"), "OK\n");
+}
+
+/// The body of `GET path` from this process's metrics endpoint.
+fn scrape(path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = te_metrics::endpoint().expect("the metrics endpoint started");
+    assert!(addr.ip().is_loopback(), "{addr}");
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
 }
 
 #[test]

@@ -46,7 +46,6 @@ const NIC_SCHEDULER: &str =
     "TENT's NIC scheduler tunable; te spreads slices over rails by their health";
 const VERBS_DEFAULT: &str = "te's RDMA transport keeps its own value for this verbs attribute";
 const NO_TRANSPORT: &str = "te has no such transport";
-const NO_METRICS: &str = "te serves no metrics endpoint yet";
 const MAX: i64 = i64::MAX;
 
 /// Every key of the file, by its path.
@@ -70,11 +69,11 @@ const KEYS: &[(&str, Kind, Use)] = &[
     ("qos", Any, Ignored("te has no QoS classes")),
     ("merge_requests", Bool, Env("MC_TE_MERGE_REQUESTS")),
     ("max_inflight_tasks", Int(1, 1 << 24), Read),
-    ("metrics.enabled", Bool, Ignored(NO_METRICS)),
-    ("metrics.http_port", Port, Ignored(NO_METRICS)),
-    ("metrics.http_host", Str, Ignored(NO_METRICS)),
-    ("metrics.http_server_threads", Int(1, 1024), Ignored(NO_METRICS)),
-    ("metrics.report_interval_seconds", Int(0, MAX), Ignored(NO_METRICS)),
+    ("metrics.enabled", Bool, Read),
+    ("metrics.http_port", Port, Read),
+    ("metrics.http_host", Str, Read),
+    ("metrics.http_server_threads", Int(1, 1024), Ignored("te's metrics endpoint answers on one thread (a scrape every few seconds needs no more)")),
+    ("metrics.report_interval_seconds", Int(0, 86_400), Read),
     ("topology.rdma_whitelist", StrList, Read),
     ("topology.rdma_blacklist", StrList, Env("MC_TE_FILTERS_EXCLUDE")),
     ("topology.custom_json_path", Str, Env("MC_CUSTOM_TOPO_JSON")),
@@ -386,7 +385,13 @@ pub fn audit_variables(
             .iter()
             .find(|(k, _, _)| k == path)
             .expect("every variable maps onto a key");
-        check(var, *kind, &infer(&v), &mut Audit::default())?;
+        // A switch given as a variable may be 0 or 1, as te reads it.
+        let value = match (kind, v.trim()) {
+            (Bool, "0") => Value::Bool(false),
+            (Bool, "1") => Value::Bool(true),
+            _ => infer(&v),
+        };
+        check(var, *kind, &value, &mut Audit::default())?;
         if let Ignored(why) = how {
             ignored.push((var.to_string(), *why));
         }
@@ -445,7 +450,7 @@ mod tests {
     fn keys_are_sorted_into_applied_ignored_and_unknown() {
         let mut root: Value = serde_json::from_str(
             r#"{"log_level": "warning", "enable_progress_worker": false,
-                "metrics": {"enabled": true},
+                "metrics": {"enabled": true, "http_server_threads": 4},
                 "topology": {"rdma_whitelist": ["mlx5_0", "mlx5_2"]},
                 "transports": {"rdma": {"max_timeout_ns": 1500000000,
                                         "workers": {"wrokers": 1}},
@@ -463,7 +468,7 @@ mod tests {
             ignored,
             [
                 "enable_progress_worker",
-                "metrics.enabled",
+                "metrics.http_server_threads",
                 "policy[0].devices",
                 "transports.ub"
             ]
@@ -511,10 +516,16 @@ mod tests {
         let env = |n: &str| match n {
             "TENT_METRICS_ENABLED" => Some("True".to_string()),
             "TENT_METRICS_HTTP_PORT" => Some("9100".to_string()),
+            "TENT_METRICS_HTTP_SERVER_THREADS" => Some("4".to_string()),
+            "TENT_METRICS_REPORT_INTERVAL" => Some("0".to_string()),
             _ => None,
         };
         let ignored = audit_variables(env).unwrap();
-        assert_eq!(ignored.len(), 2);
+        let names: Vec<&str> = ignored.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["TENT_METRICS_HTTP_SERVER_THREADS"]);
+        assert!(
+            audit_variables(|n: &str| (n == "TENT_METRICS_ENABLED").then(|| "1".into())).is_ok()
+        );
         let bad = |n: &str| (n == "TENT_METRICS_HTTP_PORT").then(|| "ninety".to_string());
         assert!(
             audit_variables(bad)

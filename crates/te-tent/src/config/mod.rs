@@ -68,6 +68,39 @@ impl Default for StagingConf {
     }
 }
 
+/// `metrics`: TENT's switches for the metrics endpoint and the periodic log; each key wins
+/// over its `TENT_METRICS_*` variable, as in TENT.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct MetricsConf {
+    /// Count requests and serve them (`TENT_METRICS_ENABLED`).
+    pub enabled: Option<bool>,
+    /// The endpoint's port (`TENT_METRICS_HTTP_PORT`).
+    #[serde(deserialize_with = "port")]
+    pub http_port: Option<u16>,
+    /// The endpoint's address (`TENT_METRICS_HTTP_HOST`); loopback unless given.
+    pub http_host: Option<String>,
+    /// Seconds between summary lines in the log, 0 for none (`TENT_METRICS_REPORT_INTERVAL`).
+    pub report_interval_seconds: Option<u64>,
+}
+
+impl MetricsConf {
+    /// The key's value as the variable `name` would give it, and the key.
+    fn as_variable(&self, name: &str) -> Option<(String, &'static str)> {
+        match name {
+            "TENT_METRICS_ENABLED" => self.enabled.map(|v| (v.to_string(), "metrics.enabled")),
+            "TENT_METRICS_HTTP_PORT" => {
+                self.http_port.map(|v| (v.to_string(), "metrics.http_port"))
+            }
+            "TENT_METRICS_HTTP_HOST" => self.http_host.clone().map(|v| (v, "metrics.http_host")),
+            "TENT_METRICS_REPORT_INTERVAL" => self
+                .report_interval_seconds
+                .map(|v| (v.to_string(), "metrics.report_interval_seconds")),
+            _ => None,
+        }
+    }
+}
+
 /// The TENT configuration file: the keys te reads itself; the rest are in
 /// [`mapped`](Self::mapped) (as classic variables) or [`ignored`](Self::ignored).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -101,6 +134,8 @@ pub struct TentFile {
     pub policy: Vec<Rule>,
     /// Staging through host memory.
     pub staging: StagingConf,
+    /// Metrics.
+    pub metrics: MetricsConf,
     /// Classic settings by `MC_*` name (`{"MC_SLICE_SIZE": "65536"}`), for anything the keys
     /// do not cover.
     #[serde(deserialize_with = "plain_values")]
@@ -165,6 +200,8 @@ pub struct TentConfig {
     pub policy: Vec<Rule>,
     /// Staging.
     pub staging: StagingConf,
+    /// Metrics: the file's `metrics` keys, then `TENT_METRICS_*` and `MC_TE_METRIC*`.
+    pub metrics: te_metrics::MetricsSettings,
     /// The classic variables the file set and the environment did not (te-rdma reads its
     /// options through [`lookup`](Self::lookup)).
     pub settings: BTreeMap<String, String>,
@@ -286,6 +323,24 @@ impl TentConfig {
                 None => TentError::Config(text),
             }
         })?;
+        // TENT reads its metrics keys before their variables.
+        let metrics = te_metrics::MetricsSettings::from_lookup(|name| {
+            (file.metrics.as_variable(name).map(|(v, _)| v)).or_else(|| lookup(name))
+        })
+        .map_err(|e| {
+            let text = e.to_string();
+            match [
+                "TENT_METRICS_HTTP_HOST",
+                "TENT_METRICS_HTTP_PORT",
+                "TENT_METRICS_REPORT_INTERVAL",
+            ]
+            .iter()
+            .find_map(|v| file.metrics.as_variable(v).filter(|_| text.starts_with(v)))
+            {
+                Some((_, key)) => TentError::Config(format!("{key}: {text}")),
+                None => TentError::Config(text),
+            }
+        })?;
         let metadata_conn = match (file.metadata_type.as_deref(), &file.metadata_servers) {
             (None | Some("p2p" | "P2PHANDSHAKE"), _) => "P2PHANDSHAKE".to_string(),
             (Some("etcd"), Some(s)) => format!("etcd://{s}"),
@@ -332,6 +387,7 @@ impl TentConfig {
             transports: file.transports,
             policy: file.policy,
             staging: file.staging,
+            metrics,
             settings: settings
                 .into_iter()
                 .filter(|(var, _)| lookup(var).is_none())
@@ -509,6 +565,27 @@ mod tests {
                 .unwrap_err();
             assert!(err.to_string().contains(needle), "{source}: {err}");
         }
+    }
+
+    #[test]
+    fn the_metrics_block_wins_over_its_variables_as_in_tent() {
+        let env = te_sys::env::table(&[
+            ("TENT_METRICS_ENABLED", "0"),
+            ("TENT_METRICS_HTTP_PORT", "9300"),
+            ("TENT_METRICS_REPORT_INTERVAL", "7"),
+        ]);
+        let file = TentFile::parse_source(r#"{"metrics": {"enabled": true, "http_port": "9200"}}"#)
+            .unwrap();
+        let c = TentConfig::from_file(file, &env).unwrap();
+        assert_eq!(c.metrics.http, Some("127.0.0.1:9200".parse().unwrap()));
+        assert_eq!(c.metrics.report_every, Some(Duration::from_secs(7)));
+        let off = TentConfig::from_file(TentFile::default(), |_| None).unwrap();
+        assert!(!off.metrics.counting(), "off unless asked");
+        let bad = TentFile::parse_source(r#"{"metrics": {"enabled": true, "http_host": "here"}}"#)
+            .and_then(|f| TentConfig::from_file(f, |_| None))
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("metrics.http_host"), "{bad}");
     }
 
     #[test]
