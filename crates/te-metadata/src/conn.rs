@@ -30,9 +30,20 @@ use te_reactor::{Outbox, Protocol, Refusal, Step};
 use tracing::debug;
 
 use crate::budget::{Budget, Hold, Spent};
+use crate::metrics::{ServerMetrics, TurnedAway};
 use crate::request::{Gathered, Gatherer};
 use crate::store::Ticket;
 use crate::{Answer, Options, Store};
+
+/// A change's method as its label (the methods that change are few and known).
+fn method_label(method: &str) -> &'static str {
+    match method {
+        "PUT" => "PUT",
+        "POST" => "POST",
+        "DELETE" => "DELETE",
+        _ => "other",
+    }
+}
 
 /// Bytes read per call.
 const READ_CHUNK: usize = 64 << 10;
@@ -56,11 +67,15 @@ pub(crate) struct MetadataProtocol {
     pub(crate) budget: Arc<Budget>,
     /// The `Authorization` value every request must carry, if a token is set.
     pub(crate) authorization: Option<Arc<te_reactor::secret::Redacted>>,
+    /// What it did, for `--metrics-addr`.
+    pub(crate) metrics: Arc<ServerMetrics>,
 }
 
 /// One client connection.
 pub(crate) struct HttpConn {
     peer: SocketAddr,
+    /// The server's counters (the connection counts itself out when dropped).
+    metrics: Arc<ServerMetrics>,
     input: Vec<u8>,
     gatherer: Gatherer,
     /// The budget held by the body being gathered.
@@ -71,7 +86,8 @@ pub(crate) struct HttpConn {
     /// Close once the output is sent.
     closing: bool,
     /// A change waiting for its sync, and whether to keep the connection open once answered.
-    waiting: Option<(Ticket, &'static str, bool)>,
+    /// A change waiting for its sync: its ticket, reply, keep-alive and method.
+    waiting: Option<(Ticket, &'static str, bool, &'static str)>,
     /// When the first byte of the request being gathered came, if one is.
     since: Option<Instant>,
     /// When bytes last moved either way.
@@ -122,6 +138,12 @@ pub(crate) fn hold_reply(hold: &mut Hold, len: usize) -> Result<(), Spent> {
 fn queue_reply(out: &mut Outbox, status: u16, body: &[u8], keep_alive: bool) {
     out.push(reply_head(status, body.len(), keep_alive).as_bytes());
     out.push(body);
+}
+
+impl Drop for HttpConn {
+    fn drop(&mut self) {
+        self.metrics.closed();
+    }
 }
 
 impl HttpConn {
@@ -191,8 +213,10 @@ impl Protocol for MetadataProtocol {
     }
 
     fn open(&self, peer: SocketAddr, _stream: &mio::net::TcpStream) -> HttpConn {
+        self.metrics.opened();
         HttpConn {
             peer,
+            metrics: self.metrics.clone(),
             input: Vec::new(),
             gatherer: Gatherer::new(self.options.max_value).requiring(self.authorization.clone()),
             body_hold: Hold::new(&self.budget),
@@ -211,14 +235,15 @@ impl Protocol for MetadataProtocol {
             if let Some(step) = c.flush(stream) {
                 return step;
             }
-            if let Some((ticket, done, keep_alive)) = &c.waiting {
+            if let Some((ticket, done, keep_alive, method)) = &c.waiting {
                 let (status, body) = match ticket.outcome() {
                     None => return Step::Parked,
                     Some(Ok(())) => (200, done.as_bytes().to_vec()),
                     Some(Err(why)) => (500, why.clone().into_bytes()),
                 };
-                let keep_alive = *keep_alive;
+                let (keep_alive, method) = (*keep_alive, *method);
                 c.waiting = None;
+                self.metrics.answered(method, status);
                 debug!(peer = %c.peer, status, "change answered after its sync");
                 c.answer(status, &body, keep_alive);
                 continue;
@@ -242,11 +267,13 @@ impl Protocol for MetadataProtocol {
                         Answer::Now(status, body) => (status, body),
                         Answer::Durable { ticket, done } => {
                             debug!(peer = %c.peer, method = request.method, "change waiting for its sync");
-                            c.waiting = Some((ticket, done, request.keep_alive));
+                            let method = method_label(&request.method);
+                            c.waiting = Some((ticket, done, request.keep_alive, method));
                             answered += 1;
                             continue;
                         }
                     };
+                    self.metrics.answered(&request.method, status);
                     debug!(peer = %c.peer, method = request.method, status, "request answered");
                     c.answer(status, &body, request.keep_alive);
                     answered += 1;
@@ -256,12 +283,14 @@ impl Protocol for MetadataProtocol {
                     keep_alive,
                 }) => {
                     c.body_hold.release();
+                    self.metrics.answered("", refusal.status);
                     debug!(peer = %c.peer, reason = refusal.reason, "body turned away");
                     c.answer(refusal.status, refusal.reason.as_bytes(), keep_alive);
                     answered += 1;
                 }
                 Err(refusal) => {
                     c.body_hold.release();
+                    self.metrics.answered("", refusal.status);
                     debug!(peer = %c.peer, status = refusal.status, reason = refusal.reason,
                         "request refused");
                     queue_reply(
@@ -277,7 +306,10 @@ impl Protocol for MetadataProtocol {
     }
 
     fn turn_end(&self) {
-        self.store.settle();
+        if let Some(took) = self.store.settle() {
+            self.metrics
+                .synced(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+        }
     }
 
     fn idle_since(&self, c: &HttpConn) -> Option<Instant> {
@@ -304,6 +336,10 @@ impl Protocol for MetadataProtocol {
     }
 
     fn refuse(&self, mut stream: &mio::net::TcpStream, peer: SocketAddr, why: Refusal) {
+        self.metrics.turned_away(match why {
+            Refusal::AtCapacity { .. } => TurnedAway::Capacity,
+            Refusal::AddressCap { .. } => TurnedAway::Address,
+        });
         let reason = match why {
             Refusal::AtCapacity { max } => format!(
                 "te-metadata serves at most {max} connections at once (--max-connections); \

@@ -28,6 +28,7 @@
 
 mod budget;
 mod conn;
+mod metrics;
 mod request;
 mod store;
 
@@ -81,6 +82,9 @@ pub struct Options {
     /// The token every request must carry (`Authorization: Bearer <token>`), if any: a
     /// request without it is answered 401 before its body is read. Never printed.
     pub token: Option<te_reactor::secret::Redacted>,
+    /// Where to serve the server's metrics (`/metrics`, `/metrics/json`, `/metrics/summary`,
+    /// `/health`), if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl Options {
@@ -115,6 +119,7 @@ impl Default for Options {
             request_timeout: Duration::from_secs(30),
             max_per_address: 256,
             token: None,
+            metrics_addr: None,
         }
     }
 }
@@ -123,6 +128,7 @@ impl Default for Options {
 pub struct Server {
     addr: SocketAddr,
     reactor: te_reactor::Server,
+    metrics: Option<te_metrics::MetricsServer>,
 }
 
 impl std::fmt::Debug for Server {
@@ -163,11 +169,31 @@ impl Server {
                 t.expose()
             )))
         });
+        let counters = Arc::new(metrics::ServerMetrics::default());
+        let metrics = match options.metrics_addr {
+            None => None,
+            Some(at) => {
+                let pages = Arc::new(metrics::MetadataPages {
+                    metrics: counters.clone(),
+                    store: store.clone(),
+                });
+                Some(
+                    te_metrics::MetricsServer::start_with(at, pages).map_err(|e| match e {
+                        te_metrics::MetricsError::Bind { source, .. } => std::io::Error::new(
+                            source.kind(),
+                            format!("--metrics-addr {at}: {source}"),
+                        ),
+                        other => std::io::Error::other(other.to_string()),
+                    })?,
+                )
+            }
+        };
         let protocol = Arc::new(conn::MetadataProtocol {
             store,
             budget: budget::Budget::new(options.max_buffered),
             options: Arc::new(options),
             authorization,
+            metrics: counters,
         });
         let open = protocol.options.token.is_none();
         let reactor = te_reactor::Server::start(listener, protocol, settings)?;
@@ -177,7 +203,16 @@ impl Server {
             warn!(%addr, "no --token-file: anyone who reaches this address can read, change \
                 and delete every key (engines' descriptors included)");
         }
-        Ok(Server { addr, reactor })
+        Ok(Server {
+            addr,
+            reactor,
+            metrics,
+        })
+    }
+
+    /// Where its metrics are served, if they are.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(te_metrics::MetricsServer::addr)
     }
 
     /// The address served.

@@ -1,6 +1,7 @@
 //! `te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] [--max-value BYTES]
 //! [--max-stored BYTES] [--max-buffered BYTES] [--backlog N] [--max-connections N] [--threads N] [--idle-timeout SECS]
-//! [--request-timeout SECS] [--max-connections-per-address N] [--token-file FILE]`:
+//! [--request-timeout SECS] [--max-connections-per-address N] [--token-file FILE]
+//! [--metrics-addr HOST:PORT]`:
 //! Mooncake's HTTP metadata server. Engines use it with
 //! `--metadata_server=http://HOST:PORT/metadata`. At start it raises its open-file limit to the
 //! hard limit, and warns when that is still below `--max-connections`. SIGINT or SIGTERM closes
@@ -17,7 +18,8 @@ use te_sys::signals::Termination;
 const USAGE: &str = "usage: te-metadata [--addr 0.0.0.0:8080] [--path /metadata] [--persist FILE] \
 [--max-value BYTES (16 MiB)] [--max-stored BYTES (2 GiB)] [--max-buffered BYTES (1 GiB)] [--backlog N (4096)] [--max-connections N (10000)] [--threads N (2)] \
 [--idle-timeout SECS (30)] [--request-timeout SECS (30)] [--max-connections-per-address N (256; 0: none)] \
-[--token-file FILE (requests must carry Authorization: Bearer <its content>)]";
+[--token-file FILE (requests must carry Authorization: Bearer <its content>)] \
+[--metrics-addr HOST:PORT (serve /metrics, /metrics/json, /metrics/summary, /health)]";
 
 /// Why `run` ended without serving.
 enum Stop {
@@ -116,6 +118,14 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
                 options.max_per_address = count(&name, &value()?, 0, 1_000_000)? as usize
             }
             "--token-file" => options.token = Some(token_from(&value()?)?),
+            "--metrics-addr" => {
+                let v = value()?;
+                options.metrics_addr = Some(v.parse().map_err(|_| {
+                    Stop::Usage(format!(
+                        "--metrics-addr {v}: not an address (127.0.0.1:9101)\n{USAGE}"
+                    ))
+                })?)
+            }
             other => return Err(Stop::Usage(format!("unknown argument {other}\n{USAGE}"))),
         }
     }
@@ -137,6 +147,9 @@ fn run(termination: Option<&Termination>) -> Result<(), Stop> {
     let server = Server::start(listener, options).map_err(|e| e.to_string())?;
     // Tests and scripts read the bound address from this line.
     println!("te-metadata listening on {}", server.addr());
+    if let Some(at) = server.metrics_addr() {
+        println!("te-metadata metrics on {at}");
+    }
     match termination {
         Some(t) => {
             let signal = t.wait();

@@ -171,6 +171,12 @@ impl Store {
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// How many keys are held, and what they cost together ([`cost`]).
+    pub(crate) fn size(&self) -> (usize, usize) {
+        let keys = self.keys();
+        (keys.map.len(), keys.bytes)
+    }
+
     /// What the keys cost together ([`cost`]).
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
@@ -245,26 +251,28 @@ impl Store {
 
     /// Makes every change submitted so far durable with one sync, applies them in order, and
     /// fills their tickets; if the sync fails, fails them, changing nothing. Every ticket
-    /// handed out before the call is filled when it returns.
-    pub(crate) fn settle(&self) {
+    /// handed out before the call is filled when it returns. Returns how long the sync took,
+    /// when there was one.
+    pub(crate) fn settle(&self) -> Option<std::time::Duration> {
         let mut w = self.writer();
         let w = &mut *w;
         if w.queue.is_empty() {
-            return;
+            return None;
         }
         let queue = std::mem::take(&mut w.queue);
         w.latest.clear();
-        let Some(log) = w.log.as_mut() else {
-            return;
-        };
-        if let Err(e) = log.sync() {
+        let log = w.log.as_mut()?;
+        let started = std::time::Instant::now();
+        let synced = log.sync();
+        let took = started.elapsed();
+        if let Err(e) = synced {
             warn!(error = %e, changes = queue.len(), "syncing the log failed; its changes were refused");
             w.projected = self.keys().bytes;
             let why = format!("not persisted, not applied: {e}");
             for q in queue {
                 q.ticket.fill(Err(why.clone()));
             }
-            return;
+            return Some(took);
         }
         {
             let mut keys = self.keys();
@@ -283,6 +291,7 @@ impl Store {
                 warn!(error = %e, snapshot = %log.snapshot.display(), "compacting the store failed");
             }
         }
+        Some(took)
     }
 
     /// Submits a change and settles it: done when it returns.
