@@ -172,6 +172,17 @@ impl From<te_reactor::Error> for Error {
     }
 }
 
+impl From<te_kv::KvError> for Error {
+    fn from(e: te_kv::KvError) -> Self {
+        match e {
+            te_kv::KvError::InvalidArgument(what) => Error::InvalidArgument(what),
+            te_kv::KvError::Metadata(what) => Error::Metadata(what),
+            te_kv::KvError::MalformedMessage(what) => Error::MalformedMessage(what),
+            te_kv::KvError::Socket { context, source } => Error::Socket { context, source },
+        }
+    }
+}
+
 #[cfg(feature = "cuda")]
 impl From<te_cuda::Error> for Error {
     fn from(e: te_cuda::Error) -> Self {

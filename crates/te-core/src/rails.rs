@@ -1,30 +1,15 @@
-//! Which local NICs serve as rails, and the local priority matrix over them: a pure function of
-//! the configuration, the discovered topology and the interfaces' addresses.
-//!
-//! Rails are, in order of precedence: the NICs named in `Config::rails` (te-bench's
-//! `--device_name`); the interfaces the `MC_TE_FILTERS` allow-list names; the single interface
-//! of `MC_TCP_BIND_ADDRESS`; the loopback interface alone for an engine named by a loopback
-//! address (its peers are on this host, and its traffic stays off the external interfaces);
-//! every physical interface the filters admit; and, when none has an address, the bind address
-//! alone. A rail needs an IPv4 address on an interface that is up.
+//! The engine's rails, from its configuration: [`te_topology::rails::plan`] over what
+//! [`Config`] chooses, its errors in te-core's terms.
 
 use std::net::IpAddr;
 
-use te_topology::{NicFilter, NicKind, PriorityMatrix, Topology};
+use te_topology::rails::{RailChoice, RailError};
+use te_topology::{PriorityMatrix, Topology};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::Rail;
 use te_sys::InterfaceAddr;
-
-/// The IPv4 address of interface `name`. The interface must be up; carrier may still be coming
-/// (a veth whose peer was just brought up), so `IFF_RUNNING` is not required.
-fn address_of(name: &str, interfaces: &[InterfaceAddr]) -> Option<IpAddr> {
-    interfaces
-        .iter()
-        .find(|a| a.name == name && a.up && a.ip.is_ipv4())
-        .map(|a| a.ip)
-}
 
 /// The local rails and the matrix over them.
 ///
@@ -37,230 +22,18 @@ pub fn plan(
     topology: &Topology,
     interfaces: &[InterfaceAddr],
 ) -> Result<(Vec<Rail>, PriorityMatrix)> {
-    let named = config
-        .rails
-        .clone()
-        .or_else(|| config.nic_filter.allow.clone());
-    let rails: Vec<Rail> = match &named {
-        Some(names) => names
-            .iter()
-            .filter(|n| !config.nic_filter.deny.contains(n))
-            .map(|n| {
-                address_of(n, interfaces)
-                    .map(|ip| Rail {
-                        name: n.clone(),
-                        ip,
-                    })
-                    .ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "NIC {n:?} has no running IPv4 address to serve as a rail"
-                        ))
-                    })
-            })
-            .collect::<Result<_>>()?,
-        None if config.tcp_bind_address.is_some() || bind_ip.is_loopback() => Vec::new(),
-        None => topology
-            .nics_of(NicKind::Ethernet)
-            .filter(|n| config.nic_filter.admits(&n.name, n.is_virtual))
-            .filter_map(|n| {
-                address_of(&n.name, interfaces).map(|ip| Rail {
-                    name: n.name.clone(),
-                    ip,
-                })
-            })
-            .collect(),
+    let choice = RailChoice {
+        named: config.rails.as_deref(),
+        filter: &config.nic_filter,
+        bind_address_given: config.tcp_bind_address.is_some(),
+        custom_matrix: config.custom_topo_json.as_deref(),
     };
-    let rails = if rails.is_empty() {
-        let name = interfaces
-            .iter()
-            .find(|a| a.ip == bind_ip)
-            .map_or("default".to_string(), |a| a.name.clone());
-        vec![Rail { name, ip: bind_ip }]
-    } else {
-        rails
-    };
-    let names: Vec<String> = rails.iter().map(|r| r.name.clone()).collect();
-    let matrix = match (&config.custom_topo_json, &config.rails) {
-        (Some(path), _) => PriorityMatrix::from_custom_env(|_| Some(path.clone()))
-            .map_err(|e| Error::InvalidConfig {
-                name: crate::settings::CUSTOM_TOPO_JSON.name.into(),
-                value: path.clone(),
-                reason: e.to_string(),
-            })?
-            .unwrap_or_default(),
-        // Named rails: all preferred everywhere, as Mooncake's `--device_name` matrix.
-        (None, Some(_)) => PriorityMatrix::uniform(&names),
-        (None, None) => {
-            let only_rails = NicFilter {
-                allow: Some(names.clone()),
-                deny: Vec::new(),
-            };
-            let m = PriorityMatrix::from_topology(topology, NicKind::Ethernet, &only_rails);
-            if m.devices().is_empty() {
-                PriorityMatrix::uniform(&names)
-            } else {
-                m
-            }
-        }
-    };
-    Ok((rails, matrix))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use te_topology::Nic;
-
-    fn ifa(name: &str, ip: &str) -> InterfaceAddr {
-        InterfaceAddr {
-            name: name.into(),
-            ip: ip.parse().unwrap(),
-            up: true,
-            running: true,
-            loopback: name == "lo",
-        }
-    }
-
-    fn nic(name: &str, node: Option<u32>, is_virtual: bool) -> Nic {
-        Nic {
-            name: name.into(),
-            kind: NicKind::Ethernet,
-            netdev: Some(name.into()),
-            numa_node: node,
-            pci_address: None,
-            pci_path: None,
-            is_virtual,
-        }
-    }
-
-    fn topo() -> Topology {
-        Topology {
-            numa_nodes: vec![
-                te_topology::NumaNode {
-                    id: 0,
-                    cpus: vec![0],
-                },
-                te_topology::NumaNode {
-                    id: 1,
-                    cpus: vec![1],
-                },
-            ],
-            nics: vec![
-                nic("eth0", Some(0), false),
-                nic("eth1", Some(1), false),
-                nic("veth0", None, true),
-            ],
-            gpus: vec![],
-        }
-    }
-
-    fn ifaces() -> Vec<InterfaceAddr> {
-        vec![
-            ifa("lo", "127.0.0.1"),
-            ifa("eth0", "10.0.0.1"),
-            ifa("eth1", "10.0.1.1"),
-            ifa("veth0", "198.18.0.1"),
-        ]
-    }
-
-    #[test]
-    fn discovered_physical_interfaces_are_rails_with_their_matrix() {
-        let (rails, m) = plan(
-            &Config::default(),
-            "10.0.0.1".parse().unwrap(),
-            &topo(),
-            &ifaces(),
-        )
-        .unwrap();
-        assert_eq!(
-            rails.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
-            ["eth0", "eth1"]
-        );
-        assert_eq!(m.entry("cpu:1").unwrap().0, ["eth1"]);
-        assert_eq!(m.entry("cpu:1").unwrap().1, ["eth0"]);
-    }
-
-    #[test]
-    fn a_bind_address_alone_makes_one_rail() {
-        let c = Config {
-            tcp_bind_address: Some("127.0.0.1".parse().unwrap()),
-            ..Config::default()
-        };
-        let (rails, m) = plan(&c, "127.0.0.1".parse().unwrap(), &topo(), &ifaces()).unwrap();
-        assert_eq!(
-            rails,
-            vec![Rail {
-                name: "lo".into(),
-                ip: "127.0.0.1".parse().unwrap()
-            }]
-        );
-        assert_eq!(m.entry("cpu:0").unwrap().0, ["lo"]);
-    }
-
-    #[test]
-    fn an_engine_named_by_a_loopback_address_keeps_to_the_loopback_rail() {
-        let (rails, m) = plan(
-            &Config::default(),
-            "127.0.0.1".parse().unwrap(),
-            &topo(),
-            &ifaces(),
-        )
-        .unwrap();
-        assert_eq!(
-            rails,
-            vec![Rail {
-                name: "lo".into(),
-                ip: "127.0.0.1".parse().unwrap()
-            }],
-            "no physical interface serves a loopback engine"
-        );
-        assert_eq!(m.entry("cpu:1").unwrap().0, ["lo"]);
-    }
-
-    #[test]
-    fn named_rails_include_virtual_interfaces_and_must_have_addresses() {
-        let mut c = Config {
-            nic_filter: NicFilter {
-                allow: Some(vec!["veth0".into(), "eth1".into()]),
-                deny: vec![],
-            },
-            ..Config::default()
-        };
-        let (rails, _) = plan(&c, "10.0.0.1".parse().unwrap(), &topo(), &ifaces()).unwrap();
-        assert_eq!(
-            rails.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
-            ["veth0", "eth1"]
-        );
-        c.rails = Some(vec!["eth9".into()]);
-        assert!(matches!(
-            plan(&c, "10.0.0.1".parse().unwrap(), &topo(), &ifaces()),
-            Err(Error::InvalidArgument(_))
-        ));
-        c.rails = Some(vec!["eth1".into(), "eth0".into()]);
-        let (rails, m) = plan(&c, "10.0.0.1".parse().unwrap(), &topo(), &ifaces()).unwrap();
-        assert_eq!(rails.len(), 2);
-        assert_eq!(
-            m.entry("cuda:3").unwrap().0,
-            ["eth1", "eth0"],
-            "device_name: all preferred"
-        );
-    }
-
-    #[test]
-    fn no_usable_interface_falls_back_to_the_bind_address() {
-        let (rails, _) = plan(
-            &Config::default(),
-            "192.0.2.7".parse().unwrap(),
-            &Topology::default(),
-            &[],
-        )
-        .unwrap();
-        assert_eq!(
-            rails,
-            vec![Rail {
-                name: "default".into(),
-                ip: "192.0.2.7".parse().unwrap()
-            }]
-        );
-    }
+    te_topology::rails::plan(&choice, bind_ip, topology, interfaces).map_err(|e| match e {
+        RailError::NoAddress(_) => Error::InvalidArgument(e.to_string()),
+        RailError::Matrix { path, reason } => Error::InvalidConfig {
+            name: crate::settings::CUSTOM_TOPO_JSON.name.into(),
+            value: path,
+            reason,
+        },
+    })
 }

@@ -212,14 +212,8 @@ pub struct InstallContext {
     pub control: Arc<crate::control::ControlState>,
 }
 
-/// One local rail: a NIC and the address on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rail {
-    /// NIC name (`eth0`, or `default`).
-    pub name: String,
-    /// Its address.
-    pub ip: std::net::IpAddr,
-}
+/// One local rail: a NIC and its address.
+pub use te_topology::rails::Rail;
 
 /// Load and health of one local rail (Mooncake's `NicLoadStats`, plus te's counters).
 pub use te_metrics::rail::RailLoad as RailStats;

@@ -14,6 +14,7 @@
 #[cfg(feature = "hwloc")]
 pub mod hwloc;
 pub mod matrix;
+pub mod rails;
 pub mod sysfs;
 
 use serde::{Deserialize, Serialize};

@@ -1,14 +1,13 @@
 //! Where segment descriptors come from: the [`Metadata`] trait, the P2P handshake (segment name
 //! = `host:port` of the peer's control listener), and key-value services in Mooncake's layout
-//! ([`store`]): the HTTP metadata server ([`http`]), Redis ([`redis`]) and, with the `etcd`
-//! feature, etcd (`etcd`).
+//! ([`store`]) through te-kv's clients: the HTTP metadata server ([`http`]), Redis ([`redis`])
+//! and, with the `etcd` feature, etcd (`etcd`).
 //!
 //! Mooncake's connection strings are parsed by [`MetadataKind::parse`] and opened by [`open`].
 
 #[cfg(feature = "etcd")]
-pub mod etcd;
-pub mod http;
-pub mod redis;
+pub use te_kv::etcd;
+pub use te_kv::{http, redis};
 pub mod store;
 
 use std::time::Duration;

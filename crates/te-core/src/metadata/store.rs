@@ -15,29 +15,7 @@ use super::{FetchedSegment, Metadata};
 use crate::error::{Error, Result};
 use crate::segment::SegmentDesc;
 
-/// One key-value service.
-pub trait KvStore: Send + Sync {
-    /// The value of `key`, or `None` when absent.
-    ///
-    /// # Errors
-    /// [`Error::Metadata`] when the service cannot be reached or answers wrongly.
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
-
-    /// Sets `key` to `value`.
-    ///
-    /// # Errors
-    /// As [`get`](Self::get).
-    fn put(&self, key: &str, value: &[u8]) -> Result<()>;
-
-    /// Removes `key` (absent is fine).
-    ///
-    /// # Errors
-    /// As [`get`](Self::get).
-    fn delete(&self, key: &str) -> Result<()>;
-
-    /// The service, for messages (`redis://host:port`).
-    fn describe(&self) -> String;
-}
+pub use te_kv::KvStore;
 
 /// Mooncake's key names, under an optional cluster id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,10 +112,10 @@ impl Metadata for StoreMetadata {
     }
 
     fn publish_segment(&self, desc: &SegmentDesc) -> Result<()> {
-        self.store.put(
+        Ok(self.store.put(
             &self.layout.segment_key(&desc.name),
             desc.to_json().as_bytes(),
-        )
+        )?)
     }
 
     fn publish_rpc(&self, name: &str, host: &str, port: u16) -> Result<()> {
@@ -149,7 +127,7 @@ impl Metadata for StoreMetadata {
         let key = self.layout.rpc_key(name);
         let refused = match self.store.put(&key, &json) {
             Ok(()) => return Ok(()),
-            Err(e) => e,
+            Err(e) => Error::from(e),
         };
         // Mooncake's HTTP metadata server never replaces an `rpc_meta` entry ("Duplicate
         // rpc_meta key not allowed"), so every re-publication is refused: an entry that already
@@ -172,7 +150,7 @@ impl Metadata for StoreMetadata {
 
     fn remove_segment(&self, name: &str) -> Result<()> {
         self.store.delete(&self.layout.segment_key(name))?;
-        self.store.delete(&self.layout.rpc_key(name))
+        Ok(self.store.delete(&self.layout.rpc_key(name))?)
     }
 
     fn rpc_address(&self, name: &str) -> Result<(String, u16)> {

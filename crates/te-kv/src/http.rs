@@ -9,8 +9,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::store::KvStore;
-use crate::error::{Error, Result};
+use crate::KvStore;
+use crate::{KvError as Error, Result};
 use te_reactor::http::{percent_encode, read_body, read_head};
 
 fn bad(what: impl Into<String>) -> Error {
@@ -56,7 +56,7 @@ pub struct HttpStore {
     idle: Arc<Mutex<Vec<Connection>>>,
     /// `Authorization` header line sent with every request, if the server wants a token
     /// (never printed).
-    authorization: Option<crate::config::Redacted>,
+    authorization: Option<te_reactor::secret::Redacted>,
 }
 
 impl HttpStore {
@@ -94,7 +94,7 @@ impl HttpStore {
     /// asks: `Authorization: Bearer <token>`.
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.authorization =
-            token.map(|t| crate::config::Redacted(format!("Authorization: Bearer {t}\r\n")));
+            token.map(|t| te_reactor::secret::Redacted(format!("Authorization: Bearer {t}\r\n")));
         self
     }
 
@@ -162,7 +162,7 @@ impl HttpStore {
             self.authority,
             self.authorization
                 .as_ref()
-                .map_or("", crate::config::Redacted::expose),
+                .map_or("", te_reactor::secret::Redacted::expose),
             body.len()
         )
         .into_bytes();

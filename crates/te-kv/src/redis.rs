@@ -7,8 +7,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::store::KvStore;
-use crate::error::{Error, Result};
+use crate::KvStore;
+use crate::{KvError as Error, Result};
 
 /// How to reach and log in to a Redis server.
 #[derive(Clone, PartialEq, Eq)]
@@ -84,12 +84,16 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// A reply.
+/// A RESP2 reply.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Reply {
+pub enum Reply {
+    /// `+OK`.
     Status(String),
+    /// `:1`.
     Int(i64),
+    /// `$n` and its bytes, or `$-1` (none).
     Bulk(Option<Vec<u8>>),
+    /// `-ERR ...`.
     Error(String),
 }
 
@@ -108,7 +112,12 @@ fn read_line(r: &mut impl BufRead) -> Result<String> {
     String::from_utf8(line).map_err(|_| Error::MalformedMessage("Redis reply not UTF-8".into()))
 }
 
-pub(crate) fn read_reply(r: &mut impl BufRead, max_len: usize) -> Result<Reply> {
+/// Reads one reply, a bulk value of at most `max_len` bytes (bounded before it is read).
+///
+/// # Errors
+/// [`KvError::MalformedMessage`](crate::KvError::MalformedMessage) for bytes that are not a
+/// reply; [`KvError::Socket`](crate::KvError::Socket) when the read fails.
+pub fn read_reply(r: &mut impl BufRead, max_len: usize) -> Result<Reply> {
     let line = read_line(r)?;
     // The type byte; a non-ASCII first character (not a char boundary at 1) is no type at all.
     let (kind, rest) = match line.as_bytes().first() {

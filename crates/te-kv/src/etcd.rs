@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
-use super::store::KvStore;
-use crate::error::{Error, Result};
+use crate::KvStore;
+use crate::{KvError as Error, Result};
 
 /// An etcd cluster holding descriptors.
 pub struct EtcdStore {
