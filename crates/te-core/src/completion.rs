@@ -34,12 +34,9 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    /// The counters to give a task submitted now, with metrics on (counting its attempt only
-    /// when its submitter counts the request).
-    pub(crate) fn meter(&self, attempt_only: bool) -> Option<crate::batch::Meter> {
-        self.metrics_on
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .then(|| crate::batch::Meter::new(self.metrics.clone(), attempt_only))
+    /// Whether tasks submitted now are counted.
+    pub(crate) fn metering(&self) -> bool {
+        self.metrics_on.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn metered(&self) -> Option<&te_metrics::counters::Metrics> {

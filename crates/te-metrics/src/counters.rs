@@ -223,6 +223,20 @@ impl Histogram {
         self.sum.fetch_add(value, Ordering::Relaxed);
     }
 
+    /// Adds counts gathered in plain memory (bucket by bucket, over the same bounds).
+    pub(crate) fn add<const N: usize>(&self, counts: &crate::tally::Buckets<N>) {
+        debug_assert_eq!(counts.bounds, self.bounds);
+        let mut touched = counts.touched;
+        while touched != 0 {
+            let at = touched.trailing_zeros() as usize;
+            touched &= touched - 1;
+            self.counts[at].fetch_add(counts.counts[at], Ordering::Relaxed);
+        }
+        if counts.sum > 0 {
+            self.sum.fetch_add(counts.sum, Ordering::Relaxed);
+        }
+    }
+
     /// The figures now: cumulative counts at each bound (then +Inf), and the sum.
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut total = 0;
@@ -377,6 +391,34 @@ impl Metrics {
     /// A request submitted with its deadline already past.
     pub fn deadline_infeasible(&self, transport: TransportLabel) {
         self.deadline_infeasible[transport as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds one cell's tally.
+    pub(crate) fn add_cell(&self, t: &crate::tally::CellTally) {
+        let cell = self.cell(t.transport, t.op);
+        let add = |a: &AtomicU64, n: u64| {
+            if n > 0 {
+                a.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(&cell.requests, t.requests);
+        add(&cell.bytes, t.bytes);
+        for (mine, n) in cell.failures.iter().zip(t.failures) {
+            add(mine, n);
+        }
+        add(&cell.attempts, t.attempts);
+        add(&cell.attempt_failures, t.attempt_failures);
+        cell.latency_us.add(&t.latency_us);
+        cell.size.add(&t.size);
+        cell.attempt_latency_us.add(&t.attempt_latency_us);
+        for (mine, theirs) in cell.stages.iter().zip(&t.stages) {
+            mine.add(theirs);
+        }
+    }
+
+    /// Adds the classic latency distribution's tally.
+    pub(crate) fn add_task_latency<const N: usize>(&self, t: &crate::tally::Buckets<N>) {
+        self.task_latency_us.add(t);
     }
 
     /// A slice posted again after a failure (te's retry on the next rail).

@@ -17,6 +17,7 @@ mod expose;
 pub mod rail;
 mod server;
 mod settings;
+pub mod tally;
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 

@@ -51,6 +51,16 @@ impl<T> std::ops::Deref for SmallList<T> {
     }
 }
 
+impl<T> std::ops::DerefMut for SmallList<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            SmallList::Empty => &mut [],
+            SmallList::One(item) => std::slice::from_mut(item),
+            SmallList::Many(all) => all,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::SmallList;

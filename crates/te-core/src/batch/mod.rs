@@ -19,8 +19,10 @@ use crate::notify::Notification;
 use crate::segment::RemoteSegment;
 use crate::transport::{Opcode, SliceError};
 
+mod meter;
 mod spin;
 mod table;
+pub(crate) use meter::Meter;
 pub(crate) use table::BatchTable;
 
 /// How long `wait` polls before it sleeps (bounded: never a busy wait for the whole transfer;
@@ -159,32 +161,10 @@ pub(crate) struct TaskShared {
     transport: Option<Arc<dyn crate::transport::Transport>>,
     /// The submitting thread waits for this task right after submitting it.
     caller_waits: bool,
-    /// Where its end is counted, and its moments (only with metrics on).
-    metered: Option<Box<Meter>>,
-}
-
-/// Where a task's end is counted, with metrics on, and the moments its stages are measured by.
-pub(crate) struct Meter {
-    metrics: Arc<te_metrics::counters::Metrics>,
-    submitted: Instant,
-    /// µs from submission until its first slice was handed to its transport, plus one (0: not
-    /// yet).
-    posted: AtomicU64,
-    /// The task is one attempt of a request its submitter counts (te-tent's): the engine
-    /// counts the attempt only.
-    attempt_only: bool,
-}
-
-impl Meter {
-    /// Counts into `metrics` a task submitted now.
-    pub(crate) fn new(metrics: Arc<te_metrics::counters::Metrics>, attempt_only: bool) -> Self {
-        Meter {
-            metrics,
-            submitted: Instant::now(),
-            posted: AtomicU64::new(0),
-            attempt_only,
-        }
-    }
+    /// Its moments, when its end is counted (metrics on).
+    metered: Option<Meter>,
+    /// Its end was counted (read and written under its batch's task lock).
+    counted: AtomicBool,
 }
 
 impl TaskShared {
@@ -212,77 +192,15 @@ impl TaskShared {
             transport: None,
             caller_waits: false,
             metered: None,
+            counted: AtomicBool::new(false),
         }
     }
 
     /// Counts the task's end with `meter`.
     #[inline]
     pub(crate) fn metered(mut self, meter: Option<Meter>) -> Self {
-        self.metered = meter.map(Box::new);
+        self.metered = meter;
         self
-    }
-
-    /// Notes that the task's slices are being handed to its transport (the first time counts).
-    #[inline]
-    pub(crate) fn mark_posted(&self, now: Instant) {
-        if let Some(m) = &self.metered {
-            let at = u64::try_from(now.saturating_duration_since(m.submitted).as_micros())
-                .unwrap_or(u64::MAX - 1);
-            let _ = m
-                .posted
-                .compare_exchange(0, at + 1, Ordering::Relaxed, Ordering::Relaxed);
-        }
-    }
-
-    /// Counts the task's end where it is metered: an attempt on its transport, and a request
-    /// unless its submitter counts requests itself.
-    fn count_end(&self, state: TransferState) {
-        use crate::transport::failure_kind;
-        use te_metrics::counters::{FailureKind, Stages, TransportLabel};
-        let Some(meter) = &self.metered else {
-            return;
-        };
-        let Meter {
-            metrics,
-            submitted,
-            posted,
-            attempt_only,
-        } = &**meter;
-        let transport = self
-            .transport
-            .as_ref()
-            .map_or(TransportLabel::Unspec, |t| TransportLabel::of(t.name()));
-        let outcome = match state {
-            TransferState::Completed => Ok(()),
-            TransferState::Timeout => Err(FailureKind::Timeout),
-            TransferState::Canceled => Err(FailureKind::Canceled),
-            _ => Err(lock(&self.error)
-                .as_ref()
-                .map_or(FailureKind::Other, failure_kind)),
-        };
-        let latency = u64::try_from(submitted.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let op = self.opcode.operation();
-        metrics.attempt_ended(transport, op, state != TransferState::Failed, latency);
-        if *attempt_only {
-            return;
-        }
-        // Never handed to a transport (refused at submit): all of it was dispatch.
-        let dispatch = match posted.load(Ordering::Relaxed) {
-            0 => latency,
-            at => (at - 1).min(latency),
-        };
-        let stages = Stages {
-            queue_wait_us: 0,
-            dispatch_us: dispatch,
-            transport_us: latency - dispatch,
-        };
-        metrics.request_ended(transport, op, self.len, outcome, latency, stages);
-    }
-
-    /// Whether the task's end is counted.
-    #[inline]
-    pub(crate) fn is_metered(&self) -> bool {
-        self.metered.is_some()
     }
 
     /// Counts `n` more slices carrying bytes of the task. Submit counts all of a task's slices
@@ -365,6 +283,13 @@ pub(crate) struct BatchShared {
     has_notify: AtomicBool,
     /// Some task has a deadline: status queries then read the clock to expire it.
     has_deadlines: AtomicBool,
+    /// Where its metered tasks are counted (set by the first submit with metrics on).
+    metrics: std::sync::OnceLock<Arc<te_metrics::counters::Metrics>>,
+    /// Every metered task's end has been counted (cleared when a metered task is added).
+    all_counted: AtomicBool,
+    /// With metrics on, each submit's moment and µs from it to its first slices handed to
+    /// their transports.
+    posted: Mutex<te_sys::small_list::SmallList<(Instant, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -388,6 +313,9 @@ impl BatchShared {
             notify: Mutex::new(None),
             has_notify: AtomicBool::new(false),
             has_deadlines: AtomicBool::new(false),
+            metrics: std::sync::OnceLock::new(),
+            all_counted: AtomicBool::new(true),
+            posted: Mutex::new(te_sys::small_list::SmallList::Empty),
         }
     }
 
@@ -443,6 +371,9 @@ impl BatchShared {
         if notify.is_some() {
             *lock(&self.notify) = notify;
             self.has_notify.store(true, Ordering::Release);
+        }
+        if tasks.clone().any(|t| t.metered.is_some()) {
+            self.all_counted.store(false, Ordering::Release);
         }
         list.extend(tasks.cloned());
         Ok(())
@@ -613,20 +544,6 @@ impl SliceToken {
         self.task.transport.as_ref()
     }
 
-    /// Whether its tasks' ends are counted (metrics were on when they were submitted).
-    #[inline]
-    pub(crate) fn is_metered(&self) -> bool {
-        self.task.is_metered()
-    }
-
-    /// Notes on each task it carries that it is being handed to the transport.
-    pub(crate) fn mark_posted(&self, now: Instant) {
-        self.task.mark_posted(now);
-        for (task, _) in self.riders() {
-            task.mark_posted(now);
-        }
-    }
-
     /// Whether the task was canceled or ran past its deadline.
     /// A merged slice counts as canceled only when every task it carries is: the others still
     /// want its bytes.
@@ -747,7 +664,6 @@ impl SliceToken {
             TransferState::Completed
         };
         lock(&task.pin).take();
-        task.count_end(state);
         let batch = &self.batch;
         if state != TransferState::Completed {
             batch.any_failed.store(true, Ordering::Release);

@@ -131,6 +131,8 @@ impl BatchTable {
         let mut guard = lock(&self.slots);
         let Slots { slots, free, spare } = &mut *guard;
         let batch = self.live_slot(slots, id)?;
+        // Ends no one asked about are counted now (nothing to do with metrics off).
+        batch.count_ended(None);
         {
             let tasks = lock(&batch.tasks);
             // A finishing task publishes its end before it counts itself out of `unfinished`:
@@ -168,21 +170,35 @@ impl BatchTable {
     pub(crate) fn task_status(&self, id: BatchId, task: usize) -> Result<TransferStatus> {
         let batch = self.get(id)?;
         self.expire(&batch);
-        Ok(batch.task(task)?.status())
+        let status = batch.task(task)?.status();
+        if status.state.is_terminal() {
+            batch.count_ended(Some(task));
+        }
+        Ok(status)
     }
 
     pub(crate) fn batch_status(&self, id: BatchId) -> Result<TransferStatus> {
         // Without deadlines (nearly always) the status is read in one look.
         let quick = self.look(id, |b| {
-            (!b.has_deadlines.load(Ordering::Acquire))
-                .then(|| b.completed_status().unwrap_or_else(|| b.status()))
+            (!b.has_deadlines.load(Ordering::Acquire)).then(|| {
+                let status = b.completed_status().unwrap_or_else(|| b.status());
+                // The batch's ends are seen: counted (nothing to do with metrics off).
+                if status.state.is_terminal() {
+                    b.count_ended(None);
+                }
+                status
+            })
         })?;
         if let Some(status) = quick {
             return Ok(status);
         }
         let batch = self.get(id)?;
         self.expire(&batch);
-        Ok(batch.status())
+        let status = batch.status();
+        if status.state.is_terminal() {
+            batch.count_ended(None);
+        }
+        Ok(status)
     }
 
     pub(crate) fn cancel(&self, id: BatchId) -> Result<()> {
@@ -199,7 +215,13 @@ impl BatchTable {
     pub(crate) fn wait(&self, id: BatchId, timeout: Duration) -> Result<TransferStatus> {
         // A batch already completed (a copy made on the submitting thread, a poll that came
         // late) is answered in one look; any other is waited for below.
-        let done = self.look(id, BatchShared::completed_status)?;
+        let done = self.look(id, |b| {
+            let status = b.completed_status();
+            if status.is_some() {
+                b.count_ended(None);
+            }
+            status
+        })?;
         if let Some(status) = done {
             return Ok(status);
         }
@@ -207,6 +229,7 @@ impl BatchTable {
         self.wait_until(&batch, timeout, || {
             batch.unfinished.load(Ordering::Acquire) == 0
         })?;
+        batch.count_ended(None);
         Ok(batch.status())
     }
 
@@ -223,6 +246,7 @@ impl BatchTable {
         let waited = self.wait_until(&batch, timeout, || t.state().is_terminal());
         batch.task_waiters.fetch_sub(1, Ordering::SeqCst);
         waited?;
+        batch.count_ended(Some(task));
         Ok(t.status())
     }
 

@@ -211,6 +211,11 @@ impl TransferEngine {
         options: &SubmitOptions,
     ) -> Result<()> {
         let batch = self.batches.get(id)?;
+        // With metrics on, the batch's tasks are counted, all submitted now (one clock read).
+        let submitted = self.core.metering().then(|| {
+            batch.count_into(&self.core.metrics);
+            std::time::Instant::now()
+        });
         let deadline = options
             .timeout
             .or(self.config.slice_timeout)
@@ -282,7 +287,7 @@ impl TransferEngine {
                 .with_route(route)
                 .with_transport(transport.clone())
                 .waited(options.caller_waits)
-                .metered(self.core.meter(options.attempt_only));
+                .metered(submitted.map(|at| crate::batch::Meter::new(at, options.attempt_only)));
             checked.push(Checked {
                 seg,
                 transport,
@@ -312,7 +317,10 @@ impl TransferEngine {
         // is healthy.
         let now = std::cell::OnceCell::new();
         let now = || *now.get_or_init(|| self.core.clock.now());
-        let mut posts = Posts::default();
+        let mut posts = Posts {
+            stamp: submitted.map(|at| (batch.clone(), at)),
+            ..Posts::default()
+        };
         // One list of shares, reused by every merged slice of the submit.
         let mut shares = Vec::new();
         // Each slice's token holds the batch: the submit's own handle goes with its last slice
@@ -407,6 +415,9 @@ const POST_CHUNK: usize = 256;
 struct Posts {
     first: Option<(Arc<dyn Transport>, SmallList<SliceOp>)>,
     more: Vec<(Arc<dyn Transport>, SmallList<SliceOp>)>,
+    /// With metrics on, the batch and the submit's moment: the first post stamps when its
+    /// slices started going to their transports.
+    stamp: Option<(Arc<crate::batch::BatchShared>, std::time::Instant)>,
 }
 
 impl Posts {
@@ -417,7 +428,8 @@ impl Posts {
         ops.push(op);
         if ops.len() >= POST_CHUNK {
             let full = std::mem::replace(ops, SmallList::with_capacity(POST_CHUNK));
-            post(transport, full);
+            let stamp = self.stamp.take();
+            post(transport, full, stamp);
         }
     }
 
@@ -445,21 +457,25 @@ impl Posts {
 
     /// Hands each transport the slices it has not been given yet.
     fn post_all(self) {
+        let mut stamp = self.stamp;
         if let Some((transport, ops)) = self.first {
-            post(&transport, ops);
+            post(&transport, ops, stamp.take());
         }
         for (transport, ops) in self.more {
-            post(&transport, ops);
+            post(&transport, ops, stamp.take());
         }
     }
 }
 
-/// Hands `transport` its slices (a lone slice through `post_one`), noting the moment on
-/// their tasks when they are metered.
-fn post(transport: &Arc<dyn Transport>, ops: SmallList<SliceOp>) {
-    if ops.first().is_some_and(|op| op.token.is_metered()) {
-        let now = std::time::Instant::now();
-        ops.iter().for_each(|op| op.token.mark_posted(now));
+/// Hands `transport` its slices (a lone slice through `post_one`); with `stamp`, the
+/// submit's first post, first notes the moment on the batch (with metrics on).
+fn post(
+    transport: &Arc<dyn Transport>,
+    ops: SmallList<SliceOp>,
+    stamp: Option<(Arc<crate::batch::BatchShared>, std::time::Instant)>,
+) {
+    if let Some((batch, submitted)) = stamp {
+        batch.stamp_posted(submitted, std::time::Instant::now());
     }
     match ops {
         SmallList::Empty => {}
