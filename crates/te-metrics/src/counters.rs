@@ -314,6 +314,8 @@ pub struct Metrics {
     failovers: Vec<[AtomicU64; TransportLabel::ALL.len()]>,
     deadline_infeasible: [AtomicU64; TransportLabel::ALL.len()],
     rail_pauses: AtomicU64,
+    /// Batches allocated and not freed (counted whether or not metrics are on).
+    batches: AtomicU64,
     task_latency_us: Histogram,
 }
 
@@ -330,6 +332,7 @@ impl Default for Metrics {
                 .collect(),
             deadline_infeasible: Default::default(),
             rail_pauses: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
             task_latency_us: Histogram::new(&TASK_LATENCY_BUCKETS_US),
         }
     }
@@ -433,6 +436,16 @@ impl Metrics {
         self.failovers[from as usize][to as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A batch allocated.
+    pub fn batch_allocated(&self) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A batch freed.
+    pub fn batch_freed(&self) {
+        self.batches.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// A rail paused after repeated errors.
     pub fn rail_paused(&self) {
         self.rail_pauses.fetch_add(1, Ordering::Relaxed);
@@ -493,6 +506,8 @@ impl Metrics {
             series,
             failovers,
             deadline_infeasible,
+            batches: self.batches.load(Ordering::Relaxed),
+            connections: Vec::new(),
             rail_pauses: self.rail_pauses.load(Ordering::Relaxed),
             task_latency_us: self.task_latency_us.snapshot(),
         }
@@ -563,6 +578,10 @@ pub struct Snapshot {
     pub failovers: Vec<(TransportLabel, TransportLabel, u64)>,
     /// Requests submitted with their deadline past, by transport.
     pub deadline_infeasible: Vec<(TransportLabel, u64)>,
+    /// Batches allocated and not freed.
+    pub batches: u64,
+    /// The process's servers, by protocol (filled in for the process, not per engine).
+    pub connections: Vec<te_reactor::ConnectionCount>,
     /// Rails paused after repeated errors.
     pub rail_pauses: u64,
     /// Latency of every completed request, µs, over the classic engine's finer buckets.
@@ -611,6 +630,7 @@ impl Snapshot {
             }
         }
         self.rail_pauses += other.rail_pauses;
+        self.batches += other.batches;
         match self.task_latency_us.cumulative.is_empty() {
             true => self.task_latency_us = other.task_latency_us.clone(),
             false => self.task_latency_us.add(&other.task_latency_us),

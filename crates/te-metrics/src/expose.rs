@@ -8,6 +8,7 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 /// One member of a family: its labels and its value.
 enum Value<'a> {
     Count(u64),
+    Gauge(f64),
     Buckets(&'a HistogramSnapshot),
     /// A histogram of microseconds shown in seconds (te's own series use base units).
     Seconds(&'a HistogramSnapshot),
@@ -31,6 +32,11 @@ fn member(labels: &[(&str, &str)], value: Value<'_>) -> proto::Metric {
             let mut c = proto::Counter::default();
             c.set_value(n as f64);
             m.set_counter(c);
+        }
+        Value::Gauge(v) => {
+            let mut g = proto::Gauge::default();
+            g.set_value(v);
+            m.set_gauge(g);
         }
         Value::Buckets(h) | Value::Seconds(h) => {
             let per = match value {
@@ -277,6 +283,34 @@ fn families(s: &Snapshot) -> Vec<MetricFamily> {
         MetricType::COUNTER,
         pauses,
     );
+    let open = (s.connections.iter())
+        .map(|c| member(&[("protocol", c.protocol)], Value::Gauge(c.open as f64)))
+        .collect();
+    family(
+        &mut out,
+        "te_connections".into(),
+        "connections te's servers of this process hold, by protocol (te-control, te-tcp-data, te-tcp-mooncake)".into(),
+        MetricType::GAUGE,
+        open,
+    );
+    let refused = (s.connections.iter())
+        .map(|c| member(&[("protocol", c.protocol)], Value::Count(c.refused)))
+        .collect();
+    family(
+        &mut out,
+        "te_connections_refused_total".into(),
+        "connections turned away over a cap (all connections, or one address's), by protocol"
+            .into(),
+        MetricType::COUNTER,
+        refused,
+    );
+    family(
+        &mut out,
+        "te_batches_allocated".into(),
+        "batches allocated and not freed yet, in the engines counted".into(),
+        MetricType::GAUGE,
+        vec![member(&[], Value::Gauge(s.batches as f64))],
+    );
     let tasks = match s.task_latency_us.count() {
         0 => Vec::new(),
         _ => vec![member(&[], Value::Seconds(&s.task_latency_us))],
@@ -430,6 +464,11 @@ pub fn json(snapshot: &Snapshot) -> serde_json::Value {
             .collect();
     out.insert("deadline_infeasible".into(), infeasible.into());
     out.insert("rail_pauses".into(), snapshot.rail_pauses.into());
+    out.insert("batches_allocated".into(), snapshot.batches.into());
+    let connections: Vec<serde_json::Value> = (snapshot.connections.iter())
+        .map(|c| serde_json::json!({"protocol": c.protocol, "open": c.open, "refused": c.refused}))
+        .collect();
+    out.insert("connections".into(), connections.into());
     serde_json::Value::Object(out)
 }
 

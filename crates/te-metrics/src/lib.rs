@@ -82,6 +82,7 @@ pub fn snapshot() -> Snapshot {
     for m in live {
         total.add(&m.snapshot());
     }
+    total.connections = te_reactor::connection_counts();
     total
 }
 

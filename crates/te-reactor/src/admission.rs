@@ -58,15 +58,23 @@ pub(super) struct Admission {
     max: usize,
     per_address: AddressCap,
     counts: PerAddress,
+    /// Connections turned away (its protocol's, process-wide: [`crate::connection_counts`]).
+    refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Admission {
-    pub(super) fn new(live: Arc<AtomicUsize>, max: usize, per_address: AddressCap) -> Self {
+    pub(super) fn new(
+        live: Arc<AtomicUsize>,
+        max: usize,
+        per_address: AddressCap,
+        refused: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
         Admission {
             live,
             max: max.max(1),
             per_address,
             counts: PerAddress::default(),
+            refused,
         }
     }
 
@@ -77,6 +85,14 @@ impl Admission {
 
     /// A place for a connection from `ip`, or why there is none.
     pub(super) fn admit(&self, ip: IpAddr) -> Result<Slot, Refusal> {
+        let admitted = self.decide(ip);
+        if admitted.is_err() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    fn decide(&self, ip: IpAddr) -> Result<Slot, Refusal> {
         let capped = self.per_address.max > 0 && (self.per_address.loopback || !ip.is_loopback());
         let address = match capped {
             false => None,
@@ -137,7 +153,7 @@ mod tests {
             max: 2,
             loopback: false,
         };
-        let a = Admission::new(Arc::new(AtomicUsize::new(0)), 5, cap);
+        let a = Admission::new(Arc::new(AtomicUsize::new(0)), 5, cap, Arc::default());
         let local: Vec<Slot> = (0..3).map(|_| a.admit(ip("127.0.0.1")).unwrap()).collect();
         assert_eq!(
             a.held(),
@@ -163,7 +179,12 @@ mod tests {
 
     #[test]
     fn the_server_wide_cap_holds_whatever_the_addresses() {
-        let a = Admission::new(Arc::new(AtomicUsize::new(0)), 2, AddressCap::default());
+        let a = Admission::new(
+            Arc::new(AtomicUsize::new(0)),
+            2,
+            AddressCap::default(),
+            Arc::default(),
+        );
         let slots: Vec<Slot> = ["10.0.0.1", "10.0.0.2"]
             .iter()
             .map(|s| a.admit(ip(s)).unwrap())

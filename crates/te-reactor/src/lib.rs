@@ -33,6 +33,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::{debug, error, warn};
 
 mod admission;
+pub use tally::{ConnectionCount, connection_counts};
 pub mod allow;
 pub mod congestion;
 mod error;
@@ -40,6 +41,7 @@ pub mod http;
 pub mod limits;
 pub mod secret;
 pub mod settings;
+mod tally;
 
 pub use admission::{AddressCap, EVICT_MIN_IDLE, Slot};
 use admission::{Admission, oldest_idle};
@@ -281,10 +283,12 @@ impl Server {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let live = Arc::new(AtomicUsize::new(0));
+        let refused = tally::register(protocol.name(), &live);
         let admission = Arc::new(Admission::new(
             live.clone(),
             settings.max_connections,
             settings.per_address,
+            refused,
         ));
         let mut polls = Vec::new();
         let mut siblings = Vec::new();

@@ -8,6 +8,8 @@ struct Echo {
     promoted: AtomicUsize,
     /// How long a connection may idle before it expires.
     idle: Duration,
+    /// Its protocol name (its servers' counts are the process's under it).
+    name: &'static str,
 }
 
 impl Echo {
@@ -15,6 +17,7 @@ impl Echo {
         Arc::new(Echo {
             promoted: AtomicUsize::new(0),
             idle,
+            name: "echo",
         })
     }
 }
@@ -32,7 +35,7 @@ struct EchoConn {
 impl Protocol for Echo {
     type Conn = EchoConn;
     fn name(&self) -> &'static str {
-        "echo"
+        self.name
     }
     fn admits(&self, peer: SocketAddr) -> bool {
         peer.ip().is_loopback()
@@ -233,6 +236,47 @@ fn over_the_cap_a_peer_is_told_why_and_the_rest_are_served() {
     settled(&server, 2);
     let mut again = TcpStream::connect(server.local_addr()).unwrap();
     assert_eq!(roundtrip(&mut again, b"in"), b"in");
+}
+
+#[test]
+fn the_process_counts_each_protocols_connections_and_refusals() {
+    let echo = Arc::new(Echo {
+        promoted: AtomicUsize::new(0),
+        idle: Duration::from_secs(2),
+        name: "echo-counted",
+    });
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 2,
+        per_address: crate::AddressCap::default(),
+        deal: Deal::RoundRobin,
+        backlog: 64,
+        congestion: crate::congestion::Congestion::Auto,
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = Server::start(l, echo, settings).unwrap();
+    let counted = || {
+        (crate::connection_counts().into_iter())
+            .find(|c| c.protocol == "echo-counted")
+            .map(|c| (c.open, c.refused))
+    };
+    assert_eq!(counted(), Some((0, 0)));
+    let mut held = connect(&server, 2);
+    for c in &mut held {
+        assert_eq!(roundtrip(c, b"x"), b"x");
+    }
+    let mut over = TcpStream::connect(server.local_addr()).unwrap();
+    let mut why = String::new();
+    over.read_to_string(&mut why).unwrap();
+    assert_eq!(counted(), Some((2, 1)));
+    drop(held);
+    settled(&server, 0);
+    drop(server);
+    assert_eq!(
+        counted(),
+        Some((0, 1)),
+        "refusals stay counted after the server stops"
+    );
 }
 
 #[test]

@@ -90,6 +90,7 @@ fn a_task_is_counted_once_when_its_end_is_first_seen() {
     };
     // Polled task by task, as Mooncake's callers poll: each end counted once.
     let b = e.allocate_batch(4).unwrap();
+    assert_eq!(e.metrics().snapshot().batches, 1, "one batch allocated");
     e.submit(b, &requests).unwrap();
     for task in 0..4 {
         while !e.task_status(b, task).unwrap().state.is_terminal() {
@@ -108,6 +109,7 @@ fn a_task_is_counted_once_when_its_end_is_first_seen() {
     e.batch_status(b).unwrap();
     e.free_batch(b).unwrap();
     assert_eq!(writes(&e), 4);
+    assert_eq!(e.metrics().snapshot().batches, 0, "freed");
     // Never asked about: counted when the batch is freed (after its tasks ended).
     let b = e.allocate_batch(4).unwrap();
     e.submit(b, &requests).unwrap();

@@ -595,7 +595,9 @@ impl TransferEngine {
     /// # Errors
     /// [`Error::InvalidArgument`] for 0 or more than `Config::max_batch_size`.
     pub fn allocate_batch(&self, capacity: usize) -> Result<BatchId> {
-        self.batches.allocate(capacity)
+        let id = self.batches.allocate(capacity)?;
+        self.core.metrics.batch_allocated();
+        Ok(id)
     }
 
     /// Frees a batch.
@@ -604,7 +606,9 @@ impl TransferEngine {
     /// [`Error::BatchBusy`] while a slice of it is in flight; [`Error::InvalidBatch`] for a stale
     /// (double free) or foreign handle.
     pub fn free_batch(&self, batch: BatchId) -> Result<()> {
-        self.batches.free(batch)
+        self.batches.free(batch)?;
+        self.core.metrics.batch_freed();
+        Ok(())
     }
 
     /// Status of task `task` (its index in submission order) of `batch`.
