@@ -484,3 +484,26 @@ def test_metrics_count_what_moved_by_transport_and_operation():
         assert write["transport"] == "tcp" and write["latency_us"]["count"] == 1
         assert write["size_bytes"]["sum"] == 1 << 20
         assert b.metrics()["tent_write_requests_total"] == 0, "b counted nothing: off"
+
+
+def test_the_tent_backend_counts_requests_and_their_attempts():
+    """With backend="tent" a request is counted once, on its final transport, by TENT's runtime;
+    te-core counts each attempt. On one host the runtime tries shared memory first, which
+    cannot reach private numpy memory: a failed shm attempt, a failover, the request on TCP."""
+    with te.Engine(backend="tent", protocol="tcp", metrics=True) as a, \
+            te.Engine(backend="tent", protocol="tcp") as b:
+        src = np.arange(1 << 20, dtype=np.uint8)
+        dst = np.zeros(1 << 20, dtype=np.uint8)
+        ra, rb = a.register(src), b.register(dst)
+        a.connect(b.name).write(ra, rb.addr)
+        assert (dst == src).all()
+        m = a.metrics()
+        assert m["tent_write_requests_total"] == 1
+        assert m["tent_write_bytes_total"] == 1 << 20
+        series = {s["transport"]: s for s in m["series"] if s["operation"] == "write"}
+        tcp, shm = series["tcp"], series["shm"]
+        assert (tcp["requests"], tcp["attempts"], tcp["attempt_failures"]) == (1, 1, 0)
+        assert (shm["requests"], shm["attempts"], shm["attempt_failures"]) == (0, 1, 1)
+        assert tcp["stage_transport_us"]["count"] == 1
+        assert tcp["stage_queue_wait_us"]["count"] == 1
+        assert m["failovers"] == [{"from": "shm", "to": "tcp", "count": 1}]
