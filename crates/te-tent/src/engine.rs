@@ -438,7 +438,7 @@ impl TentEngine {
         r: &Request,
         memory: &BTreeMap<u64, (u64, MemoryKind)>,
         installed: &[(&'static str, Capabilities)],
-        cache: &mut Vec<(RequestFacts, Arc<Plan>)>,
+        cache: &mut Vec<((RequestFacts, u32), Arc<Plan>)>,
         memo: &mut PlanMemo,
     ) -> Result<Arc<Plan>> {
         let core = &self.inner.core;
@@ -461,7 +461,7 @@ impl TentEngine {
                 *kind
             }
         };
-        let (to, scope) = match memo.target_for(r) {
+        let (to, scope, unreachable) = match memo.target_for(r) {
             Some(known) => known,
             None => {
                 let seg =
@@ -478,6 +478,19 @@ impl TentEngine {
                         },
                     ),
                 };
+                // A same-host transport reaches only the buffers it serves (shared memory,
+                // a CXL device): one that cannot is left out of the plan, not tried and failed.
+                let mut unreachable = 0u32;
+                if scope == Scope::SameHost && to == MemoryKind::Dram {
+                    for (i, (name, caps)) in installed.iter().enumerate().take(32) {
+                        let remote = caps.contains(Capabilities::DRAM_REMOTE_HOST);
+                        let serves =
+                            || core.transport(name).is_some_and(|t| t.serves(&seg, buffer));
+                        if !remote && !serves() {
+                            unreachable |= 1 << i;
+                        }
+                    }
+                }
                 memo.target = Some(TargetMemo {
                     id: r.target_id,
                     opcode: r.opcode,
@@ -485,8 +498,9 @@ impl TentEngine {
                     end: buffer.addr.saturating_add(buffer.length),
                     to,
                     scope,
+                    unreachable,
                 });
-                (to, scope)
+                (to, scope, unreachable)
             }
         };
         let facts = RequestFacts {
@@ -498,22 +512,32 @@ impl TentEngine {
             hint: r.transport_hint.clone(),
         };
         // Requests mostly share their facts: each kind is planned once, not once per request.
-        if let Some((_, plan)) = cache.iter().find(|(f, _)| *f == facts) {
+        let key = (facts, unreachable);
+        if let Some((_, plan)) = cache.iter().find(|(k, _)| *k == key) {
             return Ok(plan.clone());
         }
-        let plan = Arc::new(
-            select(
-                &facts,
-                &self.inner.config.policy,
-                installed,
-                self.inner.config.staging.enable,
-            )
-            .map_err(TentError::NoTransport)?,
-        );
+        let mut plan = select(
+            &key.0,
+            &self.inner.config.policy,
+            installed,
+            self.inner.config.staging.enable,
+        )
+        .map_err(TentError::NoTransport)?;
+        if let Plan::Direct(order) = &mut plan {
+            let reaches = |t: &&'static str| {
+                (installed.iter().position(|(name, _)| name == t))
+                    .is_none_or(|i| i >= 32 || unreachable & (1 << i) == 0)
+            };
+            // With none left, the plan stays whole: its submits say why each cannot.
+            if order.iter().any(reaches) {
+                order.retain(reaches);
+            }
+        }
+        let plan = Arc::new(plan);
         if cache.len() >= PLAN_CACHE {
             cache.clear();
         }
-        cache.push((facts, plan.clone()));
+        cache.push((key, plan.clone()));
         Ok(plan)
     }
 

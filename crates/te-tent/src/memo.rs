@@ -30,6 +30,8 @@ pub(crate) struct TargetMemo {
     pub(crate) end: u64,
     pub(crate) to: MemoryKind,
     pub(crate) scope: Scope,
+    /// The installed transports (bit per position) that cannot reach this buffer.
+    pub(crate) unreachable: u32,
 }
 
 impl PlanMemo {
@@ -40,12 +42,12 @@ impl PlanMemo {
         (r.source >= start && stop <= end).then_some(kind)
     }
 
-    /// The memory kind and scope of `r`'s target, when it lies in the buffer last looked up
-    /// for the same segment and opcode.
-    pub(crate) fn target_for(&self, r: &Request) -> Option<(MemoryKind, Scope)> {
+    /// The memory kind and scope of `r`'s target, and the transports that cannot reach it,
+    /// when it lies in the buffer last looked up for the same segment and opcode.
+    pub(crate) fn target_for(&self, r: &Request) -> Option<(MemoryKind, Scope, u32)> {
         let t = self.target.as_ref()?;
         let end = r.target_offset.checked_add(r.length)?;
         (t.id == r.target_id && t.opcode == r.opcode && r.target_offset >= t.start && end <= t.end)
-            .then_some((t.to, t.scope))
+            .then_some((t.to, t.scope, t.unreachable))
     }
 }

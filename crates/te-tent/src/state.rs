@@ -112,7 +112,8 @@ pub(crate) struct State {
     pub(crate) memory: BTreeMap<u64, (u64, MemoryKind)>,
     /// Plans already made, by the facts they were made for (at most [`PLAN_CACHE`]; emptied
     /// when a transport is installed). A policy's choice depends on nothing else.
-    pub(crate) plans: Vec<(RequestFacts, Arc<Plan>)>,
+    /// Plans by their facts and the installed transports that cannot reach the target.
+    pub(crate) plans: Vec<((RequestFacts, u32), Arc<Plan>)>,
     /// Buffers `post` reuses from round to round (empty between rounds).
     pub(crate) scratch: crate::progress::Scratch,
     /// Freed batches, emptied, whose task and SubBatch lists the next batches reuse (at most

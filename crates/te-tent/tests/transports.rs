@@ -123,6 +123,31 @@ fn a_broken_shared_memory_path_fails_over_to_tcp() {
     assert_eq!(scrape("/health"), "OK\n");
 }
 
+#[test]
+fn private_memory_on_this_host_is_planned_past_shared_memory() {
+    // Two engines of one host: the target's buffer is its own private memory, which shared
+    // memory cannot reach, so the plan goes straight to TCP (nothing tried and failed first).
+    let (a, b) = (tent("{}"), tent("{}"));
+    let src = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    src.write_at(0, &pattern(4, 1 << 20)).unwrap();
+    a.register_memory(&src, &private()).unwrap();
+    let dst = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    b.register_memory(&dst, &MemoryOptions::default()).unwrap();
+    let seg = a.open_segment(b.segment_name()).unwrap();
+    let batch = a.allocate_batch(1).unwrap();
+    let write = Request::new(Opcode::Write, src.addr(), seg, dst.addr(), 1 << 20);
+    a.submit(batch, &[write]).unwrap();
+    let s = a.wait(batch, Duration::from_secs(60)).unwrap();
+    assert_eq!(s.state, TransferState::Completed);
+    assert_eq!(a.task_transport(batch, 0).unwrap(), "tcp");
+    assert_eq!(
+        a.task_errors(batch, 0).unwrap(),
+        Vec::<String>::new(),
+        "nothing failed first"
+    );
+    assert_eq!(dst.to_vec(0, 1 << 20).unwrap(), pattern(4, 1 << 20));
+}
+
 /// The body of `GET path` from this process's metrics endpoint.
 fn scrape(path: &str) -> String {
     use std::io::{Read, Write};

@@ -356,6 +356,11 @@ impl TransferEngine {
         stats
     }
 
+    /// The installed transport named `name`.
+    pub fn transport(&self, name: &str) -> Option<Arc<dyn Transport>> {
+        self.core.transport_for(name).ok()
+    }
+
     /// Installs a transport; every registered region is registered on it too.
     ///
     /// # Errors
