@@ -56,20 +56,12 @@ impl KvError {
     }
 
     /// This error, said as the wait it was when it is a socket read or write that ran out of
-    /// `timeout` (a socket's timeout reports `WouldBlock`): "no answer within N s", with a
-    /// `TimedOut` source. Any other error is returned as it is.
+    /// `timeout` ([`te_reactor::waited`]). Any other error is returned as it is.
     pub(crate) fn timed_out_within(self, timeout: std::time::Duration) -> Self {
         match self {
-            KvError::Socket { context, source }
-                if matches!(
-                    source.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                KvError::Socket {
-                    context: format!("{context}: no answer within {} s", timeout.as_secs_f64()),
-                    source: io::ErrorKind::TimedOut.into(),
-                }
+            KvError::Socket { context, source } => {
+                let (context, source) = te_reactor::waited(context, source, timeout);
+                KvError::Socket { context, source }
             }
             other => other,
         }

@@ -34,5 +34,23 @@ impl Error {
     }
 }
 
+/// A socket error's `(context, source)` said as the wait it was when a read or write ran out
+/// of `timeout` (a socket's timeout reports `WouldBlock`, "Resource temporarily unavailable"):
+/// "no answer within N s", with a `TimedOut` source; any other returned as it is. The socket
+/// errors of te-core and te-kv are said so.
+pub fn waited(
+    context: String,
+    source: io::Error,
+    timeout: std::time::Duration,
+) -> (String, io::Error) {
+    match source.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => (
+            format!("{context}: no answer within {} s", timeout.as_secs_f64()),
+            io::ErrorKind::TimedOut.into(),
+        ),
+        _ => (context, source),
+    }
+}
+
 /// te-reactor's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -45,7 +45,7 @@ mod tally;
 
 pub use admission::{AddressCap, EVICT_MIN_IDLE, Slot};
 use admission::{Admission, oldest_idle};
-pub use error::{Error, Result};
+pub use error::{Error, Result, waited};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX);
