@@ -3,8 +3,6 @@
 //! stored is what the bench moved, to the byte, under TENT's series names, and its rate over
 //! the run is within 15 % of the bench's own throughput. Everything binds loopback.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,19 +11,7 @@ use te_testkit::services::free_port;
 
 /// GET `path` from 127.0.0.1:`port`: (status line, body).
 fn get(port: u16, path: &str) -> std::io::Result<(String, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    Ok((
-        head.lines().next().unwrap_or_default().to_string(),
-        body.to_string(),
-    ))
+    te_testkit::services::http_get(([127, 0, 0, 1], port).into(), path)
 }
 
 /// The result of `promql` asked of Prometheus's HTTP API now.

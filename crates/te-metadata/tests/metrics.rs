@@ -16,13 +16,10 @@ use te_core::metadata::store::KvStore;
 
 /// The body of `GET path` from `port`.
 fn scrape(port: u16, path: &str) -> String {
-    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    conn.read_to_string(&mut reply).unwrap();
-    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
+    let (status, body) =
+        te_testkit::services::http_get(([127, 0, 0, 1], port).into(), path).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    body
 }
 
 #[test]

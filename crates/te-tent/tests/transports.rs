@@ -150,16 +150,11 @@ fn private_memory_on_this_host_is_planned_past_shared_memory() {
 
 /// The body of `GET path` from this process's metrics endpoint.
 fn scrape(path: &str) -> String {
-    use std::io::{Read, Write};
     let addr = te_metrics::endpoint().expect("the metrics endpoint started");
     assert!(addr.ip().is_loopback(), "{addr}");
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut reply = String::new();
-    conn.read_to_string(&mut reply).unwrap();
-    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
+    let (status, body) = te_testkit::services::http_get(addr, path).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    body
 }
 
 #[test]

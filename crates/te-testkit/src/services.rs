@@ -173,3 +173,25 @@ pub fn etcd_server(port: u16, dir: &Path) -> Service {
     wait_for(port, "etcd", Duration::from_secs(20));
     service
 }
+
+/// `GET path` from the server at `addr` (one request, `Connection: close`): its status line
+/// and body. For tests of te's HTTP endpoints (`/metrics`) and of servers beside them.
+///
+/// # Errors
+/// The connection or a read or write failed (5 s limit).
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok((
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    ))
+}
