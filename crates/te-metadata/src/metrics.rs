@@ -174,8 +174,9 @@ impl te_metrics::Pages for MetadataPages {
     fn summary(&self) -> String {
         let m = &self.metrics;
         let (keys, bytes) = self.store.size();
-        let total: u64 = m.requests().iter().map(|(_, _, n)| n).sum();
-        let busy: u64 = (m.requests().iter())
+        let requests = m.requests();
+        let total: u64 = requests.iter().map(|(_, _, n)| n).sum();
+        let busy: u64 = (requests.iter())
             .filter(|(_, s, _)| matches!(*s, "503" | "507"))
             .map(|(_, _, n)| n)
             .sum();

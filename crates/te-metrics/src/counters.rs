@@ -345,7 +345,8 @@ impl Metrics {
 
     /// A request that ended on its final `transport`: its `len` bytes when it completed,
     /// else the kind of its failure; `latency_us` from submission to its end, and how that
-    /// time was spent (counted for completed requests, as TENT counts them).
+    /// time was spent (counted for completed requests, as TENT counts them). One request's
+    /// [`Tally`](crate::tally::Tally), recorded at once.
     pub fn request_ended(
         &self,
         transport: TransportLabel,
@@ -355,23 +356,17 @@ impl Metrics {
         latency_us: u64,
         stages: Stages,
     ) {
-        let cell = self.cell(transport, op);
-        cell.requests.fetch_add(1, Ordering::Relaxed);
-        match outcome {
-            Ok(()) => {
-                cell.bytes.fetch_add(len, Ordering::Relaxed);
-                cell.latency_us.observe(latency_us);
-                cell.size.observe(len);
-                let [queue, dispatch, carried] = &cell.stages;
-                queue.observe(stages.queue_wait_us);
-                dispatch.observe(stages.dispatch_us);
-                carried.observe(stages.transport_us);
-                self.task_latency_us.observe(latency_us);
-            }
-            Err(kind) => {
-                cell.failures[kind as usize].fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        let mut tally = crate::tally::Tally::default();
+        let ended = crate::tally::Ended {
+            transport,
+            op,
+            len,
+            outcome,
+            latency_us,
+            stages,
+        };
+        tally.request(&ended, None);
+        self.record(tally);
     }
 
     /// One attempt of a request on `transport` ended (a task of the classic engine is one
@@ -383,12 +378,9 @@ impl Metrics {
         ok: bool,
         latency_us: u64,
     ) {
-        let cell = self.cell(transport, op);
-        cell.attempts.fetch_add(1, Ordering::Relaxed);
-        if !ok {
-            cell.attempt_failures.fetch_add(1, Ordering::Relaxed);
-        }
-        cell.attempt_latency_us.observe(latency_us);
+        let mut tally = crate::tally::Tally::default();
+        tally.attempt(transport, op, ok, latency_us);
+        self.record(tally);
     }
 
     /// A request submitted with its deadline already past.
