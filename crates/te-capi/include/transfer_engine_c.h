@@ -230,6 +230,12 @@ int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id, size_t task
 int te_waitBatch(transfer_engine_t engine, batch_id_t batch_id, uint64_t timeout_us,
                  struct transfer_status *status);
 
+/* te's extension: cancels a batch: no more of its slices start, those on the wire finish, and
+ * it ends CANCELED (or COMPLETED, when nothing was left). Returns 0, or a positive Status code
+ * (1 for an unknown or freed batch). The batch is not freed: wait for its end (te_waitBatch),
+ * then call freeBatchID. */
+int te_cancelBatch(transfer_engine_t engine, batch_id_t batch_id);
+
 /* te's extension: opens the regular file at path as a segment, READ only or, with writable,
  * READ and WRITE. Returns its segment id (submitTransfer's target_id; a request's
  * target_offset is the file offset), or a negative ERR_* code (a missing, empty or irregular

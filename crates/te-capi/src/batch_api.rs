@@ -160,6 +160,17 @@ pub unsafe extern "C" fn te_waitBatch(
     })
 }
 
+/// te's extension: cancels batch `batch_id`: no more of its slices start, those on the wire
+/// finish, and it ends CANCELED (or COMPLETED, when nothing was left). Returns 0, or a positive
+/// `Status` code (1 for an unknown or freed batch). The batch is not freed: wait for its end
+/// (`te_waitBatch`), then call `freeBatchID`.
+#[unsafe(no_mangle)]
+pub extern "C" fn te_cancelBatch(engine: TransferEngineT, batch_id: BatchIdT) -> c_int {
+    guard("te_cancelBatch", STATUS_INVALID_ARGUMENT, || {
+        status_code(registry::get(engine).and_then(|e| e.cancel_batch_id(batch_id)))
+    })
+}
+
 /// Writes the status `get` gives (or `STATUS_INVALID`, for its error) to `status`; returns 0
 /// or the error's positive `Status` code. A NULL `status` is `InvalidArgument`, and `get` is
 /// not called.

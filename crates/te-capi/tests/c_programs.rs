@@ -340,6 +340,7 @@ fn the_library_exports_exactly_what_the_headers_declare() {
         extensions,
         [
             "te_allocateManagedBuffer",
+            "te_cancelBatch",
             "te_freeManagedBuffer",
             "te_getMetrics",
             "te_openFile",

@@ -299,6 +299,16 @@ impl MooncakeEngine {
         self.live()?.runtime().wait(id, timeout)
     }
 
+    /// Cancels batch `id` (te's C extension `te_cancelBatch`): no more of its slices start,
+    /// those on the wire finish, and it ends CANCELED (COMPLETED when nothing was left). The
+    /// batch is not freed: wait for its end, then free it.
+    ///
+    /// # Errors
+    /// An unknown or freed batch.
+    pub fn cancel_batch_id(&self, id: u64) -> Result<()> {
+        self.live()?.runtime().cancel(id)
+    }
+
     /// Frees batch `id` (Mooncake's `freeBatchID`).
     ///
     /// # Errors

@@ -138,6 +138,19 @@ static int local(void) {
           "te_waitBatch on a freed batch");
     printf("local: te_waitBatch slept until a batch of two completed, bytes verified\n");
 
+    /* te's extension: a batch cancelled ends (CANCELED, or COMPLETED when it was done first),
+     * and only then is it freed; an unknown batch is refused. */
+    batch = allocateBatchID(a, 2);
+    CHECK(submitTransfer(a, batch, halves, 2) == 0, "submit for te_cancelBatch");
+    CHECK(te_cancelBatch(a, batch) == 0, "te_cancelBatch");
+    CHECK(te_waitBatch(a, batch, 60u * 1000 * 1000, &st) == 0, "te_waitBatch after cancel");
+    CHECK(st.status == STATUS_CANCELED || st.status == STATUS_COMPLETED,
+          "a cancelled batch ended %d", st.status);
+    CHECK(freeBatchID(a, batch) == 0, "free after te_cancelBatch");
+    CHECK(te_cancelBatch(a, batch) == 1, "te_cancelBatch on a freed batch");
+    CHECK(te_cancelBatch(NULL, batch) == 1, "te_cancelBatch on no engine");
+    printf("local: te_cancelBatch ended a batch, which was then freed\n");
+
     notify_msg_t note = {"prefill-0", "kv-ready"};
     CHECK(run(a, OPCODE_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 4096, &note) == STATUS_COMPLETED,
           "write with notify");
