@@ -6,8 +6,9 @@
 //! every test (Redis, etcd and the HTTP metadata server run for real inside them); the
 //! hwloc backend; the etcd scenarios; the simulation at 200 seeds; a short fuzz run of every
 //! wire decoder; dependency licences; security advisories (needs the RustSec database); te's
-//! Python package (pytest) and the consumers' call patterns on te and Mooncake's wheel; the
-//! Soft-RoCE guest; the GPU suite (needs a GPU); docs with warnings denied.
+//! Python package (pytest) and the consumers' call patterns on te and Mooncake's wheel; te's
+//! NIXL plugin under the nixl-cu12 wheel's agent; the Soft-RoCE guest; the GPU suite (needs a
+//! GPU); docs with warnings denied.
 
 use std::process::Command;
 
@@ -273,6 +274,13 @@ pub(crate) fn ci() -> Result<(), String> {
         "consumers (vLLM, SGLang, LMCache call patterns; te and Mooncake's wheel)",
         consumers,
         crate::consumers::consumers,
+    );
+    let gxx = skip_without("g++", "--version", "g++ missing (.ci/setup installs it)");
+    lane(
+        &mut r,
+        "NIXL plugin (libplugin_TE.so under nixl-cu12's agent, two processes)",
+        gxx,
+        crate::nixl::test,
     );
     let others = other_pythons();
     let abi3 = match (py_venv.exists(), others.is_empty()) {

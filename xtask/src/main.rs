@@ -23,6 +23,10 @@
 //!   Mooncake over TCP loopback (Mooncake's PyPI wheel), WRITE and READ, with the ratios.
 //! - `cargo xtask bench metadata [--duration S]`: te-metadata next to Mooncake's HTTP metadata
 //!   server, 16 to 1,024 keep-alive connections each with a GET always in flight, with the ratios.
+//! - `cargo xtask bench nixl`: te's NIXL backend next to the wheel's UCX backend, two NIXL
+//!   agents in two processes, DRAM to DRAM in 4 KiB and 1 MiB descriptors, with the ratios.
+//! - `cargo xtask nixl build [--release] | test`: te's NIXL plugin (`libplugin_TE.so`) built with g++, and
+//!   its two-process suite under NIXL's agent from the PyPI wheel.
 //! - `cargo xtask consumers`: vLLM's, SGLang's and LMCache's call patterns on te and on
 //!   Mooncake's wheel, side by side.
 //! - `cargo xtask fuzz <target|all> [--secs N]`: the wire decoders' fuzz targets.
@@ -44,6 +48,7 @@ mod local;
 mod metadata_bench;
 mod metrics_bench;
 mod netns;
+mod nixl;
 mod python_bench;
 mod rdma_bench;
 mod report;
@@ -90,7 +95,7 @@ type BenchFn = fn(&[&str]) -> Result<(), String>;
 /// charts copied to `docs/bench/` and the table into the README's Performance section.
 fn bench_all(args: &[&str]) -> Result<(), String> {
     let secs = args.to_vec();
-    let benches: [(&str, BenchFn, Option<String>); 12] = [
+    let benches: [(&str, BenchFn, Option<String>); 13] = [
         ("engine", bench::engine, None),
         ("metrics", metrics_bench::metrics, None),
         ("tcp", bench::tcp, None),
@@ -101,6 +106,7 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
         ("capi", capi_bench::capi, None),
         ("scale", scale_bench::scale, None),
         ("metadata", metadata_bench::metadata, None),
+        ("nixl", nixl_bench, None),
         ("topo", bench::topo, netns::unavailable()),
         (
             "rdma",
@@ -125,6 +131,11 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
         println!("note: {n}");
     }
     Ok(())
+}
+
+/// `cargo xtask bench nixl` within `bench all` (it takes no duration: its runs are counted).
+fn nixl_bench(_: &[&str]) -> Result<(), String> {
+    nixl::bench(&[])
 }
 
 /// `cargo xtask bench report`: the report of the last run drawn again from its `report.json`.
@@ -186,7 +197,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask bench nixl | cargo xtask nixl build [--release] | cargo xtask nixl test | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -215,6 +226,8 @@ fn main() -> ExitCode {
         ["bench", "capi", rest @ ..] => capi_bench::capi(rest),
         ["bench", "scale", rest @ ..] => scale_bench::scale(rest),
         ["bench", "metadata", rest @ ..] => metadata_bench::metadata(rest),
+        ["bench", "nixl", rest @ ..] => nixl::bench(rest),
+        ["nixl", rest @ ..] => nixl::nixl(rest),
         ["bench"] => bench_all(&[]),
         ["bench", "--duration", n] => bench_all(&["--duration", n]),
         ["bench", "all", rest @ ..] => bench_all(rest),
