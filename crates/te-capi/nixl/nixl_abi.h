@@ -218,13 +218,14 @@ public:
     virtual nixl_status_t checkXfer(nixlBackendReqH *handle) const = 0;
     virtual nixl_status_t releaseReqH(nixlBackendReqH *handle) const = 0;
 
-    virtual nixl_status_t
-    prepMemView(const nixl_remote_meta_dlist_t &, nixlMemViewH &, const nixl_opt_b_args_t * = nullptr)
-        const {
+    virtual nixl_status_t prepMemView(const nixl_remote_meta_dlist_t &,
+                                      nixlMemViewH &,
+                                      const nixl_opt_b_args_t * = nullptr) const {
         return NIXL_ERR_NOT_SUPPORTED;
     }
-    virtual nixl_status_t
-    prepMemView(const nixl_meta_dlist_t &, nixlMemViewH &, const nixl_opt_b_args_t * = nullptr) const {
+    virtual nixl_status_t prepMemView(const nixl_meta_dlist_t &,
+                                      nixlMemViewH &,
+                                      const nixl_opt_b_args_t * = nullptr) const {
         return NIXL_ERR_NOT_SUPPORTED;
     }
     virtual void releaseMemView(nixlMemViewH) const {}
@@ -278,9 +279,11 @@ struct nixlBackendPlugin {
     nixl_mem_list_t (*get_backend_mems)();
 };
 
-/* Layout checks against NIXL's x86_64 build (libstdc++): the base engine and its vtable. */
+/* Layout checks against NIXL's x86_64 build (libstdc++): the descriptors NIXL hands over. */
 static_assert(sizeof(nixlBasicDesc) == 24);
 static_assert(sizeof(nixlMetaDesc) == 32);
 static_assert(sizeof(nixlBlobDesc) == 56);
+/* NIXL 1.5.1's libnixl reads initErr at offset 160 (createBackend's `cmpb $0x0,0xa0(%rax)`). */
+static_assert(sizeof(nixlBackendEngine) == 208);
 
 #endif /* TE_NIXL_ABI_H */

@@ -72,6 +72,36 @@ std::string defaultHost() {
     return found;
 }
 
+/* What one of te's (Mooncake's) negative error codes means; te's own reason is in its log at
+ * MC_LOG_LEVEL=DEBUG. */
+const char *teError(int code) {
+    switch (code) {
+    case -1:
+        return "invalid argument";
+    case -2:
+        return "too many requests";
+    case -3:
+        return "not registered, or not allowed";
+    case -4:
+        return "busy";
+    case -7:
+        return "overlaps a registered range";
+    case -8:
+        return "no transport or device for it (no GPU, for VRAM)";
+    case -102:
+        return "connection failed or timed out";
+    case -103:
+        return "malformed reply";
+    case -104:
+        return "refused by the peer";
+    case -200:
+        return "metadata";
+    case -202:
+        return "transport failure";
+    }
+    return "error";
+}
+
 const char *kindName(RegionKind kind) {
     switch (kind) {
     case RegionKind::memory:
@@ -269,8 +299,8 @@ Backend::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBa
         const int rc = registerLocalMemory(engine_, reinterpret_cast<void *>(mem.addr), mem.len,
                                            location.c_str(), 1);
         if (rc != 0) {
-            warn("registering %zu bytes at 0x%" PRIxPTR " (%s) failed: te error %d", mem.len,
-                 mem.addr, location.c_str(), rc);
+            warn("registering %zu bytes at 0x%" PRIxPTR " (%s) failed: te error %d (%s)", mem.len,
+                 mem.addr, location.c_str(), rc, teError(rc));
             return nixl_mem == VRAM_SEG ? NIXL_ERR_NOT_SUPPORTED : NIXL_ERR_BACKEND;
         }
         region = new Region(RegionKind::memory, mem.addr, mem.len, nixl_mem);
@@ -292,8 +322,8 @@ Backend::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBa
             seg = te_openFile(engine_, path.c_str(), 0);
         }
         if (seg < 0) {
-            warn("opening file descriptor %" PRIu64 " as a te segment failed: te error %d",
-                 mem.devId, seg);
+            warn("opening file descriptor %" PRIu64 " as a te segment failed: te error %d (%s)",
+                 mem.devId, seg, teError(seg));
             return NIXL_ERR_BACKEND;
         }
         region = new Region(RegionKind::file, mem.addr, mem.len, nixl_mem);
@@ -332,8 +362,8 @@ nixl_status_t Backend::deregisterMem(nixlBackendMD *meta) {
     if (rc != 0) {
         /* Still in use by a peer's request: kept, so a later deregistration can try again. */
         region->refs++;
-        warn("deregistering %s at 0x%" PRIxPTR " failed: te error %d", kindName(region->kind),
-             region->base, rc);
+        warn("deregistering %s at 0x%" PRIxPTR " failed: te error %d (%s)", kindName(region->kind),
+             region->base, rc, teError(rc));
         return NIXL_ERR_BACKEND;
     }
     regions_.erase(it);
@@ -401,8 +431,8 @@ nixl_status_t Backend::loadRemoteConnInfo(const std::string &remote_agent,
     }
     const segment_id_t id = openSegment(engine_, segment.c_str());
     if (id < 0) {
-        warn("agent \"%s\": opening its segment %s failed: te error %d", remote_agent.c_str(),
-             segment.c_str(), id);
+        warn("agent \"%s\": opening its segment %s failed: te error %d (%s)", remote_agent.c_str(),
+             segment.c_str(), id, teError(id));
         return NIXL_ERR_BACKEND;
     }
     std::lock_guard<std::mutex> guard(lock_);
@@ -531,7 +561,8 @@ nixl_status_t Backend::prepXfer(const nixl_xfer_op_t &operation,
         if (l.len == 0) {
             continue;
         }
-        const bool in_local = l.addr >= lr->base && l.len <= lr->len && l.addr - lr->base <= lr->len - l.len;
+        const bool in_local =
+            l.addr >= lr->base && l.len <= lr->len && l.addr - lr->base <= lr->len - l.len;
         const bool in_remote = rr->kind == RegionKind::file ||
             (r.addr >= rr->base && r.len <= rr->len && r.addr - rr->base <= rr->len - r.len);
         if (!in_local || !in_remote) {
@@ -697,7 +728,8 @@ nixl_status_t Backend::genNotif(const std::string &remote_agent, const std::stri
     notify_msg_t note{const_cast<char *>(name.c_str()), const_cast<char *>(text.c_str())};
     const int rc = genNotifyInEngine(engine_, static_cast<uint64_t>(seg), note);
     if (rc != 0) {
-        warn("notification to agent \"%s\" failed: te error %d", remote_agent.c_str(), rc);
+        warn("notification to agent \"%s\" failed: te error %d (%s)", remote_agent.c_str(), rc,
+             teError(rc));
         return NIXL_ERR_BACKEND;
     }
     return NIXL_SUCCESS;

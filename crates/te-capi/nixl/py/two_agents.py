@@ -140,7 +140,10 @@ class Session:
         # With NIXL's telemetry: each request's descriptor count as the backend got it.
         self.a = agent("initiator", telemetry=True)
         self.local = np.zeros(SIZE, dtype=np.uint8)
-        self.a.register_memory([(self.local.ctypes.data, SIZE, 0, "")], "DRAM")
+        # As vLLM's NixlConnector registers its KV caches: naming the backends.
+        self.a.register_memory(
+            [(self.local.ctypes.data, SIZE, 0, "")], "DRAM", backends=[BACKEND]
+        )
         self.target = Target()
         assert self.a.add_remote_agent(self.target.metadata) == b"target"
         self.target.ask("META", base64.b64encode(self.a.get_agent_metadata()).decode())
@@ -308,6 +311,19 @@ def case_file_segment(s: Session) -> None:
         s.a.deregister_memory(file_reg)
 
 
+def case_vram_without_gpu(s: Session) -> None:
+    """Without a GPU, VRAM registration is refused (te says why), not taken as host memory."""
+    if os.path.exists("/dev/nvidia0"):
+        print("    a GPU is present: the GPU suite covers VRAM")
+        return
+    host = np.zeros(MIB, dtype=np.uint8)
+    try:
+        s.a.register_memory([(host.ctypes.data, MIB, 0, "")], "VRAM")
+    except nixlBackendError:
+        return
+    raise AssertionError("VRAM registration succeeded on a machine without a GPU")
+
+
 def case_release_in_flight(s: Session) -> None:
     """A request released while it moves is cancelled and ended before release returns; the
     next one moves every byte."""
@@ -361,6 +377,7 @@ CASES = [
     ("notifications both ways, binary bytes", case_notifications_both_ways),
     ("transfer to the agent itself, with notification", case_transfer_to_self),
     ("file segment WRITE and READ", case_file_segment),
+    ("VRAM refused without a GPU", case_vram_without_gpu),
     ("release while in flight", case_release_in_flight),
     ("target killed mid-transfer", case_target_killed),
 ]
