@@ -212,7 +212,7 @@ pub(crate) fn bench(args: &[&str]) -> Result<(), String> {
             crate::report::record(crate::report::Record {
                 bench: "nixl",
                 case: case.clone(),
-                series: Some((format!("nixl {}", op.to_lowercase()), chunk)),
+                series: Some((op.to_lowercase(), chunk)),
                 te,
                 unit: "GB/s",
                 reference: Some(("NIXL UCX backend (nixl-cu12 1.5.1)".into(), ucx)),
