@@ -39,6 +39,28 @@ pub(crate) fn ensure_tool(bin: &str, version_arg: &str, package: &str) -> Result
     )
 }
 
+/// Makes the virtual environment `venv` and installs `packages` into it from PyPI (pip's
+/// arguments: requirements, and options such as `--no-deps`), as `.ci/setup` does.
+pub(crate) fn install_into_venv(venv: &std::path::Path, packages: &[&str]) -> Result<(), String> {
+    eprintln!(
+        "xtask: installing {} into {}",
+        packages.join(" "),
+        venv.display()
+    );
+    run(
+        "python3 -m venv",
+        Command::new("python3").arg("-m").arg("venv").arg(venv),
+    )
+    .map_err(|e| format!("making {}: {e}", venv.display()))?;
+    run(
+        "pip install",
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "--disable-pip-version-check"])
+            .args(packages),
+    )
+    .map_err(|e| format!("installing {}: {e}", packages.join(" ")))
+}
+
 fn ensure_iperf3() -> Result<(), String> {
     ensure_tool("iperf3", "--version", "iperf3")
 }

@@ -55,33 +55,13 @@ pub(crate) fn mooncake_venv() -> Result<PathBuf, String> {
     let venv = std::env::var_os("TE_MOONCAKE_VENV")
         .map_or_else(|| PathBuf::from("target/mooncake-venv"), PathBuf::from);
     if find_bench(&venv).is_err() {
-        install_wheel(&venv)?;
+        crate::bench::install_into_venv(&venv, &[WHEEL])?;
     }
     Ok(venv)
 }
 
 /// The wheel `.ci/setup` pins.
 const WHEEL: &str = "mooncake-transfer-engine-non-cuda==0.3.13.post1";
-
-/// Installs Mooncake's wheel into `venv` (PyPI), as `.ci/setup` does.
-fn install_wheel(venv: &std::path::Path) -> Result<(), String> {
-    eprintln!("xtask: installing {WHEEL} into {}", venv.display());
-    crate::run(
-        "python3 -m venv",
-        Command::new("python3").arg("-m").arg("venv").arg(venv),
-    )
-    .map_err(|e| format!("making {}: {e}", venv.display()))?;
-    crate::run(
-        "pip install",
-        Command::new(venv.join("bin/pip")).args([
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            WHEEL,
-        ]),
-    )
-    .map_err(|e| format!("installing {WHEEL}: {e}"))
-}
 
 fn find_bench(venv: &std::path::Path) -> Result<PathBuf, String> {
     std::fs::read_dir(venv.join("lib"))

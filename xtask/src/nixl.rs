@@ -85,23 +85,7 @@ pub(crate) fn python() -> Result<PathBuf, String> {
             .is_ok_and(|o| o.status.success())
     };
     if !ready(&python) {
-        crate::run(
-            "make target/nixl-venv",
-            Command::new("python3").args(["-m", "venv", VENV]),
-        )?;
-        crate::run(
-            &format!("install {WHEEL}"),
-            Command::new(&python).args([
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                "--no-deps",
-                WHEEL,
-                "numpy",
-            ]),
-        )?;
+        crate::bench::install_into_venv(Path::new(VENV), &["--no-deps", WHEEL, "numpy"])?;
     }
     // Absolute, not resolved: the venv's own interpreter, which knows its site-packages.
     Ok(std::env::current_dir()
