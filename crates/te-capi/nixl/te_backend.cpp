@@ -213,15 +213,20 @@ std::string decodeNotif(const std::string &text) {
 }
 
 Backend::Backend(const nixlBackendInitParams *init) : nixlBackendEngine(init) {
+    const nixl_b_params_t options = backendOptions();
     for (const auto &[key, value] : params()) {
-        if (key != option_ip && key != option_protocol && key != option_release_ms) {
+        if (!options.count(key)) {
             warn("backend option \"%s\" is not one of TE's (%s, %s, %s)", key.c_str(), option_ip,
                  option_protocol, option_release_ms);
             initErr = true;
             return;
         }
     }
-    if (const std::string *ms = param(option_release_ms); ms && !parseU64(*ms, release_ms_)) {
+    const std::string *ms = param(option_release_ms);
+    if (!ms) {
+        ms = &options.at(option_release_ms);
+    }
+    if (!parseU64(*ms, release_ms_)) {
         warn("backend option %s=\"%s\" is not a number of milliseconds", option_release_ms,
              ms->c_str());
         initErr = true;
@@ -231,7 +236,7 @@ Backend::Backend(const nixlBackendInitParams *init) : nixlBackendEngine(init) {
     const std::string host = ip && !ip->empty() ? *ip : defaultHost();
     /* "auto": every transport te can start here (RDMA, TCP, same-host copies, files); te
      * picks one per peer and buffer. */
-    std::string protocol = "auto";
+    std::string protocol = options.at(option_protocol);
     if (const std::string *p = param(option_protocol); p && !p->empty()) {
         protocol = *p;
     } else if (const char *env = std::getenv("NIXL_TE_PROTOCOL"); env && *env) {
@@ -267,6 +272,10 @@ Backend::~Backend() {
     }
 }
 
+nixl_b_params_t backendOptions() {
+    return {{option_ip, ""}, {option_protocol, "auto"}, {option_release_ms, "10000"}};
+}
+
 nixl_mem_list_t supportedMems() {
     return {DRAM_SEG, VRAM_SEG, FILE_SEG};
 }
@@ -278,7 +287,7 @@ nixl_mem_list_t Backend::getSupportedMems() const {
 nixl_status_t
 Backend::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBackendMD *&out) {
     std::lock_guard<std::mutex> guard(lock_);
-    const auto key = std::make_tuple(static_cast<int>(nixl_mem), mem.addr, mem.len, mem.devId);
+    const RegionKey key = regionKey(nixl_mem, mem.addr, mem.len, mem.devId);
     if (auto it = regions_.find(key); it != regions_.end()) {
         it->second->refs++;
         out = it->second;
@@ -303,7 +312,7 @@ Backend::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBa
                  mem.addr, location.c_str(), rc, teError(rc));
             return nixl_mem == VRAM_SEG ? NIXL_ERR_NOT_SUPPORTED : NIXL_ERR_BACKEND;
         }
-        region = new Region(RegionKind::memory, mem.addr, mem.len, nixl_mem);
+        region = new Region(RegionKind::memory, mem.addr, mem.len, nixl_mem, mem.devId);
         break;
     }
     case FILE_SEG: {
@@ -326,7 +335,7 @@ Backend::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBa
                  mem.devId, seg, teError(seg));
             return NIXL_ERR_BACKEND;
         }
-        region = new Region(RegionKind::file, mem.addr, mem.len, nixl_mem);
+        region = new Region(RegionKind::file, mem.addr, mem.len, nixl_mem, mem.devId);
         region->segment = seg;
         break;
     }
@@ -334,7 +343,6 @@ Backend::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBa
         warn("memory kind %d is not TE's (DRAM, VRAM, FILE)", static_cast<int>(nixl_mem));
         return NIXL_ERR_NOT_SUPPORTED;
     }
-    region->dev = mem.devId;
     regions_.emplace(key, region);
     out = region;
     return NIXL_SUCCESS;
@@ -343,9 +351,7 @@ Backend::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBa
 nixl_status_t Backend::deregisterMem(nixlBackendMD *meta) {
     auto *region = static_cast<Region *>(meta);
     std::lock_guard<std::mutex> guard(lock_);
-    const auto key =
-        std::make_tuple(static_cast<int>(region->mem), region->base, region->len, region->dev);
-    auto it = regions_.find(key);
+    auto it = regions_.find(region->key());
     if (it == regions_.end() || it->second != region) {
         warn("deregistering a range TE did not register");
         return NIXL_ERR_NOT_FOUND;

@@ -32,20 +32,29 @@ enum class RegionKind {
     peer_file,   /* a peer's file: te moves file bytes for their own process only */
 };
 
+/* A registration as the agent names it: memory kind, address, length, device. */
+using RegionKey = std::tuple<int, uintptr_t, size_t, uint64_t>;
+
+inline RegionKey regionKey(nixl_mem_t mem, uintptr_t base, size_t len, uint64_t dev) {
+    return {static_cast<int>(mem), base, len, dev};
+}
+
 struct Region : public nixlBackendMD {
-    Region(RegionKind kind, uintptr_t base, size_t len, nixl_mem_t mem)
+    Region(RegionKind kind, uintptr_t base, size_t len, nixl_mem_t mem, uint64_t dev = 0)
         : nixlBackendMD(kind == RegionKind::memory || kind == RegionKind::file),
-          kind(kind), base(base), len(len), mem(mem) {}
+          kind(kind), base(base), len(len), mem(mem), dev(dev) {}
+
+    RegionKey key() const { return regionKey(mem, base, len, dev); }
 
     RegionKind kind;
     uintptr_t base;
     size_t len;
     nixl_mem_t mem;
+    uint64_t dev;
     /* te's segment of a file; unused for memory. */
     segment_id_t segment = LOCAL_SEGMENT;
     /* Registrations of the same range share one te registration. */
     int refs = 1;
-    uint64_t dev = 0;
 };
 
 /* One prepared transfer: te's requests, built once at prepXfer, and the batch of its latest
@@ -117,18 +126,21 @@ private:
     transfer_engine_t engine_ = nullptr;
     std::string segment_name_;
     /* How long releaseReqH waits for a cancelled transfer to end. */
-    uint64_t release_ms_ = 10000;
+    uint64_t release_ms_ = 0;
     bool file_transport_ = false;
 
     mutable std::mutex lock_;
     std::unordered_map<std::string, segment_id_t> peers_;
-    /* This agent's registrations by (memory kind, address, length, device). */
-    std::map<std::tuple<int, uintptr_t, size_t, uint64_t>, Region *> regions_;
+    /* This agent's registrations. */
+    std::map<RegionKey, Region *> regions_;
     mutable std::deque<std::pair<std::string, std::string>> self_notifs_;
 };
 
 /* The memory kinds TE serves. */
 nixl_mem_list_t supportedMems();
+
+/* The options create_backend takes, with their defaults ("" = chosen at start). */
+nixl_b_params_t backendOptions();
 
 /* Notification text on te's wire (which carries UTF-8 strings) for NIXL's byte strings:
  * printable ASCII but '%' as is, every other byte as %XX. */

@@ -32,17 +32,10 @@ const char *pluginVersion() {
     return TE_NIXL_VERSION;
 }
 
-nixl_b_params_t backendOptions() {
-    /* The options create_backend takes, with their defaults ("" = chosen at start). */
-    return {{"ip_address", ""}, {"protocol", "auto"}, {"release_timeout_ms", "10000"}};
-}
-
-nixl_mem_list_t backendMems() {
-    return te_nixl::supportedMems();
-}
-
-nixlBackendPlugin plugin = {te_nixl_plugin_api_version, createEngine,  destroyEngine, pluginName,
-                            pluginVersion,              backendOptions, backendMems};
+nixlBackendPlugin plugin = {te_nixl_plugin_api_version, createEngine,
+                            destroyEngine,              pluginName,
+                            pluginVersion,              te_nixl::backendOptions,
+                            te_nixl::supportedMems};
 
 } // namespace
 
