@@ -8,8 +8,13 @@ use common::*;
 use te_core::transport::SliceError;
 use te_core::{Opcode, Permission, TransferState};
 
+/// Held by each test here: the thread count is the process's, so the other test's engines
+/// starting or ending beside it would move the count it compares.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_peer_over_the_connection_cap_fails_naming_it_and_the_others_are_served() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let mut target_config = config();
     target_config.limits.max_data_connections = 1;
     let target = engine_with(target_config);
@@ -107,6 +112,7 @@ fn threads() -> usize {
 
 #[test]
 fn an_initiator_reaching_many_peers_adds_no_threads() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let targets: Vec<_> = (0..8)
         .map(|_| {
             let t = engine();
