@@ -74,8 +74,6 @@ pub(crate) struct MetadataProtocol {
 /// One client connection.
 pub(crate) struct HttpConn {
     peer: SocketAddr,
-    /// The server's counters (the connection counts itself out when dropped).
-    metrics: Arc<ServerMetrics>,
     input: Vec<u8>,
     gatherer: Gatherer,
     /// The budget held by the body being gathered.
@@ -138,12 +136,6 @@ pub(crate) fn hold_reply(hold: &mut Hold, len: usize) -> Result<(), Spent> {
 fn queue_reply(out: &mut Outbox, status: u16, body: &[u8], keep_alive: bool) {
     out.push(reply_head(status, body.len(), keep_alive).as_bytes());
     out.push(body);
-}
-
-impl Drop for HttpConn {
-    fn drop(&mut self) {
-        self.metrics.closed();
-    }
 }
 
 impl HttpConn {
@@ -213,10 +205,8 @@ impl Protocol for MetadataProtocol {
     }
 
     fn open(&self, peer: SocketAddr, _stream: &mio::net::TcpStream) -> HttpConn {
-        self.metrics.opened();
         HttpConn {
             peer,
-            metrics: self.metrics.clone(),
             input: Vec::new(),
             gatherer: Gatherer::new(self.options.max_value).requiring(self.authorization.clone()),
             body_hold: Hold::new(&self.budget),

@@ -170,12 +170,24 @@ impl Server {
             )))
         });
         let counters = Arc::new(metrics::ServerMetrics::default());
-        let metrics = match options.metrics_addr {
+        let protocol = Arc::new(conn::MetadataProtocol {
+            store: store.clone(),
+            budget: budget::Budget::new(options.max_buffered),
+            options: Arc::new(options),
+            authorization,
+            metrics: counters.clone(),
+        });
+        let open = protocol.options.token.is_none();
+        let metrics_addr = protocol.options.metrics_addr;
+        // Dropped on a metrics error below, the reactor stops again.
+        let reactor = te_reactor::Server::start(listener, protocol, settings)?;
+        let metrics = match metrics_addr {
             None => None,
             Some(at) => {
                 let pages = Arc::new(metrics::MetadataPages {
-                    metrics: counters.clone(),
-                    store: store.clone(),
+                    metrics: counters,
+                    store,
+                    held: reactor.held(),
                 });
                 Some(
                     te_metrics::MetricsServer::start_with(at, pages).map_err(|e| match e {
@@ -188,15 +200,6 @@ impl Server {
                 )
             }
         };
-        let protocol = Arc::new(conn::MetadataProtocol {
-            store,
-            budget: budget::Budget::new(options.max_buffered),
-            options: Arc::new(options),
-            authorization,
-            metrics: counters,
-        });
-        let open = protocol.options.token.is_none();
-        let reactor = te_reactor::Server::start(listener, protocol, settings)?;
         let addr = reactor.local_addr();
         info!(%addr, "metadata server listening");
         if open && !addr.ip().is_loopback() {

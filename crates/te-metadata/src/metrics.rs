@@ -30,7 +30,6 @@ pub(crate) enum TurnedAway {
 /// The server's counters.
 pub(crate) struct ServerMetrics {
     requests: [[AtomicU64; STATUSES.len()]; METHODS.len()],
-    open: AtomicU64,
     turned_away: [AtomicU64; 2],
     sync_us: Histogram,
 }
@@ -39,7 +38,6 @@ impl Default for ServerMetrics {
     fn default() -> Self {
         ServerMetrics {
             requests: Default::default(),
-            open: AtomicU64::new(0),
             turned_away: Default::default(),
             sync_us: Histogram::new(&LATENCY_BUCKETS_US),
         }
@@ -59,16 +57,6 @@ impl ServerMetrics {
             .position(|x| *x == code)
             .unwrap_or(STATUSES.len() - 1);
         self.requests[m][s].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A connection opened.
-    pub(crate) fn opened(&self) {
-        self.open.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A connection closed.
-    pub(crate) fn closed(&self) {
-        self.open.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// A connection answered 503 and closed at once.
@@ -99,6 +87,8 @@ impl ServerMetrics {
 pub(crate) struct MetadataPages {
     pub(crate) metrics: Arc<ServerMetrics>,
     pub(crate) store: Arc<Store>,
+    /// Connections held, as the caps count them.
+    pub(crate) held: te_reactor::Held,
 }
 
 impl te_metrics::Pages for MetadataPages {
@@ -120,7 +110,7 @@ impl te_metrics::Pages for MetadataPages {
         out.gauge(
             "te_metadata_connections",
             "client connections open",
-            m.open.load(Ordering::Relaxed) as f64,
+            self.held.now() as f64,
         );
         let turned: Vec<(&[(&str, &str)], u64)> = [
             (&[("reason", "capacity")][..], &m.turned_away[0]),
@@ -159,7 +149,7 @@ impl te_metrics::Pages for MetadataPages {
         let sync = m.sync_us.snapshot();
         serde_json::json!({
             "requests": requests,
-            "connections": m.open.load(Ordering::Relaxed),
+            "connections": self.held.now(),
             "connections_refused": {
                 "capacity": m.turned_away[0].load(Ordering::Relaxed),
                 "address": m.turned_away[1].load(Ordering::Relaxed),
@@ -182,7 +172,7 @@ impl te_metrics::Pages for MetadataPages {
             .sum();
         format!(
             "Requests: {total} ({busy} turned away) | Connections: {} | Keys: {keys} ({bytes} bytes)",
-            m.open.load(Ordering::Relaxed)
+            self.held.now()
         )
     }
 }

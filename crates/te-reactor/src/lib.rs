@@ -246,6 +246,19 @@ pub struct ServerSettings {
     pub congestion: crate::congestion::Congestion,
 }
 
+/// Reads how many connections a [`Server`] holds, for pages served apart from it.
+#[derive(Clone, Debug, Default)]
+pub struct Held(std::sync::Weak<AtomicUsize>);
+
+impl Held {
+    /// Connections held now; 0 when the server is gone.
+    pub fn now(&self) -> usize {
+        self.0
+            .upgrade()
+            .map_or(0, |live| live.load(Ordering::Acquire))
+    }
+}
+
 /// A connection on its way to a loop: its state too when it moves from another loop.
 type Handoff<C> = (mio::net::TcpStream, SocketAddr, Slot, Option<C>);
 
@@ -360,6 +373,13 @@ impl Server {
     /// Connections held now (in the loops and promoted).
     pub fn connections(&self) -> usize {
         self.live.load(Ordering::Acquire)
+    }
+
+    /// A reader of [`Server::connections`] that outlives no one: it reads 0 once the server
+    /// is gone. The count is the one the caps compare against, taken when a connection is
+    /// admitted, before a loop opens it.
+    pub fn held(&self) -> Held {
+        Held(Arc::downgrade(&self.live))
     }
 
     /// Stops the loops and closes every connection they serve (promoted connections end with

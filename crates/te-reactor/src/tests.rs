@@ -629,4 +629,14 @@ fn one_address_cannot_take_every_place() {
     }
     let mut again = TcpStream::connect(server.local_addr()).unwrap();
     assert_eq!(roundtrip(&mut again, b"back"), b"back");
+    // Pages served apart from the server read the same count, and 0 once it is gone.
+    let held = server.held();
+    assert_eq!((held.now(), server.connections()), (2, 2));
+    drop(server);
+    drop((two, again));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while held.now() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(held.now(), 0);
 }
