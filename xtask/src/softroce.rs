@@ -11,7 +11,8 @@
 //! `SOFTROCE_DEVS` and `SOFTROCE_IPS` list the devices and addresses, `SOFTROCE_VM_GUEST=1`.
 //!
 //! Exit codes: CMD's; 124 when the guest outlives `--timeout`; 125 when the guest ends without
-//! running CMD to the end (a setup failure). The kernel and initramfs are cached in
+//! running CMD to the end (a setup failure), named with the step that failed or the console's
+//! last lines. The kernel and initramfs are cached in
 //! `$TE_SOFTROCE_DIR` (default `/tmp/te-softroce`); `--setup` prepares them (and installs the
 //! Debian packages when run as root).
 
@@ -397,7 +398,7 @@ fn guest_script(o: &Options, cwd: &Path) -> String {
 C=/run/te-softroce
 stty -onlcr 2>/dev/null || true
 finish() {{ echo "$1" > $C/rc; sync; busybox poweroff -f 2>/dev/null || echo o > /proc/sysrq-trigger; sleep 10; }}
-trap 'finish 125' ERR
+trap 'echo "$BASH_COMMAND" > $C/setup-failed; finish 125' ERR
 set -e -o pipefail
 echo te-softroce > /proc/sys/kernel/hostname
 {mounts}modprobe -a rdma_rxe ib_uverbs rdma_ucm
@@ -409,6 +410,7 @@ ulimit -l unlimited
 trap - ERR; set +e +o pipefail
 {env}export SOFTROCE_IPS={ips} SOFTROCE_DEVS={devs} SOFTROCE_VM_GUEST=1 HOME=/root USER=root TERM=dumb
 cd {cwd} 2>/dev/null || cd /
+: > $C/started
 {cmd} </dev/null 2>&1 | cat
 finish ${{PIPESTATUS[0]}}
 "#,
@@ -441,18 +443,51 @@ pub(crate) fn softroce(args: &[&str]) -> Result<i32, String> {
         eprintln!("xtask softroce: ready in {}", dir.display());
         return Ok(0);
     }
+    // A guest that failed before CMD started (a boot or setup hiccup under TCG) is booted once
+    // more; one that failed while running CMD is not.
+    let mut ending = boot(&o, &dir, &kv, &initramfs)?;
+    if let Ending::Failed {
+        started: false,
+        why,
+    } = &ending
+    {
+        eprintln!("xtask softroce: {why}\nxtask softroce: booting once more");
+        ending = boot(&o, &dir, &kv, &initramfs)?;
+    }
+    match ending {
+        Ending::Exited(rc) => Ok(rc),
+        Ending::TimedOut => {
+            eprintln!("xtask softroce: the guest ran past {} s", o.timeout);
+            Ok(124)
+        }
+        Ending::Failed { why, .. } => Err(why),
+    }
+}
+
+/// How one boot of the guest ended.
+enum Ending {
+    /// CMD ran to the end with this exit code.
+    Exited(i32),
+    /// The guest outlived `--timeout` and was stopped.
+    TimedOut,
+    /// The guest ended without CMD's exit code: why, and whether CMD had started.
+    Failed { started: bool, why: String },
+}
+
+/// Boots the guest once to run `o.cmd`.
+fn boot(o: &Options, dir: &Path, kv: &str, initramfs: &Path) -> Result<Ending, String> {
     let ctl = dir.join(format!("run-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&ctl);
     std::fs::create_dir_all(&ctl).map_err(|e| e.to_string())?;
     let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
-    std::fs::write(ctl.join("guest.sh"), guest_script(&o, &cwd)).map_err(|e| e.to_string())?;
+    std::fs::write(ctl.join("guest.sh"), guest_script(o, &cwd)).map_err(|e| e.to_string())?;
     let kvm =
         Path::new("/sys/module/kvm_intel").exists() || Path::new("/sys/module/kvm_amd").exists();
     let accel: &[&str] = match kvm {
         true => &["-accel", "kvm", "-cpu", "host"],
         false => &["-accel", "tcg,thread=multi,tb-size=256", "-cpu", "max"],
     };
-    let modules = dir.join("kernel/x/lib/modules").join(&kv);
+    let modules = dir.join("kernel/x/lib/modules").join(kv);
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args(accel)
         .args([
@@ -475,7 +510,7 @@ pub(crate) fn softroce(args: &[&str]) -> Result<i32, String> {
         .arg("-kernel")
         .arg(dir.join("kernel/x/boot").join(format!("vmlinuz-{kv}")))
         .arg("-initrd")
-        .arg(&initramfs)
+        .arg(initramfs)
         .args([
             "-append",
             "console=ttyS0 quiet loglevel=3 panic=-1 net.ifnames=0 mitigations=off",
@@ -528,8 +563,13 @@ pub(crate) fn softroce(args: &[&str]) -> Result<i32, String> {
     );
     let mut child = qemu
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("qemu-system-x86_64: {e}"))?;
+    let console = child
+        .stdout
+        .take()
+        .map(|out| std::thread::spawn(|| echo_console(out)));
     let deadline = Instant::now() + Duration::from_secs(o.timeout);
     let timed_out = loop {
         if child.try_wait().map_err(|e| e.to_string())?.is_some() {
@@ -545,17 +585,56 @@ pub(crate) fn softroce(args: &[&str]) -> Result<i32, String> {
     let rc = std::fs::read_to_string(ctl.join("rc"))
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok());
+    let setup = std::fs::read_to_string(ctl.join("setup-failed")).ok();
+    let started = ctl.join("started").exists();
     let _ = std::fs::remove_dir_all(&ctl);
-    match (rc, timed_out) {
-        (Some(rc), _) => Ok(rc),
-        (None, true) => {
-            eprintln!("xtask softroce: the guest ran past {} s", o.timeout);
-            Ok(124)
+    let tail = console.and_then(|t| t.join().ok()).unwrap_or_default();
+    Ok(match (rc, setup, timed_out) {
+        (Some(_), Some(step), _) => Ending::Failed {
+            started: false,
+            why: format!(
+                "the guest's setup failed at `{}`; its console's last lines:\n{tail}",
+                step.trim()
+            ),
+        },
+        (Some(rc), None, _) => Ending::Exited(rc),
+        (None, _, true) => Ending::TimedOut,
+        (None, _, false) => Ending::Failed {
+            started,
+            why: format!(
+                "the guest ended without an exit code ({}); its console's last lines:\n{tail}",
+                match started {
+                    true => "while running the command",
+                    false => "before the command started",
+                }
+            ),
+        },
+    })
+}
+
+/// Console lines kept for the error when the guest ends early.
+const CONSOLE_TAIL: usize = 20;
+
+/// Copies the guest's console to stdout as it comes; returns its last [`CONSOLE_TAIL`] lines.
+fn echo_console(out: std::process::ChildStdout) -> String {
+    use std::io::{BufRead, Write};
+    let mut tail = std::collections::VecDeque::with_capacity(CONSOLE_TAIL);
+    let mut stdout = std::io::stdout();
+    for line in std::io::BufReader::new(out)
+        .split(b'\n')
+        .map_while(Result::ok)
+    {
+        let _ = stdout
+            .write_all(&line)
+            .and_then(|()| stdout.write_all(b"\n"));
+        if tail.len() == CONSOLE_TAIL {
+            tail.pop_front();
         }
-        (None, false) => {
-            eprintln!("xtask softroce: the guest ended without an exit code");
-            Ok(125)
-        }
+        tail.push_back(String::from_utf8_lossy(&line).trim_end().to_string());
+    }
+    match tail.is_empty() {
+        true => "(it printed nothing)".to_string(),
+        false => Vec::from(tail).join("\n"),
     }
 }
 
@@ -641,6 +720,10 @@ mod tests {
         assert!(script.contains("link add rxe1 type rxe netdev eth1"));
         assert!(script.contains("route add 198.18.0.0/24 dev eth1 table 101"));
         assert!(script.contains(r"'rxe0'\''s'"), "arguments are quoted");
+        assert!(
+            script.contains(r#"trap 'echo "$BASH_COMMAND" > $C/setup-failed; finish 125' ERR"#),
+            "a failed setup step is named for the host"
+        );
         assert!(parse(&["--",]).is_err());
         assert!(parse(&["--bogus"]).is_err());
         assert!(parse(&["--setup"]).unwrap().setup_only);
