@@ -72,8 +72,8 @@ std::string defaultHost() {
     return found;
 }
 
-/* What one of te's (Mooncake's) negative error codes means; te's own reason is in its log at
- * MC_LOG_LEVEL=DEBUG. */
+/* What one of te's (Mooncake's) negative error codes means; te logs its own reason (at
+ * WARNING, MC_LOG_LEVEL's default). */
 const char *teError(int code) {
     switch (code) {
     case -1:

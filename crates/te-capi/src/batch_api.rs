@@ -24,7 +24,7 @@ pub extern "C" fn allocateBatchID(engine: TransferEngineT, batch_size: usize) ->
         match registry::get(engine).and_then(|e| e.allocate_batch_id(batch_size)) {
             Ok(id) => id,
             Err(e) => {
-                tracing::debug!(error = %e, "allocateBatchID failed");
+                registry::failed("allocateBatchID", &e);
                 INVALID_BATCH
             }
         }
@@ -80,11 +80,14 @@ pub unsafe extern "C" fn submitTransfer(
     count: usize,
 ) -> c_int {
     guard("submitTransfer", STATUS_INVALID_ARGUMENT, || {
-        status_code(registry::get(engine).and_then(|e| {
-            // SAFETY: the caller's contract for `entries`.
-            let reqs = unsafe { requests(entries, count)? };
-            e.submit_to_batch(batch_id, reqs, None)
-        }))
+        status_code(
+            "submitTransfer",
+            registry::get(engine).and_then(|e| {
+                // SAFETY: the caller's contract for `entries`.
+                let reqs = unsafe { requests(entries, count)? };
+                e.submit_to_batch(batch_id, reqs, None)
+            }),
+        )
     })
 }
 
@@ -102,13 +105,16 @@ pub unsafe extern "C" fn submitTransferWithNotify(
     notify_msg: NotifyMsgC,
 ) -> c_int {
     guard("submitTransferWithNotify", STATUS_INVALID_ARGUMENT, || {
-        status_code(registry::get(engine).and_then(|e| {
-            // SAFETY: the caller's contract for `entries` and the strings.
-            let reqs = unsafe { requests(entries, count)? };
-            // SAFETY: as above.
-            let n = unsafe { notification(&notify_msg)? };
-            e.submit_to_batch(batch_id, reqs, Some(n))
-        }))
+        status_code(
+            "submitTransferWithNotify",
+            registry::get(engine).and_then(|e| {
+                // SAFETY: the caller's contract for `entries` and the strings.
+                let reqs = unsafe { requests(entries, count)? };
+                // SAFETY: as above.
+                let n = unsafe { notification(&notify_msg)? };
+                e.submit_to_batch(batch_id, reqs, Some(n))
+            }),
+        )
     })
 }
 
@@ -127,7 +133,7 @@ pub unsafe extern "C" fn getTransferStatus(
     guard("getTransferStatus", STATUS_INVALID_ARGUMENT, || {
         // SAFETY: the caller's contract for `status`.
         unsafe {
-            report_status(status, || {
+            report_status("getTransferStatus", status, || {
                 registry::get(engine).and_then(|e| e.batch_task_status(batch_id, task_id))
             })
         }
@@ -153,7 +159,7 @@ pub unsafe extern "C" fn te_waitBatch(
         let timeout = std::time::Duration::from_micros(timeout_us);
         // SAFETY: the caller's contract for `status`.
         unsafe {
-            report_status(status, || {
+            report_status("te_waitBatch", status, || {
                 registry::get(engine).and_then(|e| e.wait_batch_status(batch_id, timeout))
             })
         }
@@ -167,7 +173,10 @@ pub unsafe extern "C" fn te_waitBatch(
 #[unsafe(no_mangle)]
 pub extern "C" fn te_cancelBatch(engine: TransferEngineT, batch_id: BatchIdT) -> c_int {
     guard("te_cancelBatch", STATUS_INVALID_ARGUMENT, || {
-        status_code(registry::get(engine).and_then(|e| e.cancel_batch_id(batch_id)))
+        status_code(
+            "te_cancelBatch",
+            registry::get(engine).and_then(|e| e.cancel_batch_id(batch_id)),
+        )
     })
 }
 
@@ -178,6 +187,7 @@ pub extern "C" fn te_cancelBatch(engine: TransferEngineT, batch_id: BatchIdT) ->
 /// # Safety
 /// `status` is NULL or writable for one `struct transfer_status`.
 unsafe fn report_status(
+    what: &str,
     status: *mut TransferStatusC,
     get: impl FnOnce() -> Result<te_core::TransferStatus, FacadeError>,
 ) -> c_int {
@@ -192,13 +202,16 @@ unsafe fn report_status(
             },
             0,
         ),
-        Err(e) => (
-            TransferStatusC {
-                status: STATUS_INVALID,
-                transferred_bytes: 0,
-            },
-            e.status_code(),
-        ),
+        Err(e) => {
+            registry::failed(what, &e);
+            (
+                TransferStatusC {
+                    status: STATUS_INVALID,
+                    transferred_bytes: 0,
+                },
+                e.status_code(),
+            )
+        }
     };
     // SAFETY: non-NULL and writable for one struct (the caller's contract).
     unsafe { status.write(out) };
@@ -209,7 +222,10 @@ unsafe fn report_status(
 #[unsafe(no_mangle)]
 pub extern "C" fn freeBatchID(engine: TransferEngineT, batch_id: BatchIdT) -> c_int {
     guard("freeBatchID", STATUS_INVALID_ARGUMENT, || {
-        status_code(registry::get(engine).and_then(|e| e.free_batch_id(batch_id)))
+        status_code(
+            "freeBatchID",
+            registry::get(engine).and_then(|e| e.free_batch_id(batch_id)),
+        )
     })
 }
 
@@ -305,11 +321,14 @@ pub unsafe extern "C" fn genNotifyInEngine(
     notify_msg: NotifyMsgC,
 ) -> c_int {
     guard("genNotifyInEngine", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| {
-            // SAFETY: the caller's contract for the strings.
-            let n = unsafe { notification(&notify_msg)? };
-            e.notify_segment(target_id, &n)
-        }))
+        err_code(
+            "genNotifyInEngine",
+            registry::get(engine).and_then(|e| {
+                // SAFETY: the caller's contract for the strings.
+                let n = unsafe { notification(&notify_msg)? };
+                e.notify_segment(target_id, &n)
+            }),
+        )
     })
 }
 

@@ -45,7 +45,7 @@ pub unsafe extern "C" fn createTransferEngine(
         match made {
             Ok(engine) => registry::insert(engine),
             Err(e) => {
-                tracing::warn!(error = %e, "createTransferEngine failed");
+                registry::failed("createTransferEngine", &e);
                 std::ptr::null_mut()
             }
         }
@@ -67,7 +67,7 @@ pub extern "C" fn destroyTransferEngine(engine: TransferEngineT) {
 #[unsafe(no_mangle)]
 pub extern "C" fn discoverTopology(engine: TransferEngineT) -> c_int {
     guard("discoverTopology", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).map(|_| ()))
+        err_code("discoverTopology", registry::get(engine).map(|_| ()))
     })
 }
 
@@ -82,11 +82,14 @@ pub unsafe extern "C" fn getLocalIpAndPort(
     buf_len: usize,
 ) -> c_int {
     guard("getLocalIpAndPort", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| {
-            let name = e.session_name()?;
-            // SAFETY: the caller's contract for `buf_out`.
-            unsafe { write_text(buf_out, buf_len, &name) }
-        }))
+        err_code(
+            "getLocalIpAndPort",
+            registry::get(engine).and_then(|e| {
+                let name = e.session_name()?;
+                // SAFETY: the caller's contract for `buf_out`.
+                unsafe { write_text(buf_out, buf_len, &name) }
+            }),
+        )
     })
 }
 
@@ -130,7 +133,7 @@ pub unsafe extern "C" fn installTransport(
             Ok(true) => (&raw const RDMA_TRANSPORT).cast_mut().cast(),
             Ok(false) => (&raw const TCP_TRANSPORT).cast_mut().cast(),
             Err(e) => {
-                tracing::warn!(error = %e, "installTransport failed");
+                registry::failed("installTransport", &e);
                 std::ptr::null_mut()
             }
         }
@@ -203,7 +206,7 @@ pub unsafe extern "C" fn te_openFile(
         match opened {
             Ok((_, id)) => id,
             Err(e) => {
-                tracing::debug!(error = %e, "te_openFile failed");
+                registry::failed("te_openFile", &e);
                 e.code()
             }
         }
@@ -221,7 +224,7 @@ pub extern "C" fn te_allocateManagedBuffer(engine: TransferEngineT, length: usiz
         || match registry::get(engine).and_then(|e| e.allocate_managed(length as u64)) {
             Ok(addr) => addr as usize as *mut c_void,
             Err(e) => {
-                tracing::warn!(error = %e, length, "te_allocateManagedBuffer failed");
+                registry::failed("te_allocateManagedBuffer", &format!("{length} bytes: {e}"));
                 std::ptr::null_mut()
             }
         },
@@ -242,7 +245,7 @@ pub extern "C" fn te_freeManagedBuffer(
         || match registry::get(engine).and_then(|e| e.free_managed(addr as u64, length as u64)) {
             Ok(()) => 0,
             Err(e) => {
-                tracing::debug!(error = %e, "te_freeManagedBuffer failed");
+                registry::failed("te_freeManagedBuffer", &e);
                 e.code()
             }
         },
@@ -281,7 +284,7 @@ pub unsafe extern "C" fn te_getMetrics(
         match written {
             Ok(()) => 0,
             Err(e) => {
-                tracing::debug!(error = %e, "te_getMetrics failed");
+                registry::failed("te_getMetrics", &e);
                 ERR_INVALID_ARGUMENT
             }
         }
@@ -300,7 +303,7 @@ unsafe fn open(engine: TransferEngineT, segment_name: *const c_char, fresh: bool
         match opened {
             Ok(id) => id,
             Err(e) => {
-                tracing::debug!(error = %e, "openSegment failed");
+                registry::failed("openSegment", &e);
                 e.code()
             }
         }
@@ -311,7 +314,10 @@ unsafe fn open(engine: TransferEngineT, segment_name: *const c_char, fresh: bool
 #[unsafe(no_mangle)]
 pub extern "C" fn closeSegment(engine: TransferEngineT, segment_id: SegmentIdT) -> c_int {
     guard("closeSegment", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| e.close_segment_id(segment_id)))
+        err_code(
+            "closeSegment",
+            registry::get(engine).and_then(|e| e.close_segment_id(segment_id)),
+        )
     })
 }
 
@@ -328,6 +334,7 @@ pub unsafe extern "C" fn warmupEfaSegment(
     guard("warmupEfaSegment", ERR_INVALID_ARGUMENT, || {
         // SAFETY: the caller's contract for `segment_name`.
         err_code(
+            "warmupEfaSegment",
             registry::get(engine)
                 .and_then(|_| unsafe { text(segment_name, "segment_name") }.map(|_| ())),
         )
@@ -357,7 +364,10 @@ pub unsafe extern "C" fn removeLocalSegment(
 #[unsafe(no_mangle)]
 pub extern "C" fn syncSegmentCache(engine: TransferEngineT) -> c_int {
     guard("syncSegmentCache", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| e.sync_segments()))
+        err_code(
+            "syncSegmentCache",
+            registry::get(engine).and_then(|e| e.sync_segments()),
+        )
     })
 }
 
@@ -376,16 +386,21 @@ pub unsafe extern "C" fn registerLocalMemory(
     remote_accessible: c_int,
 ) -> c_int {
     guard("registerLocalMemory", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| {
-            // SAFETY: the caller's contract for `location`.
-            let location = unsafe { text(location, "location")? };
-            let permission = match remote_accessible {
-                0 => Permission::LocalOnly,
-                _ => Permission::RemoteReadWrite,
-            };
-            // SAFETY: the caller's contract for the range.
-            unsafe { e.register_batch_with(&[addr as u64], &[length as u64], location, permission) }
-        }))
+        err_code(
+            "registerLocalMemory",
+            registry::get(engine).and_then(|e| {
+                // SAFETY: the caller's contract for `location`.
+                let location = unsafe { text(location, "location")? };
+                let permission = match remote_accessible {
+                    0 => Permission::LocalOnly,
+                    _ => Permission::RemoteReadWrite,
+                };
+                // SAFETY: the caller's contract for the range.
+                unsafe {
+                    e.register_batch_with(&[addr as u64], &[length as u64], location, permission)
+                }
+            }),
+        )
     })
 }
 
@@ -394,7 +409,10 @@ pub unsafe extern "C" fn registerLocalMemory(
 #[unsafe(no_mangle)]
 pub extern "C" fn unregisterLocalMemory(engine: TransferEngineT, addr: *mut c_void) -> c_int {
     guard("unregisterLocalMemory", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| e.unregister_batch(&[addr as u64])))
+        err_code(
+            "unregisterLocalMemory",
+            registry::get(engine).and_then(|e| e.unregister_batch(&[addr as u64])),
+        )
     })
 }
 
@@ -412,16 +430,21 @@ pub unsafe extern "C" fn registerLocalMemoryBatch(
     location: *const c_char,
 ) -> c_int {
     guard("registerLocalMemoryBatch", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| {
-            // SAFETY: the caller's contract for `buffer_list`.
-            let entries = unsafe { slice(buffer_list, buffer_len, "buffer_list")? };
-            // SAFETY: the caller's contract for `location`.
-            let location = unsafe { text(location, "location")? };
-            let addrs: Vec<u64> = entries.iter().map(|b| b.addr as u64).collect();
-            let lens: Vec<u64> = entries.iter().map(|b| b.length as u64).collect();
-            // SAFETY: the caller's contract for every range.
-            unsafe { e.register_batch_with(&addrs, &lens, location, Permission::RemoteReadWrite) }
-        }))
+        err_code(
+            "registerLocalMemoryBatch",
+            registry::get(engine).and_then(|e| {
+                // SAFETY: the caller's contract for `buffer_list`.
+                let entries = unsafe { slice(buffer_list, buffer_len, "buffer_list")? };
+                // SAFETY: the caller's contract for `location`.
+                let location = unsafe { text(location, "location")? };
+                let addrs: Vec<u64> = entries.iter().map(|b| b.addr as u64).collect();
+                let lens: Vec<u64> = entries.iter().map(|b| b.length as u64).collect();
+                // SAFETY: the caller's contract for every range.
+                unsafe {
+                    e.register_batch_with(&addrs, &lens, location, Permission::RemoteReadWrite)
+                }
+            }),
+        )
     })
 }
 
@@ -436,12 +459,15 @@ pub unsafe extern "C" fn unregisterLocalMemoryBatch(
     addr_len: usize,
 ) -> c_int {
     guard("unregisterLocalMemoryBatch", ERR_INVALID_ARGUMENT, || {
-        err_code(registry::get(engine).and_then(|e| {
-            // SAFETY: the caller's contract for `addr_list`.
-            let addrs = unsafe { slice(addr_list, addr_len, "addr_list")? };
-            let addrs: Vec<u64> = addrs.iter().map(|&a| a as u64).collect();
-            e.unregister_batch(&addrs)
-        }))
+        err_code(
+            "unregisterLocalMemoryBatch",
+            registry::get(engine).and_then(|e| {
+                // SAFETY: the caller's contract for `addr_list`.
+                let addrs = unsafe { slice(addr_list, addr_len, "addr_list")? };
+                let addrs: Vec<u64> = addrs.iter().map(|&a| a as u64).collect();
+                e.unregister_batch(&addrs)
+            }),
+        )
     })
 }
 

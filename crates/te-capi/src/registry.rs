@@ -144,23 +144,30 @@ pub(crate) unsafe fn write_text(buf: *mut c_char, len: usize, s: &str) -> Result
     Ok(())
 }
 
-/// A negative `ERR_*` code (0 for success): registration's convention.
-pub(crate) fn err_code(r: Result<(), FacadeError>) -> i32 {
+/// Logs why entry point `what` failed (at WARNING, so `MC_LOG_LEVEL`'s default shows it):
+/// a C caller gets only a code.
+pub(crate) fn failed(what: &str, e: &dyn std::fmt::Display) {
+    tracing::warn!(function = what, error = %e, "C API call failed");
+}
+
+/// A negative `ERR_*` code (0 for success) for entry point `what`: registration's convention.
+pub(crate) fn err_code(what: &str, r: Result<(), FacadeError>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            tracing::debug!(error = %e, "C API call failed");
+            failed(what, &e);
             e.code()
         }
     }
 }
 
-/// A positive `Status` code (0 for success): submit, status and free's convention.
-pub(crate) fn status_code(r: Result<(), FacadeError>) -> i32 {
+/// A positive `Status` code (0 for success) for entry point `what`: submit, status and free's
+/// convention.
+pub(crate) fn status_code(what: &str, r: Result<(), FacadeError>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            tracing::debug!(error = %e, "C API call failed");
+            failed(what, &e);
             e.status_code()
         }
     }

@@ -88,6 +88,7 @@ fn run_logged(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, S
         .env("MC_FORCE_TCP", "1")
         .env("MC_TRANSFER_TIMEOUT", "30")
         .env_remove("MC_TENT_CONF")
+        .env_remove("MC_LOG_LEVEL")
         .envs(env.iter().copied())
         .output()
         .expect("run the test program");
@@ -189,8 +190,16 @@ fn the_classic_api_runs_on_tent_under_mc_use_tent() {
 
 #[test]
 fn tent_bad_inputs_fail_and_the_engine_keeps_serving() {
-    let out = run_program(tent_program(), "bad");
+    let (out, log) = run_logged(tent_program(), &["bad"], &[]);
     assert!(out.contains("tent bad: every bad input refused"), "{out}");
+    for function in ["tent_register_memory", "tent_open_segment"] {
+        assert!(
+            log.lines().any(|l| l.contains("WARN")
+                && l.contains("TENT C API call failed")
+                && l.contains(&format!("function=\"{function}\""))),
+            "no logged reason for {function}:\n{log}"
+        );
+    }
 }
 
 #[test]
@@ -279,7 +288,7 @@ fn the_engines_figures_are_read_from_c() {
 
 #[test]
 fn bad_inputs_get_their_codes_and_the_engine_keeps_serving() {
-    let out = run("bad");
+    let (out, log) = run_logged(program(), &["bad"], &[]);
     assert!(
         out.contains("bad: NULL, destroyed and made-up handles refused"),
         "{out}"
@@ -288,6 +297,23 @@ fn bad_inputs_get_their_codes_and_the_engine_keeps_serving() {
         out.contains("bad: every bad input refused with its code"),
         "{out}"
     );
+    // A C caller gets only a code: the reason is logged at MC_LOG_LEVEL's default (WARNING),
+    // naming the entry point, on each of the C API's conventions.
+    for function in [
+        "registerLocalMemory",
+        "freeBatchID",
+        "getTransferStatus",
+        "openSegment",
+        "allocateBatchID",
+    ] {
+        assert!(
+            log.lines().any(|l| l.contains("WARN")
+                && l.contains("C API call failed")
+                && l.contains(&format!("function=\"{function}\""))
+                && l.contains("error=")),
+            "no logged reason for {function}:\n{log}"
+        );
+    }
 }
 
 /// The function names a header declares (a name followed by `(` at the start of a

@@ -135,9 +135,9 @@ fn settings() -> std::sync::MutexGuard<'static, Settings> {
     SETTINGS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Logs `e` and answers TENT's failure.
+/// Logs `e` (at WARNING, as te's C API does) and answers TENT's failure.
 pub(crate) fn fail(what: &str, e: impl std::fmt::Display) -> c_int {
-    tracing::debug!(function = what, error = %e, "TENT C API call failed");
+    tracing::warn!(function = what, error = %e, "TENT C API call failed");
     FAIL
 }
 
