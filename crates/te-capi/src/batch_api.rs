@@ -24,7 +24,7 @@ pub extern "C" fn allocateBatchID(engine: TransferEngineT, batch_size: usize) ->
         match registry::get(engine).and_then(|e| e.allocate_batch_id(batch_size)) {
             Ok(id) => id,
             Err(e) => {
-                registry::failed("allocateBatchID", &e);
+                registry::failed(&e);
                 INVALID_BATCH
             }
         }
@@ -80,14 +80,11 @@ pub unsafe extern "C" fn submitTransfer(
     count: usize,
 ) -> c_int {
     guard("submitTransfer", STATUS_INVALID_ARGUMENT, || {
-        status_code(
-            "submitTransfer",
-            registry::get(engine).and_then(|e| {
-                // SAFETY: the caller's contract for `entries`.
-                let reqs = unsafe { requests(entries, count)? };
-                e.submit_to_batch(batch_id, reqs, None)
-            }),
-        )
+        status_code(registry::get(engine).and_then(|e| {
+            // SAFETY: the caller's contract for `entries`.
+            let reqs = unsafe { requests(entries, count)? };
+            e.submit_to_batch(batch_id, reqs, None)
+        }))
     })
 }
 
@@ -105,16 +102,13 @@ pub unsafe extern "C" fn submitTransferWithNotify(
     notify_msg: NotifyMsgC,
 ) -> c_int {
     guard("submitTransferWithNotify", STATUS_INVALID_ARGUMENT, || {
-        status_code(
-            "submitTransferWithNotify",
-            registry::get(engine).and_then(|e| {
-                // SAFETY: the caller's contract for `entries` and the strings.
-                let reqs = unsafe { requests(entries, count)? };
-                // SAFETY: as above.
-                let n = unsafe { notification(&notify_msg)? };
-                e.submit_to_batch(batch_id, reqs, Some(n))
-            }),
-        )
+        status_code(registry::get(engine).and_then(|e| {
+            // SAFETY: the caller's contract for `entries` and the strings.
+            let reqs = unsafe { requests(entries, count)? };
+            // SAFETY: as above.
+            let n = unsafe { notification(&notify_msg)? };
+            e.submit_to_batch(batch_id, reqs, Some(n))
+        }))
     })
 }
 
@@ -133,7 +127,7 @@ pub unsafe extern "C" fn getTransferStatus(
     guard("getTransferStatus", STATUS_INVALID_ARGUMENT, || {
         // SAFETY: the caller's contract for `status`.
         unsafe {
-            report_status("getTransferStatus", status, || {
+            report_status(status, || {
                 registry::get(engine).and_then(|e| e.batch_task_status(batch_id, task_id))
             })
         }
@@ -159,7 +153,7 @@ pub unsafe extern "C" fn te_waitBatch(
         let timeout = std::time::Duration::from_micros(timeout_us);
         // SAFETY: the caller's contract for `status`.
         unsafe {
-            report_status("te_waitBatch", status, || {
+            report_status(status, || {
                 registry::get(engine).and_then(|e| e.wait_batch_status(batch_id, timeout))
             })
         }
@@ -173,10 +167,7 @@ pub unsafe extern "C" fn te_waitBatch(
 #[unsafe(no_mangle)]
 pub extern "C" fn te_cancelBatch(engine: TransferEngineT, batch_id: BatchIdT) -> c_int {
     guard("te_cancelBatch", STATUS_INVALID_ARGUMENT, || {
-        status_code(
-            "te_cancelBatch",
-            registry::get(engine).and_then(|e| e.cancel_batch_id(batch_id)),
-        )
+        status_code(registry::get(engine).and_then(|e| e.cancel_batch_id(batch_id)))
     })
 }
 
@@ -187,7 +178,6 @@ pub extern "C" fn te_cancelBatch(engine: TransferEngineT, batch_id: BatchIdT) ->
 /// # Safety
 /// `status` is NULL or writable for one `struct transfer_status`.
 unsafe fn report_status(
-    what: &str,
     status: *mut TransferStatusC,
     get: impl FnOnce() -> Result<te_core::TransferStatus, FacadeError>,
 ) -> c_int {
@@ -203,7 +193,7 @@ unsafe fn report_status(
             0,
         ),
         Err(e) => {
-            registry::failed(what, &e);
+            registry::failed(&e);
             (
                 TransferStatusC {
                     status: STATUS_INVALID,
@@ -222,10 +212,7 @@ unsafe fn report_status(
 #[unsafe(no_mangle)]
 pub extern "C" fn freeBatchID(engine: TransferEngineT, batch_id: BatchIdT) -> c_int {
     guard("freeBatchID", STATUS_INVALID_ARGUMENT, || {
-        status_code(
-            "freeBatchID",
-            registry::get(engine).and_then(|e| e.free_batch_id(batch_id)),
-        )
+        status_code(registry::get(engine).and_then(|e| e.free_batch_id(batch_id)))
     })
 }
 
@@ -321,14 +308,11 @@ pub unsafe extern "C" fn genNotifyInEngine(
     notify_msg: NotifyMsgC,
 ) -> c_int {
     guard("genNotifyInEngine", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "genNotifyInEngine",
-            registry::get(engine).and_then(|e| {
-                // SAFETY: the caller's contract for the strings.
-                let n = unsafe { notification(&notify_msg)? };
-                e.notify_segment(target_id, &n)
-            }),
-        )
+        err_code(registry::get(engine).and_then(|e| {
+            // SAFETY: the caller's contract for the strings.
+            let n = unsafe { notification(&notify_msg)? };
+            e.notify_segment(target_id, &n)
+        }))
     })
 }
 

@@ -45,7 +45,7 @@ pub unsafe extern "C" fn createTransferEngine(
         match made {
             Ok(engine) => registry::insert(engine),
             Err(e) => {
-                registry::failed("createTransferEngine", &e);
+                registry::failed(&e);
                 std::ptr::null_mut()
             }
         }
@@ -67,7 +67,7 @@ pub extern "C" fn destroyTransferEngine(engine: TransferEngineT) {
 #[unsafe(no_mangle)]
 pub extern "C" fn discoverTopology(engine: TransferEngineT) -> c_int {
     guard("discoverTopology", ERR_INVALID_ARGUMENT, || {
-        err_code("discoverTopology", registry::get(engine).map(|_| ()))
+        err_code(registry::get(engine).map(|_| ()))
     })
 }
 
@@ -82,14 +82,11 @@ pub unsafe extern "C" fn getLocalIpAndPort(
     buf_len: usize,
 ) -> c_int {
     guard("getLocalIpAndPort", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "getLocalIpAndPort",
-            registry::get(engine).and_then(|e| {
-                let name = e.session_name()?;
-                // SAFETY: the caller's contract for `buf_out`.
-                unsafe { write_text(buf_out, buf_len, &name) }
-            }),
-        )
+        err_code(registry::get(engine).and_then(|e| {
+            let name = e.session_name()?;
+            // SAFETY: the caller's contract for `buf_out`.
+            unsafe { write_text(buf_out, buf_len, &name) }
+        }))
     })
 }
 
@@ -133,7 +130,7 @@ pub unsafe extern "C" fn installTransport(
             Ok(true) => (&raw const RDMA_TRANSPORT).cast_mut().cast(),
             Ok(false) => (&raw const TCP_TRANSPORT).cast_mut().cast(),
             Err(e) => {
-                registry::failed("installTransport", &e);
+                registry::failed(&e);
                 std::ptr::null_mut()
             }
         }
@@ -206,7 +203,7 @@ pub unsafe extern "C" fn te_openFile(
         match opened {
             Ok((_, id)) => id,
             Err(e) => {
-                registry::failed("te_openFile", &e);
+                registry::failed(&e);
                 e.code()
             }
         }
@@ -224,7 +221,7 @@ pub extern "C" fn te_allocateManagedBuffer(engine: TransferEngineT, length: usiz
         || match registry::get(engine).and_then(|e| e.allocate_managed(length as u64)) {
             Ok(addr) => addr as usize as *mut c_void,
             Err(e) => {
-                registry::failed("te_allocateManagedBuffer", &format!("{length} bytes: {e}"));
+                registry::failed(&format!("{length} bytes: {e}"));
                 std::ptr::null_mut()
             }
         },
@@ -245,7 +242,7 @@ pub extern "C" fn te_freeManagedBuffer(
         || match registry::get(engine).and_then(|e| e.free_managed(addr as u64, length as u64)) {
             Ok(()) => 0,
             Err(e) => {
-                registry::failed("te_freeManagedBuffer", &e);
+                registry::failed(&e);
                 e.code()
             }
         },
@@ -284,7 +281,7 @@ pub unsafe extern "C" fn te_getMetrics(
         match written {
             Ok(()) => 0,
             Err(e) => {
-                registry::failed("te_getMetrics", &e);
+                registry::failed(&e);
                 ERR_INVALID_ARGUMENT
             }
         }
@@ -303,7 +300,7 @@ unsafe fn open(engine: TransferEngineT, segment_name: *const c_char, fresh: bool
         match opened {
             Ok(id) => id,
             Err(e) => {
-                registry::failed("openSegment", &e);
+                registry::failed(&e);
                 e.code()
             }
         }
@@ -314,10 +311,7 @@ unsafe fn open(engine: TransferEngineT, segment_name: *const c_char, fresh: bool
 #[unsafe(no_mangle)]
 pub extern "C" fn closeSegment(engine: TransferEngineT, segment_id: SegmentIdT) -> c_int {
     guard("closeSegment", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "closeSegment",
-            registry::get(engine).and_then(|e| e.close_segment_id(segment_id)),
-        )
+        err_code(registry::get(engine).and_then(|e| e.close_segment_id(segment_id)))
     })
 }
 
@@ -334,7 +328,6 @@ pub unsafe extern "C" fn warmupEfaSegment(
     guard("warmupEfaSegment", ERR_INVALID_ARGUMENT, || {
         // SAFETY: the caller's contract for `segment_name`.
         err_code(
-            "warmupEfaSegment",
             registry::get(engine)
                 .and_then(|_| unsafe { text(segment_name, "segment_name") }.map(|_| ())),
         )
@@ -364,10 +357,7 @@ pub unsafe extern "C" fn removeLocalSegment(
 #[unsafe(no_mangle)]
 pub extern "C" fn syncSegmentCache(engine: TransferEngineT) -> c_int {
     guard("syncSegmentCache", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "syncSegmentCache",
-            registry::get(engine).and_then(|e| e.sync_segments()),
-        )
+        err_code(registry::get(engine).and_then(|e| e.sync_segments()))
     })
 }
 
@@ -386,21 +376,16 @@ pub unsafe extern "C" fn registerLocalMemory(
     remote_accessible: c_int,
 ) -> c_int {
     guard("registerLocalMemory", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "registerLocalMemory",
-            registry::get(engine).and_then(|e| {
-                // SAFETY: the caller's contract for `location`.
-                let location = unsafe { text(location, "location")? };
-                let permission = match remote_accessible {
-                    0 => Permission::LocalOnly,
-                    _ => Permission::RemoteReadWrite,
-                };
-                // SAFETY: the caller's contract for the range.
-                unsafe {
-                    e.register_batch_with(&[addr as u64], &[length as u64], location, permission)
-                }
-            }),
-        )
+        err_code(registry::get(engine).and_then(|e| {
+            // SAFETY: the caller's contract for `location`.
+            let location = unsafe { text(location, "location")? };
+            let permission = match remote_accessible {
+                0 => Permission::LocalOnly,
+                _ => Permission::RemoteReadWrite,
+            };
+            // SAFETY: the caller's contract for the range.
+            unsafe { e.register_batch_with(&[addr as u64], &[length as u64], location, permission) }
+        }))
     })
 }
 
@@ -409,10 +394,7 @@ pub unsafe extern "C" fn registerLocalMemory(
 #[unsafe(no_mangle)]
 pub extern "C" fn unregisterLocalMemory(engine: TransferEngineT, addr: *mut c_void) -> c_int {
     guard("unregisterLocalMemory", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "unregisterLocalMemory",
-            registry::get(engine).and_then(|e| e.unregister_batch(&[addr as u64])),
-        )
+        err_code(registry::get(engine).and_then(|e| e.unregister_batch(&[addr as u64])))
     })
 }
 
@@ -430,21 +412,16 @@ pub unsafe extern "C" fn registerLocalMemoryBatch(
     location: *const c_char,
 ) -> c_int {
     guard("registerLocalMemoryBatch", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "registerLocalMemoryBatch",
-            registry::get(engine).and_then(|e| {
-                // SAFETY: the caller's contract for `buffer_list`.
-                let entries = unsafe { slice(buffer_list, buffer_len, "buffer_list")? };
-                // SAFETY: the caller's contract for `location`.
-                let location = unsafe { text(location, "location")? };
-                let addrs: Vec<u64> = entries.iter().map(|b| b.addr as u64).collect();
-                let lens: Vec<u64> = entries.iter().map(|b| b.length as u64).collect();
-                // SAFETY: the caller's contract for every range.
-                unsafe {
-                    e.register_batch_with(&addrs, &lens, location, Permission::RemoteReadWrite)
-                }
-            }),
-        )
+        err_code(registry::get(engine).and_then(|e| {
+            // SAFETY: the caller's contract for `buffer_list`.
+            let entries = unsafe { slice(buffer_list, buffer_len, "buffer_list")? };
+            // SAFETY: the caller's contract for `location`.
+            let location = unsafe { text(location, "location")? };
+            let addrs: Vec<u64> = entries.iter().map(|b| b.addr as u64).collect();
+            let lens: Vec<u64> = entries.iter().map(|b| b.length as u64).collect();
+            // SAFETY: the caller's contract for every range.
+            unsafe { e.register_batch_with(&addrs, &lens, location, Permission::RemoteReadWrite) }
+        }))
     })
 }
 
@@ -459,15 +436,12 @@ pub unsafe extern "C" fn unregisterLocalMemoryBatch(
     addr_len: usize,
 ) -> c_int {
     guard("unregisterLocalMemoryBatch", ERR_INVALID_ARGUMENT, || {
-        err_code(
-            "unregisterLocalMemoryBatch",
-            registry::get(engine).and_then(|e| {
-                // SAFETY: the caller's contract for `addr_list`.
-                let addrs = unsafe { slice(addr_list, addr_len, "addr_list")? };
-                let addrs: Vec<u64> = addrs.iter().map(|&a| a as u64).collect();
-                e.unregister_batch(&addrs)
-            }),
-        )
+        err_code(registry::get(engine).and_then(|e| {
+            // SAFETY: the caller's contract for `addr_list`.
+            let addrs = unsafe { slice(addr_list, addr_len, "addr_list")? };
+            let addrs: Vec<u64> = addrs.iter().map(|&a| a as u64).collect();
+            e.unregister_batch(&addrs)
+        }))
     })
 }
 

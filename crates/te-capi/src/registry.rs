@@ -1,9 +1,10 @@
 //! Engine handles: what `createTransferEngine` (and `tent_create_engine`) hands out is a
 //! number from a counter that never repeats, looked up in a table on every call, so a
 //! destroyed, stale or made-up handle is found missing instead of dereferenced. Also the
-//! boundary helpers every entry point uses: panics caught, C strings and pointer-and-count
-//! arrays read with their errors.
+//! boundary helpers every entry point uses: panics caught, failures logged under the entry
+//! point's name, C strings and pointer-and-count arrays read with their errors.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -90,11 +91,24 @@ pub(crate) fn remove(handle: *mut c_void) -> Option<Arc<MooncakeEngine>> {
     ENGINES.remove(handle)
 }
 
-/// Runs an entry point's body; a panic becomes `fallback` (and an error log), never an unwind
-/// into C.
-pub(crate) fn guard<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
+thread_local! {
+    /// The entry point this thread runs ([`guard`] sets it), named in the failures it logs.
+    static ENTRY: Cell<&'static str> = const { Cell::new("") };
+}
+
+/// The entry point this thread runs.
+pub(crate) fn entry() -> &'static str {
+    ENTRY.get()
+}
+
+/// Runs entry point `what`'s body; a panic becomes `fallback` (and an error log), never an
+/// unwind into C.
+pub(crate) fn guard<T>(what: &'static str, fallback: T, body: impl FnOnce() -> T) -> T {
     crate::logging::init();
-    match catch_unwind(AssertUnwindSafe(body)) {
+    let outer = ENTRY.replace(what);
+    let ran = catch_unwind(AssertUnwindSafe(body));
+    ENTRY.set(outer);
+    match ran {
         Ok(v) => v,
         Err(_) => {
             tracing::error!(function = what, "a panic was caught at the C boundary");
@@ -144,30 +158,29 @@ pub(crate) unsafe fn write_text(buf: *mut c_char, len: usize, s: &str) -> Result
     Ok(())
 }
 
-/// Logs why entry point `what` failed (at WARNING, so `MC_LOG_LEVEL`'s default shows it):
-/// a C caller gets only a code.
-pub(crate) fn failed(what: &str, e: &dyn std::fmt::Display) {
-    tracing::warn!(function = what, error = %e, "C API call failed");
+/// Logs why the entry point failed (at WARNING, so `MC_LOG_LEVEL`'s default shows it): a C
+/// caller gets only a code.
+pub(crate) fn failed(e: &dyn std::fmt::Display) {
+    tracing::warn!(function = entry(), error = %e, "C API call failed");
 }
 
-/// A negative `ERR_*` code (0 for success) for entry point `what`: registration's convention.
-pub(crate) fn err_code(what: &str, r: Result<(), FacadeError>) -> i32 {
+/// A negative `ERR_*` code (0 for success): registration's convention.
+pub(crate) fn err_code(r: Result<(), FacadeError>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            failed(what, &e);
+            failed(&e);
             e.code()
         }
     }
 }
 
-/// A positive `Status` code (0 for success) for entry point `what`: submit, status and free's
-/// convention.
-pub(crate) fn status_code(what: &str, r: Result<(), FacadeError>) -> i32 {
+/// A positive `Status` code (0 for success): submit, status and free's convention.
+pub(crate) fn status_code(r: Result<(), FacadeError>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            failed(what, &e);
+            failed(&e);
             e.status_code()
         }
     }

@@ -24,7 +24,7 @@ pub extern "C" fn tent_allocate_batch(engine: *mut c_void, batch_size: usize) ->
         {
             Ok(b) => b.0,
             Err(e) => {
-                fail("tent_allocate_batch", e);
+                fail(e);
                 0
             }
         }

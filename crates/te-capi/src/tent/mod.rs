@@ -136,8 +136,8 @@ fn settings() -> std::sync::MutexGuard<'static, Settings> {
 }
 
 /// Logs `e` (at WARNING, as te's C API does) and answers TENT's failure.
-pub(crate) fn fail(what: &str, e: impl std::fmt::Display) -> c_int {
-    tracing::warn!(function = what, error = %e, "TENT C API call failed");
+pub(crate) fn fail(e: impl std::fmt::Display) -> c_int {
+    tracing::warn!(function = crate::registry::entry(), error = %e, "TENT C API call failed");
     FAIL
 }
 
@@ -237,14 +237,14 @@ pub extern "C" fn tent_destroy_engine(engine: *mut c_void) {
 
 /// Runs `body` with the engine behind `handle`: 0, or -1 (logged).
 pub(crate) fn with(
-    what: &str,
+    what: &'static str,
     handle: *mut c_void,
     body: impl FnOnce(&TentEngine) -> Result<(), FacadeError>,
 ) -> c_int {
     guard(what, FAIL, || {
         match TENTS.get(handle).and_then(|h| body(&h.tent)) {
             Ok(()) => 0,
-            Err(e) => fail(what, e),
+            Err(e) => fail(e),
         }
     })
 }
