@@ -45,6 +45,9 @@ pub struct CxlDevice {
     len: u64,
     path: PathBuf,
     id: String,
+    /// The device's (or stand-in file's) identity on this host: a process that maps it reaches
+    /// it as this one does.
+    file: te_sys::holder::FileId,
 }
 
 // SAFETY: the mapping is plain shared memory with no thread affinity; all access is through
@@ -68,6 +71,7 @@ impl CxlDevice {
             .open(path)
             .map_err(|e| fail(path, e))?;
         let meta = file.metadata().map_err(|e| fail(path, e))?;
+        let file_id = te_sys::holder::FileId::of(&file).map_err(|e| fail(path, e))?;
         let len = match (meta.file_type().is_char_device(), meta.is_file(), size) {
             (true, _, Some(s)) => s,
             (true, _, None) => {
@@ -111,6 +115,7 @@ impl CxlDevice {
             len,
             path: path.to_path_buf(),
             id: String::new(),
+            file: file_id,
         };
         device.id = device.attach()?;
         Ok(device)
@@ -202,6 +207,11 @@ impl CxlDevice {
     /// The device identity every process mapping this device sees.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The identity of the device file on this host.
+    pub fn file_id(&self) -> te_sys::holder::FileId {
+        self.file
     }
 
     /// The mapping's first byte in this process.

@@ -16,7 +16,7 @@ mod device;
 use std::sync::Arc;
 
 pub use device::{ALIGN, CxlDevice, HEADER_LEN};
-use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
+use te_core::segment::{BufferDesc, Origin, RemoteSegment, SegmentDesc};
 use te_core::transport::{Capabilities, InstallContext, Rejection, SliceError, SliceOp, Transport};
 use te_core::{Config, Error, HostBuffer, Opcode};
 use te_workers::CopyWorkers;
@@ -85,6 +85,27 @@ impl CxlTransport {
     }
 }
 
+/// Whether a segment's owner may name ranges of `device`: its descriptor is signed with the
+/// cluster key, or its proven process on this host maps the device.
+fn owner_reaches(device: &CxlDevice, target: &RemoteSegment) -> bool {
+    let reaches = match target.origin() {
+        Origin::Signed { .. } => true,
+        Origin::Served { pid } => te_sys::holder::maps_file(pid, device.file_id()).unwrap_or(false),
+        _ => false,
+    };
+    if !reaches {
+        tracing::warn!(
+            peer = target.name(),
+            "the segment names this CXL device, but its owner is not proven to map it; \
+             its buffers go over the segment's protocol"
+        );
+    }
+    reaches
+}
+
+/// A decision of [`owner_reaches`], kept with a descriptor's buffer.
+struct Reach(bool);
+
 /// Copies one slice between local memory and the device range behind the remote address.
 fn execute(device: &CxlDevice, op: &SliceOp) -> Result<(), SliceError> {
     let buffer = op
@@ -144,9 +165,26 @@ impl Transport for CxlTransport {
         }
     }
 
+    /// A buffer on this device, of a segment whose owner reaches the device itself: a proven
+    /// process of this host that maps it, or a descriptor signed with the cluster key (another
+    /// host sharing the device). Anyone else's offsets could name another engine's memory on
+    /// the device. Decided once per buffer of a descriptor.
     fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
-        buffer.cxl_offset.is_some()
-            && target.desc().te_cxl_device.as_deref() == Some(self.device.id())
+        if buffer.cxl_offset.is_none()
+            || target.desc().te_cxl_device.as_deref() != Some(self.device.id())
+        {
+            return false;
+        }
+        let Ok(index) = target.buffer_for(buffer.addr, buffer.length, Opcode::Read) else {
+            return false;
+        };
+        let decided = target.attached(index, || {
+            Ok::<_, std::convert::Infallible>(Reach(owner_reaches(&self.device, target)))
+        });
+        match decided {
+            Ok(Some(reach)) => reach.0,
+            _ => owner_reaches(&self.device, target),
+        }
     }
 
     fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {

@@ -129,6 +129,26 @@ fn cxl_between_two_processes() {
         Err(Error::RemoteAddressNotRegistered { .. })
     ));
     e.free_batch(b).unwrap();
+    // The range past the end had the descriptor fetched again: the device is chosen for the
+    // fresh one while its (proven) owner runs and maps the device.
+    let read = TransferRequest {
+        opcode: Opcode::Read,
+        ..write_ro
+    };
+    let b = e.allocate_batch(1).unwrap();
+    e.submit(
+        b,
+        &[TransferRequest {
+            target_offset: remote,
+            ..read
+        }],
+    )
+    .unwrap();
+    assert_eq!(
+        e.wait(b, Duration::from_secs(10)).unwrap().state,
+        TransferState::Completed
+    );
+    e.free_batch(b).unwrap();
 
     e.send_notify(
         &name,
@@ -183,5 +203,101 @@ fn a_missing_device_is_named() {
     unset.cxl_dev_path = None;
     assert!(
         matches!(CxlTransport::open(&unset), Err(Error::InvalidConfig { name, .. }) if name == "MC_CXL_DEV_PATH")
+    );
+}
+
+/// A victim on the device: a read-only buffer of device memory full of 0x5a, registered and
+/// published; told on stdin, exits 0 when it is intact.
+#[test]
+#[ignore = "helper: started by a_peer_that_does_not_map_the_device_cannot_name_its_ranges"]
+fn cxl_victim() {
+    let Ok(device) = std::env::var("TE_CXL_VICTIM") else {
+        return;
+    };
+    let (e, cxl) = engine(std::path::Path::new(&device));
+    let buf = cxl.allocate(1 << 20).unwrap();
+    buf.write_at(0, &vec![0x5a; 1 << 20]).unwrap();
+    e.register_buffer(&buf, "*", Permission::RemoteRead)
+        .unwrap();
+    println!("READY {} {}", e.segment_name(), buf.addr());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let intact = buf.to_vec(0, 1 << 20).unwrap().iter().all(|&b| b == 0x5a);
+    std::process::exit(if intact { 0 } else { 3 });
+}
+
+/// A forger that names the victim's device ranges as its own, read-write.
+#[test]
+#[ignore = "helper: started by a_peer_that_does_not_map_the_device_cannot_name_its_ranges"]
+fn cxl_forger() {
+    let Ok(from) = std::env::var("TE_CXL_FORGE") else {
+        return;
+    };
+    let how = te_testkit::forger::Forgery {
+        claim_self: true,
+        widen: true,
+    };
+    te_testkit::forger::serve_forged(&from, "127.0.0.1:0", how);
+}
+
+/// A peer proven to be the process that served its descriptor, but that does not map the
+/// device, names another engine's device ranges (read-write, where they were published
+/// read-only): its offsets are not used, and the victim's device memory stays as it was.
+#[test]
+fn a_peer_that_does_not_map_the_device_cannot_name_its_ranges() {
+    use std::io::Write;
+    let device = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("te-cxl-device-victim");
+    std::fs::File::create(&device)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let (mut victim, ready) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("cxl_victim"))
+            .env("TE_CXL_VICTIM", &device)
+            .stdin(std::process::Stdio::piped()),
+    );
+    let (name, addr) = ready.split_once(' ').unwrap();
+    let addr: u64 = addr.parse().unwrap();
+    let (forger, forged) = spawn_ready(
+        Command::new(std::env::current_exe().unwrap())
+            .args(self_test_args("cxl_forger"))
+            .env("TE_CXL_FORGE", name),
+    );
+    let forger = te_testkit::Killed(forger);
+    let (e, cxl) = engine(&device);
+    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
+    local.write_at(0, &vec![0xee; 1 << 20]).unwrap();
+    e.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = e.open_segment(&forged).unwrap();
+    let desc = e.segment(seg).unwrap();
+    assert!(desc.same_host(), "the forger proved the descriptor its own");
+    assert_eq!(
+        desc.desc().te_cxl_device.as_deref(),
+        Some(cxl.device().id())
+    );
+    for opcode in [Opcode::Write, Opcode::Read] {
+        let b = e.allocate_batch(1).unwrap();
+        let r = TransferRequest {
+            opcode,
+            source: local.addr(),
+            target_id: seg,
+            target_offset: addr,
+            length: 4096,
+        };
+        let state = match e.submit(b, &[r]) {
+            Ok(()) => e.wait(b, Duration::from_secs(30)).unwrap().state,
+            Err(_) => TransferState::Failed,
+        };
+        let _ = e.free_batch(b);
+        assert_ne!(state, TransferState::Completed, "{opcode:?}");
+    }
+    assert!(local.to_vec(0, 1 << 20).unwrap().iter().all(|&b| b == 0xee));
+    drop(forger);
+    victim.stdin.take().unwrap().write_all(b"check\n").unwrap();
+    assert!(
+        victim.wait().unwrap().success(),
+        "the victim's device memory was written"
     );
 }

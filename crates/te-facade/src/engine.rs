@@ -689,9 +689,9 @@ impl Live {
             .push(id);
     }
 
-    /// The segment named `target`, opened (the handshake) if it was not.
-    pub(crate) fn open_session(&self, target: &str) -> Result<SegmentId> {
-        self.sessions.open(self.engine(), target)
+    /// The peer named `target`, opened (the handshake) if it was not; never a file segment.
+    pub(crate) fn open_peer(&self, target: &str) -> Result<SegmentId> {
+        self.sessions.open_peer(self.engine(), target)
     }
 
     /// Frees the abandoned batches that have finished.

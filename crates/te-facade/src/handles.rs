@@ -64,13 +64,14 @@ impl MooncakeEngine {
 }
 
 impl MooncakeEngine {
-    /// Opens `target` now (the handshake), so that the first transfer does not pay for it.
+    /// Opens the peer `target` now (the handshake), so that the first transfer does not pay
+    /// for it. A file segment's name (`file:…`) is refused: peers' names may come from anyone.
     ///
     /// # Errors
-    /// An unknown or unreachable peer.
+    /// An unknown or unreachable peer, or a file segment's name.
     pub fn connect(&self, target: &str) -> Result<()> {
         let live = self.live()?;
-        live.open_session(target).map(|_| ())
+        live.open_peer(target).map(|_| ())
     }
 
     /// The oldest notification received, waiting up to `timeout` for one; `None` when none

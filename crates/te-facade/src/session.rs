@@ -31,6 +31,20 @@ impl Sessions {
         Ok(id)
     }
 
+    /// The peer named `target`, opened now if it was not: never a local file segment, whatever
+    /// the name (a peer's name may come from anyone; te-core refuses such a name too, and this
+    /// keeps it from matching a file the application opened).
+    pub(crate) fn open_peer(&self, engine: &TransferEngine, target: &str) -> Result<SegmentId> {
+        if target.trim_start_matches('/').starts_with(FILE_PREFIX) {
+            return Err(te_core::Error::InvalidArgument(format!(
+                "peer {target:?}: names starting with {FILE_PREFIX:?} are local file segments \
+                 (open_file), never a peer's"
+            ))
+            .into());
+        }
+        self.open(engine, target)
+    }
+
     /// Keeps `target` as segment `id` (a file segment, which no peer describes).
     pub(crate) fn insert(&self, target: &str, id: SegmentId) {
         self.lock().insert(target.to_string(), id);

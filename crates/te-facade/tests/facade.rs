@@ -370,3 +370,30 @@ fn wait(pid: i32) -> i32 {
         signal => 128 + signal,
     }
 }
+
+/// A file the application opened is reached by the name `open_file` gave it; the same name
+/// from a peer (`connect`, Mooncake's `openSegment`) is refused, so a name a peer or a store
+/// master hands over can never alias the local file.
+#[test]
+fn a_peers_name_spelled_as_a_file_never_reaches_an_open_file() {
+    let (a, abuf) = engine(13);
+    a.install_transport("io_uring", "")
+        .expect("a file transport");
+    let path = std::env::temp_dir().join(format!("te-facade-file-{}", std::process::id()));
+    std::fs::write(&path, vec![0x33u8; 1 << 20]).unwrap();
+    let (name, _) = a.open_file(path.to_str().unwrap(), true).unwrap();
+    for refused in [
+        a.connect(&name).unwrap_err(),
+        a.open_segment_id(&name, false).unwrap_err(),
+        a.open_segment_id(&name, true).unwrap_err(),
+    ] {
+        assert_eq!(refused.code(), -1, "{refused}");
+        assert!(refused.to_string().contains("file"), "{refused}");
+    }
+    // The application's own calls with the name open_file gave still reach the file.
+    a.transfer_sync(&name, Opcode::Read, (&[abuf.addr()], &[0], &[4096]), None)
+        .unwrap();
+    assert_eq!(abuf.to_vec(0, 4096).unwrap(), vec![0x33u8; 4096]);
+    assert_eq!(std::fs::read(&path).unwrap(), vec![0x33u8; 1 << 20]);
+    std::fs::remove_file(&path).unwrap();
+}

@@ -14,9 +14,12 @@
 //!   the stream has finished it (so the bytes are in place). Slices are up to 64 MiB (a GPU
 //!   copy gains nothing from being cut small) and run on copy workers, never the submitting
 //!   thread; the workers' streams run side by side.
-//! - Fabric handles serve other hosts only with `MC_FORCE_MNNVL` set (Mooncake's switch): only
-//!   the operator knows which hosts share an NVLink domain. A peer outside it fails the import
-//!   with the driver's error, and the engine retries elsewhere.
+//! - A handle is opened only from a descriptor whose owner is proven (`Origin`): a process of
+//!   this host that served it over the connection te used, or, for fabric handles on other
+//!   hosts, a descriptor signed with the cluster key. Fabric handles serve other hosts only with
+//!   `MC_FORCE_MNNVL` set (Mooncake's switch): only the operator knows which hosts share an
+//!   NVLink domain. A peer outside it fails the import with the driver's error, and the engine
+//!   retries elsewhere.
 //! - Within one process (the own segment) nothing is opened: addresses are used as they are,
 //!   host or device (unified addressing).
 //!
@@ -32,7 +35,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use te_core::Opcode;
 use te_core::memory::{Location, Region};
-use te_core::segment::{BufferDesc, RemoteSegment, SegmentDesc};
+use te_core::segment::{BufferDesc, Origin, RemoteSegment, SegmentDesc};
 use te_core::transport::{Capabilities, InstallContext, Rejection, SliceError, SliceOp, Transport};
 use te_cuda::{Cuda, DeviceBuffer};
 use te_sys::env::Env;
@@ -364,10 +367,14 @@ impl Transport for NvlinkTransport {
         }
     }
 
+    /// A handle of a segment whose owner is proven to run on this host, or, for a fabric
+    /// handle under `MC_FORCE_MNNVL`, one signed with the cluster key: a handle in anyone
+    /// else's descriptor could name another process's GPU memory.
     fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
+        let signed = matches!(target.origin(), Origin::Signed { .. });
         match buffer.shm_name.as_deref().and_then(GpuName::parse) {
             Some(n) if matches!(n.kind, HandleKind::Fabric { .. }) => {
-                target.same_host() || self.options.mnnvl
+                target.same_host() || (self.options.mnnvl && signed)
             }
             Some(_) => target.same_host(),
             None => false,
@@ -434,18 +441,19 @@ mod tests {
         assert!(e.contains("MC_USE_FABRIC"), "{e}");
     }
 
-    fn buffer_of(shm_name: &str, host: &str) -> (RemoteSegment, BufferDesc) {
-        let desc: SegmentDesc = serde_json::from_value(serde_json::json!({
-            "name": "peer:1", "protocol": "tcp", "te_host_id": host,
+    fn buffer_of(shm_name: &str, origin: Origin) -> (RemoteSegment, BufferDesc) {
+        let mut desc: SegmentDesc = serde_json::from_value(serde_json::json!({
+            "name": "peer:1", "protocol": "tcp", "te_host_id": te_core::segment::host_id(),
             "buffers": [{"name": "cuda:0", "addr": 1 << 20, "length": 4096, "shm_name": shm_name}],
         }))
         .unwrap();
+        desc.origin = origin;
         let buffer = desc.buffers[0].clone();
         (RemoteSegment::new(1, "127.0.0.1".into(), 1, desc), buffer)
     }
 
     #[test]
-    fn fabric_handles_reach_other_hosts_only_under_mnnvl_and_ipc_handles_never() {
+    fn handles_are_opened_only_from_proven_owners_and_fabric_ones_elsewhere_only_signed() {
         let name = |kind| {
             GpuName {
                 kind,
@@ -459,22 +467,29 @@ mod tests {
             name(HandleKind::Ipc),
             name(HandleKind::Fabric { size: 2 << 20 }),
         );
-        let here = te_core::segment::host_id();
+        let here = Origin::Served {
+            pid: std::process::id(),
+        };
+        let signed_elsewhere = Origin::Signed { pid: None };
         let plain = NvlinkTransport::with_options(NvlinkOptions::default());
         let mnnvl = NvlinkTransport::with_options(
             NvlinkOptions::from_lookup(&te_sys::env::table(&[("MC_FORCE_MNNVL", "1")])).unwrap(),
         );
-        let serves = |t: &NvlinkTransport, n: &str, host: &str| {
-            let (seg, b) = buffer_of(n, host);
+        let serves = |t: &NvlinkTransport, n: &str, origin: Origin| {
+            let (seg, b) = buffer_of(n, origin);
             t.serves(&seg, &b)
         };
         for t in [&plain, &mnnvl] {
             assert!(
                 serves(t, &ipc, here) && serves(t, &fabric, here),
-                "same host"
+                "a proven owner on this host"
             );
             assert!(
-                !serves(t, &ipc, "another-host"),
+                !serves(t, &ipc, Origin::Unproven) && !serves(t, &fabric, Origin::Unproven),
+                "a descriptor claiming this host, unproven (a forged one)"
+            );
+            assert!(
+                !serves(t, &ipc, signed_elsewhere),
                 "IPC handles stay on their host"
             );
             assert!(
@@ -482,8 +497,12 @@ mod tests {
                 "shared memory is te-shm's"
             );
         }
-        assert!(!serves(&plain, &fabric, "another-host"));
-        assert!(serves(&mnnvl, &fabric, "another-host"));
+        assert!(!serves(&plain, &fabric, signed_elsewhere));
+        assert!(serves(&mnnvl, &fabric, signed_elsewhere));
+        assert!(
+            !serves(&mnnvl, &fabric, Origin::Unproven),
+            "another host's fabric handle, unsigned"
+        );
     }
 
     #[test]

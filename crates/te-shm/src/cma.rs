@@ -8,10 +8,9 @@
 //! with the peer naming this process through `PR_SET_PTRACER`, or `CAP_SYS_PTRACE`. Such a
 //! process could already read and write all of the peer's memory; te adds no reach. But the
 //! peer checks nothing on this path, so a descriptor must not be able to aim copies at a
-//! process that did not describe itself: only a descriptor fetched from the peer itself (peer
-//! to peer), at an address of this host, whose process (`te_owner`: pid and start time,
-//! rechecked within milliseconds of every post) holds the listener it came from, is served
-//! ([`bound`]). Every slice is checked by the engine against the descriptor (bounds,
+//! process that did not describe itself: only a descriptor whose owner is proven, the process
+//! (`te_owner`: pid and start time, rechecked within milliseconds of every post) that held the
+//! other end of the connection it was served on, is served ([`live_pid`]). Every slice is checked by the engine against the descriptor (bounds,
 //! permission) before it is posted, and the kernel refuses any address the peer has not mapped.
 //!
 //! Where the kernel refuses (another user, `ptrace_scope` 2 or 3, a container without the
@@ -35,7 +34,7 @@ pub struct CmaTransport {
     workers: CopyWorkers,
     /// The refusal already said (once per transport).
     said: AtomicBool,
-    /// Peers (by `te_owner`) found unreachable, so they are not probed again.
+    /// Proven peers' processes (`te_owner`) the kernel refused, so they are not probed again.
     refused: Mutex<Vec<String>>,
 }
 
@@ -60,85 +59,32 @@ impl CmaTransport {
     pub fn new() -> Self {
         Self::default()
     }
-}
 
-/// The peer's pid, when its descriptor names a process that runs on this host now (`te_owner`
-/// read against this host's `/proc`: a peer in another pid namespace, or one whose pid now
-/// names another process, does not match).
-fn live_pid(target: &RemoteSegment) -> Option<u32> {
-    if !target.same_host() || target.owner_alive() != Some(true) {
-        return None;
-    }
-    target.owner_pid()
-}
-
-/// Whether `pid` is the process that described itself to us: the descriptor was fetched from
-/// the owner's control listener (peer to peer), at an address of this host, and `pid` holds
-/// that listening socket. Without that, a descriptor naming another process of this user (a
-/// metadata service anyone may write, a listener of someone else's) could steer our copies
-/// into it: the target checks nothing on this path, so the binding must hold before any.
-fn bound(target: &RemoteSegment, pid: u32) -> Result<(), String> {
-    if !target.desc().from_owner {
-        return Err(
-            "the descriptor came from a metadata service, not from the peer itself \
-                    (cross-memory attach needs peer-to-peer handshakes)"
-                .into(),
-        );
-    }
-    let ips: Vec<std::net::IpAddr> =
-        std::net::ToSocketAddrs::to_socket_addrs(&(target.host(), target.rpc_port()))
-            .map_err(|e| format!("the peer's host {:?}: {e}", target.host()))?
-            .map(|a| a.ip())
-            .collect();
-    let local: Vec<std::net::IpAddr> = te_sys::interface_addrs().iter().map(|a| a.ip).collect();
-    if !ips.iter().any(|ip| ip.is_loopback() || local.contains(ip)) {
-        return Err(format!("{} is not an address of this host", target.host()));
-    }
-    let held = socket_inodes(pid)?;
-    let listening = ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .flat_map(|table| listeners(&table, target.rpc_port()));
-    match listening.into_iter().any(|inode| held.contains(&inode)) {
-        true => Ok(()),
-        false => Err(format!(
-            "process {pid} does not hold the listener at {}:{} the descriptor came from",
-            target.host(),
-            target.rpc_port()
-        )),
+    /// Says why `target`'s buffers go over the segment's protocol: a warning the first time,
+    /// then at INFO.
+    fn say(&self, target: &RemoteSegment, why: &str) {
+        match self.said.swap(true, Ordering::AcqRel) {
+            false => warn!(peer = %target.name(), "{why}; using the segment's protocol"),
+            true => info!(peer = %target.name(), "{why}; using the segment's protocol"),
+        }
     }
 }
 
-/// The inodes of the sockets process `pid` holds (`/proc/<pid>/fd`, readable where this
-/// process may attach to it).
-fn socket_inodes(pid: u32) -> Result<Vec<u64>, String> {
-    let fds =
-        std::fs::read_dir(format!("/proc/{pid}/fd")).map_err(|e| format!("/proc/{pid}/fd: {e}"))?;
-    Ok(fds
-        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .filter_map(|link| {
-            let link = link.to_str()?;
-            link.strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()
-        })
-        .collect())
-}
-
-/// The inodes of the listening sockets on `port` in a `/proc/net/tcp` or `tcp6` table.
-fn listeners(table: &str, port: u16) -> Vec<u64> {
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let local_port = fields.get(1)?.rsplit(':').next()?;
-            let listening = *fields.get(3)? == "0A";
-            let inode = fields.get(9)?.parse().ok()?;
-            (listening && u16::from_str_radix(local_port, 16).ok()? == port).then_some(inode)
-        })
-        .collect()
+/// The peer's pid, when its descriptor's owner is proven to be a process of this host
+/// ([`te_core::segment::Origin`]: it held the other end of the connection that served the
+/// descriptor, or signed it) and still runs. The target checks nothing on this path, so a
+/// descriptor naming another process (a listener of someone else's, a metadata service anyone
+/// may write, a copy of this process's own descriptor) must never reach here.
+fn live_pid(target: &RemoteSegment) -> Result<u32, String> {
+    let pid = target.owner_pid().ok_or_else(|| {
+        "the descriptor's owner is not proven to be a process of this host (it did not serve \
+         the descriptor over the connection it came on)"
+            .to_string()
+    })?;
+    match target.owner_alive() {
+        Some(true) => Ok(pid),
+        _ => Err(format!("the segment's process {pid} has exited")),
+    }
 }
 
 /// Why the kernel refused an attach, in words an operator can act on.
@@ -202,25 +148,26 @@ impl Transport for CmaTransport {
         if buffer.shm_name.is_some() || buffer.name.starts_with("cuda") {
             return false;
         }
-        let (Some(pid), Some(owner)) = (live_pid(target), target.desc().te_owner.clone()) else {
-            return false;
+        // An unproven owner is not remembered: a forged descriptor naming a process must not
+        // keep that process's own descriptors off this path.
+        let pid = match live_pid(target) {
+            Ok(pid) => pid,
+            Err(why) => {
+                self.say(target, &why);
+                return false;
+            }
         };
+        // Proven: `live_pid` matched it, start time included.
+        let owner = target.desc().te_owner.clone().unwrap_or_default();
         let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         if refused.contains(&owner) {
             return false;
         }
         let mut byte = [0u8; 1];
-        let probe = bound(target, pid).and_then(|()| {
-            read_from_process(pid, te_sys::PinnedRange::of_mut(&mut byte), buffer.addr)
-                .map_err(|e| refusal(&e, ptrace_scope()))
-        });
-        match probe {
+        match read_from_process(pid, te_sys::PinnedRange::of_mut(&mut byte), buffer.addr) {
             Ok(()) => true,
-            Err(why) => {
-                match self.said.swap(true, Ordering::AcqRel) {
-                    false => warn!(peer = %target.name(), "{why}; using the segment's protocol"),
-                    true => info!(peer = %target.name(), "{why}; using the segment's protocol"),
-                }
+            Err(e) => {
+                self.say(target, &refusal(&e, ptrace_scope()));
                 refused.push(owner);
                 false
             }
@@ -247,34 +194,6 @@ impl Transport for CmaTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listeners_are_read_from_the_kernels_table() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:3A98 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0
-   1: 0100007F:3A98 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 20 4 30 10 -1
-   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0000000000000000 100 0 0 10 0";
-        assert_eq!(
-            listeners(table, 15000),
-            [4242],
-            "the listener, not the connection"
-        );
-        assert_eq!(listeners(table, 8080), [4444]);
-        assert!(listeners(table, 1).is_empty());
-        assert!(listeners("", 15000).is_empty());
-        let mine = socket_inodes(std::process::id()).unwrap();
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let table = std::fs::read_to_string("/proc/self/net/tcp").unwrap();
-        let found = listeners(&table, port);
-        assert_eq!(found.len(), 1, "{port}");
-        assert!(!mine.contains(&found[0]), "bound after the first look");
-        assert!(
-            socket_inodes(std::process::id())
-                .unwrap()
-                .contains(&found[0])
-        );
-    }
 
     #[test]
     fn refusals_say_what_to_change() {

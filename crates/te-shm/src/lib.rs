@@ -107,11 +107,18 @@ fn buffer_of(desc: &SegmentDesc, addr: u64, len: u64) -> Option<(usize, &BufferD
     })
 }
 
-/// Maps a peer's file: only one of te's in `dir` ([`HostBuffer::open_shared`] checks the
-/// published name and the file), so a descriptor cannot make this process open a path of the
-/// peer's choosing.
-fn map(dir: &Path, path: &str, len: u64, segment: &str) -> Result<HostBuffer, SliceError> {
-    let m = HostBuffer::open_shared(dir, path, len as usize).map_err(|e| match e {
+/// Maps a peer's file: only one of te's in `dir` that the segment's proven owner maps itself
+/// ([`HostBuffer::open_shared`] checks the published name, the file and its holder), so a
+/// descriptor cannot make this process open a path of the peer's choosing, nor another
+/// process's memory.
+fn map(dir: &Path, path: &str, len: u64, target: &RemoteSegment) -> Result<HostBuffer, SliceError> {
+    let segment = target.name();
+    let owner = target.owner_pid().ok_or_else(|| {
+        SliceError::Path(format!(
+            "segment {segment}: its owner is not proven to run on this host"
+        ))
+    })?;
+    let m = HostBuffer::open_shared(dir, path, len as usize, owner).map_err(|e| match e {
         te_sys::Error::InvalidArgument(why) => {
             tracing::warn!(segment, "{why}");
             SliceError::Rejected(te_core::transport::Rejection::Malformed)
@@ -144,13 +151,13 @@ fn execute(dir: &Path, op: &SliceOp) -> Result<(), SliceError> {
         })?;
     let kept = op
         .target
-        .attached(index, || map(dir, path, buffer.length, &desc.name))?;
+        .attached(index, || map(dir, path, buffer.length, &op.target))?;
     // Another transport's state on this buffer (never te-shm's own): map for this slice only.
     let once;
     let mapping = match kept {
         Some(m) => m,
         None => {
-            once = map(dir, path, buffer.length, &desc.name)?;
+            once = map(dir, path, buffer.length, &op.target)?;
             &once
         }
     };
@@ -208,13 +215,27 @@ impl Transport for ShmTransport {
             .remove(&region.addr());
     }
 
+    /// A shared-memory file in te's form (not another transport's handle, te-nvlink's
+    /// `cuda-ipc:`) of a proven owner on this host, which maps here: mapped now and kept with
+    /// the descriptor, so a file the owner does not hold goes over the segment's protocol
+    /// instead of failing its slices.
     fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
-        // A shared-memory file, not another transport's handle (te-nvlink's `cuda-ipc:`).
-        buffer
+        let Some(path) = buffer
             .shm_name
             .as_deref()
-            .is_some_and(|p| HostBuffer::shared_name_in(&self.dir, p).is_some())
-            && target.same_host()
+            .filter(|p| HostBuffer::shared_name_in(&self.dir, p).is_some())
+        else {
+            return false;
+        };
+        if !target.same_host() {
+            return false;
+        }
+        let Some((index, _)) = buffer_of(target.desc(), buffer.addr, buffer.length) else {
+            return false;
+        };
+        target
+            .attached(index, || map(&self.dir, path, buffer.length, target))
+            .is_ok()
     }
 
     fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {

@@ -242,9 +242,14 @@ fn a_forged_descriptor_cannot_aim_copies_at_another_process() {
         .unwrap();
     let seg = e.open_segment(&name).expect("a well-formed descriptor");
     let desc = e.segment(seg).unwrap();
-    assert!(
-        desc.same_host() && desc.owner_alive() == Some(true),
+    assert_eq!(
+        desc.desc().te_owner,
+        te_core::segment::process_identity(victim.id()),
         "it names the live victim"
+    );
+    assert!(
+        !desc.same_host(),
+        "but the forger served it: the victim's process is not proven its owner"
     );
     for opcode in [Opcode::Write, Opcode::Read] {
         let b = e.allocate_batch(1).unwrap();

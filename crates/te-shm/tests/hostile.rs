@@ -78,7 +78,10 @@ fn a_descriptor_cannot_make_te_write_a_local_file() {
     let seg = e
         .open_segment(&name)
         .expect("the peer's descriptor is well formed");
-    assert!(e.segment(seg).unwrap().same_host(), "it claims this host");
+    assert!(
+        !e.segment(seg).unwrap().same_host(),
+        "it claims this host, but names no owner that served it"
+    );
     let b = e.allocate_batch(1).unwrap();
     let w = TransferRequest {
         opcode: Opcode::Write,

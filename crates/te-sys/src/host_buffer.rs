@@ -145,13 +145,15 @@ impl HostBuffer {
     /// `published` (its `shm_name`). The name comes from the wire, so it is trusted for nothing:
     /// it must be te's own form in `dir` (the transport's directory), and the file opened
     /// without following links must be a regular file of this user, on `dir`'s filesystem, with
-    /// one link and no access for others, as te makes them.
+    /// one link and no access for others, as te makes them; and process `owner` (the one proven
+    /// to have served the descriptor) must map that very file (device and inode), so a peer
+    /// cannot name another process's memory.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming `shm_name` when the name or the file is not te's;
-    /// [`Error::Memory`] when the file is gone (its owner exited), shorter than `len`, or
-    /// cannot be mapped.
-    pub fn open_shared(dir: &Path, published: &str, len: usize) -> Result<Self> {
+    /// [`Error::InvalidArgument`] naming `shm_name` when the name or the file is not te's, or
+    /// `owner` does not map it; [`Error::Memory`] when the file is gone (its owner exited),
+    /// shorter than `len`, or cannot be mapped.
+    pub fn open_shared(dir: &Path, published: &str, len: usize, owner: u32) -> Result<Self> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let refuse =
             |why: &str| Error::InvalidArgument(format!("shm_name {published:?}: {why}; refused"));
@@ -198,6 +200,13 @@ impl HostBuffer {
         }
         if meta.nlink() != 1 || meta.mode() & 0o077 != 0 {
             return Err(refuse("linked elsewhere or open to other users"));
+        }
+        let id = crate::holder::FileId::of(&file)
+            .map_err(|e| fail(format!("reading the identity of ({e})")))?;
+        if !crate::holder::maps_file(owner, id).unwrap_or(false) {
+            return Err(refuse(&format!(
+                "process {owner}, which served the descriptor, does not map it"
+            )));
         }
         let size = meta.len();
         if size < len as u64 {
@@ -568,11 +577,24 @@ mod tests {
         let published = path.to_str().unwrap().to_string();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "created owner-only");
-        let b = HostBuffer::open_shared(&dir, &published, 8192).unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        match HostBuffer::open_shared(&dir, &published, 8192, other.id()) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("does not map it"), "{m}"),
+            other => panic!(
+                "a process that does not map the file: {:?}",
+                other.map(|_| ())
+            ),
+        }
+        other.kill().unwrap();
+        other.wait().unwrap();
+        let b = HostBuffer::open_shared(&dir, &published, 8192, std::process::id()).unwrap();
         a.write_at(100, b"shared").unwrap();
         assert_eq!(b.to_vec(100, 6).unwrap(), b"shared");
         assert!(
-            HostBuffer::open_shared(&dir, &published, 8193).is_err(),
+            HostBuffer::open_shared(&dir, &published, 8193, std::process::id()).is_err(),
             "longer than the file"
         );
         let src = [7u8; 16];
@@ -585,7 +607,7 @@ mod tests {
         drop(a);
         assert!(!path.exists(), "the creator removes the file");
         assert!(
-            HostBuffer::open_shared(&dir, &published, 8192).is_err(),
+            HostBuffer::open_shared(&dir, &published, 8192, std::process::id()).is_err(),
             "owner gone"
         );
     }
@@ -595,7 +617,8 @@ mod tests {
         let dir = std::env::temp_dir();
         let a = HostBuffer::new_shared(3 * 4096, &dir).unwrap();
         let path = a.shared_path().unwrap().to_path_buf();
-        let b = HostBuffer::open_shared(&dir, path.to_str().unwrap(), 3 * 4096).unwrap();
+        let b = HostBuffer::open_shared(&dir, path.to_str().unwrap(), 3 * 4096, std::process::id())
+            .unwrap();
         a.write_at(4000, &[5u8; 200]).unwrap();
         let addr = a.addr();
         b.unshare().unwrap();
@@ -633,7 +656,12 @@ mod tests {
         let dir = base.join("shm");
         std::fs::create_dir_all(&dir).unwrap();
         let te_name = |n: u8| format!("te-{}", format!("{n:02x}").repeat(16));
-        let refused = |published: &str| match HostBuffer::open_shared(&dir, published, 4096) {
+        let refused = |published: &str| match HostBuffer::open_shared(
+            &dir,
+            published,
+            4096,
+            std::process::id(),
+        ) {
             Err(Error::InvalidArgument(m)) => {
                 assert!(m.contains("shm_name") && m.contains("refused"), "{m}");
                 m

@@ -11,6 +11,7 @@ pub mod cross_memory;
 pub mod env;
 mod error;
 pub mod hashing;
+pub mod holder;
 mod host_buffer;
 mod pinned;
 pub mod signals;

@@ -7,6 +7,7 @@
 //! - [`SimTransport`] holds every slice until the test reports it: the seeded, deterministic
 //!   simulation (`tests/sim.rs`) drives the real engine through it, choosing order and faults.
 
+pub mod forger;
 pub mod fuzz;
 pub mod mooncake;
 pub mod services;

@@ -177,6 +177,24 @@ pub fn request(
     max_payload: usize,
     key: Option<&auth::ClusterKey>,
 ) -> Result<Vec<u8>> {
+    exchange(host, port, kind, payload, connect_timeout, max_payload, key).map(|(reply, _)| reply)
+}
+
+/// As [`request`], and the connection the reply came on, still open: what the reply names on
+/// this host can then be bound to the process at its other end
+/// ([`crate::segment::Origin::served_over`]).
+///
+/// # Errors
+/// As [`request`].
+pub fn exchange(
+    host: &str,
+    port: u16,
+    kind: FrameType,
+    payload: &[u8],
+    connect_timeout: Duration,
+    max_payload: usize,
+    key: Option<&auth::ClusterKey>,
+) -> Result<(Vec<u8>, TcpStream)> {
     let addrs = resolve(host, port)?;
     let mut last = None;
     let mut stream = None;
@@ -231,7 +249,7 @@ pub fn request(
             "reply from {host}:{port} has type {reply_kind:?}, asked {kind:?}"
         )));
     }
-    Ok(reply)
+    Ok((reply, stream))
 }
 
 /// Splits a P2P segment name `host:port` (or `[v6]:port`).

@@ -65,7 +65,7 @@ impl TransferEngine {
         let path_str = canonical
             .to_str()
             .ok_or_else(|| bad("path is not UTF-8".into()))?;
-        let name = format!("file:{path_str}");
+        let name = format!("{}{path_str}", super::segments::FILE_PREFIX);
         let previous = self.segments.by_name(&name);
         let desc = SegmentDesc::file(&name, path_str, meta.len(), permission);
         if let Some(old) = previous {

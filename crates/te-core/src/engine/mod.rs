@@ -12,12 +12,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::batch::{BatchId, BatchTable, PendingNotify, TransferStatus};
 mod files;
 mod keeper;
 mod registration;
+mod segments;
 mod submit;
 
 pub use files::FileAccess;
@@ -33,7 +34,7 @@ use crate::metadata::Metadata;
 use crate::net;
 use crate::notify::{Notification, NotificationQueue};
 use crate::retry::RetryPolicy;
-use crate::segment::{RemoteSegment, SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
+use crate::segment::{SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
 use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, Transport};
 use te_reactor::Server;
 
@@ -439,159 +440,6 @@ impl TransferEngine {
                 Ok(())
             }
             other => other,
-        }
-    }
-
-    /// Opens segment `name` (P2P: `host:port`), fetching its descriptor unless cached.
-    ///
-    /// # Errors
-    /// [`Error::Metadata`] when the peer cannot be reached, [`Error::MalformedMessage`] for a bad
-    /// descriptor.
-    pub fn open_segment(&self, name: &str) -> Result<SegmentId> {
-        let name = name.trim_start_matches('/');
-        if self.config.metacache {
-            if let Some(seg) = self.segments.by_name(name).filter(|s| !s.is_stale()) {
-                return Ok(seg.id());
-            }
-        }
-        self.fetch_segment(name).map(|s| s.id())
-    }
-
-    /// Fetches segment `name`'s descriptor again, cached or not, keeping its id when it was
-    /// open (its owner registered or released memory since).
-    ///
-    /// # Errors
-    /// As [`open_segment`](Self::open_segment).
-    pub fn refresh_segment(&self, name: &str) -> Result<SegmentId> {
-        self.fetch_segment(name.trim_start_matches('/'))
-            .map(|s| s.id())
-    }
-
-    /// Fetches `name`'s descriptor and caches it (under its existing id if it was open),
-    /// dropping transports' connections made from the previous descriptor.
-    fn fetch_segment(&self, name: &str) -> Result<Arc<RemoteSegment>> {
-        let previous = self.segments.by_name(name);
-        let mut fetched = self.metadata.fetch_segment(name)?;
-        control::auth::verify(
-            self.control_state.cluster_key.as_deref(),
-            name,
-            &fetched.desc,
-        )?;
-        control::auth::unseal(
-            self.control_state.cluster_key.as_deref(),
-            name,
-            &mut fetched.desc,
-        )?;
-        if let Some(old) = &previous {
-            for t in self.core.transports() {
-                t.close_segment(old);
-            }
-        }
-        let seg = self
-            .segments
-            .insert(fetched.host, fetched.rpc_port, fetched.desc);
-        debug!(
-            segment = name,
-            id = seg.id(),
-            buffers = seg.desc().buffers.len(),
-            "segment opened"
-        );
-        Ok(seg)
-    }
-
-    /// Fetches a distrusted descriptor again before a transfer. When a shared metadata service
-    /// cannot be reached, the cached descriptor is kept (transfers between open segments must
-    /// outlive a service restart); a segment the service says is gone is an error.
-    fn refetch(&self, seg: Arc<RemoteSegment>) -> Result<Arc<RemoteSegment>> {
-        match self.fetch_segment(seg.name()) {
-            Ok(fresh) => Ok(fresh),
-            Err(e @ (Error::Metadata(_) | Error::Socket { .. })) if self.metadata.is_shared() => {
-                debug!(segment = seg.name(), error = %e, "metadata service unreachable; keeping the cached descriptor");
-                Ok(seg)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Closes a segment: forgets its descriptor and drops transports' connections to it.
-    /// Slices already posted finish on their own.
-    ///
-    /// # Errors
-    /// [`Error::UnknownSegment`].
-    pub fn close_segment(&self, id: SegmentId) -> Result<()> {
-        let seg = self.segments.remove(id).ok_or(Error::UnknownSegment(id))?;
-        for t in self.core.transports() {
-            t.close_segment(&seg);
-        }
-        Ok(())
-    }
-
-    /// The names of the segments open now.
-    pub fn open_segment_names(&self) -> Vec<String> {
-        self.segments
-            .all()
-            .iter()
-            .map(|s| s.name().to_string())
-            .collect()
-    }
-
-    /// The descriptor of an opened segment.
-    ///
-    /// # Errors
-    /// [`Error::UnknownSegment`].
-    pub fn segment(&self, id: SegmentId) -> Result<Arc<RemoteSegment>> {
-        // A match, not `ok_or`: the error is built (and dropped) only when it is returned, and
-        // this runs once per submit.
-        match self.segments.by_id(id) {
-            Some(seg) => Ok(seg),
-            None => Err(Error::UnknownSegment(id)),
-        }
-    }
-
-    /// Segment `id`'s descriptor as it should be used for `[offset, offset+len)`: fetched
-    /// again when it lists no buffer holding the range (the peer may have registered it since
-    /// the descriptor was fetched). After a fetch that found nothing new, the next one waits
-    /// until that descriptor is [`DESCRIPTOR_MIN_AGE`] old, so bad requests cannot make every
-    /// submit a round trip. Range checks themselves stay with the caller.
-    ///
-    /// # Errors
-    /// [`Error::UnknownSegment`]; the fetch's error.
-    pub fn segment_for_range(
-        &self,
-        id: SegmentId,
-        offset: u64,
-        len: u64,
-        opcode: Opcode,
-    ) -> Result<Arc<RemoteSegment>> {
-        Ok(self.covering(self.segment(id)?, offset, len, opcode)?.0)
-    }
-
-    /// As [`segment_for_range`](Self::segment_for_range), from the descriptor in hand, with
-    /// the range's look-up in the descriptor returned (the index of the buffer holding it, or
-    /// why none does): one look-up when the descriptor in hand lists the range, as nearly
-    /// always.
-    ///
-    /// # Errors
-    /// The fetch's error.
-    pub(crate) fn covering(
-        &self,
-        seg: Arc<RemoteSegment>,
-        offset: u64,
-        len: u64,
-        opcode: Opcode,
-    ) -> Result<(Arc<RemoteSegment>, Result<usize>)> {
-        match seg.buffer_for(offset, len, opcode) {
-            Err(Error::RemoteAddressNotRegistered { .. })
-                if seg.refetch_for_unknown_range(DESCRIPTOR_MIN_AGE) =>
-            {
-                let fresh = self.refetch(Arc::clone(&seg))?;
-                if fresh.lists_same_memory(&seg) {
-                    fresh.fetched_for_unknown_range();
-                }
-                let found = fresh.buffer_for(offset, len, opcode);
-                Ok((fresh, found))
-            }
-            found => Ok((seg, found)),
         }
     }
 

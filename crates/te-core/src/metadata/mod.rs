@@ -194,7 +194,7 @@ impl P2pMetadata {
 impl Metadata for P2pMetadata {
     fn fetch_segment(&self, name: &str) -> Result<FetchedSegment> {
         let (host, rpc_port) = self.rpc_address(name)?;
-        let reply = control::request(
+        let (reply, connection) = control::exchange(
             &host,
             rpc_port,
             FrameType::Metadata,
@@ -217,7 +217,8 @@ impl Metadata for P2pMetadata {
         let mut desc = SegmentDesc::from_json(&reply)?;
         // The segment is known by the name it was opened with.
         desc.name = name.to_string();
-        desc.from_owner = true;
+        desc.origin = crate::segment::Origin::served_over(&connection, &desc);
+        drop(connection);
         Ok(FetchedSegment {
             host,
             rpc_port,

@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::memory::{Permission, Region};
 
+mod origin;
 mod remote;
 
+pub use origin::Origin;
 pub use remote::{RemoteSegment, SegmentCache};
 
 /// Segment id of a remote segment opened by this engine (Mooncake's `SegmentHandle`).
@@ -224,11 +226,10 @@ pub struct SegmentDesc {
     /// and the name it was published under. Never published.
     #[serde(skip)]
     pub received: Option<Arc<Received>>,
-    /// The descriptor came from the owner itself, over its control listener (peer to peer),
-    /// not from a metadata service: the process listening there described its own memory.
-    /// Never published.
+    /// What proves who owns this received descriptor: what it names on this host is used only
+    /// when its owner is proven. Never published.
     #[serde(skip)]
-    pub from_owner: bool,
+    pub origin: Origin,
 }
 
 /// Protocols a descriptor's `protocol` array may list before it is refused.
@@ -314,7 +315,7 @@ impl SegmentDesc {
             te_file: None,
             te_signature: None,
             received: None,
-            from_owner: false,
+            origin: Origin::Unproven,
         }
     }
 
@@ -353,7 +354,7 @@ impl SegmentDesc {
             te_file: Some(path.to_string()),
             te_signature: None,
             received: None,
-            from_owner: false,
+            origin: Origin::Unproven,
         }
     }
 

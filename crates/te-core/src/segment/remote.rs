@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{BufferDesc, SegmentDesc, SegmentId, SegmentSecret, host_id, process_identity};
+use super::{BufferDesc, Origin, SegmentDesc, SegmentId, SegmentSecret, process_identity};
 use crate::error::{Error, Result};
 use crate::memory::Permission;
 use crate::transport::Opcode;
@@ -45,9 +45,6 @@ pub struct RemoteSegment {
     /// Whether it was fetched because a request named a range the previous one did not list,
     /// and listed nothing new.
     for_unknown_range: std::sync::atomic::AtomicBool,
-    /// The owner runs on this host (its `te_host_id` is ours): compared once, here, not on
-    /// every post.
-    same_host: bool,
 }
 
 impl RemoteSegment {
@@ -77,14 +74,12 @@ impl RemoteSegment {
             false => desc.te_rails.iter().map(|r| r.name.clone()).collect(),
         };
         let (routes, chosen, attached) = (per_buffer(&desc), per_buffer(&desc), per_buffer(&desc));
-        let same_host = desc.te_host_id.as_deref() == Some(host_id());
         RemoteSegment {
             id,
             chosen,
             attached,
             host,
             rpc_port,
-            same_host,
             routes,
             desc,
             secret,
@@ -126,10 +121,15 @@ impl RemoteSegment {
         self.stale.store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// The pid of the segment's owning process, as its descriptor names it (`te_owner`).
+    /// The pid of the segment's owning process on this host, when proven ([`Origin`]): the
+    /// process same-host transports may reach. A descriptor's unproven `te_owner` is no answer.
     pub fn owner_pid(&self) -> Option<u32> {
-        let owner = self.desc.te_owner.as_deref()?;
-        owner.split(':').next()?.parse().ok()
+        self.desc.origin.pid()
+    }
+
+    /// What proves who owns the descriptor.
+    pub fn origin(&self) -> Origin {
+        self.desc.origin
     }
 
     /// Whether the segment's owning process (on this host) still runs; `None` when the
@@ -172,9 +172,10 @@ impl RemoteSegment {
         Some(alive && kept.is_ok())
     }
 
-    /// Whether the segment's owner runs on this host (same boot and shared-memory mount).
+    /// Whether the segment's owner is proven to run on this host ([`Origin`]): only then may
+    /// same-host transports use what its descriptor names here.
     pub fn same_host(&self) -> bool {
-        self.same_host
+        self.desc.origin.pid().is_some()
     }
 
     /// Whether [`mark_stale`](Self::mark_stale) was called.
@@ -411,6 +412,13 @@ mod tests {
             br#"{"name":"h:1","protocol":"tcp","tcp_data_port":9,"buffers":[]}"#,
         )
         .unwrap();
+        // As if proven: these tests are about the checks made after.
+        desc.origin = match &owner {
+            Some(o) => Origin::Served {
+                pid: o.split(':').next().unwrap().parse().unwrap(),
+            },
+            None => Origin::Unproven,
+        };
         desc.te_owner = owner;
         RemoteSegment::new(1, "h".into(), 1, desc)
     }
