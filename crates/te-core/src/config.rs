@@ -132,8 +132,9 @@ pub struct Config {
     pub metadata_refresh_batch: usize,
     /// Largest batch `allocate_batch` accepts (te's bound, not a Mooncake variable).
     pub max_batch_size: usize,
-    /// Notifications kept until the application takes them (te's bound).
-    pub notification_queue_max: usize,
+    /// What received notifications may hold until the application takes them: the largest
+    /// one (`MC_TE_NOTIFY_MAX_BYTES`), bytes in all (`MC_TE_NOTIFY_QUEUE_BYTES`), and a count.
+    pub notify: crate::notify::NotifyLimits,
     /// The control port of a peer named without one (`MC_HANDSHAKE_PORT`, default 12001, as
     /// Mooncake).
     pub handshake_port: u16,
@@ -181,7 +182,7 @@ impl Default for Config {
             metadata_refresh: Duration::from_secs(5),
             metadata_refresh_batch: 64,
             max_batch_size: 1 << 20,
-            notification_queue_max: 65536,
+            notify: crate::notify::NotifyLimits::default(),
             handshake_port: 12001,
             mooncake: crate::mooncake::MooncakeCompat::default(),
             limits: te_reactor::limits::ServerLimits::default(),
@@ -387,6 +388,18 @@ impl Config {
         if let Some(v) = get(crate::settings::HANDSHAKE_PORT.name) {
             c.handshake_port =
                 env::number_in(crate::settings::HANDSHAKE_PORT.name, &v, 1, u16::MAX)?;
+        }
+        if let Some(v) = get(crate::settings::TE_NOTIFY_MAX_BYTES.name) {
+            c.notify.max_message =
+                env::size_in(crate::settings::TE_NOTIFY_MAX_BYTES.name, &v, 256, 64 << 20)?;
+        }
+        if let Some(v) = get(crate::settings::TE_NOTIFY_QUEUE_BYTES.name) {
+            c.notify.max_queued = env::size_in(
+                crate::settings::TE_NOTIFY_QUEUE_BYTES.name,
+                &v,
+                64 << 10,
+                1 << 40,
+            )?;
         }
         c.mooncake = crate::mooncake::MooncakeCompat::from_lookup(|k| get(k))?;
         c.limits = te_reactor::limits::ServerLimits::from_lookup(|k| get(k))?;

@@ -196,6 +196,18 @@ pub(crate) const TE_CLUSTER_SECRET: Setting = Setting {
     range: "text",
     doc: "the cluster secret control peers must prove; descriptors signed with it (never printed)",
 };
+pub(crate) const TE_NOTIFY_MAX_BYTES: Setting = Setting {
+    name: "MC_TE_NOTIFY_MAX_BYTES",
+    default: "64K",
+    range: "256 B–64 MiB (K/M suffixes)",
+    doc: "largest notification accepted, as sent; a larger one is refused before it is read whole",
+};
+pub(crate) const TE_NOTIFY_QUEUE_BYTES: Setting = Setting {
+    name: "MC_TE_NOTIFY_QUEUE_BYTES",
+    default: "64M",
+    range: "64 KiB–1 TiB (K/M/G suffixes)",
+    doc: "notification bytes held until the application takes them; one source address (an IPv6 /64) may hold a quarter",
+};
 pub(crate) const TE_METADATA_TOKEN: Setting = Setting {
     name: "MC_TE_METADATA_TOKEN",
     default: "none",
@@ -285,6 +297,8 @@ pub const SETTINGS: &[Setting] = &[
     METADATA_REFRESH_SECS,
     TE_METADATA_REFRESH_BATCH,
     TE_CLUSTER_SECRET,
+    TE_NOTIFY_MAX_BYTES,
+    TE_NOTIFY_QUEUE_BYTES,
     TE_METADATA_TOKEN,
     TE_MOONCAKE_COMPAT,
     TE_MOONCAKE_ALLOW,

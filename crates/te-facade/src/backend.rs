@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use te_core::notify::Received;
 use te_core::{HostBuffer, Notification, Opcode, Permission};
 
 use crate::engine::MooncakeEngine;
@@ -105,17 +106,17 @@ pub trait Backend: Send + Sync {
     /// An unknown or unreachable peer.
     fn send_notify(&self, target: &str, notification: &Notification) -> Result<()>;
 
-    /// The notifications received so far (drained).
+    /// The notifications received so far (drained), each with the connection it came on.
     ///
     /// # Errors
     /// A closed engine.
-    fn take_notifies(&self) -> Result<Vec<Notification>>;
+    fn take_notifies(&self) -> Result<Vec<Received>>;
 
     /// The oldest notification, waiting up to `timeout` for one.
     ///
     /// # Errors
     /// A closed engine.
-    fn next_notify(&self, timeout: Duration) -> Result<Option<Notification>>;
+    fn next_notify(&self, timeout: Duration) -> Result<Option<Received>>;
 
     /// Whether `target`'s handshake listener answers.
     ///
@@ -217,12 +218,12 @@ impl Backend for MooncakeEngine {
         MooncakeEngine::send_notify(self, target, notification)
     }
 
-    fn take_notifies(&self) -> Result<Vec<Notification>> {
-        self.notifies()
+    fn take_notifies(&self) -> Result<Vec<Received>> {
+        Ok(self.live()?.engine().take_received())
     }
 
-    fn next_notify(&self, timeout: Duration) -> Result<Option<Notification>> {
-        MooncakeEngine::next_notify(self, timeout)
+    fn next_notify(&self, timeout: Duration) -> Result<Option<Received>> {
+        Ok(self.live()?.engine().recv_received(timeout))
     }
 
     fn probe(&self, target: &str) -> Result<bool> {

@@ -143,7 +143,9 @@ fn memory_the_peer_registers_later_notifications_and_close() {
         };
         a.send_notify(&peer, &n).unwrap();
         let got = b.next_notify(Duration::from_secs(10)).unwrap();
-        assert_eq!(got.map(|n| n.notify_msg).as_deref(), Some("hello"));
+        let got = got.expect("a notification");
+        assert_eq!(got.notification.notify_msg, "hello");
+        assert!(got.sender.addr.ip().is_loopback(), "{:?}", got.sender);
         assert!(a.probe(&peer).unwrap());
         b.close();
         b.close();

@@ -288,14 +288,15 @@ impl Engine {
         raise(py.detach(|| self.backend.send_notify(target, &n)))
     }
 
-    /// The notifications received, oldest first (drained); with `timeout`, waits up to that
-    /// many seconds for the first when none is there.
+    /// The notifications received, oldest first (drained), each as (name, message, the
+    /// address of the connection it came on, whether that connection proved the cluster
+    /// secret); with `timeout`, waits up to that many seconds for the first when none is there.
     #[pyo3(signature = (timeout = None))]
     fn notifications(
         &self,
         py: Python<'_>,
         timeout: Option<f64>,
-    ) -> PyResult<Vec<(String, String)>> {
+    ) -> PyResult<Vec<(String, String, String, bool)>> {
         let mut got = raise(self.backend.take_notifies())?;
         if got.is_empty()
             && let Some(t) = timeout.filter(|t| t.is_finite() && *t > 0.0)
@@ -316,7 +317,19 @@ impl Engine {
                 py.check_signals()?;
             }
         }
-        Ok(got.into_iter().map(|n| (n.name, n.notify_msg)).collect())
+        Ok(got
+            .into_iter()
+            .map(|r| {
+                let n = r.notification;
+                let sender = r.sender;
+                (
+                    n.name,
+                    n.notify_msg,
+                    sender.addr.to_string(),
+                    sender.authenticated,
+                )
+            })
+            .collect())
     }
 
     /// Whether `target`'s handshake listener answers.

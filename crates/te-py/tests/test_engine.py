@@ -311,6 +311,11 @@ def test_notifications_without_and_after_data(pair):
     while len(got) < 2:
         got += b.notifications(timeout=10)
     assert got == [te.Notification(a.name, "hello"), te.Notification("prefill-0", "named")]
+    # The name is the sender's word; the connection it came on is te's.
+    for n in got:
+        host, port = n.sender.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0 and n.authenticated is False
+    assert te.Notification("x", "y").sender is None
     assert b.notifications() == []
     assert b.notifications(timeout=0.05) == []
     peer.write(ra, rb.addr, MiB, notify=("kv", "layer-7"))

@@ -174,6 +174,22 @@ pub fn size(name: &str, value: &str) -> Result<u64> {
     }
 }
 
+/// `value` as a byte count ([`size`]) between `min` and `max`.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `name`.
+pub fn size_in(name: &str, value: &str, min: u64, max: u64) -> Result<usize> {
+    let bytes = size(name, value)?;
+    if bytes < min || bytes > max {
+        return Err(invalid(
+            name,
+            value,
+            format!("must be between {min} and {max} bytes"),
+        ));
+    }
+    usize::try_from(bytes).map_err(|_| invalid(name, value, "too large for this machine"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

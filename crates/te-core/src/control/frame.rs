@@ -188,6 +188,14 @@ pub fn needed(buf: &[u8], max_length: usize) -> Result<Option<usize>, FrameError
     Ok(Some(8 + len as usize))
 }
 
+/// The length field (type byte included) and the type of the frame at the front of `buf`,
+/// once its first nine bytes are there (`None` for the type of an untyped or unknown frame):
+/// enough to refuse a frame by its kind and size before any more of it is read.
+pub fn head(buf: &[u8]) -> Option<(u64, Option<FrameType>)> {
+    let len = u64::from_le_bytes(*buf.first_chunk::<8>()?);
+    Some((len, FrameType::from_u8(*buf.get(8)?)))
+}
+
 /// One frame's bytes, typed (`Some(kind)`) or untyped (the reply to an older Mooncake).
 pub fn encode_frame(kind: Option<FrameType>, payload: &[u8]) -> Vec<u8> {
     let mut buf = Vec::with_capacity(9 + payload.len());

@@ -22,7 +22,7 @@ use serde_json::json;
 use tracing::debug;
 
 use crate::error::{Error, Result};
-use crate::notify::{Notification, NotificationQueue};
+use crate::notify::{Notification, NotificationQueue, Sender};
 use frame::{FrameError, FrameType, read_frame, write_frame};
 use te_reactor::Server;
 
@@ -101,12 +101,20 @@ impl ControlState {
             FrameType::Probe => br#"{"status":"success"}"#.to_vec(),
             FrameType::Notify => match serde_json::from_slice::<Notification>(payload) {
                 Ok(n) => {
-                    if self.notifications.push(n) {
-                        br#"{"name":"","notify_msg":"success"}"#.to_vec()
-                    } else {
-                        json!({"error": "notification queue full"})
+                    let Some(addr) = peer else {
+                        return json!({"error": "te: no peer address"})
                             .to_string()
-                            .into_bytes()
+                            .into_bytes();
+                    };
+                    let sender = Sender {
+                        addr,
+                        authenticated: authenticated && self.cluster_key.is_some(),
+                    };
+                    match self.notifications.push(n, sender) {
+                        Ok(()) => br#"{"name":"","notify_msg":"success"}"#.to_vec(),
+                        Err(why) => json!({"error": format!("te: {why}")})
+                            .to_string()
+                            .into_bytes(),
                     }
                 }
                 Err(e) => json!({"error": format!("malformed notification: {e}")})

@@ -178,6 +178,25 @@ impl Protocol for ControlProtocol {
                 true => auth::AUTH_MAX.min(self.state.max_payload),
                 false => self.state.max_payload,
             };
+            // A notification larger than the queue takes is refused by its length alone.
+            let max_notify = self.state.notifications.limits().max_message as u64;
+            if let Some((len, Some(FrameType::Notify))) = frame::head(&c.input)
+                && len.saturating_sub(1) > max_notify
+                && !c.owes_proof()
+            {
+                let why = format!(
+                    "te: notification of {} bytes exceeds MC_TE_NOTIFY_MAX_BYTES ({max_notify})",
+                    len - 1
+                );
+                debug!(peer = %c.peer, "{why}");
+                c.output.push(&frame::encode_frame(
+                    Some(FrameType::Notify),
+                    json!({ "error": why }).to_string().as_bytes(),
+                ));
+                c.input.clear();
+                c.closing = true;
+                continue;
+            }
             match frame::parse_request(&c.input, limit) {
                 Ok(Some((request, used))) => {
                     c.input.drain(..used);

@@ -32,7 +32,7 @@ use crate::health::RailHealth;
 use crate::memory::RegionTable;
 use crate::metadata::Metadata;
 use crate::net;
-use crate::notify::{Notification, NotificationQueue};
+use crate::notify::{Notification, NotificationQueue, Received};
 use crate::retry::RetryPolicy;
 use crate::segment::{SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
 use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, Transport};
@@ -189,7 +189,7 @@ impl TransferEngine {
             .cluster_secret
             .as_ref()
             .map(|s| Arc::new(control::auth::ClusterKey::from_secret(s.expose())));
-        let notifications = Arc::new(NotificationQueue::new(config.notification_queue_max));
+        let notifications = Arc::new(NotificationQueue::new(config.notify));
         let mut first_desc = SegmentDesc::local(&name, "none", secret, &[]);
         if let Some(key) = &cluster_key {
             control::auth::seal(key, &mut first_desc)?;
@@ -545,11 +545,26 @@ impl TransferEngine {
 
     /// Takes every notification received so far.
     pub fn take_notifications(&self) -> Vec<Notification> {
+        self.take_received()
+            .into_iter()
+            .map(|r| r.notification)
+            .collect()
+    }
+
+    /// Takes every notification received so far, each with the connection it came on (the
+    /// sender's address, and whether it proved the cluster secret): the `name` inside is only
+    /// what the sender wrote.
+    pub fn take_received(&self) -> Vec<Received> {
         self.notifications.drain()
     }
 
     /// Takes the oldest notification, waiting up to `timeout` for one.
     pub fn recv_notification(&self, timeout: Duration) -> Option<Notification> {
+        self.recv_received(timeout).map(|r| r.notification)
+    }
+
+    /// As [`recv_notification`](Self::recv_notification), with its sender.
+    pub fn recv_received(&self, timeout: Duration) -> Option<Received> {
         self.notifications.recv(timeout)
     }
 

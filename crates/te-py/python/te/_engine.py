@@ -28,8 +28,21 @@ from .errors import InvalidArgumentError
 
 __all__ = ["Engine", "MemoryRegion", "Peer", "Transfer", "Notification"]
 
-Notification = collections.namedtuple("Notification", "name message")
-Notification.__doc__ = "A notification: who sent it (``name``) and what it says (``message``)."
+class Notification(collections.namedtuple("Notification", "name message")):
+    """A notification: the name its sender gave (``name``: the sender's word, nothing more) and
+    what it says (``message``). What te vouches for is ``sender``, the address (``ip:port``) of
+    the connection it came on, and ``authenticated``, whether that connection proved the
+    cluster secret (``MC_TE_CLUSTER_SECRET``)."""
+
+    sender = None
+    authenticated = False
+
+    @classmethod
+    def _received(cls, name, message, sender, authenticated):
+        n = cls(name, message)
+        n.sender = sender
+        n.authenticated = authenticated
+        return n
 
 _U64 = 1 << 64
 _NATIVE_U64 = ("<" if sys.byteorder == "little" else ">") + "u8"
@@ -518,7 +531,7 @@ class Engine:
     def notifications(self, timeout=None):
         """The notifications received so far, oldest first (each returned once); with
         ``timeout``, waits up to that many seconds for the first when there is none."""
-        return [Notification(n, m) for n, m in self._engine.notifications(timeout)]
+        return [Notification._received(*got) for got in self._engine.notifications(timeout)]
 
     def iter_notifications(self, timeout=None):
         """Yields notifications as they arrive; stops once none came for ``timeout`` seconds
@@ -527,8 +540,8 @@ class Engine:
             got = self._engine.notifications(3600.0 if timeout is None else timeout)
             if not got and timeout is not None:
                 return
-            for n, m in got:
-                yield Notification(n, m)
+            for received in got:
+                yield Notification._received(*received)
 
     def close(self):
         """Shuts the engine down (listeners closed, ports released, memory unregistered) and

@@ -5,6 +5,10 @@ from typing import Any, Generator, Iterator, NamedTuple, Optional, Sequence, Tup
 class Notification(NamedTuple):
     name: str
     message: str
+    @property
+    def sender(self) -> Optional[str]: ...
+    @property
+    def authenticated(self) -> bool: ...
 
 class MemoryRegion:
     addr: int

@@ -189,7 +189,10 @@ pub fn serve_descriptor(mut desc: serde_json::Value) -> (te_reactor::Server, Str
     desc["name"] = name.clone().into();
     let state = Arc::new(ControlState {
         local_desc: std::sync::RwLock::new(Arc::new(desc.to_string())),
-        notifications: Arc::new(NotificationQueue::new(4)),
+        notifications: Arc::new(NotificationQueue::new(te_core::notify::NotifyLimits {
+            max_count: 4,
+            ..Default::default()
+        })),
         max_payload: 1 << 20,
         cluster_key: None,
         connection_handler: std::sync::RwLock::new(None),
