@@ -341,9 +341,15 @@ impl Config {
             c.rail_cooldown_max = Duration::from_secs(s);
         }
         c.cxl_dev_path = get(crate::settings::CXL_DEV_PATH.name).map(|v| v.trim().into());
-        c.cluster_secret = lookup(crate::settings::TE_CLUSTER_SECRET.name)
-            .filter(|v| !v.is_empty())
-            .map(Redacted);
+        // Set is set: an empty or weak secret is refused, never taken for none.
+        if let Some(secret) = lookup(crate::settings::TE_CLUSTER_SECRET.name) {
+            crate::control::key::check_secret(&secret).map_err(|reason| Error::InvalidConfig {
+                name: crate::settings::TE_CLUSTER_SECRET.name.into(),
+                value: "<redacted>".into(),
+                reason,
+            })?;
+            c.cluster_secret = Some(Redacted(secret));
+        }
         c.metadata_token =
             match lookup(crate::settings::TE_METADATA_TOKEN.name).filter(|v| !v.is_empty()) {
                 Some(t) if t.bytes().all(|b| b.is_ascii_graphic()) => Some(Redacted(t)),
@@ -419,6 +425,33 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn an_empty_or_weak_cluster_secret_refuses_the_start() {
+        for weak in ["", "s3cret", "aaaabbbbccccddddeeee"] {
+            let err = with(&[("MC_TE_CLUSTER_SECRET", weak)]).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("MC_TE_CLUSTER_SECRET") && text.contains("openssl rand"),
+                "{weak:?}: {text}"
+            );
+            assert!(
+                weak.is_empty() || !text.contains(weak),
+                "never shown: {text}"
+            );
+        }
+        let strong = "9f86d081884c7d659a2feaa0c55ad015";
+        let c = with(&[("MC_TE_CLUSTER_SECRET", strong)]).unwrap();
+        assert_eq!(c.cluster_secret.as_ref().map(|s| s.expose()), Some(strong));
+        assert!(with(&[]).unwrap().cluster_secret.is_none());
+        // A Config made in code is checked when an engine starts.
+        let code = Config {
+            cluster_secret: Some(Redacted("s3cret".into())),
+            ..Config::default()
+        };
+        let err = crate::TransferEngine::init(code, "P2PHANDSHAKE", "127.0.0.1").unwrap_err();
+        assert!(err.to_string().contains("MC_TE_CLUSTER_SECRET"), "{err}");
     }
 
     #[test]

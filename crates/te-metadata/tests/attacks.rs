@@ -148,7 +148,9 @@ fn trap() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
 fn a_descriptor_rewritten_in_the_service_is_refused_under_a_cluster_secret() {
     let svc = http_server_with(0, None, &[]);
     let with_secret = |c: &mut te_core::Config| {
-        c.cluster_secret = Some(te_core::config::Redacted("shared secret".into()));
+        c.cluster_secret = Some(te_core::config::Redacted(
+            "shared-secret-0b6e6a1c5d7f".into(),
+        ));
     };
     let tname = format!("signed-target-{}", std::process::id());
     // The target does not re-publish during the test: the rewrite stays in the service.

@@ -29,12 +29,12 @@ fn p2p(tweak: impl FnOnce(&mut Config)) -> te_core::TransferEngine {
 
 #[test]
 fn peers_with_the_secret_work_and_others_are_refused() {
-    let target = p2p(with_secret("correct horse"));
+    let target = p2p(with_secret("correct-horse-0b6e6a1c5d"));
     let tbuf = buffer(&target, 1 << 16, 0x11);
     let name = target.segment_name().to_string();
 
     // Same secret: open, transfer, notify, probe.
-    let friend = p2p(with_secret("correct horse"));
+    let friend = p2p(with_secret("correct-horse-0b6e6a1c5d"));
     let local = Arc::new(HostBuffer::new(1 << 16).unwrap());
     friend
         .register_buffer(&local, "*", Permission::LocalOnly)
@@ -79,7 +79,7 @@ fn peers_with_the_secret_work_and_others_are_refused() {
     assert!(stranger.send_notify(&name, &note).is_err());
     assert_eq!(stranger.probe(&name), PeerLiveness::Unreachable);
     // Another secret: refused too.
-    let impostor = p2p(with_secret("battery staple"));
+    let impostor = p2p(with_secret("battery-staple-7f43e2a9d1"));
     let err = impostor.open_segment(&name).unwrap_err();
     assert!(matches!(&err, Error::PeerRefused { .. }), "{err:?}");
     assert!(impostor.send_notify(&name, &note).is_err());
@@ -101,7 +101,7 @@ fn peers_with_the_secret_work_and_others_are_refused() {
 
 #[test]
 fn raw_frames_without_the_proof_get_nothing() {
-    let target = p2p(with_secret("k"));
+    let target = p2p(with_secret("k-0b6e6a1c5d7f43e2"));
     let (host, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
     let talk = |frames: &[(FrameType, &[u8])]| -> Vec<(FrameType, Vec<u8>)> {
         let mut s = std::net::TcpStream::connect((host.as_str(), port)).unwrap();
@@ -139,22 +139,28 @@ fn raw_frames_without_the_proof_get_nothing() {
         (FrameType::Metadata, b"{}"),
     ]);
     assert_eq!(got.len(), 2, "{got:?}");
+    let challenge = String::from_utf8_lossy(&got[0].1);
+    assert!(
+        challenge.contains("server_nonce") && !challenge.contains("proof"),
+        "a stranger gets a nonce, nothing to test guesses of the secret against: {challenge}"
+    );
     assert!(String::from_utf8_lossy(&got[1].1).contains("authentication failed"));
+    assert!(!String::from_utf8_lossy(&got[1].1).contains("proof"));
     // Raw bytes that are no frame at all close the connection; the engine keeps serving.
     let mut s = std::net::TcpStream::connect((host.as_str(), port)).unwrap();
     s.write_all(&[0xff; 64]).unwrap();
     let mut sink = Vec::new();
     let _ = s.read_to_end(&mut sink);
-    let friend = p2p(with_secret("k"));
+    let friend = p2p(with_secret("k-0b6e6a1c5d7f43e2"));
     assert!(friend.open_segment(target.segment_name()).is_ok());
 }
 
 #[test]
 fn descriptors_carry_the_segment_secret_only_sealed() {
     // Peer to peer: what the listener serves.
-    let target = p2p(with_secret("seal me"));
+    let target = p2p(with_secret("seal-me-0b6e6a1c5d7f43"));
     let (host, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
-    let key = te_core::control::auth::ClusterKey::from_secret("seal me");
+    let key = te_core::control::auth::ClusterKey::from_secret("seal-me-0b6e6a1c5d7f43").unwrap();
     let served = te_core::control::request(
         &host,
         port,
@@ -174,7 +180,7 @@ fn descriptors_carry_the_segment_secret_only_sealed() {
     // In a shared service: sealed there too; engines with the secret transfer, others cannot.
     let svc = http_server(0, None);
     let tname = format!("sealed-target-{}", std::process::id());
-    let owner = engine(&svc.url, &tname, with_secret("shared")).unwrap();
+    let owner = engine(&svc.url, &tname, with_secret("shared-0b6e6a1c5d7f43e2")).unwrap();
     let obuf = buffer(&owner, 4096, 0x42);
     let kv =
         te_core::metadata::http::HttpStore::new(&svc.url, Duration::from_secs(2), 1 << 20).unwrap();
@@ -184,7 +190,12 @@ fn descriptors_carry_the_segment_secret_only_sealed() {
         stored.get("te_secret").is_none() && stored["te_secret_sealed"].is_string(),
         "{stored}"
     );
-    let reader = engine(&svc.url, "sealed-reader", with_secret("shared")).unwrap();
+    let reader = engine(
+        &svc.url,
+        "sealed-reader",
+        with_secret("shared-0b6e6a1c5d7f43e2"),
+    )
+    .unwrap();
     let local = Arc::new(HostBuffer::new(4096).unwrap());
     reader
         .register_buffer(&local, "*", Permission::LocalOnly)

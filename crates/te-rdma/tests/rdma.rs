@@ -414,12 +414,12 @@ fn with_a_cluster_secret_the_queue_pair_handshake_is_authenticated() {
         c.cluster_secret = Some(te_core::config::Redacted(secret.into()));
         engine_from(c, "198.18.0.1", options("rxe0")).0
     };
-    let target = secured("rdma cluster");
+    let target = secured("rdma-cluster-0b6e6a1c5d7f");
     let tbuf = Arc::new(HostBuffer::new(1 << 16).unwrap());
     target
         .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
         .unwrap();
-    let init = secured("rdma cluster");
+    let init = secured("rdma-cluster-0b6e6a1c5d7f");
     let local = Arc::new(HostBuffer::new(1 << 16).unwrap());
     local.write_at(0, &pattern(5, 1 << 16)).unwrap();
     init.register_buffer(&local, "*", Permission::LocalOnly)

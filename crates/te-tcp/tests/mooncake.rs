@@ -582,7 +582,9 @@ fn descriptors_through_mooncakes_metadata_server_both_ways() {
 fn with_a_cluster_secret_mooncake_peers_never_see_segment_secrets() {
     let with = |second: bool| {
         let mut c = config();
-        c.cluster_secret = Some(te_core::config::Redacted("cluster one".into()));
+        c.cluster_secret = Some(te_core::config::Redacted(
+            "cluster-one-0b6e6a1c5d7f43".into(),
+        ));
         c.mooncake = te_core::mooncake::MooncakeCompat::from_lookup(|k| match k {
             "MC_TE_MOONCAKE_COMPAT" => Some("1".into()),
             "MC_TE_MOONCAKE_ALLOW" => Some("127.0.0.1".into()),
@@ -628,7 +630,9 @@ fn with_a_cluster_secret_mooncake_peers_never_see_segment_secrets() {
 
     // A te peer with the cluster secret still moves bytes over te's own framing.
     let mut c = config();
-    c.cluster_secret = Some(te_core::config::Redacted("cluster one".into()));
+    c.cluster_secret = Some(te_core::config::Redacted(
+        "cluster-one-0b6e6a1c5d7f43".into(),
+    ));
     let te_peer = engine_with(c);
     let mine = buffer(1 << 20);
     register(&te_peer, &mine, Permission::LocalOnly);

@@ -3,41 +3,31 @@
 //! in `Auth` frames, and the secret never crosses the wire:
 //!
 //! 1. client → `{"client_nonce": N_c}`
-//! 2. server → `{"server_nonce": N_s, "server_proof": HMAC(K, "te-auth-server" | N_c | N_s)}`
-//! 3. client checks the proof → `{"client_proof": HMAC(K, "te-auth-client" | N_s | N_c)}`
-//! 4. server checks it → `{"status": "ok"}`, or `{"error": …}` and closes.
+//! 2. server → `{"server_nonce": N_s}`: nothing a stranger could test guesses against
+//! 3. client → `{"client_proof": HMAC(K, "te-auth-client-2" | N_s | N_c)}`
+//! 4. server checks it → `{"server_proof": HMAC(K, "te-auth-server-2" | N_c | N_s)}`, or
+//!    `{"error": …}` and closes; the client checks the server's proof.
 //!
-//! `K` is SHA-256 of the secret; nonces are 16 random bytes; proofs are compared in constant
-//! time. Segment secrets in descriptors are sealed with `K` ([`seal`], [`unseal`]) so neither
-//! a metadata service nor a listener on the wire learns them, and whole descriptors are signed
-//! with it ([`sign`], [`verify`]), so one rewritten anywhere (a metadata service anyone can
-//! write, say) is refused rather than followed. This module does no I/O of its own beyond the
-//! frames it is handed.
+//! The server proves the secret only to a client that proved it first, so whoever connects
+//! learns nothing to crack offline; a client proves it to the listener it chose to open. `K` is
+//! derived from the secret by PBKDF2 ([`super::key`]); nonces are 16 random bytes; proofs are
+//! compared in constant time. Segment secrets in descriptors are sealed with `K` ([`seal`],
+//! [`unseal`]) so neither a metadata service nor a listener on the wire learns them, and whole
+//! descriptors are signed with it ([`sign`], [`verify`]), so one rewritten anywhere (a metadata
+//! service anyone can write, say) is refused rather than followed. This module does no I/O of
+//! its own beyond the frames it is handed.
 
 use std::io::{Read, Write};
 
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::frame::{FrameType, read_frame, write_frame};
 use crate::error::{Error, Result};
 use crate::segment::{Received, SegmentDesc, SegmentSecret};
 
-type HmacSha256 = Hmac<Sha256>;
-
 /// Payload limit of authentication frames.
 pub const AUTH_MAX: usize = 512;
-
-/// The key derived from a cluster secret.
-#[derive(Clone)]
-pub struct ClusterKey([u8; 32]);
-
-impl std::fmt::Debug for ClusterKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClusterKey(<redacted>)")
-    }
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -57,38 +47,8 @@ fn nonce() -> Result<[u8; 16]> {
     Ok(SegmentSecret::random()?.to_bytes())
 }
 
-impl ClusterKey {
-    /// The key for `secret`.
-    pub fn from_secret(secret: &str) -> Self {
-        ClusterKey(Sha256::digest(secret.as_bytes()).into())
-    }
-
-    fn mac(&self, parts: &[&[u8]]) -> HmacSha256 {
-        keyed_mac(&self.0, parts)
-    }
-
-    fn proof(&self, parts: &[&[u8]]) -> Vec<u8> {
-        self.mac(parts).finalize().into_bytes().to_vec()
-    }
-
-    fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
-        self.mac(parts).verify_slice(tag).is_ok()
-    }
-}
-
-/// HMAC-SHA256 keyed by `key` over `parts`, each length-prefixed so that no two lists of parts
-/// hash alike: the one construction behind te's proofs and signatures (cluster and segment
-/// secrets alike).
-pub(crate) fn keyed_mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
-    let mut m = <HmacSha256 as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-    for p in parts {
-        m.update(&(p.len() as u32).to_le_bytes());
-        m.update(p);
-    }
-    m
-}
-
+pub use super::key::ClusterKey;
+pub(crate) use super::key::keyed_mac;
 pub use te_reactor::secret::same_bytes;
 
 fn field(v: &Value, name: &str) -> Option<Vec<u8>> {
@@ -101,6 +61,11 @@ fn refused(peer: &str, reason: impl Into<String>) -> Error {
         reason: reason.into(),
     }
 }
+
+/// What the client proves: it holds `key`, for this server's and this client's nonces.
+const CLIENT_PROOF: &[u8] = b"te-auth-client-2";
+/// What the server proves, once the client has.
+const SERVER_PROOF: &[u8] = b"te-auth-server-2";
 
 /// The client's side, run on a fresh connection before any request.
 ///
@@ -132,27 +97,21 @@ pub fn client_handshake(
     let hello = json!({"client_nonce": hex(&client_nonce)}).to_string();
     write_frame(stream, FrameType::Auth, hello.as_bytes()).map_err(io)?;
     let challenge = read(stream)?;
-    let (Some(server_nonce), Some(server_proof)) = (
-        field(&challenge, "server_nonce"),
-        field(&challenge, "server_proof"),
-    ) else {
-        return Err(Error::MalformedMessage(format!(
-            "authentication challenge from {peer}"
-        )));
-    };
-    if !key.verify(
-        &[b"te-auth-server", &client_nonce, &server_nonce],
-        &server_proof,
-    ) {
-        return Err(refused(
-            peer,
-            "the peer does not hold this cluster's secret",
-        ));
-    }
-    let proof = key.proof(&[b"te-auth-client", &server_nonce, &client_nonce]);
+    let server_nonce = field(&challenge, "server_nonce")
+        .filter(|n| n.len() == 16)
+        .ok_or_else(|| Error::MalformedMessage(format!("authentication challenge from {peer}")))?;
+    let proof = key.proof(&[CLIENT_PROOF, &server_nonce, &client_nonce]);
     let answer = json!({"client_proof": hex(&proof)}).to_string();
     write_frame(stream, FrameType::Auth, answer.as_bytes()).map_err(io)?;
-    read(stream).map(|_| ())
+    let done = read(stream)?;
+    let server_proof = field(&done, "server_proof").unwrap_or_default();
+    match key.verify(&[SERVER_PROOF, &client_nonce, &server_nonce], &server_proof) {
+        true => Ok(()),
+        false => Err(refused(
+            peer,
+            "the peer does not hold this cluster's secret",
+        )),
+    }
 }
 
 /// The server's side between its challenge and the client's answer.
@@ -166,24 +125,20 @@ fn refusal(why: &str) -> Vec<u8> {
     json!({"error": why}).to_string().into_bytes()
 }
 
-/// The server's first step, given the client's `Auth` hello: the challenge to send and what
-/// the answer is checked against, or (`Err`) the refusal to send before closing.
+/// The server's first step, given the client's `Auth` hello: the challenge to send (a nonce,
+/// and no proof of the server's: a stranger gets nothing to test guesses against) and what the
+/// answer is checked against, or (`Err`) the refusal to send before closing.
 ///
 /// # Errors
 /// The refusal payload: a malformed hello, or no randomness for a nonce.
-pub fn server_challenge(
-    key: &ClusterKey,
-    hello: &[u8],
-) -> std::result::Result<(Vec<u8>, PendingProof), Vec<u8>> {
+pub fn server_challenge(hello: &[u8]) -> std::result::Result<(Vec<u8>, PendingProof), Vec<u8>> {
     let client_nonce = serde_json::from_slice::<Value>(hello)
         .ok()
         .and_then(|v| field(&v, "client_nonce"))
         .filter(|n| n.len() == 16)
         .ok_or_else(|| refusal("malformed authentication request"))?;
     let server_nonce = nonce().map_err(|_| refusal("no randomness for a challenge"))?;
-    let proof = key.proof(&[b"te-auth-server", &client_nonce, &server_nonce]);
-    let challenge =
-        json!({"server_nonce": hex(&server_nonce), "server_proof": hex(&proof)}).to_string();
+    let challenge = json!({"server_nonce": hex(&server_nonce)}).to_string();
     Ok((
         challenge.into_bytes(),
         PendingProof {
@@ -194,8 +149,8 @@ pub fn server_challenge(
 }
 
 /// The server's second step, given the client's answer (`None` when the client sent another
-/// frame type): the reply to send, and whether the client proved the secret (if not, the
-/// connection closes after the reply).
+/// frame type): the reply to send (the server's own proof, only to a client that proved the
+/// secret), and whether the client proved it (if not, the connection closes after the reply).
 pub fn server_conclude(
     key: &ClusterKey,
     pending: &PendingProof,
@@ -204,21 +159,17 @@ pub fn server_conclude(
     let Some(answer) = answer else {
         return (refusal("expected the authentication answer"), false);
     };
+    let (client, server) = (&pending.client_nonce[..], &pending.server_nonce[..]);
     let ok = serde_json::from_slice::<Value>(answer)
         .ok()
         .and_then(|v| field(&v, "client_proof"))
-        .is_some_and(|p| {
-            key.verify(
-                &[
-                    b"te-auth-client",
-                    &pending.server_nonce,
-                    &pending.client_nonce,
-                ],
-                &p,
-            )
-        });
+        .is_some_and(|p| key.verify(&[CLIENT_PROOF, server, client], &p));
     match ok {
-        true => (br#"{"status":"ok"}"#.to_vec(), true),
+        true => {
+            let proof = key.proof(&[SERVER_PROOF, client, server]);
+            let reply = json!({"status": "ok", "server_proof": hex(&proof)}).to_string();
+            (reply.into_bytes(), true)
+        }
         false => (
             refusal("authentication failed: wrong cluster secret"),
             false,
@@ -235,7 +186,7 @@ pub fn server_handshake(
     key: &ClusterKey,
     hello: &[u8],
 ) -> bool {
-    let pending = match server_challenge(key, hello) {
+    let pending = match server_challenge(hello) {
         Ok((challenge, pending)) => {
             if write_frame(writer, FrameType::Auth, &challenge).is_err() {
                 return false;
@@ -410,6 +361,15 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
+    /// The key of a test cluster `n`'s secret (strong enough to be one).
+    fn cluster(n: u8) -> ClusterKey {
+        ClusterKey::from_secret(&secret(n)).unwrap()
+    }
+
+    fn secret(n: u8) -> String {
+        format!("cluster-{n}-0b6e6a1c5d7f43e2a9")
+    }
+
     fn desc() -> SegmentDesc {
         let secret = SegmentSecret::random().unwrap();
         SegmentDesc::local("node-a", "tcp", secret, &[])
@@ -417,7 +377,7 @@ mod tests {
 
     #[test]
     fn sealing_hides_the_secret_and_only_the_key_opens_it() {
-        let key = ClusterKey::from_secret("cluster one");
+        let key = cluster(1);
         let mut d = desc();
         let clear = d.te_secret.clone().unwrap();
         seal(&key, &mut d).unwrap();
@@ -430,7 +390,7 @@ mod tests {
         unseal(Some(&key), "node-a", &mut opened).unwrap();
         assert_eq!(opened.te_secret.as_deref(), Some(clear.as_str()));
         let mut wrong = d.clone();
-        let other = ClusterKey::from_secret("cluster two");
+        let other = cluster(2);
         assert!(matches!(
             unseal(Some(&other), "node-a", &mut wrong),
             Err(Error::PeerRefused { .. })
@@ -452,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_signed_descriptor_is_taken_and_any_change_refused() {
-        let key = ClusterKey::from_secret("cluster one");
+        let key = cluster(1);
         let json = published(&key, desc());
         let got = SegmentDesc::from_json(json.as_bytes()).unwrap();
         verify(Some(&key), "node-a", &got).expect("as published");
@@ -490,14 +450,14 @@ mod tests {
         let mut stripped: Value = serde_json::from_str(&json).unwrap();
         stripped.as_object_mut().unwrap().remove("te_signature");
         assert!(refused_for(&stripped.to_string(), "node-a", &key).contains("not signed"));
-        let other = ClusterKey::from_secret("cluster two");
+        let other = cluster(2);
         assert!(refused_for(&json, "node-a", &other).contains("does not match"));
         assert!(refused_for(&json, "node-b", &key).contains("published for"));
     }
 
     fn handshake(client_secret: &str, server_secret: &str) -> (Result<()>, bool) {
         let (mut c, s) = UnixStream::pair().unwrap();
-        let server_key = ClusterKey::from_secret(server_secret);
+        let server_key = ClusterKey::from_secret(server_secret).unwrap();
         let server = std::thread::spawn(move || {
             let mut r = s.try_clone().unwrap();
             let mut w = s;
@@ -505,20 +465,48 @@ mod tests {
             assert_eq!(kind, FrameType::Auth);
             server_handshake(&mut r, &mut w, &server_key, &hello)
         });
-        let client = client_handshake(&mut c, &ClusterKey::from_secret(client_secret), "peer");
+        let client_key = ClusterKey::from_secret(client_secret).unwrap();
+        let client = client_handshake(&mut c, &client_key, "peer");
         drop(c);
         (client, server.join().unwrap())
     }
 
     #[test]
     fn both_sides_must_hold_the_same_secret() {
-        let (client, server) = handshake("s3cret", "s3cret");
+        let (client, server) = handshake(&secret(1), &secret(1));
         assert!(client.is_ok() && server, "{client:?}");
-        let (client, server) = handshake("s3cret", "other");
+        let (client, server) = handshake(&secret(1), &secret(2));
         assert!(
             matches!(client, Err(Error::PeerRefused { .. })),
             "{client:?}"
         );
         assert!(!server);
+    }
+
+    /// A stranger who says hello gets a nonce and nothing keyed with the secret; the server's
+    /// proof goes only to a client that proved the secret first.
+    #[test]
+    fn the_server_proves_nothing_before_the_client_has() {
+        let key = cluster(1);
+        let hello = json!({"client_nonce": hex(&[7u8; 16])}).to_string();
+        let (challenge, pending) = server_challenge(hello.as_bytes()).unwrap();
+        let v: Value = serde_json::from_slice(&challenge).unwrap();
+        assert_eq!(
+            v.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["server_nonce"],
+            "a nonce alone"
+        );
+        let wrong = json!({"client_proof": hex(&[0u8; 32])}).to_string();
+        let (reply, ok) = server_conclude(&key, &pending, Some(wrong.as_bytes()));
+        assert!(!ok);
+        assert!(!String::from_utf8(reply).unwrap().contains("server_proof"));
+        let server_nonce = field(&v, "server_nonce").unwrap();
+        let proof = key.proof(&[CLIENT_PROOF, &server_nonce, &[7u8; 16]]);
+        let right = json!({"client_proof": hex(&proof)}).to_string();
+        let (reply, ok) = server_conclude(&key, &pending, Some(right.as_bytes()));
+        assert!(ok);
+        let reply: Value = serde_json::from_slice(&reply).unwrap();
+        let server_proof = field(&reply, "server_proof").unwrap();
+        assert!(key.verify(&[SERVER_PROOF, &[7u8; 16], &server_nonce], &server_proof));
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod frame;
+pub mod key;
 mod server;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};

@@ -107,11 +107,11 @@ impl ControlConn {
             other => self.auth = other,
         }
         if frame.kind == FrameType::Auth && !self.authenticated() {
-            let Some(key) = &state.cluster_key else {
+            if state.cluster_key.is_none() {
                 self.closing = true;
                 return;
-            };
-            match auth::server_challenge(key, &frame.payload) {
+            }
+            match auth::server_challenge(&frame.payload) {
                 Ok((challenge, pending)) => {
                     self.queue(&frame, &challenge);
                     self.auth = AuthState::Proving(pending);

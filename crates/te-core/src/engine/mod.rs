@@ -188,7 +188,8 @@ impl TransferEngine {
         let cluster_key = config
             .cluster_secret
             .as_ref()
-            .map(|s| Arc::new(control::auth::ClusterKey::from_secret(s.expose())));
+            .map(|s| control::auth::ClusterKey::from_secret(s.expose()).map(Arc::new))
+            .transpose()?;
         let notifications = Arc::new(NotificationQueue::new(config.notify));
         let mut first_desc = SegmentDesc::local(&name, "none", secret, &[]);
         if let Some(key) = &cluster_key {
