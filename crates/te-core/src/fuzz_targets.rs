@@ -87,10 +87,12 @@ fn http_head() {
     let get =
         b"GET /metadata?key=mooncake%2Fram%2Fh HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
     let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nConnection: keep-alive\r\n\r\n{}";
+    let chunked =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\n\r\n";
     run(
         "http-head",
         env!("CARGO_MANIFEST_DIR"),
-        &[get, reply],
+        &[get, reply, chunked],
         budget(1.0),
         |b: &[u8]| {
             let mut r = BufReader::new(b);

@@ -5,12 +5,13 @@
 //! [`te_reactor::http`]'s, shared with the te-metadata server. HTTPS is not spoken.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::KvStore;
 use crate::{KvError as Error, Result};
+use te_reactor::deadline::DeadlineStream;
 use te_reactor::http::{percent_encode, read_body, read_head};
 
 fn bad(what: impl Into<String>) -> Error {
@@ -28,7 +29,7 @@ const IDLE_REUSE: Duration = Duration::from_secs(20);
 /// An open connection to the server.
 #[derive(Debug)]
 struct Connection {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<DeadlineStream>,
     /// When it was last given back.
     idle_since: Instant,
     /// The process that opened it: a child forked since (Python's multiprocessing) shares the
@@ -103,28 +104,32 @@ impl HttpStore {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// `method` on `key` with `body`: the status and body of the answer.
+    /// `method` on `key` with `body`: the status and body of the answer, all of it (a second
+    /// try on a new connection included) within the client's timeout from now, however the
+    /// server trickles its answer.
     fn request(&self, method: &str, key: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
+        let end = Instant::now() + self.timeout;
         let reused = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
             idle.retain(|c| c.pid == pid && c.idle_since.elapsed() < IDLE_REUSE);
             idle.pop()
         };
-        if let Some(conn) = reused {
+        if let Some(mut conn) = reused {
+            conn.reader.get_mut().set_deadline(end);
             match self.exchange(conn, method, key, body) {
                 Ok(answer) => return Ok(answer),
                 Err(Failure::Unanswered(_)) => {}
                 Err(Failure::Other(e)) => return Err(e),
             }
         }
-        let conn = self.connect(method)?;
+        let conn = self.connect(method, end)?;
         self.exchange(conn, method, key, body)
             .map_err(|(Failure::Unanswered(e) | Failure::Other(e))| e)
     }
 
-    /// A new connection to the server.
-    fn connect(&self, method: &str) -> Result<Connection> {
+    /// A new connection to the server, for an exchange that must end by `end`.
+    fn connect(&self, method: &str, end: Instant) -> Result<Connection> {
         let fail = |what: String| Error::Metadata(format!("{} {}: {what}", method, self.url));
         let addr = self
             .authority
@@ -132,11 +137,9 @@ impl HttpStore {
             .map_err(|e| fail(format!("resolving {}: {e}", self.authority)))?
             .next()
             .ok_or_else(|| fail(format!("{} resolves to nothing", self.authority)))?;
-        let stream = TcpStream::connect_timeout(&addr, self.timeout)
-            .map_err(|e| fail(format!("connecting: {e}")))?;
-        let _ = stream.set_read_timeout(Some(self.timeout));
-        let _ = stream.set_write_timeout(Some(self.timeout));
-        let _ = stream.set_nodelay(true);
+        let stream =
+            DeadlineStream::connect(&addr, end).map_err(|e| fail(format!("connecting: {e}")))?;
+        let _ = stream.get_ref().set_nodelay(true);
         Ok(Connection {
             reader: BufReader::new(stream),
             idle_since: Instant::now(),

@@ -3,9 +3,11 @@
 //! One connection, reopened after an error; every reply is parsed with its sizes bounded.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use te_reactor::deadline::DeadlineStream;
 
 use crate::KvStore;
 use crate::{KvError as Error, Result};
@@ -166,7 +168,7 @@ fn encode(args: &[&[u8]]) -> Vec<u8> {
 }
 
 struct Conn {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<DeadlineStream>,
 }
 
 /// A Redis server holding descriptors.
@@ -200,7 +202,8 @@ impl RedisStore {
         Error::Metadata(format!("redis://{}: {what}", self.target.address))
     }
 
-    fn connect(&self) -> Result<Conn> {
+    /// A new connection, logged in, for a command that must end by `end`.
+    fn connect(&self, end: Instant) -> Result<Conn> {
         let addr = self
             .target
             .address
@@ -208,11 +211,9 @@ impl RedisStore {
             .map_err(|e| self.fail(format!("resolving: {e}")))?
             .next()
             .ok_or_else(|| self.fail("resolves to nothing"))?;
-        let stream = TcpStream::connect_timeout(&addr, self.timeout)
+        let stream = DeadlineStream::connect(&addr, end)
             .map_err(|e| self.fail(format!("connecting: {e}")))?;
-        let _ = stream.set_read_timeout(Some(self.timeout));
-        let _ = stream.set_write_timeout(Some(self.timeout));
-        let _ = stream.set_nodelay(true);
+        let _ = stream.get_ref().set_nodelay(true);
         let mut conn = Conn {
             reader: BufReader::new(stream),
         };
@@ -244,13 +245,18 @@ impl RedisStore {
         read_reply(&mut conn.reader, self.max_len).map_err(|e| e.timed_out_within(self.timeout))
     }
 
-    /// Runs one command, reconnecting once if the kept connection has gone bad.
+    /// Runs one command, reconnecting once if the kept connection has gone bad: all of it
+    /// within the client's timeout from now, however the server trickles its replies.
     fn command(&self, args: &[&[u8]]) -> Result<Reply> {
+        let end = Instant::now() + self.timeout;
         let mut slot = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         for attempt in 0..2 {
             let mut conn = match slot.take() {
-                Some(c) => c,
-                None => self.connect()?,
+                Some(mut c) => {
+                    c.reader.get_mut().set_deadline(end);
+                    c
+                }
+                None => self.connect(end)?,
             };
             match self.call(&mut conn, args) {
                 Ok(Reply::Error(e)) if e.starts_with("NOAUTH") || e.starts_with("WRONGPASS") => {

@@ -143,7 +143,8 @@ pub fn read_body(r: &mut impl BufRead, head: &Head, limit: usize, to_eof: bool) 
                 r.by_ref().take(2).read_line(&mut end).map_err(io)?;
                 return Ok(body);
             }
-            if body.len() + size > limit {
+            // A size from the peer: compared without overflow, before any room is made.
+            if size > limit.saturating_sub(body.len()) {
                 return Err(bad(format!("HTTP body over {limit} bytes")));
             }
             let at = body.len();
@@ -210,6 +211,12 @@ mod tests {
         let mut r = &chunked[..];
         let head = read_head(&mut r).unwrap().unwrap();
         assert_eq!(read_body(&mut r, &head, 10, false).unwrap(), b"abcde");
+        // A chunk size near 2^64 (a hostile server): refused, no arithmetic overflows.
+        let giant =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n";
+        let mut r = &giant[..];
+        let head = read_head(&mut r).unwrap().unwrap();
+        assert!(read_body(&mut r, &head, 10, false).is_err());
         let huge = vec![b'a'; MAX_HEAD + 10];
         assert!(read_head(&mut &huge[..]).is_err());
         let no_colon = b"GET / HTTP/1.1\r\nbroken\r\n\r\n";

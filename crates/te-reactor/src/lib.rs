@@ -36,6 +36,7 @@ mod admission;
 pub use tally::{ConnectionCount, connection_counts};
 pub mod allow;
 pub mod congestion;
+pub mod deadline;
 mod error;
 pub mod http;
 pub mod limits;

@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::notify::{Notification, NotificationQueue, Sender};
 use frame::{FrameError, FrameType, read_frame, write_frame};
 use te_reactor::Server;
+use te_reactor::deadline::DeadlineStream;
 
 /// How long a control connection may sit idle (or stall mid-frame) before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -205,12 +206,14 @@ pub fn exchange(
     key: Option<&auth::ClusterKey>,
 ) -> Result<(Vec<u8>, TcpStream)> {
     let addrs = resolve(host, port)?;
+    // Every address a name gives shares one connect timeout.
+    let connect_end = std::time::Instant::now() + connect_timeout;
     let mut last = None;
     let mut stream = None;
     for addr in &addrs {
-        match TcpStream::connect_timeout(addr, connect_timeout) {
+        match DeadlineStream::connect(addr, connect_end) {
             Ok(s) => {
-                stream = Some(s);
+                stream = Some(s.into_inner());
                 break;
             }
             Err(e) => last = Some(e),
@@ -222,14 +225,12 @@ pub fn exchange(
             last.unwrap_or_else(|| std::io::ErrorKind::NotFound.into()),
         )
     })?;
+    let _ = stream.set_nodelay(true);
+    // The exchange (authentication, request, reply) ends by one deadline, however the peer
+    // trickles its bytes.
     let io_timeout = connect_timeout.max(IDLE_TIMEOUT);
     let ctx = |what: &str| format!("{what} {host}:{port}");
-    stream
-        .set_read_timeout(Some(io_timeout))
-        .and_then(|_| stream.set_write_timeout(Some(io_timeout)))
-        .map_err(|e| Error::socket(ctx("configuring"), e))?;
-    let _ = stream.set_nodelay(true);
-    let mut s = &stream;
+    let mut s = DeadlineStream::new(stream, std::time::Instant::now() + io_timeout);
     if let Some(key) = key {
         auth::client_handshake(&mut s, key, &format!("{host}:{port}"))?;
     }
@@ -258,7 +259,7 @@ pub fn exchange(
             "reply from {host}:{port} has type {reply_kind:?}, asked {kind:?}"
         )));
     }
-    Ok((reply, stream))
+    Ok((reply, s.into_inner()))
 }
 
 /// Splits a P2P segment name `host:port` (or `[v6]:port`).

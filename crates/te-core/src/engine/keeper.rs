@@ -39,8 +39,8 @@ pub(crate) struct KeeperCtx {
     pub(crate) core: Arc<Core>,
     /// Set when a publication failed and is owed.
     pub(crate) owed: Arc<AtomicBool>,
-    /// Opens sealed segment secrets.
-    pub(crate) cluster_key: Option<Arc<crate::control::auth::ClusterKey>>,
+    /// What a re-read descriptor must pass, as one being opened does.
+    pub(crate) vetting: Arc<super::segments::Vetting>,
     /// Descriptors re-read per refresh, at most.
     pub(crate) refresh_batch: usize,
 }
@@ -158,11 +158,7 @@ fn refresh(ctx: &KeeperCtx, rotation: &mut Rotation) {
         .filter(|seg| !seg.desc().is_file())
         .collect();
     for seg in rotation.pick(open, ctx.refresh_batch, |seg| seg.name()) {
-        let fetched = ctx.metadata.fetch_segment(seg.name()).and_then(|mut f| {
-            crate::control::auth::verify(ctx.cluster_key.as_deref(), seg.name(), &f.desc)?;
-            crate::control::auth::unseal(ctx.cluster_key.as_deref(), seg.name(), &mut f.desc)?;
-            Ok(f)
-        });
+        let fetched = ctx.vetting.fetch(seg.name());
         match fetched {
             Ok(fetched) => {
                 let changed = timeless(&fetched.desc) != timeless(seg.desc())

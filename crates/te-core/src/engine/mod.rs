@@ -81,6 +81,8 @@ pub struct TransferEngine {
     secret: SegmentSecret,
     regions: Arc<RegionTable>,
     segments: Arc<SegmentCache>,
+    /// What a fetched descriptor must pass before it is cached.
+    vetting: Arc<segments::Vetting>,
     batches: BatchTable,
     metadata: Arc<dyn Metadata>,
     /// Set while a publication to a shared metadata service is owed (it was unreachable).
@@ -237,6 +239,13 @@ impl TransferEngine {
             metrics_on: std::sync::atomic::AtomicBool::new(false),
         });
         let segments = Arc::new(SegmentCache::default());
+        let vetting = Arc::new(segments::Vetting {
+            metadata: metadata.clone(),
+            key: cluster_key.clone(),
+            own_name: name.clone(),
+            connect_timeout: config.handshake_connect_timeout,
+            max_payload: config.handshake_max_length,
+        });
         let publish_owed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let keeper = match metadata.is_shared() {
             true => {
@@ -248,7 +257,7 @@ impl TransferEngine {
                     segments: segments.clone(),
                     core: core.clone(),
                     owed: publish_owed.clone(),
-                    cluster_key: cluster_key.clone(),
+                    vetting: vetting.clone(),
                     refresh_batch: config.metadata_refresh_batch,
                 };
                 // A service that cannot be reached at start is a setup error: say so now.
@@ -275,6 +284,7 @@ impl TransferEngine {
             secret,
             regions: Arc::new(RegionTable::new()),
             segments,
+            vetting,
             metadata,
             publish_owed,
             keeper,

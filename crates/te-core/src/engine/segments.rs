@@ -2,13 +2,15 @@
 //! asked for, with what they name on this host bound to their proven owner ([`Origin`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::debug;
 
 use super::{DESCRIPTOR_MIN_AGE, TransferEngine};
+use crate::control::auth::ClusterKey;
 use crate::control::{self, frame::FrameType};
 use crate::error::{Error, Result};
-use crate::metadata::FetchedSegment;
+use crate::metadata::{FetchedSegment, Metadata};
 use crate::segment::{Origin, RemoteSegment, SegmentDesc, SegmentId, host_id};
 use crate::transport::Opcode;
 
@@ -25,6 +27,86 @@ fn peer_name(name: &str) -> Result<&str> {
              segments (open_file_segment), never a peer's"
         ))),
         false => Ok(name),
+    }
+}
+
+/// What a fetched descriptor must pass before it is cached, wherever it was fetched (a
+/// segment opened, the keeper's refresh): the cluster signature and seal, the name it was
+/// asked for, and the proof of its owner ([`Origin`]).
+pub(crate) struct Vetting {
+    pub(crate) metadata: Arc<dyn Metadata>,
+    pub(crate) key: Option<Arc<ClusterKey>>,
+    /// This engine's own segment name.
+    pub(crate) own_name: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_payload: usize,
+}
+
+impl Vetting {
+    /// Fetches segment `name`'s descriptor and vets it.
+    ///
+    /// # Errors
+    /// The fetch's; [`Error::PeerRefused`] for a bad signature or seal; [`Error::MalformedMessage`]
+    /// for a descriptor naming another segment.
+    pub(crate) fn fetch(&self, name: &str) -> Result<FetchedSegment> {
+        let mut fetched = self.metadata.fetch_segment(name)?;
+        let key = self.key.as_deref();
+        control::auth::verify(key, name, &fetched.desc)?;
+        control::auth::unseal(key, name, &mut fetched.desc)?;
+        // Keyed by the name asked for: a descriptor naming another segment replaces nothing.
+        if fetched.desc.name != name {
+            return Err(Error::MalformedMessage(format!(
+                "the descriptor fetched for segment {name:?} names segment {:?}",
+                fetched.desc.name
+            )));
+        }
+        if fetched.desc.origin == Origin::Unproven {
+            fetched.desc.origin = match key {
+                Some(_) => Origin::signed(&fetched.desc, &self.own_name),
+                None => self.owner_proof(name, &mut fetched),
+            };
+        }
+        Ok(fetched)
+    }
+
+    /// The origin of an unsigned descriptor from a shared metadata service (anyone who can
+    /// write the service can write it): proven only by its owner serving the same segment over
+    /// its own control listener, at the address the service gives for it. When it does, that
+    /// descriptor, fresh from the owner, replaces the service's; else nothing on this host is
+    /// used (the segment's protocol carries its transfers, checked by the target).
+    fn owner_proof(&self, name: &str, fetched: &mut FetchedSegment) -> Origin {
+        if !self.metadata.is_shared() || fetched.desc.te_host_id.as_deref() != Some(host_id()) {
+            return Origin::Unproven;
+        }
+        let served = control::exchange(
+            &fetched.host,
+            fetched.rpc_port,
+            FrameType::Metadata,
+            b"{}",
+            self.connect_timeout,
+            self.max_payload,
+            None,
+        )
+        .and_then(|(reply, connection)| {
+            let mut desc = SegmentDesc::from_json(&reply)?;
+            desc.origin = Origin::served_over(&connection, &desc);
+            Ok(desc)
+        });
+        match served {
+            Ok(desc) if desc.name == name && desc.origin != Origin::Unproven => {
+                let origin = desc.origin;
+                fetched.desc = desc;
+                origin
+            }
+            Ok(desc) => {
+                debug!(segment = name, served = %desc.name, "the listener the metadata service names did not prove the segment its own");
+                Origin::Unproven
+            }
+            Err(e) => {
+                debug!(segment = name, error = %e, "the segment's owner could not prove its descriptor");
+                Origin::Unproven
+            }
+        }
     }
 }
 
@@ -60,23 +142,7 @@ impl TransferEngine {
     /// open), dropping transports' connections made from the previous descriptor.
     fn fetch_segment(&self, name: &str) -> Result<Arc<RemoteSegment>> {
         let previous = self.segments.by_name(name);
-        let mut fetched = self.metadata.fetch_segment(name)?;
-        let key = self.control_state.cluster_key.as_deref();
-        control::auth::verify(key, name, &fetched.desc)?;
-        control::auth::unseal(key, name, &mut fetched.desc)?;
-        // Keyed by the name asked for: a descriptor naming another segment replaces nothing.
-        if fetched.desc.name != name {
-            return Err(Error::MalformedMessage(format!(
-                "the descriptor fetched for segment {name:?} names segment {:?}",
-                fetched.desc.name
-            )));
-        }
-        if fetched.desc.origin == Origin::Unproven {
-            fetched.desc.origin = match key {
-                Some(_) => Origin::signed(&fetched.desc, &self.name),
-                None => self.owner_proof(name, &mut fetched),
-            };
-        }
+        let fetched = self.vetting.fetch(name)?;
         if let Some(old) = &previous {
             for t in self.core.transports() {
                 t.close_segment(old);
@@ -92,46 +158,6 @@ impl TransferEngine {
             "segment opened"
         );
         Ok(seg)
-    }
-
-    /// The origin of an unsigned descriptor from a shared metadata service (anyone who can
-    /// write the service can write it): proven only by its owner serving the same segment over
-    /// its own control listener, at the address the service gives for it. When it does, that
-    /// descriptor, fresh from the owner, replaces the service's; else nothing on this host is
-    /// used (the segment's protocol carries its transfers, checked by the target).
-    fn owner_proof(&self, name: &str, fetched: &mut FetchedSegment) -> Origin {
-        if !self.metadata.is_shared() || fetched.desc.te_host_id.as_deref() != Some(host_id()) {
-            return Origin::Unproven;
-        }
-        let served = control::exchange(
-            &fetched.host,
-            fetched.rpc_port,
-            FrameType::Metadata,
-            b"{}",
-            self.config.handshake_connect_timeout,
-            self.config.handshake_max_length,
-            None,
-        )
-        .and_then(|(reply, connection)| {
-            let mut desc = SegmentDesc::from_json(&reply)?;
-            desc.origin = Origin::served_over(&connection, &desc);
-            Ok(desc)
-        });
-        match served {
-            Ok(desc) if desc.name == name && desc.origin != Origin::Unproven => {
-                let origin = desc.origin;
-                fetched.desc = desc;
-                origin
-            }
-            Ok(desc) => {
-                debug!(segment = name, served = %desc.name, "the listener the metadata service names did not prove the segment its own");
-                Origin::Unproven
-            }
-            Err(e) => {
-                debug!(segment = name, error = %e, "the segment's owner could not prove its descriptor");
-                Origin::Unproven
-            }
-        }
     }
 
     /// Fetches a distrusted descriptor again before a transfer. When a shared metadata service
