@@ -282,6 +282,8 @@ pub(crate) fn scale(args: &[&str]) -> Result<(), String> {
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) as u64;
     let mut te_cmd = Command::new(&bin);
     te_cmd.args(["--mode=target", "--local_server_name=127.0.0.1:0", BUFFER]);
+    // The swarm stands for peers on other hosts, all from 127.0.0.1: not one source's share.
+    te_cmd.env("MC_TE_CAP_LOOPBACK", "0");
     let (te_target, te_name) = start_target(te_cmd)?;
     let te_pid = te_target.0.id();
     eprintln!("  te target {te_name} (pid {te_pid})");

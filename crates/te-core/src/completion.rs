@@ -66,6 +66,10 @@ impl Core {
     /// local NIC failure charges the local rail towards every remote rail of the segment.
     fn record_rail(&self, slice: &SliceOp, outcome: &std::result::Result<(), SliceError>) {
         use std::sync::atomic::Ordering;
+        // A target at its cap says nothing of the path, either way.
+        if matches!(outcome, Err(SliceError::Busy(_))) {
+            return;
+        }
         let failed = matches!(outcome, Err(SliceError::Path(_) | SliceError::LocalPath(_)));
         if !failed && self.health_clean.load(Ordering::Acquire) {
             return;

@@ -105,19 +105,6 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// The key a source is counted under: an IPv4 address (IPv4-mapped ones included), or an
-/// IPv6 /64 (what one host is usually given).
-fn source_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => {
-            let mut octets = v6.octets();
-            octets[8..].fill(0);
-            IpAddr::V6(octets.into())
-        }
-        v4 => v4,
-    }
-}
-
 #[derive(Debug, Default)]
 struct Queue {
     entries: VecDeque<(Received, usize)>,
@@ -129,7 +116,7 @@ impl Queue {
     fn pop(&mut self) -> Option<Received> {
         let (r, cost) = self.entries.pop_front()?;
         self.bytes -= cost;
-        let key = source_key(r.sender.addr.ip());
+        let key = te_reactor::source_key(r.sender.addr.ip());
         if let Some(held) = self.by_source.get_mut(&key) {
             *held -= cost;
             if *held == 0 {
@@ -176,7 +163,7 @@ impl NotificationQueue {
             });
         }
         let cost = len + ENTRY_COST;
-        let key = source_key(sender.addr.ip());
+        let key = te_reactor::source_key(sender.addr.ip());
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         if q.entries.len() >= self.limits.max_count || q.bytes + cost > self.limits.max_queued {
             return Err(Refused::Full);

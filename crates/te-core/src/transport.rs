@@ -131,6 +131,9 @@ pub enum SliceError {
     /// The transport cannot make this request to this peer (a WRITE to a Mooncake target whose
     /// framing cannot acknowledge it). Nothing was sent. Not retried.
     Unsupported(String),
+    /// The target holds its cap of connections and turned this one away: nothing was sent.
+    /// Retried after a backoff; the path is sound, so its rail is not charged.
+    Busy(String),
 }
 
 /// The metrics' kind of a failed slice's error.
@@ -139,7 +142,7 @@ pub fn failure_kind(error: &SliceError) -> te_metrics::counters::FailureKind {
     match error {
         SliceError::Canceled => FailureKind::Canceled,
         SliceError::Rejected(_) | SliceError::Unsupported(_) => FailureKind::Refused,
-        SliceError::Path(_) | SliceError::LocalPath(_) => FailureKind::Path,
+        SliceError::Path(_) | SliceError::LocalPath(_) | SliceError::Busy(_) => FailureKind::Path,
     }
 }
 
@@ -156,7 +159,10 @@ pub fn settled(outcome: &Result<(), SliceError>) -> te_metrics::rail::Settled {
 impl SliceError {
     /// Whether the engine may try the slice again.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, SliceError::Path(_) | SliceError::LocalPath(_))
+        matches!(
+            self,
+            SliceError::Path(_) | SliceError::LocalPath(_) | SliceError::Busy(_)
+        )
     }
 }
 
@@ -168,6 +174,7 @@ impl fmt::Display for SliceError {
             SliceError::LocalPath(m) => write!(f, "local NIC failed: {m}"),
             SliceError::Canceled => f.write_str("canceled"),
             SliceError::Unsupported(m) => write!(f, "not possible on this path: {m}"),
+            SliceError::Busy(m) => write!(f, "target busy: {m}"),
         }
     }
 }

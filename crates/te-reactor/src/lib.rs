@@ -24,15 +24,15 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token, Waker};
-use tracing::{debug, error, warn};
+use mio::{Interest, Poll, Token, Waker};
 
 mod admission;
+mod event_loop;
 pub use tally::{ConnectionCount, connection_counts};
 pub mod allow;
 pub mod congestion;
@@ -44,19 +44,20 @@ pub mod secret;
 pub mod settings;
 mod tally;
 
-pub use admission::{AddressCap, EVICT_MIN_IDLE, Slot};
-use admission::{Admission, oldest_idle};
+use admission::Admission;
+pub use admission::{AddressCap, EVICT_MIN_IDLE, Slot, source_key};
 pub use error::{Error, Result, waited};
+use event_loop::{EventLoop, Sibling};
 
-const LISTENER: Token = Token(usize::MAX - 1);
-const WAKER: Token = Token(usize::MAX);
+pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
+pub(crate) const WAKER: Token = Token(usize::MAX);
 /// How long a loop polls without sleeping after a connection said its peer's next request is
 /// due within microseconds ([`Step::BlockedHotAlone`]). A polling loop
 /// yields its CPU after every poll that found nothing, so a thread with work on that core runs
 /// first. In a VM a core woken from sleep starts the woken thread tens of microseconds late
 /// (about 25 µs on the 2-core VM te is measured on, more under load): the poll keeps the core
 /// awake through the gap between a peer's batches.
-const HOT_SPIN: Duration = Duration::from_micros(100);
+pub(crate) const HOT_SPIN: Duration = Duration::from_micros(100);
 
 /// What a loop does next with a connection, as its protocol says after driving it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,6 +194,20 @@ pub trait Protocol: Send + Sync + 'static {
     /// Whether the connection idled or stalled too long; it is then closed.
     fn expired(&self, conn: &Self::Conn, now: Instant) -> bool;
 
+    /// Whether its connections prove themselves (a request with a valid proof, the cluster's
+    /// challenge): those that have not yet then hold at most three quarters of the places, and
+    /// at a cap are closed first, whatever their age, to serve a new peer
+    /// ([`Protocol::unproven_since`]). False by default.
+    fn proves(&self) -> bool {
+        false
+    }
+
+    /// Since when the connection has proved nothing, or `None` once it has; asked (after every
+    /// drive, and as room is made) only where [`Protocol::proves`].
+    fn unproven_since(&self, _conn: &Self::Conn) -> Option<Instant> {
+        None
+    }
+
     /// Since when the connection has been idle (between requests, nothing owed either way),
     /// or `None` while it is busy. At the connection cap the accepting loop closes the one of
     /// its connections idle longest (at least [`EVICT_MIN_IDLE`]) to serve a new peer. None
@@ -261,7 +276,7 @@ impl Held {
 }
 
 /// A connection on its way to a loop: its state too when it moves from another loop.
-type Handoff<C> = (mio::net::TcpStream, SocketAddr, Slot, Option<C>);
+pub(crate) type Handoff<C> = (mio::net::TcpStream, SocketAddr, Slot, Option<C>);
 
 /// A running server. Dropping it stops the loops and closes their connections.
 pub struct Server {
@@ -302,6 +317,7 @@ impl Server {
             live.clone(),
             settings.max_connections,
             settings.per_address,
+            protocol.proves(),
             refused,
         ));
         let mut polls = Vec::new();
@@ -314,6 +330,7 @@ impl Server {
                 inbox: tx,
                 waker,
                 bulk: AtomicUsize::new(0),
+                make_room: Mutex::default(),
             });
             polls.push((poll, rx));
         }
@@ -405,351 +422,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-struct Entry<C> {
-    stream: mio::net::TcpStream,
-    peer: SocketAddr,
-    conn: C,
-    /// Whether the loop watches this socket for room to send (only while a reply waits).
-    watching_writes: bool,
-    /// Whether it is counted among its loop's bulk connections.
-    bulk: bool,
-    /// Whether it is in its loop's `parked`.
-    parked: bool,
-    slot: Slot,
-}
-
-/// A loop as the others see it: where to hand it a connection, and how many bulk connections
-/// it serves.
-struct Sibling<C> {
-    inbox: Sender<Handoff<C>>,
-    waker: Arc<Waker>,
-    bulk: AtomicUsize,
-}
-
-/// How long a loop polls before it sleeps after a connection's `step`, with `live` connections
-/// on the server: the decision, apart from the loop so it can be tested.
-fn poll_window(step: Step, live: usize) -> Option<Duration> {
-    match step {
-        Step::BlockedHotAlone if live <= 1 => Some(HOT_SPIN),
-        _ => None,
-    }
-}
-
-struct EventLoop<P: Protocol> {
-    poll: Poll,
-    /// This loop's place in `siblings`.
-    index: usize,
-    inbox: Receiver<Handoff<P::Conn>>,
-    /// Loop 0 accepts, and deals connections out as `deal` says.
-    listener: Option<mio::net::TcpListener>,
-    protocol: Arc<P>,
-    stop: Arc<AtomicBool>,
-    live: Arc<AtomicUsize>,
-    admission: Arc<Admission>,
-    deal: Deal,
-    congestion: crate::congestion::Congestion,
-    /// Every loop, this one included.
-    siblings: Arc<Vec<Sibling<P::Conn>>>,
-    conns: HashMap<usize, Entry<P::Conn>>,
-    next_token: usize,
-    next_sibling: usize,
-    /// Connections that used up their turn with work left, driven again before waiting.
-    pending: VecDeque<usize>,
-    /// Connections waiting for the end of the turn ([`Step::Parked`]).
-    parked: Vec<usize>,
-    /// Poll without sleeping until then: a connection's next request is due.
-    hot_until: Option<Instant>,
-}
-
-impl<P: Protocol> EventLoop<P> {
-    fn run(mut self) {
-        let mut events = Events::with_capacity(256);
-        let mut swept = Instant::now();
-        while !self.stop.load(Ordering::Acquire) {
-            let hot = self.hot_until.is_some_and(|t| Instant::now() < t);
-            let wait = match self.pending.is_empty() && self.parked.is_empty() && !hot {
-                true => Some(Duration::from_secs(1)),
-                false => Some(Duration::ZERO),
-            };
-            if !hot {
-                self.hot_until = None;
-            } else if events.is_empty() {
-                // The last poll found nothing: a thread with work on this core goes first.
-                std::thread::yield_now();
-            }
-            if let Err(e) = self.poll.poll(&mut events, wait) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    let name = self.protocol.name();
-                    return error!(server = name, error = %e, "poll failed; event loop stopped");
-                }
-            }
-            for event in events.iter() {
-                match event.token() {
-                    LISTENER => self.accept(),
-                    WAKER => {
-                        while let Ok((stream, peer, slot, conn)) = self.inbox.try_recv() {
-                            self.adopt(stream, peer, slot, conn);
-                        }
-                    }
-                    Token(t) => {
-                        if (event.is_read_closed() || event.is_error())
-                            && let Some(e) = self.conns.get_mut(&t)
-                        {
-                            self.protocol.peer_closing(&mut e.conn);
-                        }
-                        self.drive(t)
-                    }
-                }
-            }
-            for _ in 0..self.pending.len() {
-                if let Some(t) = self.pending.pop_front() {
-                    self.drive(t);
-                }
-            }
-            if !self.parked.is_empty() {
-                self.protocol.turn_end();
-                for t in std::mem::take(&mut self.parked) {
-                    if let Some(e) = self.conns.get_mut(&t) {
-                        e.parked = false;
-                    }
-                    self.drive(t);
-                }
-            }
-            if swept.elapsed() >= Duration::from_secs(1) {
-                swept = Instant::now();
-                self.sweep(swept);
-            }
-        }
-    }
-
-    fn accept(&mut self) {
-        let name = self.protocol.name();
-        loop {
-            let Some(listener) = self.listener.as_ref() else {
-                return;
-            };
-            let (stream, peer) = match listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of file descriptors, most likely: say so; the next readiness retries.
-                    return warn!(server = name, error = %e, "accept failed");
-                }
-            };
-            if !self.protocol.admits(peer) {
-                continue;
-            }
-            if self.admission.full() {
-                self.make_room();
-            }
-            let slot = match self.admission.admit(peer.ip()) {
-                Ok(slot) => slot,
-                Err(why) => {
-                    warn!(server = name, %peer, ?why, "connection refused");
-                    self.protocol.refuse(&stream, peer, why);
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            self.congestion.apply(&stream, peer.ip(), || {
-                stream.local_addr().ok().map(|a| a.ip())
-            });
-            let i = match self.deal {
-                Deal::RoundRobin => self.next_sibling % self.siblings.len(),
-                Deal::Gather => self.index,
-            };
-            self.next_sibling = self.next_sibling.wrapping_add(1);
-            match i == self.index {
-                true => self.adopt(stream, peer, slot, None),
-                false => self.hand_over(i, (stream, peer, slot, None)),
-            }
-        }
-    }
-
-    /// Gives a connection to loop `i`.
-    fn hand_over(&self, i: usize, handoff: Handoff<P::Conn>) {
-        let sibling = &self.siblings[i];
-        if sibling.inbox.send(handoff).is_ok() {
-            let _ = sibling.waker.wake();
-        }
-    }
-
-    /// Serves a connection: a new one (`conn` is `None`) or one moved here with its state.
-    fn adopt(
-        &mut self,
-        mut stream: mio::net::TcpStream,
-        peer: SocketAddr,
-        slot: Slot,
-        conn: Option<P::Conn>,
-    ) {
-        let token = self.next_token;
-        self.next_token = (self.next_token + 1) % (usize::MAX - 2);
-        if let Err(e) = self
-            .poll
-            .registry()
-            .register(&mut stream, Token(token), Interest::READABLE)
-        {
-            let name = self.protocol.name();
-            return warn!(server = name, %peer, error = %e, "cannot watch a connection");
-        }
-        let conn = conn.unwrap_or_else(|| self.protocol.open(peer, &stream));
-        let bulk = self.protocol.bulk(&conn);
-        if bulk {
-            self.siblings[self.index]
-                .bulk
-                .fetch_add(1, Ordering::AcqRel);
-        }
-        self.conns.insert(
-            token,
-            Entry {
-                stream,
-                peer,
-                conn,
-                watching_writes: false,
-                bulk,
-                parked: false,
-                slot,
-            },
-        );
-        // Bytes may have arrived before the registration: look now.
-        self.drive(token);
-    }
-
-    fn drive(&mut self, token: usize) {
-        let Some(e) = self.conns.get_mut(&token) else {
-            return;
-        };
-        let step = self.protocol.drive(&mut e.conn, &e.stream);
-        let bulk = self.protocol.bulk(&e.conn);
-        let turned_bulk = count_bulk(e, bulk, &self.siblings[self.index].bulk);
-        let sending = step == Step::BlockedSending;
-        if sending != e.watching_writes {
-            e.watching_writes = sending;
-            let interest = match sending {
-                true => Interest::READABLE | Interest::WRITABLE,
-                false => Interest::READABLE,
-            };
-            if self
-                .poll
-                .registry()
-                .reregister(&mut e.stream, Token(token), interest)
-                .is_err()
-            {
-                return self.close(token);
-            }
-        }
-        match step {
-            Step::Blocked | Step::BlockedSending | Step::BlockedHotAlone => {
-                if let Some(spin) = poll_window(step, self.live.load(Ordering::Relaxed)) {
-                    self.hot_until = Some(Instant::now() + spin);
-                }
-            }
-            Step::Yield => self.pending.push_back(token),
-            Step::Parked => {
-                if !std::mem::replace(&mut e.parked, true) {
-                    self.parked.push(token);
-                }
-            }
-            Step::Close => return self.close(token),
-            Step::Promote => {
-                if let Some(e) = self.remove(token) {
-                    let stream = TcpStream::from(e.stream);
-                    self.protocol.promote(e.conn, stream, e.peer, e.slot);
-                }
-                return;
-            }
-        }
-        if turned_bulk {
-            self.spread(token);
-        }
-    }
-
-    /// Moves a connection that just turned bulk to the loop with the fewest bulk connections,
-    /// when that evens them out (this loop would still have more than that one).
-    fn spread(&mut self, token: usize) {
-        let here = self.siblings[self.index].bulk.load(Ordering::Acquire);
-        let Some((i, there)) = self
-            .siblings
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != self.index)
-            .map(|(i, s)| (i, s.bulk.load(Ordering::Acquire)))
-            .min_by_key(|(_, n)| *n)
-        else {
-            return;
-        };
-        if here <= there + 1 {
-            return;
-        }
-        if let Some(e) = self.remove(token) {
-            let (server, peer) = (self.protocol.name(), e.peer);
-            debug!(server, %peer, to = i, "bulk connection moved to a less busy loop");
-            self.hand_over(i, (e.stream, e.peer, e.slot, Some(e.conn)));
-        }
-    }
-
-    /// Takes a connection out of this loop (its socket unwatched, its bulk mark uncounted).
-    fn remove(&mut self, token: usize) -> Option<Entry<P::Conn>> {
-        let mut e = self.conns.remove(&token)?;
-        let _ = self.poll.registry().deregister(&mut e.stream);
-        count_bulk(&mut e, false, &self.siblings[self.index].bulk);
-        Some(e)
-    }
-
-    fn close(&mut self, token: usize) {
-        if let Some(e) = self.remove(token) {
-            debug!(server = self.protocol.name(), peer = %e.peer, "connection closed");
-        }
-    }
-
-    /// At the connection cap: closes this loop's connection idle longest, if one has idled
-    /// long enough, so that a new peer is served rather than refused.
-    fn make_room(&mut self) {
-        let idle = self
-            .conns
-            .iter()
-            .map(|(t, e)| (*t, self.protocol.idle_since(&e.conn)));
-        if let Some(t) = oldest_idle(idle, Instant::now()) {
-            if let Some(e) = self.conns.get(&t) {
-                debug!(server = self.protocol.name(), peer = %e.peer,
-                    "at the connection cap: closed the connection idle longest to make room");
-            }
-            self.close(t);
-        }
-    }
-
-    /// Closes connections their protocol finds idle or stalled too long.
-    fn sweep(&mut self, now: Instant) {
-        let expired: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, e)| self.protocol.expired(&e.conn, now))
-            .map(|(t, _)| *t)
-            .collect();
-        for t in expired {
-            if let Some(e) = self.conns.get(&t) {
-                debug!(server = self.protocol.name(), peer = %e.peer, "connection idle or stalled; closed");
-            }
-            self.close(t);
-        }
-    }
-}
-
-/// Brings a connection's bulk mark, and its loop's `count`, up to `bulk`; whether it just
-/// turned bulk.
-fn count_bulk<C>(e: &mut Entry<C>, bulk: bool, count: &AtomicUsize) -> bool {
-    if bulk == e.bulk {
-        return false;
-    }
-    e.bulk = bulk;
-    match bulk {
-        true => count.fetch_add(1, Ordering::AcqRel),
-        false => count.fetch_sub(1, Ordering::AcqRel),
-    };
-    bulk
 }
 
 #[cfg(test)]

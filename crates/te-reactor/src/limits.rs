@@ -25,9 +25,9 @@ pub struct ServerLimits {
     /// Data connections a transport's server holds at once; more are refused with a reason
     /// (`MC_TE_MAX_DATA_CONNECTIONS`, 1–1,048,576, default 10,240).
     pub max_data_connections: usize,
-    /// Data connections one source address may hold (`MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS`,
-    /// 0–1,048,576, default 1,024; 0: no cap of its own). This host's own addresses are not
-    /// capped: its processes share them.
+    /// Data connections one source (an IPv4 address, an IPv6 /64) may hold
+    /// (`MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS`, 0–1,048,576, default 1,024; 0: no cap of its
+    /// own).
     pub max_data_connections_per_address: usize,
     /// Threads serving the control listener's connections (`MC_TE_CONTROL_THREADS`, 1–64,
     /// default 1).
@@ -35,10 +35,13 @@ pub struct ServerLimits {
     /// Control connections held at once (`MC_TE_MAX_CONTROL_CONNECTIONS`, 1–1,048,576,
     /// default 4,096: a control request holds its connection for one exchange).
     pub max_control_connections: usize,
-    /// Control connections one source address may hold
-    /// (`MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS`, 0–1,048,576, default 64; 0: no cap of its
-    /// own; this host's addresses are not capped).
+    /// Control connections one source may hold (`MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS`,
+    /// 0–1,048,576, default 64; 0: no cap of its own).
     pub max_control_connections_per_address: usize,
+    /// Whether loopback sources are held to the per-source caps (`MC_TE_CAP_LOOPBACK`, default
+    /// on: a local stranger is a stranger; off for a host whose processes stand for many
+    /// peers, as a benchmark's swarm does).
+    pub cap_loopback: bool,
     /// Connections the kernel holds for each listener before they are accepted
     /// (`MC_TE_LISTEN_BACKLOG`, 1–65,535, default 4,096; Linux caps it at
     /// `net.core.somaxconn`). A thousand peers connecting at once overflow a small one: their
@@ -63,6 +66,7 @@ impl Default for ServerLimits {
             control_threads: 1,
             max_control_connections: 4_096,
             max_control_connections_per_address: 64,
+            cap_loopback: true,
             listen_backlog: 4_096,
             conn_reply_bytes: 4096,
             client_threads: cores.clamp(4, 8),
@@ -120,6 +124,10 @@ impl ServerLimits {
                 0,
                 1 << 20,
             )?,
+            cap_loopback: match get(crate::settings::TE_CAP_LOOPBACK.name) {
+                None => d.cap_loopback,
+                Some(v) => te_sys::env::flag(crate::settings::TE_CAP_LOOPBACK.name, &v)?,
+            },
             listen_backlog: read(
                 crate::settings::TE_LISTEN_BACKLOG.name,
                 d.listen_backlog,
@@ -145,7 +153,7 @@ impl ServerLimits {
     fn data_per_address(&self) -> crate::AddressCap {
         crate::AddressCap {
             max: self.max_data_connections_per_address,
-            loopback: false,
+            loopback: self.cap_loopback,
         }
     }
 
@@ -153,7 +161,7 @@ impl ServerLimits {
     fn control_per_address(&self) -> crate::AddressCap {
         crate::AddressCap {
             max: self.max_control_connections_per_address,
-            loopback: false,
+            loopback: self.cap_loopback,
         }
     }
 
@@ -285,6 +293,10 @@ mod tests {
             ),
             (3, 100, 2, 50, 65536, 5, 512)
         );
+        assert!(l.cap_loopback, "loopback is capped unless told otherwise");
+        assert!(l.data_per_address().loopback && l.control_per_address().loopback);
+        let exempt = with(&[("MC_TE_CAP_LOOPBACK", "0")]).unwrap();
+        assert!(!exempt.data_per_address().loopback);
         for (name, bad) in [
             ("MC_TE_SERVER_THREADS", "0"),
             ("MC_TE_SERVER_THREADS", "1000"),
@@ -295,6 +307,7 @@ mod tests {
             ("MC_TE_CLIENT_THREADS", "0"),
             ("MC_TE_LISTEN_BACKLOG", "0"),
             ("MC_TE_LISTEN_BACKLOG", "65536"),
+            ("MC_TE_CAP_LOOPBACK", "maybe"),
         ] {
             match with(&[(name, bad)]) {
                 Err(crate::Error::Sys(te_sys::Error::InvalidConfig { name: n, value, .. })) => {

@@ -19,7 +19,7 @@ pub(crate) const TE_MAX_DATA_CONNECTIONS_PER_ADDRESS: Setting = Setting {
     name: "MC_TE_MAX_DATA_CONNECTIONS_PER_ADDRESS",
     default: "1024",
     range: "0–1048576",
-    doc: "data connections from one source address (this host's own exempt)",
+    doc: "data connections from one source (an IPv4 address, an IPv6 /64; loopback too unless MC_TE_CAP_LOOPBACK=0)",
 };
 pub(crate) const TE_CONTROL_THREADS: Setting = Setting {
     name: "MC_TE_CONTROL_THREADS",
@@ -37,7 +37,13 @@ pub(crate) const TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS: Setting = Setting {
     name: "MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS",
     default: "64",
     range: "0–1048576",
-    doc: "control connections from one source address (this host's own exempt)",
+    doc: "control connections from one source (an IPv4 address, an IPv6 /64; loopback too unless MC_TE_CAP_LOOPBACK=0)",
+};
+pub(crate) const TE_CAP_LOOPBACK: Setting = Setting {
+    name: "MC_TE_CAP_LOOPBACK",
+    default: "1",
+    range: "0 or 1",
+    doc: "whether loopback sources are held to the per-source caps like any other (0: exempt, for a host whose processes stand for many peers)",
 };
 pub(crate) const TE_CONN_REPLY_BYTES: Setting = Setting {
     name: "MC_TE_CONN_REPLY_BYTES",
@@ -66,6 +72,7 @@ pub const SETTINGS: &[Setting] = &[
     TE_CONTROL_THREADS,
     TE_MAX_CONTROL_CONNECTIONS,
     TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS,
+    TE_CAP_LOOPBACK,
     TE_CONN_REPLY_BYTES,
     TE_CLIENT_THREADS,
     TE_LISTEN_BACKLOG,

@@ -6,6 +6,8 @@ use std::io::{Read, Write};
 /// Echoes bytes back, a line protocol with no framing: enough to exercise the loops.
 struct Echo {
     promoted: AtomicUsize,
+    /// Connections prove themselves by sending a `P`.
+    proves: bool,
     /// How long a connection may idle before it expires.
     idle: Duration,
     /// Its protocol name (its servers' counts are the process's under it).
@@ -16,6 +18,7 @@ impl Echo {
     fn new(idle: Duration) -> Arc<Echo> {
         Arc::new(Echo {
             promoted: AtomicUsize::new(0),
+            proves: false,
             idle,
             name: "echo",
         })
@@ -30,6 +33,9 @@ struct EchoConn {
     bulk: bool,
     /// Bytes echoed so far: state that must travel with a moved connection.
     echoed: usize,
+    /// When it was accepted, and whether it has sent a `P` since.
+    opened: Option<Instant>,
+    proved: bool,
 }
 
 impl Protocol for Echo {
@@ -43,6 +49,7 @@ impl Protocol for Echo {
     fn open(&self, _peer: SocketAddr, _stream: &mio::net::TcpStream) -> EchoConn {
         EchoConn {
             last: Some(Instant::now()),
+            opened: Some(Instant::now()),
             ..EchoConn::default()
         }
     }
@@ -69,6 +76,7 @@ impl Protocol for Echo {
                         .extend_from_slice(format!("{name}/{:05}", c.echoed).as_bytes());
                 }
                 Ok(n) => {
+                    c.proved |= chunk[..n].contains(&b'P');
                     let turned = !c.bulk && chunk[..n].contains(&b'B');
                     c.bulk |= turned;
                     c.echoed += n;
@@ -93,6 +101,12 @@ impl Protocol for Echo {
     }
     fn bulk(&self, c: &EchoConn) -> bool {
         c.bulk
+    }
+    fn proves(&self) -> bool {
+        self.proves
+    }
+    fn unproven_since(&self, c: &EchoConn) -> Option<Instant> {
+        (!c.proved).then_some(c.opened).flatten()
     }
     fn expired(&self, c: &EchoConn, now: Instant) -> bool {
         c.last.is_some_and(|t| now.duration_since(t) > self.idle)
@@ -242,6 +256,7 @@ fn over_the_cap_a_peer_is_told_why_and_the_rest_are_served() {
 fn the_process_counts_each_protocols_connections_and_refusals() {
     let echo = Arc::new(Echo {
         promoted: AtomicUsize::new(0),
+        proves: false,
         idle: Duration::from_secs(2),
         name: "echo-counted",
     });
@@ -371,7 +386,8 @@ fn connections_made_while_the_loop_is_busy_wait_in_the_settings_backlog() {
 
 #[test]
 fn a_loop_polls_for_the_next_request_only_when_its_connection_is_alone() {
-    use super::{HOT_SPIN, poll_window};
+    use super::HOT_SPIN;
+    use super::event_loop::poll_window;
     for live in [0, 1, 2, 1000] {
         assert_eq!(poll_window(Step::Blocked, live), None);
         assert_eq!(poll_window(Step::BlockedSending, live), None);
@@ -594,6 +610,54 @@ fn at_the_cap_the_connection_idle_longest_makes_room_for_a_new_peer() {
     );
     assert_eq!(roundtrip(&mut held[2], b"still"), b"still");
     assert_eq!(server.connections(), 3);
+}
+
+/// Where connections prove themselves, those that have not hold at most three quarters of
+/// the places and make room first, whatever their age: sockets that never say anything cannot
+/// lock out a peer that proves itself, and never take a proven one's place.
+#[test]
+fn unproven_connections_make_room_and_never_take_a_proven_ones_place() {
+    let settings = ServerSettings {
+        threads: 1,
+        max_connections: 4,
+        per_address: AddressCap {
+            max: 4,
+            loopback: true,
+        },
+        deal: Deal::RoundRobin,
+        backlog: 64,
+        congestion: crate::congestion::Congestion::Host,
+    };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo = Arc::new(Echo {
+        proves: true,
+        ..Arc::into_inner(Echo::new(Duration::from_secs(60))).unwrap()
+    });
+    let server = Server::start(l, echo, settings).unwrap();
+    let mut honest = connect(&server, 1);
+    assert_eq!(roundtrip(&mut honest[0], b"P1"), b"P1");
+    // Strangers fill the unproven share (three of four places) and go on coming, fresh.
+    let mut strangers = connect(&server, 3);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut more = connect(&server, 2);
+    for s in &mut more {
+        assert_eq!(roundtrip(s, b"x"), b"x", "a newcomer is served");
+    }
+    for s in &mut strangers[..2] {
+        assert_eq!(
+            read_until_closed(s, Duration::from_secs(5)),
+            Some(Vec::new()),
+            "the oldest unproven were closed for them, young as they were"
+        );
+    }
+    // A peer that proves itself gets in, and stays while strangers keep coming.
+    let mut second = TcpStream::connect(server.local_addr()).unwrap();
+    assert_eq!(roundtrip(&mut second, b"P2"), b"P2");
+    let _flood = connect(&server, 6);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(roundtrip(&mut honest[0], b"still"), b"still");
+    assert_eq!(roundtrip(&mut second, b"here"), b"here");
+    assert!(server.connections() <= 4);
 }
 
 #[test]

@@ -147,3 +147,144 @@ fn a_request_captured_by_a_forged_listener_is_refused_on_the_real_port() {
     p.initiator.wait(b, WAIT).unwrap();
     p.initiator.free_batch(b).unwrap();
 }
+
+/// Sockets that never say anything, fresh (not idle for long), fill the data listener's cap:
+/// an honest peer proves itself on its first request and is served at once, the strangers
+/// making room, and keeps its place while more strangers come.
+#[test]
+fn fresh_idle_sockets_at_the_data_cap_make_room_for_an_honest_peer_at_once() {
+    let mut c = config();
+    c.limits.max_data_connections = 200;
+    let target = engine_with(c);
+    let remote = buffer(1 << 20);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let port = target.local_descriptor().te_rails[0].port;
+    let _idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let honest = engine();
+    let src = buffer(1 << 20);
+    src.write_at(0, &pattern(5, 1 << 20)).unwrap();
+    register(&honest, &src, Permission::LocalOnly);
+    let seg = honest.open_segment(target.segment_name()).unwrap();
+    let write = request(Opcode::Write, src.addr(), seg, remote.addr(), 1 << 20);
+    let started = Instant::now();
+    assert_eq!(run(&honest, &[write]), TransferState::Completed);
+    assert!(
+        started.elapsed() < EVICT_MIN_IDLE,
+        "served at once, not once the strangers had idled: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), pattern(5, 1 << 20));
+    // More strangers: they take each other's places, never the honest peer's.
+    let _more: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    src.write_at(0, &pattern(6, 1 << 20)).unwrap();
+    assert_eq!(run(&honest, &[write]), TransferState::Completed);
+    assert_eq!(remote.to_vec(0, 1 << 20).unwrap(), pattern(6, 1 << 20));
+}
+
+/// A stranger on this very host is a stranger: its sockets from 127.0.0.1 are held to the
+/// per-source cap like any address's, and an honest local peer still gets in.
+#[test]
+fn a_local_stranger_is_held_to_the_per_source_cap() {
+    let mut c = config();
+    c.limits.max_data_connections_per_address = 8;
+    c.limits.max_control_connections_per_address = 8;
+    let target = engine_with(c);
+    let remote = buffer(1 << 16);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let port = target.local_descriptor().te_rails[0].port;
+    let (_, control) = te_core::control::split_host_port(target.segment_name()).unwrap();
+    let mut held: Vec<TcpStream> = (0..40)
+        .flat_map(|_| {
+            [
+                TcpStream::connect(("127.0.0.1", port)).unwrap(),
+                TcpStream::connect(("127.0.0.1", control)).unwrap(),
+            ]
+        })
+        .collect();
+    let honest = engine();
+    let src = buffer(1 << 16);
+    src.write_at(0, &pattern(9, 1 << 16)).unwrap();
+    register(&honest, &src, Permission::LocalOnly);
+    let seg = honest.open_segment(target.segment_name()).unwrap();
+    let write = request(Opcode::Write, src.addr(), seg, remote.addr(), 1 << 16);
+    let b = honest.allocate_batch(1).unwrap();
+    honest.submit(b, &[write]).unwrap();
+    let state = honest.wait(b, WAIT).unwrap().state;
+    let why = honest.task_error(b, 0).unwrap();
+    assert_eq!(state, TransferState::Completed, "{why:?}");
+    honest.free_batch(b).unwrap();
+    assert_eq!(remote.to_vec(0, 1 << 16).unwrap(), pattern(9, 1 << 16));
+    // Of the stranger's 80 sockets, the listeners kept at most their caps.
+    let open = held
+        .iter_mut()
+        .map(|s| closed_within(s, Duration::from_millis(20)))
+        .filter(|closed| !closed)
+        .count();
+    assert!(open <= 16, "{open} of the stranger's sockets still held");
+}
+
+/// At the cap, held by peers that proved themselves, a newcomer is refused; its slices are
+/// retried after a backoff (its rail not charged), and go through as soon as a place frees.
+#[test]
+fn a_peer_refused_at_the_cap_retries_and_gets_in_when_a_place_frees() {
+    let mut c = config();
+    c.limits.max_data_connections = 1;
+    let target = engine_with(c);
+    let remote = buffer(1 << 16);
+    register(&target, &remote, Permission::RemoteReadWrite);
+    let one_lane = || engine_with_tcp(config(), tcp(|t| t.lanes_per_peer = 1));
+    let first = one_lane();
+    let src = buffer(1 << 16);
+    register(&first, &src, Permission::LocalOnly);
+    let seg = first.open_segment(target.segment_name()).unwrap();
+    let w = request(Opcode::Write, src.addr(), seg, remote.addr(), 1 << 16);
+    assert_eq!(run(&first, &[w]), TransferState::Completed);
+    let second = one_lane();
+    let other = buffer(1 << 16);
+    other.write_at(0, &pattern(4, 1 << 16)).unwrap();
+    register(&second, &other, Permission::LocalOnly);
+    let seg2 = second.open_segment(target.segment_name()).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(first);
+    });
+    let w2 = request(Opcode::Write, other.addr(), seg2, remote.addr(), 1 << 16);
+    assert_eq!(
+        run(&second, &[w2]),
+        TransferState::Completed,
+        "retried until the place was free"
+    );
+    releaser.join().unwrap();
+    assert_eq!(remote.to_vec(0, 1 << 16).unwrap(), pattern(4, 1 << 16));
+    assert!(
+        second.nic_load_stats().iter().all(|s| !s.paused),
+        "the refusals charged no rail"
+    );
+}
+
+/// Control sockets that never say anything fill the control listener's cap: an honest peer's
+/// descriptor request is served at once, the strangers making room.
+#[test]
+fn idle_control_sockets_at_the_cap_do_not_lock_out_an_honest_peer() {
+    let mut c = config();
+    c.limits.max_control_connections = 16;
+    let target = engine_with(c);
+    let (_, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
+    let _idle: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let honest = engine();
+    let started = Instant::now();
+    honest
+        .open_segment(target.segment_name())
+        .expect("served, not refused");
+    assert!(
+        started.elapsed() < EVICT_MIN_IDLE,
+        "{:?}",
+        started.elapsed()
+    );
+}

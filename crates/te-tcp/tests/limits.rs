@@ -59,10 +59,10 @@ fn a_peer_over_the_connection_cap_fails_naming_it_and_the_others_are_served() {
     let status = second.wait(b, WAIT).unwrap();
     assert_eq!(status.state, TransferState::Failed);
     match second.task_error(b, 0).unwrap() {
-        Some(SliceError::Path(why)) => {
+        Some(SliceError::Busy(why)) => {
             assert!(why.contains("MC_TE_MAX_DATA_CONNECTIONS"), "{why}");
         }
-        other => panic!("expected a path error naming the cap, got {other:?}"),
+        other => panic!("expected the target's refusal naming the cap, got {other:?}"),
     }
     second.free_batch(b).unwrap();
     assert!(

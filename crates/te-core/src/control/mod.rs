@@ -205,6 +205,35 @@ pub fn exchange(
     max_payload: usize,
     key: Option<&auth::ClusterKey>,
 ) -> Result<(Vec<u8>, TcpStream)> {
+    // A listener at its cap says so and closes: asked again after a backoff, within the
+    // connect timeout, as room is made there.
+    let give_up = std::time::Instant::now() + connect_timeout;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        match exchange_once(host, port, kind, payload, connect_timeout, max_payload, key) {
+            Err(Error::PeerRefused { reason, .. })
+                if reason.contains(server::AT_CAP)
+                    && std::time::Instant::now() + backoff < give_up =>
+            {
+                debug!(host, port, %reason, "control listener at its cap; asking again");
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One try of [`exchange`].
+fn exchange_once(
+    host: &str,
+    port: u16,
+    kind: FrameType,
+    payload: &[u8],
+    connect_timeout: Duration,
+    max_payload: usize,
+    key: Option<&auth::ClusterKey>,
+) -> Result<(Vec<u8>, TcpStream)> {
     let addrs = resolve(host, port)?;
     // Every address a name gives shares one connect timeout.
     let connect_end = std::time::Instant::now() + connect_timeout;

@@ -37,6 +37,8 @@ const KEEP_CAPACITY: usize = 4 << 10;
 pub(super) const FRAME_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a peer has, from its connection, to prove the cluster secret.
 pub(super) const AUTH_DEADLINE: Duration = Duration::from_secs(5);
+/// What every refusal at a connection cap says, so a client knows to ask again later.
+pub(super) const AT_CAP: &str = "holds its cap";
 
 enum AuthState {
     /// No cluster secret, or the peer proved it.
@@ -62,6 +64,9 @@ pub(super) struct ControlConn {
     opened: Instant,
     /// When the first byte of the frame being gathered came.
     frame_started: Option<Instant>,
+    /// The peer proved something: the cluster's challenge where there is a secret, else a
+    /// well-formed request answered. Until then the connection makes room first at a cap.
+    proven: bool,
 }
 
 /// The control listener's protocol.
@@ -97,6 +102,7 @@ impl ControlConn {
                 let answer = (frame.kind == FrameType::Auth).then_some(frame.payload.as_slice());
                 let (reply, ok) = auth::server_conclude(key, &pending, answer);
                 self.queue(&frame, &reply);
+                self.proven = ok;
                 if !ok {
                     warn!(?peer, "control peer failed cluster authentication");
                     self.auth = AuthState::Needed;
@@ -132,6 +138,7 @@ impl ControlConn {
         }
         let answer = state.answer(frame.kind, &frame.payload, self.authenticated(), peer);
         self.queue(&frame, &answer);
+        self.proven = true;
     }
 
     /// Sends what is queued: `Some(step)` when the drive ends here.
@@ -164,6 +171,7 @@ impl Protocol for ControlProtocol {
             last: Instant::now(),
             opened: Instant::now(),
             frame_started: None,
+            proven: false,
         }
     }
 
@@ -251,6 +259,14 @@ impl Protocol for ControlProtocol {
         frame_late || proof_late || now.duration_since(c.last) > IDLE_TIMEOUT
     }
 
+    fn proves(&self) -> bool {
+        true
+    }
+
+    fn unproven_since(&self, c: &ControlConn) -> Option<Instant> {
+        (!c.proven).then_some(c.opened)
+    }
+
     fn idle_since(&self, c: &ControlConn) -> Option<Instant> {
         (c.input.is_empty() && c.output.is_empty() && !c.closing).then_some(c.last)
     }
@@ -258,11 +274,11 @@ impl Protocol for ControlProtocol {
     fn refuse(&self, mut stream: &mio::net::TcpStream, _peer: SocketAddr, why: Refusal) {
         let reason = match why {
             Refusal::AddressCap { max } => format!(
-                "te: your address holds its cap of {max} control connections \
+                "te: your address {AT_CAP} of {max} control connections \
                  (MC_TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS); try again later"
             ),
             Refusal::AtCapacity { max } => format!(
-                "te: the control listener holds its cap of {max} connections \
+                "te: the control listener {AT_CAP} of {max} connections \
                  (MC_TE_MAX_CONTROL_CONNECTIONS); try again later"
             ),
         };

@@ -159,8 +159,9 @@ impl Conn {
     }
 
     /// Reads what it can of the greeting: `Ok(true)` once it is in (or none is spoken),
-    /// `Ok(false)` while more is to come, `Err` with why the connection is no good.
-    fn read_greeting(&mut self) -> Result<bool, String> {
+    /// `Ok(false)` while more is to come, `Err` with why the connection is no good (the
+    /// target at its cap: [`SliceError::Busy`], its slices retried after a backoff).
+    fn read_greeting(&mut self) -> Result<bool, SliceError> {
         let Greeting::Reading { buf, got } = &mut self.greeting else {
             return Ok(true);
         };
@@ -171,15 +172,15 @@ impl Conn {
                 Ok(0) => break,
                 Ok(n) => *got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(format!("reading the greeting: {e}")),
+                Err(e) => return Err(SliceError::Path(format!("reading the greeting: {e}"))),
             }
         }
         let nonce = greeting_of(&buf[..*got]).map_err(|e| match e {
-            Error::Busy => format!("lane failed: {}", busy()),
-            Error::BadMagic(_) => {
-                format!("the target's greeting is not te's (an older te, or not te): {e}")
-            }
-            e => e.to_string(),
+            Error::Busy => SliceError::Busy(format!("lane refused: {}", busy())),
+            Error::BadMagic(_) => SliceError::Path(format!(
+                "the target's greeting is not te's (an older te, or not te): {e}"
+            )),
+            e => SliceError::Path(e.to_string()),
         })?;
         self.greeting = Greeting::Read(nonce);
         Ok(true)
@@ -375,7 +376,9 @@ impl LaneCore {
             if let Some(c) = st.conn.as_mut() {
                 let greeted = match c.read_greeting() {
                     Ok(false) if now.duration_since(c.since) > self.settings.connect_timeout => {
-                        Err("no greeting from the target within the connect timeout".into())
+                        Err(SliceError::Path(
+                            "no greeting from the target within the connect timeout".into(),
+                        ))
                     }
                     other => other,
                 };
@@ -385,10 +388,11 @@ impl LaneCore {
                     Err(why) => {
                         tracing::debug!(peer = %self.peer.host, port = self.peer.port, reason = %why, "lane connection refused");
                         if let Some(c) = st.conn.take() {
-                            c.fail_all(home, &why, done);
+                            c.fail_all(home, &why.to_string(), done);
                         }
+                        // Retried slices wait a backoff from here before the next connect.
                         st.last_failure = Some(now);
-                        self.fail_queued(st, || SliceError::Path(why.clone()), done);
+                        self.fail_queued(st, || why.clone(), done);
                         continue;
                     }
                 }

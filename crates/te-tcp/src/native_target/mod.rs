@@ -681,6 +681,15 @@ impl Protocol for TargetProtocol {
         now.duration_since(c.progress) > limit
     }
 
+    fn proves(&self) -> bool {
+        true
+    }
+
+    /// Until a request proves the segment secret: such connections make room first.
+    fn unproven_since(&self, c: &TargetConn) -> Option<Instant> {
+        (!c.trusted).then_some(c.opened)
+    }
+
     fn idle_since(&self, c: &TargetConn) -> Option<Instant> {
         match &c.phase {
             Phase::Header { got: 0, .. } if c.out.waiting() == 0 => Some(c.progress),
