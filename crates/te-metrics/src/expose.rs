@@ -289,7 +289,7 @@ fn families(s: &Snapshot) -> Vec<MetricFamily> {
     family(
         &mut out,
         "te_connections".into(),
-        "connections te's servers of this process hold, by protocol (te-control, te-tcp-data, te-tcp-mooncake)".into(),
+        "connections te's servers of this process hold, by protocol (te-control, te-tcp-data, te-tcp-mooncake, te-metrics)".into(),
         MetricType::GAUGE,
         open,
     );
