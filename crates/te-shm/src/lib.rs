@@ -5,11 +5,13 @@
 //!   (or a tmpfs or CXL mount given at construction), owner-only (0600), under a random name not
 //!   derivable from the segment name. Registered like any buffer, it is published with its
 //!   `shm_name`.
-//! - A peer on the same host (same boot and shared-memory mount, `te_host_id`) maps that file on
-//!   first use, only if the published name is te's own form in this transport's directory and
-//!   the file, opened without following links, is a regular file of this user with one link and
-//!   no access for others (a descriptor comes from the wire: it never names a file to open),
-//!   and relocates remote addresses into its mapping; the engine prefers this
+//! - A peer whose descriptor's owner is proven to run on this host (`Origin`: the process that
+//!   served it over the connection te used) maps that file when first asked whether it serves
+//!   the buffer, only if the published name is te's own form in this transport's directory, the
+//!   file, opened without following links, is a regular file of this user with one link and no
+//!   access for others (a descriptor comes from the wire: it never names a file to open), and
+//!   the proven owner maps that very file (so a peer cannot name another engine's memory); it
+//!   relocates remote addresses into its mapping; the engine prefers this
 //!   transport over the segment's protocol for such buffers ([`Transport::serves`]). The
 //!   mapping is kept with the peer's descriptor ([`RemoteSegment::attached`]): found with no
 //!   lock by every later slice, unmapped when the descriptor is dropped (the segment closed or
