@@ -4,8 +4,10 @@
 //!
 //! - A listener beside the victim's (127.0.0.2, the victim's port number), run by another
 //!   local user where the machine allows it, serves the victim's own descriptor.
-//! - A peer serves a copy of the initiator's own descriptor, so that it would write itself.
-//! - A metadata service (a real Redis) holds a descriptor naming the victim.
+//! - A peer serves a copy of the initiator's own descriptor beside the initiator's listener, so
+//!   that it would write itself.
+//! - A metadata service (a real Redis) holds a descriptor naming the victim's process and its
+//!   shared memory (read-write, where it was published read-only).
 //! - A proven peer names another engine's shared-memory file, read-write where its owner
 //!   published it read-only.
 //!
@@ -225,7 +227,10 @@ fn a_copy_of_the_initiators_own_descriptor_cannot_make_it_write_itself() {
     e.register_buffer(&mine, "*", Permission::RemoteReadWrite)
         .unwrap();
     let local = local_buffer(&e);
-    let (forger, forged) = forger(e.segment_name(), "127.0.0.1:0", root(), false);
+    // Beside the initiator's own listener: another address, its port number.
+    let port = e.segment_name().rsplit_once(':').unwrap().1;
+    let at = format!("127.0.0.2:{port}");
+    let (forger, forged) = forger(e.segment_name(), &at, root(), false);
     let seg = e.open_segment(&forged).unwrap();
     assert_eq!(
         e.segment(seg).unwrap().desc().te_owner,
@@ -276,7 +281,7 @@ fn a_metadata_service_cannot_aim_copies_at_a_process() {
     let dir = tempdir("redis");
     let redis = te_testkit::services::redis_server(0, None, &dir);
     let url = format!("redis://127.0.0.1:{}", redis.port);
-    let (victim, name, heap, _) = victim();
+    let (victim, name, heap, shared) = victim();
     // The victim's descriptor, as any reader of its control port gets it, under another name
     // and with dead rails; the service names the victim's listener as that name's.
     let (host, port) = name.rsplit_once(':').unwrap();
@@ -293,6 +298,10 @@ fn a_metadata_service_cannot_aim_copies_at_a_process() {
     let mut desc: serde_json::Value = serde_json::from_slice(&reply).unwrap();
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     desc["name"] = "forged".into();
+    // Its shared memory too, read-write where the victim published it read-only.
+    for b in desc["buffers"].as_array_mut().unwrap() {
+        b["permission"] = "remote_read_write".into();
+    }
     desc["te_rails"] = serde_json::json!([{"name": "lo", "ip": "127.0.0.1",
         "port": dead.local_addr().unwrap().port()}]);
     drop(dead);
@@ -317,6 +326,7 @@ fn a_metadata_service_cannot_aim_copies_at_a_process() {
         "the victim serves its own name, not this one: nothing proven"
     );
     refused_both_ways(&e, &local, seg, heap);
+    refused_both_ways(&e, &local, seg, shared);
     assert!(victim_intact(victim), "the victim's memory was written");
 
     // An honest engine in the same service is proven by its own listener, and served on this
