@@ -288,3 +288,33 @@ fn idle_control_sockets_at_the_cap_do_not_lock_out_an_honest_peer() {
         started.elapsed()
     );
 }
+
+/// The control listener's cap held by peers that proved themselves (a request answered, the
+/// connection kept): a newcomer is refused, asks again after a backoff within its connect
+/// timeout, and is served as soon as a place frees, instead of failing at the first refusal.
+#[test]
+fn a_control_client_refused_at_the_cap_asks_again_and_is_served() {
+    use te_core::control::frame::{FrameType, read_frame, write_frame};
+    let mut c = config();
+    c.limits.max_control_connections = 2;
+    let target = engine_with(c);
+    let (_, port) = te_core::control::split_host_port(target.segment_name()).unwrap();
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            write_frame(&mut s, FrameType::Probe, b"{}").unwrap();
+            let (_, reply) = read_frame(&mut s, 4096).unwrap();
+            assert!(String::from_utf8_lossy(&reply).contains("success"));
+            s
+        })
+        .collect();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        drop(held);
+    });
+    let honest = engine();
+    honest
+        .open_segment(target.segment_name())
+        .expect("asked again until a place was free");
+    releaser.join().unwrap();
+}
