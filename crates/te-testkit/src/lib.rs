@@ -251,6 +251,33 @@ pub fn transfer_one(
     (s.state, error)
 }
 
+/// Tries `request` as a WRITE and as a READ through a descriptor an attack test forged, and
+/// asserts that neither completes (a refusal at submit, or a failed task).
+///
+/// # Panics
+/// When either completes, or the engine refuses a batch (a test helper).
+pub fn assert_neither_way(engine: &te_core::TransferEngine, request: te_core::TransferRequest) {
+    for opcode in [te_core::Opcode::Write, te_core::Opcode::Read] {
+        let b = engine.allocate_batch(1).expect("a batch");
+        let r = te_core::TransferRequest { opcode, ..request };
+        let state = match engine.submit(b, &[r]) {
+            Ok(()) => {
+                engine
+                    .wait(b, std::time::Duration::from_secs(60))
+                    .expect("waited")
+                    .state
+            }
+            Err(_) => te_core::TransferState::Failed,
+        };
+        let _ = engine.free_batch(b);
+        assert_ne!(
+            state,
+            te_core::TransferState::Completed,
+            "{opcode:?} through a forged descriptor"
+        );
+    }
+}
+
 /// Deterministic test bytes: `len` bytes from a xorshift stream seeded by `seed`, so two
 /// processes (or a writer and a checker) agree on what a transfer must deliver.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
