@@ -343,7 +343,7 @@ impl Config {
         c.cxl_dev_path = get(crate::settings::CXL_DEV_PATH.name).map(|v| v.trim().into());
         // Set is set: an empty or weak secret is refused, never taken for none.
         if let Some(secret) = lookup(crate::settings::TE_CLUSTER_SECRET.name) {
-            crate::control::key::check_secret(&secret).map_err(|reason| Error::InvalidConfig {
+            te_reactor::secret::check_secret(&secret).map_err(|reason| Error::InvalidConfig {
                 name: crate::settings::TE_CLUSTER_SECRET.name.into(),
                 value: "<redacted>".into(),
                 reason,
