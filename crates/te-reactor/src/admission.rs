@@ -3,11 +3,13 @@
 //! [`Slot`] holds a connection's place under both until it is dropped.
 //!
 //! For a protocol whose connections prove themselves ([`crate::Protocol::proves`]: a valid
-//! request, the cluster's challenge), connections that have proved nothing yet hold at most
-//! three quarters of the places, so a quarter stays for the proven; at a cap (server-wide, a
-//! source's, or the unproven share) the accepting loop closes its oldest unproven connection,
-//! whatever its age, before it turns a new peer away. Otherwise, and for other protocols, it
-//! closes the connection idle longest, once idle for [`EVICT_MIN_IDLE`].
+//! request, the cluster's challenge), at a cap (server-wide, or a source's) the accepting loop
+//! closes its oldest connection that has proved nothing yet, whatever its age, before it turns
+//! a new peer away; and connections unproven for longer than [`SHARE_GRACE`] hold at most three
+//! quarters of the places (past that share the oldest of them makes room even below the cap),
+//! so a quarter stays for the proven while a burst of fresh connections, which prove within a
+//! round trip, may fill the server. Otherwise, and for other protocols, the loop closes the
+//! connection idle longest, once idle for [`EVICT_MIN_IDLE`].
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,6 +25,9 @@ pub const EVICT_MIN_IDLE: Duration = Duration::from_secs(5);
 
 /// Of the places, the unproven hold at most all but this fraction (1/4).
 const RESERVED_FOR_PROVEN: usize = 4;
+/// A connection unproven for less than this is left out of the unproven's share: an honest
+/// peer proves itself within a round trip of connecting.
+pub const SHARE_GRACE: Duration = Duration::from_secs(1);
 
 /// Connections per source, shared by every loop of a server.
 type PerSource = Arc<Mutex<HashMap<IpAddr, usize>>>;
@@ -96,8 +101,11 @@ pub(super) enum Pressure {
     None,
     /// Its source holds its cap: room is made among that source's connections.
     Source(IpAddr),
-    /// The server holds its cap, or the unproven their share: room is made among all.
+    /// The server holds its cap: room is made among all.
     Server,
+    /// The unproven hold their share: one unproven for longer than [`SHARE_GRACE`] makes room,
+    /// if any; the newcomer is admitted either way.
+    Share,
 }
 
 /// The caps of one server.
@@ -151,13 +159,26 @@ impl Admission {
                 return Pressure::Source(key);
             }
         }
-        let unproven_full = self
+        if self.live.load(Ordering::Acquire) >= self.max {
+            return Pressure::Server;
+        }
+        match self
             .unproven
             .as_ref()
-            .is_some_and(|u| u.load(Ordering::Acquire) >= self.unproven_share());
-        match self.live.load(Ordering::Acquire) >= self.max || unproven_full {
-            true => Pressure::Server,
+            .is_some_and(|u| u.load(Ordering::Acquire) >= self.unproven_share())
+        {
+            true => Pressure::Share,
             false => Pressure::None,
+        }
+    }
+
+    /// What a connection closed to make room under `pressure` is told.
+    pub(super) fn refusal(&self, pressure: Pressure) -> Refusal {
+        match pressure {
+            Pressure::Source(_) => Refusal::AddressCap {
+                max: self.per_address.max,
+            },
+            _ => Refusal::AtCapacity { max: self.max },
         }
     }
 
@@ -186,15 +207,15 @@ impl Admission {
         };
         let held = self.live.fetch_add(1, Ordering::AcqRel) + 1;
         let unproven = self.unproven.clone();
-        let over_share = unproven
-            .as_ref()
-            .is_some_and(|u| u.fetch_add(1, Ordering::AcqRel) + 1 > self.unproven_share());
+        if let Some(u) = &unproven {
+            u.fetch_add(1, Ordering::AcqRel);
+        }
         let slot = Slot {
             live: self.live.clone(),
             source,
             unproven,
         };
-        match held > self.max || over_share {
+        match held > self.max {
             // Dropping the slot gives back every count.
             true => Err(Refusal::AtCapacity { max: self.max }),
             false => Ok(slot),
@@ -218,8 +239,9 @@ pub(super) struct Candidate<K> {
 }
 
 /// The connection to close to make room for one that `pressure` holds back, at `now`: the
-/// oldest unproven one (of the pressing source, when a source is at its cap) whatever its age;
-/// else, at the server's cap, the one idle longest if idle for at least [`EVICT_MIN_IDLE`].
+/// oldest unproven one (of the pressing source, when a source is at its cap) whatever its age
+/// (past the unproven's share: unproven for longer than [`SHARE_GRACE`]); else, at the
+/// server's cap, the one idle longest if idle for at least [`EVICT_MIN_IDLE`].
 pub(super) fn victim<K: Copy>(
     conns: impl Iterator<Item = Candidate<K>>,
     pressure: Pressure,
@@ -233,7 +255,11 @@ pub(super) fn victim<K: Copy>(
         {
             continue;
         }
+        let stale = pressure != Pressure::Share
+            || c.unproven_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= SHARE_GRACE);
         if let Some(since) = c.unproven_since
+            && stale
             && unproven.is_none_or(|(_, oldest)| since < oldest)
         {
             unproven = Some((c.key, since));
@@ -345,7 +371,7 @@ mod tests {
     }
 
     #[test]
-    fn the_unproven_hold_three_quarters_and_proving_frees_their_share() {
+    fn the_unproven_share_presses_below_the_cap_and_proving_frees_it() {
         let a = admission(8, 0, true);
         let mut slots: Vec<Slot> = (0..6)
             .map(|i| a.admit(ip(&format!("10.0.0.{i}"))).unwrap())
@@ -353,16 +379,22 @@ mod tests {
         assert!(slots.iter().all(Slot::is_unproven));
         assert_eq!(
             a.pressure(ip("10.0.1.1")),
-            Pressure::Server,
+            Pressure::Share,
             "their share is held"
         );
-        assert!(a.admit(ip("10.0.1.1")).is_err());
-        assert_eq!(a.held(), 6);
+        slots.push(
+            a.admit(ip("10.0.1.1"))
+                .expect("below the cap, admitted all the same"),
+        );
         slots[0].prove();
         slots[0].prove();
         assert!(!slots[0].is_unproven());
-        assert_eq!(a.pressure(ip("10.0.1.1")), Pressure::None);
-        slots.push(a.admit(ip("10.0.1.1")).unwrap());
+        assert_eq!(a.pressure(ip("10.0.1.2")), Pressure::Share);
+        slots[1].prove();
+        assert_eq!(a.pressure(ip("10.0.1.2")), Pressure::None);
+        slots.push(a.admit(ip("10.0.1.2")).unwrap());
+        assert_eq!(a.pressure(ip("10.0.1.3")), Pressure::Server, "the cap");
+        assert!(a.admit(ip("10.0.1.3")).is_err());
         drop(slots);
         assert_eq!(a.held(), 0);
         assert_eq!(a.unproven.as_ref().unwrap().load(Ordering::Acquire), 0);
@@ -405,6 +437,22 @@ mod tests {
         assert_eq!(victim(proven.into_iter(), Pressure::Server, now), Some(2));
         let fresh = [c(1, "10.0.0.1", None, ago(1))];
         assert_eq!(victim(fresh.into_iter(), Pressure::Server, now), None);
+        // Past the unproven's share, only one unproven past the grace makes room.
+        let just = |ms| Some(now - Duration::from_millis(ms));
+        let share = [
+            c(1, "10.0.0.1", just(200), None),
+            c(2, "10.0.0.2", just(1500), None),
+        ];
+        assert_eq!(victim(share.into_iter(), Pressure::Share, now), Some(2));
+        let young = [
+            c(1, "10.0.0.1", just(200), None),
+            c(3, "10.0.0.1", None, ago(60)),
+        ];
+        assert_eq!(
+            victim(young.into_iter(), Pressure::Share, now),
+            None,
+            "a burst of fresh connections, and no proven one for the share"
+        );
         let proven = [c(2, "10.0.0.1", None, ago(50))];
         assert_eq!(
             victim(proven.into_iter(), Pressure::Source(ip("10.0.0.1")), now),

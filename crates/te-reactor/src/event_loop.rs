@@ -165,9 +165,9 @@ impl<P: Protocol> EventLoop<P> {
             // Room made here: the newcomer stays here too, so this loop keeps connections of
             // its kind to make room with next time.
             let made_room = pressure != Pressure::None && self.make_room(pressure);
-            if pressure != Pressure::None && !made_room {
+            if matches!(pressure, Pressure::Server | Pressure::Source(_)) && !made_room {
                 // None here to close: the other loops close one each, for the next newcomer
-                // (a refused peer asks again after a backoff).
+                // (a refused peer asks again after a backoff). The share is soft: not asked.
                 self.ask_siblings(pressure);
             }
             let slot = match self.admission.admit(peer.ip()) {
@@ -371,6 +371,9 @@ impl<P: Protocol> EventLoop<P> {
         if let Some(e) = self.conns.get(&t) {
             debug!(server = self.protocol.name(), peer = %e.peer, ?pressure,
                 "at a connection cap: closed a connection to make room");
+            // Told why, as a peer turned away is.
+            self.protocol
+                .refuse(&e.stream, e.peer, self.admission.refusal(pressure));
         }
         self.close(t);
         true

@@ -216,7 +216,8 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
-    /// Tells a peer it is refused (the stream is non-blocking and closed afterwards).
+    /// Tells a peer it is refused, or that its connection is closed to make room at a cap
+    /// (the stream is non-blocking and closed afterwards).
     fn refuse(&self, _stream: &mio::net::TcpStream, _peer: SocketAddr, _why: Refusal) {}
 
     /// Serves a connection that returned [`Step::Promote`] on a thread of its own (the stream

@@ -6,8 +6,8 @@
 //!   derivable from the segment name. Registered like any buffer, it is published with its
 //!   `shm_name`.
 //! - A peer whose descriptor's owner is proven to run on this host (`Origin`: the process that
-//!   served it over the connection te used) maps that file when first asked whether it serves
-//!   the buffer, only if the published name is te's own form in this transport's directory, the
+//!   served it over the connection te used) maps that file on first use, only if the published
+//!   name is te's own form in this transport's directory, the
 //!   file, opened without following links, is a regular file of this user with one link and no
 //!   access for others (a descriptor comes from the wire: it never names a file to open), and
 //!   the proven owner maps that very file (so a peer cannot name another engine's memory); it
@@ -218,26 +218,14 @@ impl Transport for ShmTransport {
     }
 
     /// A shared-memory file in te's form (not another transport's handle, te-nvlink's
-    /// `cuda-ipc:`) of a proven owner on this host, which maps here: mapped now and kept with
-    /// the descriptor, so a file the owner does not hold goes over the segment's protocol
-    /// instead of failing its slices.
+    /// `cuda-ipc:`) of an owner proven to run on this host. Whether that owner holds the file
+    /// is checked when it is mapped, on the buffer's first slice ([`map`]).
     fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
-        let Some(path) = buffer
+        buffer
             .shm_name
             .as_deref()
-            .filter(|p| HostBuffer::shared_name_in(&self.dir, p).is_some())
-        else {
-            return false;
-        };
-        if !target.same_host() {
-            return false;
-        }
-        let Some((index, _)) = buffer_of(target.desc(), buffer.addr, buffer.length) else {
-            return false;
-        };
-        target
-            .attached(index, || map(&self.dir, path, buffer.length, target))
-            .is_ok()
+            .is_some_and(|p| HostBuffer::shared_name_in(&self.dir, p).is_some())
+            && target.same_host()
     }
 
     fn slice_size(&self, _target: &te_core::segment::RemoteSegment) -> Option<u64> {

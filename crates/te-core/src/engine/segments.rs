@@ -75,7 +75,10 @@ impl Vetting {
     /// descriptor, fresh from the owner, replaces the service's; else nothing on this host is
     /// used (the segment's protocol carries its transfers, checked by the target).
     fn owner_proof(&self, name: &str, fetched: &mut FetchedSegment) -> Origin {
-        if !self.metadata.is_shared() || fetched.desc.te_host_id.as_deref() != Some(host_id()) {
+        if !self.metadata.is_shared()
+            || fetched.desc.te_host_id.as_deref() != Some(host_id())
+            || !on_this_host(&fetched.host, fetched.rpc_port)
+        {
             return Origin::Unproven;
         }
         let served = control::exchange(
@@ -108,6 +111,22 @@ impl Vetting {
             }
         }
     }
+}
+
+/// Whether `host` names an address of this host (loopback, or one of its interfaces' in this
+/// network namespace): only a listener there can prove a descriptor its own, so no round trip
+/// is spent on another.
+fn on_this_host(host: &str, port: u16) -> bool {
+    let local: Vec<std::net::IpAddr> = te_sys::interface_addrs()
+        .iter()
+        .map(|a| a.ip.to_canonical())
+        .collect();
+    control::resolve(host, port).is_ok_and(|addrs| {
+        addrs.iter().any(|a| {
+            let ip = a.ip().to_canonical();
+            ip.is_loopback() || local.contains(&ip)
+        })
+    })
 }
 
 impl TransferEngine {
