@@ -219,7 +219,7 @@ impl Transport for ShmTransport {
 
     /// A shared-memory file in te's form (not another transport's handle, te-nvlink's
     /// `cuda-ipc:`) of an owner proven to run on this host. Whether that owner holds the file
-    /// is checked when it is mapped, on the buffer's first slice ([`map`]).
+    /// is checked when it is mapped, on the buffer's first slice (`map`).
     fn serves(&self, target: &RemoteSegment, buffer: &BufferDesc) -> bool {
         buffer
             .shm_name

@@ -1,5 +1,5 @@
 //! The cluster key ([`ClusterKey`]): what every proof, seal and signature under a cluster secret
-//! (`MC_TE_CLUSTER_SECRET`) is keyed with, and [`keyed_mac`], the one MAC construction behind
+//! (`MC_TE_CLUSTER_SECRET`) is keyed with, and `keyed_mac`, the one MAC construction behind
 //! them (segment secrets' proofs too).
 //!
 //! A listener an initiator is sent to may record one proof and try secrets against it offline,
