@@ -65,11 +65,7 @@ pub fn holds_other_end(stream: &TcpStream, pid: u32) -> Result<(), String> {
         (Ok(l), Ok(p)) => (canonical(l), canonical(p)),
         (Err(e), _) | (_, Err(e)) => return Err(format!("the connection's addresses: {e}")),
     };
-    let local: Vec<IpAddr> = crate::interface_addrs()
-        .iter()
-        .map(|a| a.ip.to_canonical())
-        .collect();
-    if !theirs.ip().is_loopback() && !local.contains(&theirs.ip()) {
+    if !on_this_host(theirs.ip()) {
         return Err(format!("{theirs} is not an address of this host"));
     }
     let inodes: Vec<u64> = ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
@@ -89,6 +85,16 @@ pub fn holds_other_end(stream: &TcpStream, pid: u32) -> Result<(), String> {
             "process {pid} does not hold the socket at {theirs} that served this connection"
         )),
     }
+}
+
+/// Whether `ip` is an address of this host: loopback, or one of its interfaces' (in this
+/// network namespace).
+pub fn on_this_host(ip: IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    ip.is_loopback()
+        || crate::interface_addrs()
+            .iter()
+            .any(|a| a.ip.to_canonical() == ip)
 }
 
 /// Whether process `pid` maps the file `id` (an entry of `/proc/<pid>/maps`).

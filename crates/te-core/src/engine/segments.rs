@@ -117,16 +117,8 @@ impl Vetting {
 /// network namespace): only a listener there can prove a descriptor its own, so no round trip
 /// is spent on another.
 fn on_this_host(host: &str, port: u16) -> bool {
-    let local: Vec<std::net::IpAddr> = te_sys::interface_addrs()
-        .iter()
-        .map(|a| a.ip.to_canonical())
-        .collect();
-    control::resolve(host, port).is_ok_and(|addrs| {
-        addrs.iter().any(|a| {
-            let ip = a.ip().to_canonical();
-            ip.is_loopback() || local.contains(&ip)
-        })
-    })
+    control::resolve(host, port)
+        .is_ok_and(|addrs| addrs.iter().any(|a| te_sys::holder::on_this_host(a.ip())))
 }
 
 impl TransferEngine {
