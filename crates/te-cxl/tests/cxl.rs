@@ -219,11 +219,8 @@ fn cxl_victim() {
     buf.write_at(0, &vec![0x5a; 1 << 20]).unwrap();
     e.register_buffer(&buf, "*", Permission::RemoteRead)
         .unwrap();
-    println!("READY {} {}", e.segment_name(), buf.addr());
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    let intact = buf.to_vec(0, 1 << 20).unwrap().iter().all(|&b| b == 0x5a);
-    std::process::exit(if intact { 0 } else { 3 });
+    let ready = format!("{} {}", e.segment_name(), buf.addr());
+    te_testkit::victim_until_checked(&ready, &[&buf], 0x5a);
 }
 
 /// A forger that names the victim's device ranges as its own, read-write.

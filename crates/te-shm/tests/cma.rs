@@ -180,11 +180,7 @@ fn cma_victim() {
     e.register_buffer(&buf, "*", Permission::RemoteReadWrite)
         .unwrap();
     let me = te_core::segment::process_identity(std::process::id()).unwrap();
-    println!("READY {me} {}", buf.addr());
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    let intact = buf.to_vec(0, 1 << 20).unwrap().iter().all(|&b| b == 0x5a);
-    std::process::exit(if intact { 0 } else { 3 });
+    te_testkit::victim_until_checked(&format!("{me} {}", buf.addr()), &[&buf], 0x5a);
 }
 
 /// A peer serving, from its own listener, a descriptor that names the victim's process and

@@ -73,21 +73,8 @@ fn origin_victim() {
     shared.write_at(0, &[VICTIM_BYTE; LEN]).unwrap();
     e.register_buffer(&shared, "*", Permission::RemoteRead)
         .unwrap();
-    println!(
-        "READY {} {} {}",
-        e.segment_name(),
-        heap.addr(),
-        shared.addr()
-    );
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    let intact = |b: &HostBuffer| b.to_vec(0, LEN).unwrap().iter().all(|&x| x == VICTIM_BYTE);
-    std::process::exit(if intact(&heap) && intact(&shared) {
-        0
-    } else {
-        3
-    });
+    let ready = format!("{} {} {}", e.segment_name(), heap.addr(), shared.addr());
+    te_testkit::victim_until_checked(&ready, &[&heap, &shared], VICTIM_BYTE);
 }
 
 /// A forger ([`te_testkit::forger`]) serving `TE_FORGE_FROM`'s descriptor at `TE_FORGE_AT`;

@@ -278,6 +278,27 @@ pub fn assert_neither_way(engine: &te_core::TransferEngine, request: te_core::Tr
     }
 }
 
+/// A victim helper process's end: prints `READY <ready>`, waits for a line on stdin (or its
+/// end: the test is gone), and exits 0 when every buffer of `bufs` still holds only `byte`,
+/// else 3.
+///
+/// # Panics
+/// When a buffer cannot be read (a test helper).
+pub fn victim_until_checked(ready: &str, bufs: &[&te_core::HostBuffer], byte: u8) -> ! {
+    use std::io::Write;
+    println!("READY {ready}");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let intact = bufs.iter().all(|b| {
+        b.to_vec(0, b.len())
+            .expect("the victim's buffer")
+            .iter()
+            .all(|&x| x == byte)
+    });
+    std::process::exit(if intact { 0 } else { 3 })
+}
+
 /// Deterministic test bytes: `len` bytes from a xorshift stream seeded by `seed`, so two
 /// processes (or a writer and a checker) agree on what a transfer must deliver.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
