@@ -25,8 +25,7 @@ use std::time::Duration;
 use te_core::control::frame::FrameType;
 use te_core::metadata::store::KvStore;
 use te_core::{
-    Config, HostBuffer, Opcode, Permission, SegmentId, TransferEngine, TransferRequest,
-    TransferState,
+    Config, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest, TransferState,
 };
 use te_shm::{CmaTransport, ShmTransport};
 use te_tcp::TcpTransport;
@@ -146,29 +145,6 @@ fn local_buffer(e: &TransferEngine) -> Arc<HostBuffer> {
     local
 }
 
-/// Neither a WRITE nor a READ of 4 KiB at `addr` of `seg` completes, and nothing of the
-/// target was read into `local`.
-fn refused_both_ways(e: &TransferEngine, local: &HostBuffer, seg: SegmentId, addr: u64) {
-    assert_neither_way(
-        e,
-        TransferRequest {
-            opcode: Opcode::Write,
-            source: local.addr(),
-            target_id: seg,
-            target_offset: addr,
-            length: 4096,
-        },
-    );
-    assert!(
-        local
-            .to_vec(0, LEN)
-            .unwrap()
-            .iter()
-            .all(|&b| b == LOCAL_BYTE),
-        "nothing was read through the forged descriptor"
-    );
-}
-
 #[test]
 fn a_listener_beside_the_victims_port_cannot_aim_copies_at_it() {
     let (victim, name, heap, _) = victim();
@@ -188,7 +164,7 @@ fn a_listener_beside_the_victims_port_cannot_aim_copies_at_it() {
         !desc.same_host(),
         "but the victim did not serve it: nothing on this host is used"
     );
-    refused_both_ways(&e, &local, seg, heap);
+    assert_neither_way(&e, &local, seg, heap);
     drop(forger);
     assert!(victim_intact(victim), "the victim's memory was written");
 }
@@ -212,7 +188,7 @@ fn a_copy_of_the_initiators_own_descriptor_cannot_make_it_write_itself() {
         "it names this very process"
     );
     assert!(!e.segment(seg).unwrap().same_host());
-    refused_both_ways(&e, &local, seg, mine.addr());
+    assert_neither_way(&e, &local, seg, mine.addr());
     drop(forger);
     assert!(
         mine.to_vec(0, LEN)
@@ -242,7 +218,7 @@ fn a_proven_peer_cannot_name_another_engines_shared_memory() {
         buffer.shm_name.is_some(),
         "it names the victim's file, read-write"
     );
-    refused_both_ways(&e, &local, seg, shared);
+    assert_neither_way(&e, &local, seg, shared);
     drop(forger);
     assert!(
         victim_intact(victim),
@@ -299,8 +275,8 @@ fn a_metadata_service_cannot_aim_copies_at_a_process() {
         !e.segment(seg).unwrap().same_host(),
         "the victim serves its own name, not this one: nothing proven"
     );
-    refused_both_ways(&e, &local, seg, heap);
-    refused_both_ways(&e, &local, seg, shared);
+    assert_neither_way(&e, &local, seg, heap);
+    assert_neither_way(&e, &local, seg, shared);
     assert!(victim_intact(victim), "the victim's memory was written");
 
     // An honest engine in the same service is proven by its own listener, and served on this

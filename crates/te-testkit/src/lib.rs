@@ -251,15 +251,28 @@ pub fn transfer_one(
     (s.state, error)
 }
 
-/// Tries `request` as a WRITE and as a READ through a descriptor an attack test forged, and
-/// asserts that neither completes (a refusal at submit, or a failed task).
+/// WRITEs and READs 4 KiB from the start of `local` at `target_offset` of segment `target_id`,
+/// a descriptor an attack test forged, and asserts that neither completes (a refusal at submit,
+/// or a failed task) and that nothing was read into `local`.
 ///
 /// # Panics
-/// When either completes, or the engine refuses a batch (a test helper).
-pub fn assert_neither_way(engine: &te_core::TransferEngine, request: te_core::TransferRequest) {
+/// When either completes, `local` changed, or the engine refuses a batch (a test helper).
+pub fn assert_neither_way(
+    engine: &te_core::TransferEngine,
+    local: &te_core::HostBuffer,
+    target_id: te_core::SegmentId,
+    target_offset: u64,
+) {
+    let before = local.to_vec(0, local.len()).expect("the local buffer");
     for opcode in [te_core::Opcode::Write, te_core::Opcode::Read] {
         let b = engine.allocate_batch(1).expect("a batch");
-        let r = te_core::TransferRequest { opcode, ..request };
+        let r = te_core::TransferRequest {
+            opcode,
+            source: local.addr(),
+            target_id,
+            target_offset,
+            length: 4096,
+        };
         let state = match engine.submit(b, &[r]) {
             Ok(()) => {
                 engine
@@ -276,6 +289,10 @@ pub fn assert_neither_way(engine: &te_core::TransferEngine, request: te_core::Tr
             "{opcode:?} through a forged descriptor"
         );
     }
+    assert!(
+        local.to_vec(0, local.len()).expect("the local buffer") == before,
+        "nothing was read through the forged descriptor"
+    );
 }
 
 /// A victim helper process's end: prints `READY <ready>`, waits for a line on stdin (or its
