@@ -39,7 +39,9 @@ pub mod settings;
 pub mod slicer;
 pub mod transport;
 
-pub use batch::{BATCH_ID_BITS, BatchId, TransferState, TransferStatus, next_engine_tag};
+pub use batch::{
+    BATCH_ID_BITS, BatchId, TaskWatcher, TransferState, TransferStatus, next_engine_tag,
+};
 pub use config::Config;
 pub use engine::{FileAccess, PeerLiveness, SubmitOptions, TransferEngine, TransferRequest};
 pub use error::{Error, Result};

@@ -93,6 +93,16 @@ fn tag_for(n: u32, seed: u16) -> u16 {
     ((u64::from(n) + u64::from(seed)) % span + 1) as u16
 }
 
+/// Told when a task of a watched batch ends ([`TransferEngine::watch_batch`]): its state is
+/// terminal and its pin released. Called on the thread that ended the task (a transport's, or
+/// the submitter's), so it must be short and must not block: note the event, wake a thread.
+///
+/// [`TransferEngine::watch_batch`]: crate::TransferEngine::watch_batch
+pub trait TaskWatcher: Send + Sync {
+    /// A task of `batch` ended.
+    fn task_ended(&self, batch: BatchId);
+}
+
 /// A task's or batch's state, numbered as Mooncake's `TransferStatusEnum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -290,6 +300,8 @@ pub(crate) struct BatchShared {
     /// With metrics on, each submit's moment and µs from it to its first slices handed to
     /// their transports.
     posted: Mutex<te_sys::small_list::SmallList<(Instant, u64)>>,
+    /// Told of each task's end (set once, by [`BatchShared::watch`]).
+    watcher: std::sync::OnceLock<Arc<dyn TaskWatcher>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -316,7 +328,18 @@ impl BatchShared {
             metrics: std::sync::OnceLock::new(),
             all_counted: AtomicBool::new(true),
             posted: Mutex::new(te_sys::small_list::SmallList::Empty),
+            watcher: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Has `watcher` told of each task's end from now on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the batch is watched already.
+    pub(crate) fn watch(&self, watcher: Arc<dyn TaskWatcher>) -> Result<()> {
+        self.watcher.set(watcher).map_err(|_| {
+            Error::InvalidArgument(format!("batch {:#x} is watched already", self.raw_id))
+        })
     }
 
     /// Empties a freed batch no one else holds, for reuse: drops its tasks (keeping the list's
@@ -637,7 +660,9 @@ impl SliceToken {
     /// last.
     #[inline]
     fn count_out(&self, task: &TaskShared) -> Option<PendingNotify> {
-        if task.slices_left.fetch_sub(1, Ordering::AcqRel) != 1 {
+        let left = task.slices_left.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(left != 0, "a slice of a task was reported twice");
+        if left != 1 {
             // Some slices are done, not all. (A task's last slice goes straight to its end.)
             let _ = task.state.compare_exchange(
                 TransferState::Waiting as u8,
@@ -663,7 +688,14 @@ impl SliceToken {
             debug_assert_eq!(task.transferred.load(Ordering::Acquire), task.len);
             TransferState::Completed
         };
-        lock(&task.pin).take();
+        debug_assert_eq!(
+            task.slices_left.load(Ordering::Acquire),
+            0,
+            "a task ends with slices in flight"
+        );
+        let pin = lock(&task.pin).take();
+        debug_assert!(pin.is_some(), "a task's pin released twice");
+        drop(pin);
         let batch = &self.batch;
         if state != TransferState::Completed {
             batch.any_failed.store(true, Ordering::Release);
@@ -689,6 +721,9 @@ impl SliceToken {
         if wake {
             drop(lock(&batch.sleep_lock));
             batch.finished_cv.notify_all();
+        }
+        if let Some(watcher) = batch.watcher.get() {
+            watcher.task_ended(BatchId(batch.raw_id));
         }
         notify
     }

@@ -100,6 +100,11 @@ impl BatchTable {
         Ok(self.live_slot(&guard.slots, id)?.clone())
     }
 
+    /// Has `watcher` told of each end of a task of batch `id` from now on.
+    pub(crate) fn watch(&self, id: BatchId, watcher: Arc<dyn super::TaskWatcher>) -> Result<()> {
+        self.look(id, |b| b.watch(watcher))?
+    }
+
     /// `look(batch)` under the table's lock, taking no handle on the batch (two atomic
     /// operations fewer than [`get`](Self::get)): for short looks only, as the lock is held.
     fn look<R>(&self, id: BatchId, look: impl FnOnce(&BatchShared) -> R) -> Result<R> {

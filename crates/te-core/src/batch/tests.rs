@@ -574,3 +574,41 @@ fn a_failed_merged_slice_fails_every_task_it_carries_and_counts_no_bytes() {
     assert_eq!(t.batch_status(id).unwrap().state, TransferState::Failed);
     t.free(id).unwrap();
 }
+
+/// Counts the ends a watched batch tells of.
+#[derive(Default)]
+struct Ends(std::sync::Mutex<Vec<BatchId>>);
+
+impl super::TaskWatcher for Ends {
+    fn task_ended(&self, batch: BatchId) {
+        self.0.lock().unwrap().push(batch);
+    }
+}
+
+#[test]
+fn a_watched_batch_tells_of_each_task_end_once_after_its_pin_is_released() {
+    let regions = table_with_region();
+    let t = system_table();
+    let id = t.allocate(3).unwrap();
+    let ends = Arc::new(Ends::default());
+    t.watch(id, ends.clone()).unwrap();
+    let again = t.watch(id, ends.clone()).unwrap_err();
+    assert!(again.to_string().contains("watched already"), "{again}");
+    let tasks = add(&t, &regions, id, &[2, 1, 1], false);
+    // A slice of a task of two slices: not an end.
+    assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
+    assert!(ends.0.lock().unwrap().is_empty());
+    token(&t, id, &tasks[0]).record(10, Ok(()));
+    token(&t, id, &tasks[1]).record(10, Err(SliceError::Path("down".into())));
+    assert_eq!(*ends.0.lock().unwrap(), [id, id]);
+    assert_eq!(t.task_status(id, 1).unwrap().state, TransferState::Failed);
+    token(&t, id, &tasks[2]).record(10, Ok(()));
+    assert_eq!(ends.0.lock().unwrap().len(), 3);
+    // Every pin is released by the time its end is told.
+    assert!(regions.snapshot().iter().all(|r| r.pins() == 0));
+    // An unwatched batch tells no one.
+    let quiet = t.allocate(1).unwrap();
+    let one = add(&t, &regions, quiet, &[1], false);
+    token(&t, quiet, &one[0]).record(10, Ok(()));
+    assert_eq!(ends.0.lock().unwrap().len(), 3);
+}

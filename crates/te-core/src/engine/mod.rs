@@ -464,6 +464,20 @@ impl TransferEngine {
         Ok(id)
     }
 
+    /// Has `watcher` told whenever a task of `batch` ends, from now on (a runtime over this
+    /// engine learns of ends as events instead of asking). A batch has at most one watcher;
+    /// it is dropped with the batch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`]; [`Error::InvalidArgument`] for a batch watched already.
+    pub fn watch_batch(
+        &self,
+        batch: BatchId,
+        watcher: Arc<dyn crate::batch::TaskWatcher>,
+    ) -> Result<()> {
+        self.batches.watch(batch, watcher)
+    }
+
     /// Frees a batch.
     ///
     /// # Errors
