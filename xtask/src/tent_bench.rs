@@ -2,10 +2,12 @@
 //! transport (TCP over loopback, one process, target and initiator) and the same workload, in
 //! one run: a throughput case (64 KiB × 64) and a latency case (4 KiB × 1). Classic and tent
 //! alternate, five runs each; each tent run is compared with the classic run before it, and the
-//! median of those ratios meets the goals (throughput ≥ 95 % of classic, p99 batch
-//! latency ≤ 110 %). The figures shown are each side's median. Then the runtime's own cost:
-//! µs per batch of one 4 KiB task over te-core's instant transport (no byte moves), classic and
-//! tent alternating, the median of the paired differences at most 0.5 µs.
+//! median of those ratios meets the goals (throughput ≥ 98 % of classic, p99 batch latency
+//! ≤ 105 %). The figures shown are each side's median. Then the runtime's own cost: µs per
+//! batch of one 4 KiB task over te-core's instant transport (no byte moves), classic and tent
+//! alternating, the median of the paired differences at most 0.2 µs. Last, how often each
+//! engine's threads wake while it has nothing to do (te-tent's `idle_wakeups` example): TENT's
+//! no more often than the classic engine's.
 
 use std::process::Command;
 
@@ -42,7 +44,15 @@ fn one(
 }
 
 /// What te-tent may add per batch over the classic engine, in µs.
-const TENT_ADDED_US: f64 = 0.5;
+const TENT_ADDED_US: f64 = 0.2;
+/// TENT's throughput at least this share of the classic engine's.
+const THROUGHPUT_SHARE: f64 = 0.98;
+/// TENT's p99 batch latency at most this share of the classic engine's.
+const P99_SHARE: f64 = 1.05;
+/// Seconds of each idle spell.
+const IDLE_SECONDS: u64 = 10;
+/// How far the idle engines' totals differ by where their loops' ticks fall.
+const IDLE_CHANCE: f64 = 1.1;
 
 /// Classic and tent alternating [`RUNS`] times at `case` (tasks, bytes each) over the instant
 /// transport: the medians of classic's and tent's µs per batch, and of the paired differences.
@@ -52,6 +62,48 @@ fn paired_costs(bin: &str, seconds: u64, case: (usize, u64)) -> Result<(f64, f64
         || engine_cost(bin, "classic", seconds, case),
         || engine_cost(bin, "tent", seconds, case),
     )
+}
+
+/// The medians over [`RUNS`] spells of te-tent's `idle_wakeups` example: (classic, tent, TENT's
+/// own threads) context switches of an idle engine's threads over [`IDLE_SECONDS`].
+fn idle_wakeups() -> Result<(f64, f64, f64), String> {
+    crate::run(
+        "build te-tent's idle_wakeups",
+        crate::cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "te-tent",
+            "--example",
+            "idle_wakeups",
+        ]),
+    )?;
+    let target_dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let bin = std::path::Path::new(&target_dir).join("release/examples/idle_wakeups");
+    let (mut classic, mut tent, mut runtime) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let out = Command::new(&bin)
+            .arg(IDLE_SECONDS.to_string())
+            .env("MC_LOG_LEVEL", "WARNING")
+            .output()
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let figures = (
+            json_number(&text, "classic"),
+            json_number(&text, "tent"),
+            json_number(&text, "runtime"),
+        );
+        let (Some(c), Some(t), Some(r)) = figures else {
+            return Err(format!(
+                "idle_wakeups: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        };
+        classic.push(c);
+        tent.push(t);
+        runtime.push(r);
+    }
+    Ok((median(classic), median(tent), median(runtime)))
 }
 
 pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
@@ -89,8 +141,12 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
             te: tb,
             unit: "GB/s",
             reference: Some(("classic engine".into(), cb)),
-            goal: Some(format!(">= 95% (paired runs: {:.0}%)", bw_ratio * 100.0)),
-            met: Some(bw_ratio >= 0.95),
+            goal: Some(format!(
+                ">= {:.0}% (paired runs: {:.0}%)",
+                THROUGHPUT_SHARE * 100.0,
+                bw_ratio * 100.0
+            )),
+            met: Some(bw_ratio >= THROUGHPUT_SHARE),
             mooncake: None,
         });
         crate::report::record(crate::report::Record {
@@ -100,8 +156,12 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
             te: tp,
             unit: "us",
             reference: Some(("classic engine".into(), cp)),
-            goal: Some(format!("<= 110% (paired runs: {:.0}%)", p99_ratio * 100.0)),
-            met: Some(p99_ratio <= 1.10),
+            goal: Some(format!(
+                "<= {:.0}% (paired runs: {:.0}%)",
+                P99_SHARE * 100.0,
+                p99_ratio * 100.0
+            )),
+            met: Some(p99_ratio <= P99_SHARE),
             mooncake: None,
         });
         println!(
@@ -109,11 +169,11 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
             bw_ratio * 100.0,
             p99_ratio * 100.0
         );
-        if bw_ratio < 0.95 {
-            failed.push(format!("{case}: throughput {:.0}% < 95%", bw_ratio * 100.0));
+        if bw_ratio < THROUGHPUT_SHARE {
+            failed.push(format!("{case}: throughput {:.0}%", bw_ratio * 100.0));
         }
-        if p99_ratio > 1.10 {
-            failed.push(format!("{case}: p99 {:.0}% > 110%", p99_ratio * 100.0));
+        if p99_ratio > P99_SHARE {
+            failed.push(format!("{case}: p99 {:.0}%", p99_ratio * 100.0));
         }
     }
     // The runtime's own cost per batch: both engines over te-core's instant transport (no byte
@@ -159,7 +219,35 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
         "cost per batch (instant transport, 64 x 64 KiB): classic {c:.2} us, tent {t:.2} us, tent adds {extra:.2} us ({:.3} us per task)",
         extra / 64.0
     );
-    println!("goals: tent throughput >= 95% of classic, tent p99 <= 110% of classic");
+    // The engines' event loops tick alike under both; their ticks fall in or out of a spell by
+    // chance (a few either way), so the goal is read as TENT's own threads staying asleep and
+    // the whole within that chance of the classic engine's.
+    let (classic, tent, runtime) = idle_wakeups()?;
+    let met = runtime <= 1.0 && tent <= classic * IDLE_CHANCE;
+    crate::report::record(crate::report::Record {
+        bench: "tent",
+        case: format!("idle wake-ups over {IDLE_SECONDS} s (threads' context switches)"),
+        series: None,
+        te: tent,
+        unit: "switches",
+        reference: Some(("classic engine".into(), classic)),
+        goal: Some(format!("<= classic (TENT's own threads: {runtime:.0})")),
+        met: Some(met),
+        mooncake: None,
+    });
+    println!(
+        "idle wake-ups over {IDLE_SECONDS} s, median of {RUNS}: classic {classic:.0}, tent {tent:.0} (its runtime's threads {runtime:.0})"
+    );
+    if !met {
+        failed.push(format!(
+            "idle tent wakes {tent:.0} times ({runtime:.0} in its runtime), classic {classic:.0}"
+        ));
+    }
+    println!(
+        "goals: tent throughput >= {:.0}% of classic, tent p99 <= {:.0}% of classic, idle wake-ups <= classic",
+        THROUGHPUT_SHARE * 100.0,
+        P99_SHARE * 100.0
+    );
     match failed.is_empty() {
         true => Ok(()),
         false => Err(format!("missed: {}", failed.join("; "))),

@@ -7,19 +7,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use te_core::transport::{Capabilities, Transport};
 use te_core::{HostBuffer, Notification, SegmentId, TransferEngine, TransferState, TransferStatus};
 use tracing::info;
 
+use crate::bell::Bell;
 use crate::capability::{MemoryKind, Move, Scope};
 use crate::config::TentConfig;
 use crate::memo::{PlanMemo, TargetMemo};
 use crate::meter::RequestMeter;
 use crate::policy::{Plan, RequestFacts, select};
-use crate::progress::{needs_progress, overall};
+use crate::progress::{needs_progress, next_due, overall};
 use crate::queue::Dispatcher;
 use crate::request::{MemoryOptions, Request, TentBatchId};
 use crate::state::{PLAN_CACHE, State, Task, TaskState};
@@ -30,7 +31,8 @@ pub(crate) struct Inner {
     pub(crate) config: TentConfig,
     pub(crate) own: SegmentId,
     pub(crate) state: Mutex<State>,
-    pub(crate) work: Condvar,
+    /// Rung by task ends (te-core's and staged jobs'), kicked by submits and the drop.
+    pub(crate) bell: Arc<Bell>,
     pub(crate) stop: AtomicBool,
 }
 
@@ -95,7 +97,7 @@ impl TentEngine {
             core,
             config,
             own,
-            work: Condvar::new(),
+            bell: Arc::new(Bell::default()),
             stop: AtomicBool::new(false),
         });
         let progress = inner.clone();
@@ -616,7 +618,7 @@ impl TentEngine {
         // The progress thread is needed only while tasks wait, are staged, or a notification
         // is owed.
         if busy {
-            self.inner.work.notify_one();
+            self.inner.bell.kick();
         }
         Ok(())
     }
@@ -682,7 +684,9 @@ impl TentEngine {
         let mut until: Option<Instant> = None;
         let mut pumped = false;
         loop {
-            let (subs, left): (Vec<te_core::BatchId>, Duration) = {
+            // Taken before the look: an end between the look and the sleep wakes the sleep.
+            let ticket = self.inner.bell.ticket(true);
+            let (subs, left, due) = {
                 let mut s = self.inner.lock();
                 // A batch not ended yet gets one round of progress first, under the same hold
                 // of the lock (its tasks may have ended on their transports, unreaped).
@@ -717,18 +721,21 @@ impl TentEngine {
                     true => b.subs.iter().map(|s| s.1).collect(),
                     false => Vec::new(),
                 };
-                (subs, left)
+                (subs, left, next_due(&s))
             };
-            if subs.is_empty() {
-                let s = self.inner.lock();
-                let _ = self
-                    .inner
-                    .work
-                    .wait_timeout(s, Duration::from_micros(500))
-                    .unwrap_or_else(|e| e.into_inner());
-            }
-            for sub in subs {
-                self.inner.core.wait(sub, left)?;
+            match subs.is_empty() {
+                // Queued or staged tasks: woken by an end (theirs, or one that lets them be
+                // posted), or by the next deadline to enforce.
+                true => {
+                    let end = until.map_or(Instant::now() + left, |u| u);
+                    let _ = ticket.sleep(Some(due.map_or(end, |d| d.min(end))));
+                }
+                false => {
+                    drop(ticket);
+                    for sub in subs {
+                        self.inner.core.wait(sub, left)?;
+                    }
+                }
             }
             // Ended tasks finish or fail over; queued ones are posted.
             self.inner.pump();
@@ -789,10 +796,7 @@ impl Drop for TentEngine {
     /// any more, and the application may free its buffers.
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Release);
-        {
-            let _state = self.inner.lock();
-            self.inner.work.notify_all();
-        }
+        self.inner.bell.kick();
         self.progress.join_all("tent engine");
         self.inner.core.shutdown();
     }

@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bell;
 pub mod capability;
 pub mod config;
 mod engine;

@@ -1,11 +1,14 @@
 //! The runtime's progress: polling posted and staged tasks, failing a task over to its next
 //! transport, ending queued tasks past their deadline, posting what the queue lets through
 //! (grouped per batch and transport into one SubBatch submit), and sending notifications once
-//! their batch completed. Called from every status call, `wait`, and the progress thread.
+//! their batch completed. Called from every status call, `wait`, and the progress thread, which
+//! sleeps until the bell tells of an end or a submit, or the next deadline is due.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
+
+use crate::state::Batch;
 
 use te_core::{SubmitOptions, TransferRequest, TransferState, TransferStatus};
 use tracing::{debug, warn};
@@ -64,6 +67,22 @@ pub(crate) fn needs_progress(s: &State) -> bool {
                 .is_some_and(|t| matches!(t.state, TaskState::Staged(_)))
         })
         || s.batches.values().any(|b| b.notify.is_some())
+}
+
+/// The next deadline still ahead among unfinished tasks (a queued one is ended then, a posted
+/// one asked about so that te-core ends it); `None` when no task has one.
+pub(crate) fn next_due(s: &State) -> Option<Instant> {
+    let mut due: Option<Instant> = None;
+    let mut now = None;
+    let tasks = s.batches.values().flat_map(|b: &Batch| b.tasks.iter());
+    for t in tasks.filter(|t| !matches!(t.state, TaskState::Done(_))) {
+        if let Some(d) = t.deadline
+            && d > *now.get_or_insert_with(Instant::now)
+        {
+            due = Some(due.map_or(d, |e| e.min(d)));
+        }
+    }
+    due
 }
 
 /// The aggregate of task statuses, in one pass (no list needed).
@@ -129,24 +148,25 @@ impl Inner {
         }
     }
 
-    /// The progress thread: pumps while tasks wait in the queue, are staged, or a notification
-    /// is pending; sleeps otherwise.
+    /// The progress thread: while tasks wait in the queue, are staged, or a notification is
+    /// owed, pumps at each end and each deadline; otherwise sleeps until a submit needs it.
     pub(crate) fn run_progress(self: Arc<Self>) {
         while !self.stop.load(Ordering::Acquire) {
+            // Taken before the look: an end or a kick after it ends the sleep below.
+            let mut ticket = self.bell.ticket(true);
             let busy = self.pump();
-            let s = self.lock();
-            // Looked at again under the lock, which a drop takes to wake this thread.
+            // Looked at after the ticket was taken: a drop sets it, then kicks.
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
-            let pause = match busy {
-                true => Duration::from_millis(1),
-                false => Duration::from_millis(100),
+            let due = match busy {
+                true => next_due(&self.lock()),
+                false => {
+                    ticket.deafen();
+                    None
+                }
             };
-            let _ = self
-                .work
-                .wait_timeout(s, pause)
-                .unwrap_or_else(|e| e.into_inner());
+            let _ = ticket.sleep(due);
         }
     }
 
@@ -348,6 +368,7 @@ impl Inner {
             if let Plan::Staged { local, remote } = &*t.plan {
                 let job = staging::start(
                     self.core.clone(),
+                    self.bell.clone(),
                     StagedMove {
                         request: t.request.core(),
                         local: local[0],
@@ -415,7 +436,14 @@ impl Inner {
             None => {
                 let cap = b.capacity * (self.config.max_failover_attempts as usize + 1);
                 let cap = cap.min(self.config.core.max_batch_size);
-                match self.core.allocate_batch(cap) {
+                let watched = self.core.allocate_batch(cap).and_then(|id| {
+                    let bell: Arc<dyn te_core::TaskWatcher> = self.bell.clone();
+                    match self.core.watch_batch(id, bell) {
+                        Ok(()) => Ok(id),
+                        Err(e) => Err(self.core.free_batch(id).err().unwrap_or(e)),
+                    }
+                });
+                match watched {
                     Ok(id) => {
                         b.subs.push((transport, id, 0));
                         b.subs.len() - 1

@@ -15,6 +15,8 @@ use te_core::{
 };
 use tracing::debug;
 
+use crate::bell::Bell;
+
 /// One staged request in progress.
 #[derive(Debug, Default)]
 pub(crate) struct Job {
@@ -56,19 +58,22 @@ pub(crate) struct StagedMove {
     pub deadline: Option<Instant>,
 }
 
-/// Starts `m` on a thread; the job reports its outcome.
-pub(crate) fn start(core: Arc<TransferEngine>, m: StagedMove) -> Arc<Job> {
+/// Starts `m` on a thread; the job reports its outcome, then rings `bell`.
+pub(crate) fn start(core: Arc<TransferEngine>, bell: Arc<Bell>, m: StagedMove) -> Arc<Job> {
     let job = Arc::new(Job::default());
     let j = job.clone();
+    let b = bell.clone();
     let spawned = std::thread::Builder::new()
         .name("te-tent-stage".into())
         .spawn(move || {
             let outcome = run(&core, &m, &j);
             *j.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+            b.ring();
         });
     if let Err(e) = spawned {
         *job.outcome.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((TransferState::Failed, Some(format!("staging thread: {e}"))));
+        bell.ring();
     }
     job
 }
