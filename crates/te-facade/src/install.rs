@@ -248,8 +248,12 @@ pub(crate) fn start_tent(
             rdma.devices = Some(named);
         }
     }
+    // A protocol named restricts the plan as it restricts the classic engine: nothing else is
+    // installed. `auto` takes what the configuration enables.
+    if let Some((p, _)) = protocol.filter(|(p, _)| *p != Protocol::Auto) {
+        config.keep_only(p.transports());
+    }
     let tent = te_tent::TentEngine::new(config)?;
-    // `auto` takes what the configuration enables.
     if let Some((p, _)) = protocol.filter(|(p, _)| *p != Protocol::Auto) {
         let installed: Vec<&str> = tent
             .core()

@@ -142,6 +142,19 @@ impl Runtime {
     }
 
     /// Whether transport `name` (te's name) is installed.
+    /// Installs `transport` (under TENT, into its capability matrix too).
+    pub(crate) fn install(
+        &self,
+        transport: std::sync::Arc<dyn te_core::transport::Transport>,
+    ) -> Result<()> {
+        match self {
+            Runtime::Classic(e) => e.install_transport(transport)?,
+            #[cfg(feature = "tent")]
+            Runtime::Tent(t) => t.install_transport(transport)?,
+        }
+        Ok(())
+    }
+
     pub(crate) fn has_transport(&self, name: &str) -> bool {
         self.core()
             .transport_capabilities()

@@ -52,9 +52,10 @@ fn names_te_cannot_serve_fail_initialize_on_both_runtimes() {
             assert!(e.to_string().contains(name), "{e}");
         }
     }
-    // shm and io_uring start on both runtimes, and the name selects that transport.
+    // tcp, shm and io_uring start on both runtimes, and the name selects that transport alone
+    // (under TENT too: the plan may use nothing else).
     for kind in [RuntimeKind::Classic, RuntimeKind::Tent] {
-        for name in ["shm", "io_uring"] {
+        for name in ["tcp", "shm", "io_uring"] {
             let e = started(kind, name).expect(name);
             let live = e.live().unwrap();
             assert_eq!(live.runtime_kind(), kind);
@@ -64,9 +65,7 @@ fn names_te_cannot_serve_fail_initialize_on_both_runtimes() {
                 installed.iter().any(|(n, _)| want.contains(n)),
                 "{kind:?} {name}: {installed:?}"
             );
-            if kind == RuntimeKind::Classic {
-                assert_eq!(installed.len(), 1, "{name} alone: {installed:?}");
-            }
+            assert_eq!(installed.len(), 1, "{kind:?} {name} alone: {installed:?}");
         }
     }
 }

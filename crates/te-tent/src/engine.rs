@@ -26,6 +26,10 @@ use crate::request::{MemoryOptions, Request, TentBatchId};
 use crate::state::{PLAN_CACHE, State, Task, TaskState};
 use crate::{Result, TentError};
 
+/// The transports [`TentEngine::new`] installs where this build has them and the
+/// configuration enables them (rdma only when enabled explicitly), by te's names.
+pub const DEFAULT_TRANSPORTS: [&str; 5] = ["tcp", "shm", "uring", "rdma", "nvlink"];
+
 pub(crate) struct Inner {
     pub(crate) core: Arc<TransferEngine>,
     pub(crate) config: TentConfig,

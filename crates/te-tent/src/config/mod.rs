@@ -401,6 +401,16 @@ impl TentConfig {
         te_sys::env::process(name).or_else(|| self.settings.get(name).cloned())
     }
 
+    /// Leaves only the transports named in `kept` enabled (a caller that asked for one
+    /// protocol: the plan may use nothing else).
+    pub fn keep_only(&mut self, kept: &[&str]) {
+        for name in crate::engine::DEFAULT_TRANSPORTS {
+            if !kept.contains(&name) {
+                self.transports.entry(name.into()).or_default().enable = Some(false);
+            }
+        }
+    }
+
     /// Whether transport `name` (te's name) is enabled (it is unless its `enable` is false).
     pub fn enabled(&self, name: &str) -> bool {
         self.transports
