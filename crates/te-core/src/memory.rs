@@ -106,6 +106,13 @@ pub struct Region {
     location: Location,
     permission: Permission,
     pins: AtomicU64,
+    /// Of `pins`, those held by peers' requests being served (a target's pins).
+    remote_pins: AtomicU64,
+    /// Being unregistered: peers' requests are refused while those being served drain.
+    closing: std::sync::atomic::AtomicBool,
+    /// Where an unregistering thread waits for the peers' pins to drain.
+    drain_lock: std::sync::Mutex<()>,
+    drained: std::sync::Condvar,
     _owner: Option<Arc<dyn Any + Send + Sync>>,
     /// This engine's rail candidates for the region's location, worked out on first use.
     route: std::sync::OnceLock<Arc<crate::router::Candidates>>,
@@ -137,6 +144,10 @@ impl Region {
             location,
             permission,
             pins: AtomicU64::new(0),
+            remote_pins: AtomicU64::new(0),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            drain_lock: std::sync::Mutex::new(()),
+            drained: std::sync::Condvar::new(),
             _owner: owner,
             route: std::sync::OnceLock::new(),
         }
@@ -178,6 +189,21 @@ impl Region {
     fn end(&self) -> u64 {
         self.addr + self.len
     }
+
+    /// Waits until no peer's request holds the region, or `until`; whether none does.
+    /// Peers' new requests are refused meanwhile (the caller set `closing`).
+    fn drain(&self, until: std::time::Instant) -> bool {
+        let mut guard = self.drain_lock.lock().unwrap_or_else(|e| e.into_inner());
+        while self.remote_pins.load(Ordering::SeqCst) > 0 {
+            let Some(left) = until.checked_duration_since(std::time::Instant::now()) else {
+                return false;
+            };
+            guard = (self.drained.wait_timeout(guard, left))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
     /// Whether `[addr, addr+len)` lies inside this region (`len` > 0, no overflow).
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         match addr.checked_add(len) {
@@ -191,6 +217,8 @@ impl Region {
 #[derive(Debug)]
 pub struct RegionPin {
     region: Arc<Region>,
+    /// Held for a peer's request ([`RegionTable::pin_remote`]).
+    remote: bool,
 }
 
 impl RegionPin {
@@ -217,7 +245,20 @@ impl RegionPin {
 
 impl Drop for RegionPin {
     fn drop(&mut self) {
-        self.region.pins.fetch_sub(1, Ordering::AcqRel);
+        let region = &self.region;
+        // All pins first, then peers': read in the other order, pins less peers' pins never
+        // counts a peer's pin as a transfer of this engine.
+        let before = region.pins.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before != 0, "a region's pin released twice");
+        if self.remote {
+            // With a full fence on both sides, either this sees `closing` and wakes the
+            // unregistering thread, or that thread sees the count this leaves.
+            let left = region.remote_pins.fetch_sub(1, Ordering::SeqCst) - 1;
+            if left == 0 && region.closing.load(Ordering::SeqCst) {
+                drop(region.drain_lock.lock().unwrap_or_else(|e| e.into_inner()));
+                region.drained.notify_all();
+            }
+        }
     }
 }
 
@@ -232,6 +273,9 @@ pub enum AccessDenied {
     /// The region is local-only, or read-only for a WRITE.
     Permission,
 }
+
+/// How long unregistering waits for peers' requests that hold a region to be served.
+pub const REMOTE_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The local registered regions, keyed by start address.
 #[derive(Debug, Default)]
@@ -297,22 +341,51 @@ impl RegionTable {
 
     /// Removes the regions starting at each of `addrs`, all or none.
     ///
+    /// A region that only peers' requests hold (a target serving a READ sends its last bytes
+    /// and lets go a moment after the initiator may have seen them) is waited for, up to
+    /// [`REMOTE_DRAIN`], refusing peers' new requests meanwhile; a transfer of this engine
+    /// holding one is refused at once.
+    ///
     /// # Errors
     /// [`Error::AddressNotRegistered`] if an address starts no region;
-    /// [`Error::RegionBusy`] while a transfer holds one of them.
+    /// [`Error::RegionBusy`] while a transfer of this engine holds one of them, or a peer's
+    /// request still does after [`REMOTE_DRAIN`].
     pub fn remove_all(&self, addrs: &[u64]) -> Result<Vec<Arc<Region>>> {
-        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
-        for addr in addrs {
-            let region = map.get(addr).ok_or(Error::AddressNotRegistered {
-                addr: *addr,
-                len: 0,
-            })?;
-            let pins = region.pins();
-            if pins > 0 {
-                return Err(Error::RegionBusy { addr: *addr, pins });
+        let until = std::time::Instant::now() + REMOTE_DRAIN;
+        loop {
+            let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+            let mut draining = Vec::new();
+            for addr in addrs {
+                let region = map.get(addr).ok_or(Error::AddressNotRegistered {
+                    addr: *addr,
+                    len: 0,
+                })?;
+                // Peers' pins first (see `RegionPin`'s drop); none is added under this lock.
+                let remote = region.remote_pins.load(Ordering::SeqCst);
+                let pins = region.pins.load(Ordering::SeqCst);
+                if pins > remote || (remote > 0 && std::time::Instant::now() >= until) {
+                    for a in addrs {
+                        if let Some(r) = map.get(a) {
+                            r.closing.store(false, Ordering::SeqCst);
+                        }
+                    }
+                    return Err(Error::RegionBusy { addr: *addr, pins });
+                }
+                if remote > 0 {
+                    region.closing.store(true, Ordering::SeqCst);
+                    draining.push(region.clone());
+                }
+            }
+            if draining.is_empty() {
+                return Ok(addrs.iter().filter_map(|a| map.remove(a)).collect());
+            }
+            drop(map);
+            // Drained or not, the next round decides (under the lock again); peers' requests
+            // stay refused until then.
+            for region in &draining {
+                region.drain(until);
             }
         }
-        Ok(addrs.iter().filter_map(|a| map.remove(a)).collect())
     }
 
     fn find(map: &BTreeMap<u64, Arc<Region>>, addr: u64, len: u64) -> Option<&Arc<Region>> {
@@ -326,6 +399,7 @@ impl RegionTable {
         region.pins.fetch_add(1, Ordering::AcqRel);
         RegionPin {
             region: region.clone(),
+            remote: false,
         }
     }
 
@@ -367,7 +441,15 @@ impl RegionTable {
         if !region.permission.allows_remote(op) {
             return Err(AccessDenied::Permission);
         }
-        Ok(Self::pin_of(region))
+        // Counted under the table's lock: an unregistering thread that set `closing` under
+        // its write lock sees this count, or this sees `closing`.
+        if region.closing.load(Ordering::SeqCst) {
+            return Err(AccessDenied::OutOfBounds);
+        }
+        region.remote_pins.fetch_add(1, Ordering::SeqCst);
+        let mut pin = Self::pin_of(region);
+        pin.remote = true;
+        Ok(pin)
     }
 
     /// Every registered region, in address order.
@@ -497,6 +579,52 @@ mod tests {
             t.remove_all(&[0x1000]),
             Err(Error::AddressNotRegistered { .. })
         ));
+    }
+
+    #[test]
+    fn unregistering_waits_for_peers_requests_and_refuses_new_ones_meanwhile() {
+        let t = RegionTable::new();
+        t.insert_all(vec![region(0x1000, 0x1000, Permission::RemoteReadWrite)])
+            .unwrap();
+        // A peer's READ being served: unregistering waits for it, and refuses the next one.
+        let serving = t.pin_remote(0x1000, 16, Opcode::Read).unwrap();
+        std::thread::scope(|s| {
+            let remover = s.spawn(|| t.remove_all(&[0x1000]));
+            while !t.snapshot()[0].closing.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            assert_eq!(
+                t.pin_remote(0x1000, 16, Opcode::Read).unwrap_err(),
+                AccessDenied::OutOfBounds
+            );
+            assert!(!remover.is_finished(), "waits for the request being served");
+            drop(serving);
+            let removed = remover.join().unwrap().unwrap();
+            assert_eq!(removed.len(), 1);
+        });
+        assert!(t.snapshot().is_empty());
+        // A peer that keeps its request past the drain: busy, and the region serves again.
+        t.insert_all(vec![region(0x1000, 0x1000, Permission::RemoteReadWrite)])
+            .unwrap();
+        let stuck = t.pin_remote(0x1000, 16, Opcode::Write).unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            t.remove_all(&[0x1000]),
+            Err(Error::RegionBusy { pins: 1, .. })
+        ));
+        assert!(started.elapsed() >= REMOTE_DRAIN);
+        assert!(t.pin_remote(0x1000, 16, Opcode::Read).is_ok());
+        drop(stuck);
+        // A transfer of this engine holding it: refused at once, not waited for.
+        let own = t.pin_local(0x1000, 16).unwrap();
+        let _peer = t.pin_remote(0x1000, 16, Opcode::Read).unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            t.remove_all(&[0x1000]),
+            Err(Error::RegionBusy { pins: 2, .. })
+        ));
+        assert!(started.elapsed() < REMOTE_DRAIN);
+        drop(own);
     }
 
     #[test]

@@ -282,3 +282,55 @@ fn memory_the_peer_registers_after_it_was_opened_is_reachable() {
     );
     p.initiator.free_batch(b).unwrap();
 }
+
+/// A READ's data leaves the target's region before the target lets go of it: unregistering
+/// the region right after the READ completed (here, in the same process as the initiator,
+/// where the two moments are closest) waits for that instead of failing busy.
+#[test]
+fn a_region_read_from_unregisters_right_after_the_read_completes() {
+    let p = pair(64 << 10);
+    let data = pattern(9, 64 << 10);
+    p.remote.write_at(0, &data).unwrap();
+    // Threads that keep every core busy, so that the target's thread is often preempted
+    // between sending a READ's last bytes and letting go of its region.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..cores {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        // Stops them on the way out, a failure's too (the scope waits for them first).
+        let _stop = StopOnDrop(&stop);
+        reads_then_unregisters(&p, 1000);
+    });
+    assert!(p.local.to_vec(0, 64 << 10).unwrap() == data);
+}
+
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn reads_then_unregisters(p: &Pair, rounds: usize) {
+    for round in 0..rounds {
+        let req = request(
+            Opcode::Read,
+            p.local.addr(),
+            p.segment,
+            p.remote.addr(),
+            64 << 10,
+        );
+        assert_eq!(run(&p.initiator, &[req]), TransferState::Completed);
+        if let Err(e) = p.target.unregister_memory(p.remote.addr()) {
+            panic!("round {round}: unregistering right after a completed READ: {e}");
+        }
+        register(&p.target, &p.remote, Permission::RemoteReadWrite);
+    }
+}

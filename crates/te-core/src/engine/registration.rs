@@ -179,7 +179,8 @@ impl TransferEngine {
     /// Unregisters the region starting at `addr`.
     ///
     /// # Errors
-    /// [`Error::AddressNotRegistered`], or [`Error::RegionBusy`] while slices use it.
+    /// [`Error::AddressNotRegistered`], or [`Error::RegionBusy`] while slices of this engine use
+    /// it (peers' requests being served are waited for, up to [`crate::memory::REMOTE_DRAIN`]).
     pub fn unregister_memory(&self, addr: u64) -> Result<()> {
         self.unregister_memory_batch(&[addr])
     }
