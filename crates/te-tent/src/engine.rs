@@ -687,9 +687,10 @@ impl TentEngine {
         // by the first round of progress (its SubBatches done, only their reaping left).
         let mut until: Option<Instant> = None;
         let mut pumped = false;
+        // Held over a look that may end in a sleep on the bell: an end between the look and
+        // the sleep ends the sleep at once. (A look that ends in te-core's wait needs none.)
+        let mut ticket = None;
         loop {
-            // Taken before the look: an end between the look and the sleep wakes the sleep.
-            let ticket = self.inner.bell.ticket(true);
             let (subs, left, due) = {
                 let mut s = self.inner.lock();
                 // A batch not ended yet gets one round of progress first, under the same hold
@@ -721,21 +722,24 @@ impl TentEngine {
                     .tasks
                     .iter()
                     .all(|t| matches!(t.state, TaskState::Posted { .. } | TaskState::Done(_)));
-                let subs = match only_posted {
-                    true => b.subs.iter().map(|s| s.1).collect(),
-                    false => Vec::new(),
-                };
-                (subs, left, next_due(&s))
+                match only_posted {
+                    true => (b.subs.iter().map(|s| s.1).collect(), left, None),
+                    false => (Vec::new(), left, next_due(&s)),
+                }
             };
-            match subs.is_empty() {
-                // Queued or staged tasks: woken by an end (theirs, or one that lets them be
-                // posted), or by the next deadline to enforce.
-                true => {
+            match (subs.is_empty(), ticket.take()) {
+                // Queued or staged tasks: looked at again with a ticket held.
+                (true, None) => {
+                    ticket = Some(self.inner.bell.ticket(true));
+                    continue;
+                }
+                // Woken by an end (theirs, or one that lets them be posted), or by the next
+                // deadline to enforce.
+                (true, Some(ticket)) => {
                     let end = until.map_or(Instant::now() + left, |u| u);
                     let _ = ticket.sleep(Some(due.map_or(end, |d| d.min(end))));
                 }
-                false => {
-                    drop(ticket);
+                (false, _) => {
                     for sub in subs {
                         self.inner.core.wait(sub, left)?;
                     }

@@ -436,14 +436,7 @@ impl Inner {
             None => {
                 let cap = b.capacity * (self.config.max_failover_attempts as usize + 1);
                 let cap = cap.min(self.config.core.max_batch_size);
-                let watched = self.core.allocate_batch(cap).and_then(|id| {
-                    let bell: Arc<dyn te_core::TaskWatcher> = self.bell.clone();
-                    match self.core.watch_batch(id, bell) {
-                        Ok(()) => Ok(id),
-                        Err(e) => Err(self.core.free_batch(id).err().unwrap_or(e)),
-                    }
-                });
-                match watched {
+                match self.core.allocate_watched_batch(cap, self.bell.clone()) {
                     Ok(id) => {
                         b.subs.push((transport, id, 0));
                         b.subs.len() - 1

@@ -6,82 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::transport::{Capabilities, SliceError};
-use te_core::{HostBuffer, Opcode, Permission, SegmentId, TransferState};
-use te_tent::{MemoryOptions, Priority, Request, TentConfig, TentEngine, TentFile};
+use te_core::{HostBuffer, Opcode, Permission, TransferState};
+use te_tent::{MemoryOptions, Priority, Request};
 use te_testkit::SimTransport;
 
-const KIB: u64 = 1024;
+mod common;
 
-struct Rig {
-    tent: TentEngine,
-    a: Arc<SimTransport>,
-    b: Arc<SimTransport>,
-    local: Arc<HostBuffer>,
-    target: Arc<HostBuffer>,
-    seg: SegmentId,
-}
-
-/// An engine with two simulated transports, `sim-a` and `sim-b`, under `conf` (TENT JSON),
-/// a local buffer and a target buffer in its own segment.
-fn rig(conf: &str) -> Rig {
-    let file = TentFile::parse_source(conf).unwrap();
-    let config = TentConfig::from_file(file, |name| {
-        (name == "MC_TCP_BIND_ADDRESS").then(|| "127.0.0.1".to_string())
-    })
-    .unwrap();
-    let tent = TentEngine::with_transports(config, false).unwrap();
-    let a = Arc::new(SimTransport::named("sim-a", Capabilities::DRAM_REMOTE_HOST));
-    let b = Arc::new(SimTransport::named("sim-b", Capabilities::DRAM_REMOTE_HOST));
-    tent.install_transport(a.clone()).unwrap();
-    tent.install_transport(b.clone()).unwrap();
-    let local = Arc::new(HostBuffer::new(1 << 20).unwrap());
-    let target = Arc::new(HostBuffer::new(1 << 20).unwrap());
-    let private = MemoryOptions {
-        permission: Permission::LocalOnly,
-        ..MemoryOptions::default()
-    };
-    tent.register_memory(&local, &private).unwrap();
-    tent.register_memory(&target, &MemoryOptions::default())
-        .unwrap();
-    let seg = tent.open_segment(tent.segment_name()).unwrap();
-    Rig {
-        tent,
-        a,
-        b,
-        local,
-        target,
-        seg,
-    }
-}
-
-impl Rig {
-    /// A 4 KiB WRITE to target offset `slot` × 4 KiB (one slice).
-    fn write(&self, slot: u64) -> Request {
-        Request::new(
-            Opcode::Write,
-            self.local.addr() + slot * 4 * KIB,
-            self.seg,
-            self.target.addr() + slot * 4 * KIB,
-            4 * KIB,
-        )
-    }
-
-    /// Which slots `sim` holds slices of, in queue order.
-    fn slots(&self, sim: &SimTransport) -> Vec<u64> {
-        sim.inspect(|q| {
-            q.iter()
-                .map(|s| (s.remote_addr - self.target.addr()) / (4 * KIB))
-                .collect()
-        })
-    }
-
-    /// Completes every slice `sim` holds with `outcome`.
-    fn finish_all(&self, sim: &SimTransport, outcome: Result<(), SliceError>) {
-        while let Some(s) = sim.take(|_| 0) {
-            sim.complete(s, outcome.clone());
-        }
-    }
-}
+use common::*;
 
 #[test]
 fn the_policy_orders_transports_and_a_failed_task_moves_to_the_next() {

@@ -93,11 +93,11 @@ fn tag_for(n: u32, seed: u16) -> u16 {
     ((u64::from(n) + u64::from(seed)) % span + 1) as u16
 }
 
-/// Told when a task of a watched batch ends ([`TransferEngine::watch_batch`]): its state is
+/// Told when a task of a watched batch ends ([`TransferEngine::allocate_watched_batch`]): its state is
 /// terminal and its pin released. Called on the thread that ended the task (a transport's, or
 /// the submitter's), so it must be short and must not block: note the event, wake a thread.
 ///
-/// [`TransferEngine::watch_batch`]: crate::TransferEngine::watch_batch
+/// [`TransferEngine::allocate_watched_batch`]: crate::TransferEngine::allocate_watched_batch
 pub trait TaskWatcher: Send + Sync {
     /// A task of `batch` ended.
     fn task_ended(&self, batch: BatchId);
@@ -300,7 +300,7 @@ pub(crate) struct BatchShared {
     /// With metrics on, each submit's moment and µs from it to its first slices handed to
     /// their transports.
     posted: Mutex<te_sys::small_list::SmallList<(Instant, u64)>>,
-    /// Told of each task's end (set once, by [`BatchShared::watch`]).
+    /// Told of each task's end (set once, when the batch is allocated).
     watcher: std::sync::OnceLock<Arc<dyn TaskWatcher>>,
 }
 
@@ -332,14 +332,10 @@ impl BatchShared {
         }
     }
 
-    /// Has `watcher` told of each task's end from now on.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the batch is watched already.
-    pub(crate) fn watch(&self, watcher: Arc<dyn TaskWatcher>) -> Result<()> {
-        self.watcher.set(watcher).map_err(|_| {
-            Error::InvalidArgument(format!("batch {:#x} is watched already", self.raw_id))
-        })
+    /// Has `watcher` told of each task's end (a fresh batch, not watched yet).
+    fn watch(&self, watcher: Arc<dyn TaskWatcher>) {
+        let fresh = self.watcher.set(watcher).is_ok();
+        debug_assert!(fresh, "a batch watched twice");
     }
 
     /// Empties a freed batch no one else holds, for reuse: drops its tasks (keeping the list's

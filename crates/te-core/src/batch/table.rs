@@ -63,6 +63,15 @@ impl BatchTable {
     }
 
     pub(crate) fn allocate(&self, capacity: usize) -> Result<BatchId> {
+        self.allocate_watched(capacity, None)
+    }
+
+    /// A batch whose task ends `watcher` (if any) is told of.
+    pub(crate) fn allocate_watched(
+        &self,
+        capacity: usize,
+        watcher: Option<Arc<dyn super::TaskWatcher>>,
+    ) -> Result<BatchId> {
         if capacity == 0 || capacity > self.max_batch_size {
             return Err(Error::InvalidArgument(format!(
                 "batch size {capacity} not in 1..={}",
@@ -91,18 +100,17 @@ impl BatchTable {
             Arc::get_mut(&mut b)?.renew(id, capacity);
             Some(b)
         });
-        slot.batch = Some(reused.unwrap_or_else(|| Arc::new(BatchShared::new(id, capacity))));
+        let batch = reused.unwrap_or_else(|| Arc::new(BatchShared::new(id, capacity)));
+        if let Some(watcher) = watcher {
+            batch.watch(watcher);
+        }
+        slot.batch = Some(batch);
         Ok(BatchId(id))
     }
 
     pub(crate) fn get(&self, id: BatchId) -> Result<Arc<BatchShared>> {
         let guard = lock(&self.slots);
         Ok(self.live_slot(&guard.slots, id)?.clone())
-    }
-
-    /// Has `watcher` told of each end of a task of batch `id` from now on.
-    pub(crate) fn watch(&self, id: BatchId, watcher: Arc<dyn super::TaskWatcher>) -> Result<()> {
-        self.look(id, |b| b.watch(watcher))?
     }
 
     /// `look(batch)` under the table's lock, taking no handle on the batch (two atomic

@@ -589,11 +589,8 @@ impl super::TaskWatcher for Ends {
 fn a_watched_batch_tells_of_each_task_end_once_after_its_pin_is_released() {
     let regions = table_with_region();
     let t = system_table();
-    let id = t.allocate(3).unwrap();
     let ends = Arc::new(Ends::default());
-    t.watch(id, ends.clone()).unwrap();
-    let again = t.watch(id, ends.clone()).unwrap_err();
-    assert!(again.to_string().contains("watched already"), "{again}");
+    let id = t.allocate_watched(3, Some(ends.clone())).unwrap();
     let tasks = add(&t, &regions, id, &[2, 1, 1], false);
     // A slice of a task of two slices: not an end.
     assert!(token(&t, id, &tasks[0]).record(10, Ok(())).is_none());
@@ -610,5 +607,12 @@ fn a_watched_batch_tells_of_each_task_end_once_after_its_pin_is_released() {
     let quiet = t.allocate(1).unwrap();
     let one = add(&t, &regions, quiet, &[1], false);
     token(&t, quiet, &one[0]).record(10, Ok(()));
+    assert_eq!(ends.0.lock().unwrap().len(), 3);
+    // A freed watched batch, reused, is not watched any more.
+    t.free(id).unwrap();
+    t.free(quiet).unwrap();
+    let reused = t.allocate(1).unwrap();
+    let one = add(&t, &regions, reused, &[1], false);
+    token(&t, reused, &one[0]).record(10, Ok(()));
     assert_eq!(ends.0.lock().unwrap().len(), 3);
 }

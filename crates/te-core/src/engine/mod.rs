@@ -464,18 +464,20 @@ impl TransferEngine {
         Ok(id)
     }
 
-    /// Has `watcher` told whenever a task of `batch` ends, from now on (a runtime over this
-    /// engine learns of ends as events instead of asking). A batch has at most one watcher;
+    /// As [`allocate_batch`](Self::allocate_batch), and `watcher` is told whenever a task of
+    /// the batch ends (a runtime over this engine learns of ends as events instead of asking);
     /// it is dropped with the batch.
     ///
     /// # Errors
-    /// [`Error::InvalidBatch`]; [`Error::InvalidArgument`] for a batch watched already.
-    pub fn watch_batch(
+    /// As [`allocate_batch`](Self::allocate_batch).
+    pub fn allocate_watched_batch(
         &self,
-        batch: BatchId,
+        capacity: usize,
         watcher: Arc<dyn crate::batch::TaskWatcher>,
-    ) -> Result<()> {
-        self.batches.watch(batch, watcher)
+    ) -> Result<BatchId> {
+        let id = self.batches.allocate_watched(capacity, Some(watcher))?;
+        self.core.metrics.batch_allocated();
+        Ok(id)
     }
 
     /// Frees a batch.
