@@ -402,7 +402,7 @@ fn print_report(f: &Flags, m: &Measured) {
 fn print_topology(config: &Config) -> BenchResult<()> {
     use te_topology::{NicKind, PriorityMatrix, Topology};
     let topology = Topology::discover().map_err(|e| e.to_string())?;
-    let bind_ip = te_core::net::bind_ip_for(
+    let bind_ip = te_topology::bind::bind_ip_for(
         config.tcp_bind_address,
         None,
         &topology,

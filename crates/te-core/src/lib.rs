@@ -29,7 +29,6 @@ pub mod memory;
 pub mod merge;
 pub mod metadata;
 pub mod mooncake;
-pub mod net;
 pub mod notify;
 pub mod rails;
 pub mod retry;

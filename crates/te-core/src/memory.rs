@@ -10,8 +10,9 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::transport::Opcode;
@@ -109,10 +110,10 @@ pub struct Region {
     /// Of `pins`, those held by peers' requests being served (a target's pins).
     remote_pins: AtomicU64,
     /// Being unregistered: peers' requests are refused while those being served drain.
-    closing: std::sync::atomic::AtomicBool,
+    closing: AtomicBool,
     /// Where an unregistering thread waits for the peers' pins to drain.
-    drain_lock: std::sync::Mutex<()>,
-    drained: std::sync::Condvar,
+    drain_lock: Mutex<()>,
+    drained: Condvar,
     _owner: Option<Arc<dyn Any + Send + Sync>>,
     /// This engine's rail candidates for the region's location, worked out on first use.
     route: std::sync::OnceLock<Arc<crate::router::Candidates>>,
@@ -145,9 +146,9 @@ impl Region {
             permission,
             pins: AtomicU64::new(0),
             remote_pins: AtomicU64::new(0),
-            closing: std::sync::atomic::AtomicBool::new(false),
-            drain_lock: std::sync::Mutex::new(()),
-            drained: std::sync::Condvar::new(),
+            closing: AtomicBool::new(false),
+            drain_lock: Mutex::new(()),
+            drained: Condvar::new(),
             _owner: owner,
             route: std::sync::OnceLock::new(),
         }
@@ -190,19 +191,16 @@ impl Region {
         self.addr + self.len
     }
 
-    /// Waits until no peer's request holds the region, or `until`; whether none does.
-    /// Peers' new requests are refused meanwhile (the caller set `closing`).
-    fn drain(&self, until: std::time::Instant) -> bool {
+    /// Waits until no peer's request holds the region, or `until` (the caller set `closing`).
+    fn drain(&self, until: Instant) {
         let mut guard = self.drain_lock.lock().unwrap_or_else(|e| e.into_inner());
         while self.remote_pins.load(Ordering::SeqCst) > 0 {
-            let Some(left) = until.checked_duration_since(std::time::Instant::now()) else {
-                return false;
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return;
             };
-            guard = (self.drained.wait_timeout(guard, left))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            guard =
+                (self.drained.wait_timeout(guard, left)).map_or_else(|e| e.into_inner().0, |g| g.0);
         }
-        true
     }
     /// Whether `[addr, addr+len)` lies inside this region (`len` > 0, no overflow).
     pub fn contains(&self, addr: u64, len: u64) -> bool {
@@ -275,7 +273,7 @@ pub enum AccessDenied {
 }
 
 /// How long unregistering waits for peers' requests that hold a region to be served.
-pub const REMOTE_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+pub const REMOTE_DRAIN: Duration = Duration::from_secs(1);
 
 /// The local registered regions, keyed by start address.
 #[derive(Debug, Default)]
@@ -351,7 +349,7 @@ impl RegionTable {
     /// [`Error::RegionBusy`] while a transfer of this engine holds one of them, or a peer's
     /// request still does after [`REMOTE_DRAIN`].
     pub fn remove_all(&self, addrs: &[u64]) -> Result<Vec<Arc<Region>>> {
-        let until = std::time::Instant::now() + REMOTE_DRAIN;
+        let until = Instant::now() + REMOTE_DRAIN;
         loop {
             let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
             let mut draining = Vec::new();
@@ -363,7 +361,7 @@ impl RegionTable {
                 // Peers' pins first (see `RegionPin`'s drop); none is added under this lock.
                 let remote = region.remote_pins.load(Ordering::SeqCst);
                 let pins = region.pins.load(Ordering::SeqCst);
-                if pins > remote || (remote > 0 && std::time::Instant::now() >= until) {
+                if pins > remote || (remote > 0 && Instant::now() >= until) {
                     for a in addrs {
                         if let Some(r) = map.get(a) {
                             r.closing.store(false, Ordering::SeqCst);

@@ -20,13 +20,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use te_core::clock::SimClock;
 use te_core::transport::{SliceError, SliceOp};
 use te_core::{
     BatchId, Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest,
     TransferState,
 };
 use te_testkit::SimTransport;
+use te_testkit::clock::SimClock;
 
 const SLOT: usize = 64 << 10;
 const SLOTS: usize = 16;

@@ -2,12 +2,62 @@
 //! not say where two values differ, and a shared secret's strength and stretched key: a weak
 //! secret refused ([`check_secret`]), and PBKDF2-HMAC-SHA256 over [`KDF_ROUNDS`] rounds under
 //! te's own salt ([`stretched_key`]), so a guess at a recorded proof costs what an engine's
-//! start does.
+//! start does; [`ClusterKey`], the key every proof, seal and signature under a cluster secret is
+//! keyed with, and [`keyed_mac`], the one MAC construction behind them (segment secrets' too).
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-type HmacSha256 = Hmac<Sha256>;
+/// HMAC-SHA256.
+pub type HmacSha256 = Hmac<Sha256>;
+
+/// The key derived from a cluster secret.
+#[derive(Clone)]
+pub struct ClusterKey([u8; 32]);
+
+impl std::fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterKey(<redacted>)")
+    }
+}
+
+impl ClusterKey {
+    /// The key for `secret`, after its strength is checked ([`check_secret`]'s reason if not).
+    ///
+    /// # Errors
+    /// Why the secret is too weak to be one (its value never shown).
+    pub fn from_secret(secret: &str) -> Result<Self, String> {
+        check_secret(secret)?;
+        Ok(ClusterKey(stretched_key(secret)))
+    }
+
+    /// A MAC under this key over `parts` ([`keyed_mac`]).
+    pub fn mac(&self, parts: &[&[u8]]) -> HmacSha256 {
+        keyed_mac(&self.0, parts)
+    }
+
+    /// The tag of `parts` under this key.
+    pub fn proof(&self, parts: &[&[u8]]) -> Vec<u8> {
+        self.mac(parts).finalize().into_bytes().to_vec()
+    }
+
+    /// Whether `tag` is `parts`' tag under this key (compared in constant time).
+    pub fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        self.mac(parts).verify_slice(tag).is_ok()
+    }
+}
+
+/// HMAC-SHA256 keyed by `key` over `parts`, each length-prefixed so that no two lists of parts
+/// hash alike: the one construction behind te's proofs and signatures.
+pub fn keyed_mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    let mut m = <HmacSha256 as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    for p in parts {
+        m.update(&(p.len() as u32).to_le_bytes());
+        m.update(p);
+    }
+    m
+}
 
 /// PBKDF2 rounds: OWASP's figure for PBKDF2-HMAC-SHA256.
 pub const KDF_ROUNDS: u32 = 600_000;
@@ -160,6 +210,21 @@ fn compress(state: &mut [u32; 8], block: &[u8; 64]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_cluster_key_is_the_stretched_secret_and_weak_secrets_are_refused() {
+        let secret = "0b6e6a1c5d7f43e2a9";
+        let a = super::ClusterKey::from_secret(secret).unwrap();
+        assert_eq!(a.0, super::stretched_key(secret));
+        let b = super::ClusterKey::from_secret("0b6e6a1c5d7f43e2a8").unwrap();
+        assert_ne!(a.0, b.0);
+        let tag = a.proof(&[b"x", b"y"]);
+        assert!(a.verify(&[b"x", b"y"], &tag));
+        // Length prefixes: parts split differently are other messages.
+        assert!(!a.verify(&[b"xy"], &tag) && !b.verify(&[b"x", b"y"], &tag));
+        assert!(super::ClusterKey::from_secret("short").is_err());
+        assert_eq!(format!("{a:?}"), "ClusterKey(<redacted>)");
+    }
+
     use super::*;
 
     #[test]

@@ -204,6 +204,33 @@ pub fn set_nofile_soft(soft: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Binds `ip` on the first free port of `ports`, starting from a per-process offset so that
+/// processes started together spread over the range.
+///
+/// # Errors
+/// The last bind error when every port is taken.
+pub fn bind_in_range(
+    ip: std::net::IpAddr,
+    ports: std::ops::RangeInclusive<u16>,
+) -> std::io::Result<std::net::TcpListener> {
+    let (lo, hi) = (*ports.start(), *ports.end());
+    let span = u32::from(hi - lo) + 1;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let start = (std::process::id().wrapping_mul(7919) ^ nanos) % span;
+    let mut last = std::io::Error::new(std::io::ErrorKind::AddrInUse, "empty port range");
+    for i in 0..span {
+        let port = lo + ((start + i) % span) as u16;
+        match std::net::TcpListener::bind((ip, port)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// Sets the accept backlog of `listener`, which is already listening: Linux takes a second
 /// `listen` on a listening socket as a new backlog, and caps it at `net.core.somaxconn`.
 /// (The standard library listens with 128, which a thousand peers connecting at once overflow:

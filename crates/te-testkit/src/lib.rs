@@ -5,8 +5,10 @@
 //!   memory: with it, a benchmark measures the engine's own cost per slice (validation, slicing,
 //!   routing, bookkeeping, completion, waking), the "engine overhead" figure.
 //! - [`SimTransport`] holds every slice until the test reports it: the seeded, deterministic
-//!   simulation (`tests/sim.rs`) drives the real engine through it, choosing order and faults.
+//!   simulation (`tests/sim.rs`) drives the real engine through it, choosing order and faults,
+//!   on a [`clock::SimClock`] it advances by hand.
 
+pub mod clock;
 pub mod forger;
 pub mod fuzz;
 pub mod mooncake;

@@ -7,10 +7,12 @@
 //!   `hwlocality` binding. The older `hwloc2` crate panics on hwloc 2.x for NUMA and PCI lookups,
 //!   so it is not used.
 //! - [`matrix`]: the priority matrix, `MC_CUSTOM_TOPO_JSON`, and NIC allow/deny filters.
+//! - [`bind`]: the address listeners bind to, from the configuration and the interfaces.
 //!
 //! This crate only reads; it opens no device and sends nothing.
 #![forbid(unsafe_code)]
 
+pub mod bind;
 #[cfg(feature = "hwloc")]
 pub mod hwloc;
 pub mod matrix;

@@ -47,8 +47,20 @@ fn nonce() -> Result<[u8; 16]> {
     Ok(SegmentSecret::random()?.to_bytes())
 }
 
-pub use super::key::ClusterKey;
-pub(crate) use super::key::keyed_mac;
+pub use te_reactor::secret::ClusterKey;
+pub(crate) use te_reactor::secret::keyed_mac;
+
+/// The cluster key for `secret` (`MC_TE_CLUSTER_SECRET`), its strength checked.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming the variable (its value never shown) for a weak secret.
+pub fn cluster_key(secret: &str) -> Result<ClusterKey> {
+    ClusterKey::from_secret(secret).map_err(|reason| Error::InvalidConfig {
+        name: crate::settings::TE_CLUSTER_SECRET.name.into(),
+        value: "<redacted>".into(),
+        reason,
+    })
+}
 pub use te_reactor::secret::same_bytes;
 
 fn field(v: &Value, name: &str) -> Option<Vec<u8>> {
@@ -364,6 +376,16 @@ mod tests {
     /// The key of a test cluster `n`'s secret (strong enough to be one).
     fn cluster(n: u8) -> ClusterKey {
         ClusterKey::from_secret(&secret(n)).unwrap()
+    }
+
+    #[test]
+    fn a_weak_cluster_secret_is_named_never_shown() {
+        let err = cluster_key("short").unwrap_err().to_string();
+        assert!(
+            err.contains("MC_TE_CLUSTER_SECRET") && !err.contains("short"),
+            "named, never shown: {err}"
+        );
+        assert!(cluster_key(&secret(1)).is_ok());
     }
 
     fn secret(n: u8) -> String {

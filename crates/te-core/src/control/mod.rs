@@ -12,7 +12,6 @@
 
 pub mod auth;
 pub mod frame;
-pub mod key;
 mod server;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};

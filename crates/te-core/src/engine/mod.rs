@@ -31,12 +31,12 @@ use crate::error::{Error, Result};
 use crate::health::RailHealth;
 use crate::memory::RegionTable;
 use crate::metadata::Metadata;
-use crate::net;
 use crate::notify::{Notification, NotificationQueue, Received};
 use crate::retry::RetryPolicy;
 use crate::segment::{SegmentCache, SegmentDesc, SegmentId, SegmentSecret};
 use crate::transport::{InstallContext, Opcode, Rail, RailStats, SliceError, Transport};
 use te_reactor::Server;
+use te_topology::bind as net;
 
 /// A descriptor fetched for an unknown range that listed nothing new is not fetched again for
 /// one until this old ([`TransferEngine::segment_for_range`]).
@@ -143,7 +143,7 @@ impl TransferEngine {
     }
 
     /// As [`init`](Self::init), with task deadlines and rail health read from `clock` (the
-    /// deterministic simulation passes a [`SimClock`](crate::clock::SimClock)).
+    /// deterministic simulation passes te-testkit's `SimClock`).
     ///
     /// # Errors
     /// As [`init`](Self::init).
@@ -169,7 +169,7 @@ impl TransferEngine {
             Some(p) => std::net::TcpListener::bind((bind_ip, p)).map_err(|e| {
                 Error::socket(format!("binding the control listener to {bind_ip}:{p}"), e)
             })?,
-            None => net::bind_in_range(bind_ip, config.rpc_min_port..=config.rpc_max_port)
+            None => te_sys::bind_in_range(bind_ip, config.rpc_min_port..=config.rpc_max_port)
                 .map_err(|e| {
                     Error::socket(format!("binding the control listener on {bind_ip}"), e)
                 })?,
@@ -190,7 +190,7 @@ impl TransferEngine {
         let cluster_key = config
             .cluster_secret
             .as_ref()
-            .map(|s| control::auth::ClusterKey::from_secret(s.expose()).map(Arc::new))
+            .map(|s| control::auth::cluster_key(s.expose()).map(Arc::new))
             .transpose()?;
         let notifications = Arc::new(NotificationQueue::new(config.notify));
         let mut first_desc = SegmentDesc::local(&name, "none", secret, &[]);

@@ -124,7 +124,7 @@ pub fn open(conn: &str, config: &crate::Config) -> Result<std::sync::Arc<dyn Met
             let key = config
                 .cluster_secret
                 .as_ref()
-                .map(|s| control::auth::ClusterKey::from_secret(s.expose()))
+                .map(|s| control::auth::cluster_key(s.expose()))
                 .transpose()?;
             let port = config.handshake_port;
             return Ok(Arc::new(P2pMetadata::new(timeout, max_len, key, port)));

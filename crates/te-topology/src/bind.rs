@@ -1,32 +1,8 @@
-//! Where listeners bind: the bind address chosen from the configuration and the interfaces,
-//! and a port from a range. Serving a listener is [`crate`]'s.
+//! Where listeners bind: the address chosen from the configuration and this machine's
+//! interfaces (its virtual NICs skipped). Binding (te-sys's `bind_in_range`) and serving are
+//! te-core's and the transports'.
 
-use std::io;
-use std::net::{IpAddr, TcpListener};
-
-/// Binds `ip` on the first free port of `ports`, starting from a per-process offset so that
-/// processes started together spread over the range.
-///
-/// # Errors
-/// The last bind error when every port is taken.
-pub fn bind_in_range(ip: IpAddr, ports: std::ops::RangeInclusive<u16>) -> io::Result<TcpListener> {
-    let (lo, hi) = (*ports.start(), *ports.end());
-    let span = u32::from(hi - lo) + 1;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let start = (std::process::id().wrapping_mul(7919) ^ nanos) % span;
-    let mut last = io::Error::new(io::ErrorKind::AddrInUse, "empty port range");
-    for i in 0..span {
-        let port = lo + ((start + i) % span) as u16;
-        match TcpListener::bind((ip, port)) {
-            Ok(l) => return Ok(l),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
+use std::net::IpAddr;
 
 /// Chooses the address listeners bind to: the configured one (`MC_TCP_BIND_ADDRESS`), else the
 /// host of the local server name when it is an address, else the first running, non-loopback
@@ -55,7 +31,7 @@ pub fn choose_bind_ip(
 pub fn bind_ip_for(
     configured: Option<IpAddr>,
     name_host: Option<IpAddr>,
-    topology: &te_topology::Topology,
+    topology: &crate::Topology,
     interfaces: &[te_sys::InterfaceAddr],
 ) -> IpAddr {
     let virtual_nics: Vec<&str> = topology
