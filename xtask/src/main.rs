@@ -145,10 +145,11 @@ fn redraw() -> Result<(), String> {
 }
 
 /// Writes the report (JSON, Markdown, charts) into `target/bench-report/`, the charts into
-/// `docs/bench/` and the table into the README's Performance section.
+/// `docs/bench/`, the table into docs/benchmarks.md and its headline rows into the README's
+/// Performance section.
 fn publish() -> Result<(), String> {
     let dir = report::dir();
-    let md = report::write(&dir)?;
+    let (md, headline) = report::write(&dir)?;
     let docs = std::path::Path::new("docs/bench");
     std::fs::create_dir_all(docs).map_err(|e| e.to_string())?;
     // Charts of an earlier layout would linger next to the new ones.
@@ -161,9 +162,14 @@ fn publish() -> Result<(), String> {
             std::fs::copy(entry.path(), docs.join(entry.file_name())).map_err(|e| e.to_string())?;
         }
     }
-    report::update_readme(std::path::Path::new("README.md"), &md)?;
+    report::publish_docs(
+        std::path::Path::new("README.md"),
+        std::path::Path::new("docs/benchmarks.md"),
+        &md,
+        &headline,
+    )?;
     println!(
-        "\nreport: {}/report.md (and report.json, charts); README Performance updated",
+        "\nreport: {}/report.md (and report.json, charts); README's Performance and docs/benchmarks.md updated",
         dir.display()
     );
     Ok(())

@@ -163,6 +163,50 @@ pub(crate) fn markdown(
         md,
         "Every te figure is next to its reference from the same run; throughput counts bytes whose task completed (the data is in the target's memory or file), including submit, slicing, transfer and completion; latencies are whole batches, from allocate to free. The Mooncake column is Mooncake's own `transfer_engine_bench` (its PyPI wheel, classic engine) on the same flags in the same run, wherever the wheel has the case.\n"
     );
+    table(&mut md, records.iter());
+    for n in notes {
+        let _ = writeln!(md, "\nNote: {n}");
+    }
+    for (title, file) in charts {
+        let _ = writeln!(md, "\n![{title}]({file})");
+    }
+    md
+}
+
+/// The cases the README shows (bench, case), in this order; the rest are in
+/// docs/benchmarks.md.
+const HEADLINES: [(&str, &str); 6] = [
+    ("tcp", "write 1 MiB, batch 128"),
+    ("tcp", "read 1 MiB, batch 128"),
+    ("tcp", "write 4 KiB, batch 128"),
+    ("tcp", "read 4 KiB, batch 128"),
+    ("local", "shm write 4 MiB x16"),
+    ("rdma", "WRITE 64 KiB, Soft-RoCE in qemu"),
+];
+
+/// The README's few rows: [`HEADLINES`] among `records`, and where the rest are.
+pub(crate) fn headline(records: &[Record]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Measured on {}, each te figure next to its reference from the same run.\n",
+        machine()
+    );
+    let rows = HEADLINES.iter().filter_map(|(bench, case)| {
+        records
+            .iter()
+            .find(|r| r.bench == *bench && r.case == *case)
+    });
+    table(&mut md, rows);
+    let _ = writeln!(
+        md,
+        "\nEvery case, its reference, goal and chart: [docs/benchmarks.md](docs/benchmarks.md#the-last-report)."
+    );
+    md
+}
+
+/// The report's table of `records`.
+fn table<'a>(md: &mut String, records: impl Iterator<Item = &'a Record>) {
     md.push_str("| bench | case | te | reference | ratio | Mooncake | te / Mooncake | goal | verdict |\n|---|---|---|---|---|---|---|---|---|\n");
     for r in records {
         let (reference, ratio) = match &r.reference {
@@ -190,13 +234,6 @@ pub(crate) fn markdown(
             r.goal.as_deref().unwrap_or("-"),
         );
     }
-    for n in notes {
-        let _ = writeln!(md, "\nNote: {n}");
-    }
-    for (title, file) in charts {
-        let _ = writeln!(md, "\n![{title}]({file})");
-    }
-    md
 }
 
 /// Font size of every label in the charts.
@@ -456,8 +493,9 @@ pub(crate) fn remove_charts(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `report.json`, `report.md` and the charts into `dir`; returns the Markdown.
-pub(crate) fn write(dir: &Path) -> Result<String, String> {
+/// Writes `report.json`, `report.md` and the charts into `dir`; returns the Markdown and the
+/// README's headline of it.
+pub(crate) fn write(dir: &Path) -> Result<(String, String), String> {
     let records = records();
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // Charts of an earlier run whose names changed would be published with this run's.
@@ -473,20 +511,32 @@ pub(crate) fn write(dir: &Path) -> Result<String, String> {
     let md = markdown(&records, &links, &notes());
     std::fs::write(dir.join("report.md"), &md).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("report.json"), json(&records)).map_err(|e| e.to_string())?;
-    Ok(md)
+    Ok((md, headline(&records)))
 }
 
-/// Puts `md` into the README between the Performance markers, charts linked from `docs/bench`.
-pub(crate) fn update_readme(readme: &Path, md: &str) -> Result<(), String> {
-    const START: &str = "<!-- performance:start (written by cargo xtask bench) -->";
+/// Puts `headline` into the README's Performance section and the whole report `md` into
+/// docs/benchmarks.md's, its charts linked from `docs/bench`.
+pub(crate) fn publish_docs(
+    readme: &Path,
+    benchmarks: &Path,
+    md: &str,
+    headline: &str,
+) -> Result<(), String> {
     const END: &str = "<!-- performance:end -->";
-    let text = std::fs::read_to_string(readme).map_err(|e| e.to_string())?;
-    let (Some(a), Some(b)) = (text.find(START), text.find(END)) else {
-        return Err(format!("{}: no Performance markers", readme.display()));
+    const README: &str = "<!-- performance:start (written by cargo xtask bench) -->";
+    const REPORT: &str = "<!-- report:start (written by cargo xtask bench) -->";
+    replace_between(readme, README, END, headline)?;
+    replace_between(benchmarks, REPORT, END, &md.replace("](", "](bench/"))
+}
+
+/// Replaces what lies between `start` and `end` in the file at `path` with `body`.
+fn replace_between(path: &Path, start: &str, end: &str, body: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let (Some(a), Some(b)) = (text.find(start), text.find(end)) else {
+        return Err(format!("{}: no {start} ... {end} markers", path.display()));
     };
-    let body = md.replace("](", "](docs/bench/");
-    let new = format!("{}{START}\n{body}\n{}", &text[..a], &text[b..]);
-    std::fs::write(readme, new).map_err(|e| e.to_string())
+    let new = format!("{}{start}\n{body}\n{}", &text[..a], &text[b..]);
+    std::fs::write(path, new).map_err(|e| e.to_string())
 }
 
 /// Where the report goes.
@@ -582,6 +632,16 @@ mod tests {
         );
         assert!(md.contains("**below goal**"));
         assert!(md.contains("Note: the wheel is missing"));
+        // The README's headline: only the headline cases, and where the rest are.
+        let headline_case = record("write 1 MiB, batch 128", "write", 1 << 20, 4.0, 4.5);
+        let with = [records.clone(), vec![headline_case]].concat();
+        let h = headline(&with);
+        assert!(
+            h.contains("| tcp | write 1 MiB, batch 128 | 4.00 GB/s"),
+            "{h}"
+        );
+        assert!(!h.contains("write 64 KiB") && !h.contains("Note:"), "{h}");
+        assert!(h.contains("(docs/benchmarks.md#the-last-report)"), "{h}");
         let c = charts(&records);
         // One question per chart: te against iperf3, te against Mooncake.
         assert_eq!(
