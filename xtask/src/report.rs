@@ -134,6 +134,7 @@ fn figure(v: f64, unit: &str) -> String {
     match unit {
         "slices/s" => format!("{:.2} M{unit}", v / 1e6),
         "us" => format!("{v:.1} {unit}"),
+        "switches" => format!("{v:.0} {unit}"),
         "MB/s" => format!("{v:.1} {unit}"),
         _ => format!("{v:.2} {unit}"),
     }
