@@ -91,7 +91,8 @@ impl Drop for Live {
     }
 }
 
-/// How long unregistering waits for peers' requests that still hold a region.
+/// How long unregistering waits for this engine's own transfers that still hold a region (an
+/// abandoned batch still in flight); te-core itself waits for peers' requests being served.
 pub const UNREGISTER_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs `unregister` again while it answers [`te_core::Error::RegionBusy`], for up to
@@ -409,8 +410,9 @@ impl MooncakeEngine {
     }
 
     /// Unregisters the regions starting at `addrs`, all or none. A region a peer's request
-    /// still holds (its reply just sent) is waited for, briefly: Mooncake's callers unregister
-    /// right after their transfers complete.
+    /// still holds (its reply just sent) is waited for by te-core, and one a transfer of this
+    /// engine still holds for up to [`UNREGISTER_GRACE`]: Mooncake's callers unregister right
+    /// after their transfers complete, or give up on them.
     ///
     /// # Errors
     /// -3 for an address that starts no region, -4 while transfers still use one after
