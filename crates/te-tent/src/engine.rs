@@ -14,7 +14,7 @@ use te_core::transport::{Capabilities, Transport};
 use te_core::{HostBuffer, Notification, SegmentId, TransferEngine, TransferState, TransferStatus};
 use tracing::info;
 
-use crate::bell::Bell;
+use crate::bell::{Bell, Hearing};
 use crate::capability::{MemoryKind, Move, Scope};
 use crate::config::TentConfig;
 use crate::memo::{PlanMemo, TargetMemo};
@@ -617,7 +617,7 @@ impl TentEngine {
                 dispatcher.push(r.priority, (batch.0, index));
             }
             self.inner.post(&mut guard);
-            needs_progress(&guard)
+            needs_progress(&guard) != Hearing::Kicks
         };
         // The progress thread is needed only while tasks wait, are staged, or a notification
         // is owed.
@@ -730,7 +730,7 @@ impl TentEngine {
             match (subs.is_empty(), ticket.take()) {
                 // Queued or staged tasks: looked at again with a ticket held.
                 (true, None) => {
-                    ticket = Some(self.inner.bell.ticket(true));
+                    ticket = Some(self.inner.bell.ticket(Hearing::Every));
                     continue;
                 }
                 // Woken by an end (theirs, or one that lets them be posted), or by the next

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::bell::Hearing;
 use crate::state::Batch;
 
 use te_core::{SubmitOptions, TransferRequest, TransferState, TransferStatus};
@@ -56,17 +57,25 @@ impl Scratch {
     }
 }
 
-/// Whether the progress thread has work without the application polling: tasks waiting in
-/// the queue, staged tasks, or a notification to send once its batch completes.
-pub(crate) fn needs_progress(s: &State) -> bool {
-    s.dispatcher.waiting() > 0
-        || s.live.iter().any(|(b, t)| {
+/// What the progress thread must hear to make progress without the application polling:
+/// every end while tasks wait in the queue (an end makes room) or are staged; decisive ends
+/// while a notification is owed (its batch's end, or a failure to fail over); else nothing.
+pub(crate) fn needs_progress(s: &State) -> Hearing {
+    let staged = || {
+        s.live.iter().any(|(b, t)| {
             s.batches
                 .get(b)
                 .and_then(|b| b.tasks.get(*t))
                 .is_some_and(|t| matches!(t.state, TaskState::Staged(_)))
         })
-        || s.batches.values().any(|b| b.notify.is_some())
+    };
+    if s.dispatcher.waiting() > 0 || staged() {
+        Hearing::Every
+    } else if s.batches.values().any(|b| b.notify.is_some()) {
+        Hearing::Decisive
+    } else {
+        Hearing::Kicks
+    }
 }
 
 /// The next deadline still ahead among unfinished tasks (a queued one is ended then, a posted
@@ -148,30 +157,28 @@ impl Inner {
         }
     }
 
-    /// The progress thread: while tasks wait in the queue, are staged, or a notification is
-    /// owed, pumps at each end and each deadline; otherwise sleeps until a submit needs it.
+    /// The progress thread: pumps at each end it needs to hear ([`needs_progress`]) and at
+    /// each deadline; with nothing to do, sleeps until a submit needs it.
     pub(crate) fn run_progress(self: Arc<Self>) {
         while !self.stop.load(Ordering::Acquire) {
             // Taken before the look: an end or a kick after it ends the sleep below.
-            let mut ticket = self.bell.ticket(true);
-            let busy = self.pump();
+            let mut ticket = self.bell.ticket(Hearing::Every);
+            let hearing = self.pump();
             // Looked at after the ticket was taken: a drop sets it, then kicks.
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
-            let due = match busy {
-                true => next_due(&self.lock()),
-                false => {
-                    ticket.deafen();
-                    None
-                }
+            ticket.hear(hearing);
+            let due = match hearing {
+                Hearing::Kicks => None,
+                _ => next_due(&self.lock()),
             };
             let _ = ticket.sleep(due);
         }
     }
 
-    /// One round of progress; whether anything still needs the progress thread.
-    pub(crate) fn pump(&self) -> bool {
+    /// One round of progress; what the progress thread must hear from now on.
+    pub(crate) fn pump(&self) -> Hearing {
         let (busy, notices) = {
             let mut s = self.lock();
             let notices = self.progress(&mut s);

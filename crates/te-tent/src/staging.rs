@@ -68,12 +68,12 @@ pub(crate) fn start(core: Arc<TransferEngine>, bell: Arc<Bell>, m: StagedMove) -
         .spawn(move || {
             let outcome = run(&core, &m, &j);
             *j.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
-            b.ring();
+            b.ring(true);
         });
     if let Err(e) = spawned {
         *job.outcome.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((TransferState::Failed, Some(format!("staging thread: {e}"))));
-        bell.ring();
+        bell.ring(true);
     }
     job
 }

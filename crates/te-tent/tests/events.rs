@@ -1,14 +1,17 @@
 //! TENT's runtime learns of ends as events: its progress thread sleeps while nothing happens,
 //! idle or with a task waiting behind one in flight, and an end alone gets the waiting task
-//! posted. (A file of its own: its engine is the only one in this process, so the progress
-//! thread counted is its.)
+//! posted. (A file of its own, its tests one at a time: the engine under test is the only one
+//! in the process, so the progress thread counted is its.)
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
-use te_core::TransferState;
+use te_core::{Notification, TransferState};
+
+/// Held by each test: one engine at a time.
+static ONE_ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Context switches of this process's TENT progress threads so far.
 fn progress_wakeups() -> u64 {
@@ -38,6 +41,7 @@ fn wakeups_over_a_spell() -> u64 {
 
 #[test]
 fn the_progress_thread_sleeps_until_an_end_and_the_end_posts_what_waits() {
+    let _one = ONE_ENGINE.lock().unwrap_or_else(|e| e.into_inner());
     let r = rig(r#"{"max_inflight_tasks": 1, "merge_requests": false}"#);
     assert!(progress_wakeups() > 0, "the progress thread is found");
     assert_eq!(wakeups_over_a_spell(), 0, "idle: no timer wakes it");
@@ -64,4 +68,39 @@ fn the_progress_thread_sleeps_until_an_end_and_the_end_posts_what_waits() {
     assert_eq!(s.state, TransferState::Completed);
     r.tent.free_batch(batch).unwrap();
     assert_eq!(wakeups_over_a_spell(), 0, "idle again");
+}
+
+#[test]
+fn with_a_notification_owed_only_the_batch_end_wakes_the_progress_thread() {
+    let _one = ONE_ENGINE.lock().unwrap_or_else(|e| e.into_inner());
+    let r = rig(r#"{"merge_requests": false}"#);
+    let batch = r.tent.allocate_batch(3).unwrap();
+    let note = Notification {
+        name: "kv".into(),
+        notify_msg: "done".into(),
+    };
+    let writes = [r.write(0), r.write(1), r.write(2)];
+    r.tent
+        .submit_with_notification(batch, &writes, note)
+        .unwrap();
+    assert_eq!(r.slots(&r.a), [0, 1, 2]);
+    // Ends that leave the batch running (and fail nothing) do not wake it.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = progress_wakeups();
+    for _ in 0..2 {
+        let s = r.a.take(|_| 0).unwrap();
+        r.a.complete(s, Ok(()));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(progress_wakeups(), before, "two ends that decide nothing");
+    // The batch's end does, and the notification goes out with no one asking.
+    let s = r.a.take(|_| 0).unwrap();
+    r.a.complete(s, Ok(()));
+    let got = r.tent.receive_notification(Duration::from_secs(10));
+    assert_eq!(got.map(|n| n.notify_msg), Some("done".to_string()));
+    assert!(progress_wakeups() > before);
+    assert_eq!(
+        r.tent.wait(batch, Duration::from_secs(5)).unwrap().state,
+        TransferState::Completed
+    );
 }

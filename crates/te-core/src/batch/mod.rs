@@ -99,8 +99,9 @@ fn tag_for(n: u32, seed: u16) -> u16 {
 ///
 /// [`TransferEngine::allocate_watched_batch`]: crate::TransferEngine::allocate_watched_batch
 pub trait TaskWatcher: Send + Sync {
-    /// A task of `batch` ended.
-    fn task_ended(&self, batch: BatchId);
+    /// A task of `batch` ended; `decisive`: it failed, or it was the batch's last (what a
+    /// runtime that waits only for outcomes, a batch's end or a failover, needs to hear).
+    fn task_ended(&self, batch: BatchId, decisive: bool);
 }
 
 /// A task's or batch's state, numbered as Mooncake's `TransferStatusEnum`.
@@ -719,7 +720,10 @@ impl SliceToken {
             batch.finished_cv.notify_all();
         }
         if let Some(watcher) = batch.watcher.get() {
-            watcher.task_ended(BatchId(batch.raw_id));
+            watcher.task_ended(
+                BatchId(batch.raw_id),
+                last || state == TransferState::Failed,
+            );
         }
         notify
     }

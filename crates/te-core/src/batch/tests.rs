@@ -577,11 +577,11 @@ fn a_failed_merged_slice_fails_every_task_it_carries_and_counts_no_bytes() {
 
 /// Counts the ends a watched batch tells of.
 #[derive(Default)]
-struct Ends(std::sync::Mutex<Vec<BatchId>>);
+struct Ends(std::sync::Mutex<Vec<(BatchId, bool)>>);
 
 impl super::TaskWatcher for Ends {
-    fn task_ended(&self, batch: BatchId) {
-        self.0.lock().unwrap().push(batch);
+    fn task_ended(&self, batch: BatchId, decisive: bool) {
+        self.0.lock().unwrap().push((batch, decisive));
     }
 }
 
@@ -597,10 +597,11 @@ fn a_watched_batch_tells_of_each_task_end_once_after_its_pin_is_released() {
     assert!(ends.0.lock().unwrap().is_empty());
     token(&t, id, &tasks[0]).record(10, Ok(()));
     token(&t, id, &tasks[1]).record(10, Err(SliceError::Path("down".into())));
-    assert_eq!(*ends.0.lock().unwrap(), [id, id]);
+    // A completed task that leaves others running is not decisive; a failed one is.
+    assert_eq!(*ends.0.lock().unwrap(), [(id, false), (id, true)]);
     assert_eq!(t.task_status(id, 1).unwrap().state, TransferState::Failed);
     token(&t, id, &tasks[2]).record(10, Ok(()));
-    assert_eq!(ends.0.lock().unwrap().len(), 3);
+    assert_eq!(ends.0.lock().unwrap()[2], (id, true), "the batch's last");
     // Every pin is released by the time its end is told.
     assert!(regions.snapshot().iter().all(|r| r.pins() == 0));
     // An unwatched batch tells no one.
