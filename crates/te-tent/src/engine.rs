@@ -728,9 +728,11 @@ impl TentEngine {
                 }
             };
             match (subs.is_empty(), ticket.take()) {
-                // Queued or staged tasks: looked at again with a ticket held.
+                // Queued or staged tasks: a ticket, then a round of progress (an end before the
+                // ticket is reaped by it; one after ends the sleep), then another look.
                 (true, None) => {
                     ticket = Some(self.inner.bell.ticket(Hearing::Every));
+                    self.inner.pump();
                     continue;
                 }
                 // Woken by an end (theirs, or one that lets them be posted), or by the next

@@ -1,24 +1,22 @@
-//! The runtime's progress: polling posted and staged tasks, failing a task over to its next
-//! transport, ending queued tasks past their deadline, posting what the queue lets through
-//! (grouped per batch and transport into one SubBatch submit), and sending notifications once
-//! their batch completed. Called from every status call, `wait`, and the progress thread, which
+//! The runtime's progress: reaping posted and staged tasks that ended, failing a task over to
+//! its next transport, ending queued tasks past their deadline, posting what the queue lets
+//! through (grouped per batch and transport into one SubBatch submit), and sending
+//! notifications once their batch completed. Called from every status call, `wait`, and the progress thread, which
 //! sleeps until the bell tells of an end or a submit, or the next deadline is due.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::bell::Hearing;
-use crate::state::Batch;
-
 use te_core::{SubmitOptions, TransferRequest, TransferState, TransferStatus};
 use tracing::{debug, warn};
 
+use crate::bell::Hearing;
 use crate::engine::Inner;
 use crate::policy::Plan;
 use crate::queue::Dispatcher;
 use crate::staging::{self, StagedMove};
-use crate::state::{State, Task, TaskState};
+use crate::state::{Batch, State, Task, TaskState};
 
 /// A notification due for a batch: (batch, (target segment, notification)).
 pub(crate) type Notice = (u64, (te_core::SegmentId, te_core::Notification));
