@@ -141,8 +141,9 @@ impl Runtime {
         }
     }
 
-    /// Whether transport `name` (te's name) is installed.
-    /// Installs `transport` (under TENT, into its capability matrix too).
+    /// Installs `transport` (under TENT, into its capability matrix too): the C API's
+    /// `installTransport` on a TENT engine.
+    #[cfg(feature = "tent")]
     pub(crate) fn install(
         &self,
         transport: std::sync::Arc<dyn te_core::transport::Transport>,
@@ -155,6 +156,7 @@ impl Runtime {
         Ok(())
     }
 
+    /// Whether transport `name` (te's name) is installed.
     pub(crate) fn has_transport(&self, name: &str) -> bool {
         self.core()
             .transport_capabilities()
