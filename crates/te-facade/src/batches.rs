@@ -139,10 +139,10 @@ impl MooncakeEngine {
             // A transport TENT runs joins its capability matrix, as at start.
             #[cfg(feature = "tent")]
             (RuntimeKind::Tent, other)
-                if other
-                    .transports()
-                    .iter()
-                    .any(|n| te_tent::DEFAULT_TRANSPORTS.contains(n)) =>
+                if matches!(
+                    other,
+                    Protocol::Tcp | Protocol::Shm | Protocol::IoUring | Protocol::Rdma
+                ) =>
             {
                 let transport = match other {
                     #[cfg(feature = "rdma")]

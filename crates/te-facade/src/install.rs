@@ -248,10 +248,10 @@ pub(crate) fn start_tent(
             rdma.devices = Some(named);
         }
     }
-    // A protocol named restricts the plan as it restricts the classic engine: nothing else is
-    // installed. `auto` takes what the configuration enables.
+    // A protocol named restricts the plan as it restricts the classic engine: the plan chooses
+    // nothing else (a transport hint still may). `auto` takes what the configuration enables.
     if let Some((p, _)) = protocol.filter(|(p, _)| *p != Protocol::Auto) {
-        config.keep_only(p.transports());
+        config.plan_only = Some(p.transports().iter().map(|t| t.to_string()).collect());
     }
     let tent = te_tent::TentEngine::new(config)?;
     if let Some((p, _)) = protocol.filter(|(p, _)| *p != Protocol::Auto) {

@@ -118,10 +118,6 @@ def test_te_engine_raises_for_names_it_cannot_serve():
 def test_a_name_selects_one_transport_and_auto_every_one_that_starts_here():
     with te.Engine(protocol="shm") as e:
         assert list(e.transports()) == ["shm"]
-    # TENT plans only over what the name selects, as the classic engine does.
-    for backend in ["classic", "tent"]:
-        with te.Engine(protocol="tcp", backend=backend) as e:
-            assert list(e.transports()) == ["tcp"], backend
     with te.Engine(protocol="io_uring") as e:
         assert list(e.transports()) in (["uring"], ["bufio"])
     with te.Engine() as a, te.Engine(protocol="auto") as b:

@@ -26,10 +26,6 @@ use crate::request::{MemoryOptions, Request, TentBatchId};
 use crate::state::{PLAN_CACHE, State, Task, TaskState};
 use crate::{Result, TentError};
 
-/// The transports [`TentEngine::new`] installs where this build has them and the
-/// configuration enables them (rdma only when enabled explicitly), by te's names.
-pub const DEFAULT_TRANSPORTS: [&str; 5] = ["tcp", "shm", "uring", "rdma", "nvlink"];
-
 pub(crate) struct Inner {
     pub(crate) core: Arc<TransferEngine>,
     pub(crate) config: TentConfig,
@@ -529,6 +525,17 @@ impl TentEngine {
             self.inner.config.staging.enable,
         )
         .map_err(TentError::NoTransport)?;
+        if let (Plan::Direct(order), Some(only)) = (&mut plan, &self.inner.config.plan_only) {
+            // The plan's own choices stay within the protocol named; a hint is the caller's.
+            let hint = key.0.hint.as_deref();
+            order.retain(|t| Some(*t) == hint || only.iter().any(|o| o == t));
+            if order.is_empty() {
+                return Err(TentError::NoTransport(format!(
+                    "only {} may carry requests here (the protocol named), and none can make this move",
+                    only.join(", ")
+                )));
+            }
+        }
         if let Plan::Direct(order) = &mut plan {
             let reaches = |t: &&'static str| {
                 (installed.iter().position(|(name, _)| name == t))

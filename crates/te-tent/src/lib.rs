@@ -31,7 +31,7 @@ mod staging;
 mod state;
 
 pub use config::{TentConfig, TentFile};
-pub use engine::{DEFAULT_TRANSPORTS, TentEngine};
+pub use engine::TentEngine;
 pub use policy::{Intent, Priority};
 pub use request::{MemoryOptions, Request, TentBatchId};
 

@@ -10,8 +10,8 @@
 //!
 //! The server proves the secret only to a client that proved it first, so whoever connects
 //! learns nothing to crack offline; a client proves it to the listener it chose to open. `K` is
-//! derived from the secret by PBKDF2 ([`super::key`]); nonces are 16 random bytes; proofs are
-//! compared in constant time. Segment secrets in descriptors are sealed with `K` ([`seal`],
+//! derived from the secret by PBKDF2 ([`te_reactor::secret::stretched_key`]); nonces are 16
+//! random bytes; proofs are compared in constant time. Segment secrets in descriptors are sealed with `K` ([`seal`],
 //! [`unseal`]) so neither a metadata service nor a listener on the wire learns them, and whole
 //! descriptors are signed with it ([`sign`], [`verify`]), so one rewritten anywhere (a metadata
 //! service anyone can write, say) is refused rather than followed. This module does no I/O of

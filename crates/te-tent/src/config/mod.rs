@@ -205,6 +205,10 @@ pub struct TentConfig {
     /// The classic variables the file set and the environment did not (te-rdma reads its
     /// options through [`lookup`](Self::lookup)).
     pub settings: BTreeMap<String, String>,
+    /// The transports the plan may choose by itself (a protocol named at start, as Mooncake's
+    /// `initialize` names one); `None`: every installed one. A request's transport hint may
+    /// still name any installed transport.
+    pub plan_only: Option<Vec<String>>,
 }
 
 /// TENT's transport names that are te's under another name.
@@ -393,22 +397,13 @@ impl TentConfig {
                 .filter(|(var, _)| lookup(var).is_none())
                 .map(|(var, (value, _))| (var, value))
                 .collect(),
+            plan_only: None,
         })
     }
 
     /// Variable `name` as te runs with it: the environment's, else the file's.
     pub fn lookup(&self, name: &str) -> Option<String> {
         te_sys::env::process(name).or_else(|| self.settings.get(name).cloned())
-    }
-
-    /// Leaves only the transports named in `kept` enabled (a caller that asked for one
-    /// protocol: the plan may use nothing else).
-    pub fn keep_only(&mut self, kept: &[&str]) {
-        for name in crate::engine::DEFAULT_TRANSPORTS {
-            if !kept.contains(&name) {
-                self.transports.entry(name.into()).or_default().enable = Some(false);
-            }
-        }
     }
 
     /// Whether transport `name` (te's name) is enabled (it is unless its `enable` is false).

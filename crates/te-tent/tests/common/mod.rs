@@ -22,11 +22,17 @@ pub struct Rig {
 /// An engine with two simulated transports, `sim-a` and `sim-b`, under `conf` (TENT JSON),
 /// a local buffer and a target buffer in its own segment.
 pub fn rig(conf: &str) -> Rig {
+    rig_with(conf, |_| {})
+}
+
+/// As [`rig`], with `edit` applied to the configuration the file gives.
+pub fn rig_with(conf: &str, edit: impl FnOnce(&mut TentConfig)) -> Rig {
     let file = TentFile::parse_source(conf).unwrap();
-    let config = TentConfig::from_file(file, |name| {
+    let mut config = TentConfig::from_file(file, |name| {
         (name == "MC_TCP_BIND_ADDRESS").then(|| "127.0.0.1".to_string())
     })
     .unwrap();
+    edit(&mut config);
     let tent = TentEngine::with_transports(config, false).unwrap();
     let a = Arc::new(SimTransport::named("sim-a", Capabilities::DRAM_REMOTE_HOST));
     let b = Arc::new(SimTransport::named("sim-b", Capabilities::DRAM_REMOTE_HOST));
