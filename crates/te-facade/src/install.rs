@@ -248,10 +248,11 @@ pub(crate) fn start_tent(
             rdma.devices = Some(named);
         }
     }
-    // A protocol named restricts the plan as it restricts the classic engine: the plan chooses
-    // nothing else (a transport hint still may). `auto` takes what the configuration enables.
+    // A protocol named goes first in TENT's plans (after a hint); TENT's other transports stay
+    // for failover and for memory it cannot reach, as TENT runs them whatever `initialize`
+    // names. `auto` leaves the policy's order.
     if let Some((p, _)) = protocol.filter(|(p, _)| *p != Protocol::Auto) {
-        config.plan_only = Some(p.transports().iter().map(|t| t.to_string()).collect());
+        config.plan_first = Some(p.transports().iter().map(|t| t.to_string()).collect());
     }
     let tent = te_tent::TentEngine::new(config)?;
     if let Some((p, _)) = protocol.filter(|(p, _)| *p != Protocol::Auto) {

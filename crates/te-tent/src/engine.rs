@@ -525,16 +525,16 @@ impl TentEngine {
             self.inner.config.staging.enable,
         )
         .map_err(TentError::NoTransport)?;
-        if let (Plan::Direct(order), Some(only)) = (&mut plan, &self.inner.config.plan_only) {
-            // The plan's own choices stay within the protocol named; a hint is the caller's.
+        if let (Plan::Direct(order), Some(first)) = (&mut plan, &self.inner.config.plan_first) {
+            // The protocol named goes first, after a hint; the rest stay as failover and for
+            // memory it cannot reach (dropped just below).
             let hint = key.0.hint.as_deref();
-            order.retain(|t| Some(*t) == hint || only.iter().any(|o| o == t));
-            if order.is_empty() {
-                return Err(TentError::NoTransport(format!(
-                    "only {} may carry requests here (the protocol named), and none can make this move",
-                    only.join(", ")
-                )));
-            }
+            let rank = |t: &&'static str| match (Some(*t) == hint, first.iter().any(|f| f == t)) {
+                (true, _) => 0,
+                (false, true) => 1,
+                (false, false) => 2,
+            };
+            order.sort_by_key(rank);
         }
         if let Plan::Direct(order) = &mut plan {
             let reaches = |t: &&'static str| {

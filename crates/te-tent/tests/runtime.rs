@@ -344,25 +344,24 @@ fn a_batch_after_a_freed_one_starts_empty_with_its_own_capacity() {
 }
 
 #[test]
-fn a_protocol_named_at_start_bounds_the_plan_and_a_hint_may_leave_it() {
-    // The policy would take sim-b first; the protocol named allows sim-a alone.
+fn a_protocol_named_at_start_goes_first_after_a_hint_and_the_rest_fail_over() {
+    // The policy would take sim-b first; the protocol named puts sim-a first.
     let conf = r#"{"policy": [{"name": "b-first", "transports": ["sim-b", "sim-a"]}]}"#;
-    let r = rig_with(conf, |c| c.plan_only = Some(vec!["sim-a".into()]));
+    let r = rig_with(conf, |c| c.plan_first = Some(vec!["sim-a".into()]));
     let batch = r.tent.allocate_batch(2).unwrap();
     r.tent
         .submit(batch, &[r.write(0), r.write(1).hint("sim-b")])
         .unwrap();
-    assert_eq!(
-        r.slots(&r.a),
-        [0],
-        "the plan's own choice stays within sim-a"
-    );
+    assert_eq!(r.slots(&r.a), [0], "the protocol named goes first");
     assert_eq!(r.slots(&r.b), [1], "a hint is the caller's choice");
-    r.finish_all(&r.a, Ok(()));
+    // sim-a fails: the task moves on to sim-b, as failover does.
+    r.finish_all(&r.a, Err(SliceError::Path("down".into())));
+    let _ = r.tent.task_statuses(batch).unwrap();
+    assert_eq!(r.slots(&r.b), [1, 0], "failed over to the rest");
     r.finish_all(&r.b, Ok(()));
     let s = r.tent.wait(batch, Duration::from_secs(5)).unwrap();
     assert_eq!(s.state, TransferState::Completed);
-    // Without the bound, the same request goes where the policy says.
+    // Without it, the same request goes where the policy says.
     let r = rig(conf);
     let batch = r.tent.allocate_batch(1).unwrap();
     r.tent.submit(batch, &[r.write(0)]).unwrap();

@@ -205,10 +205,10 @@ pub struct TentConfig {
     /// The classic variables the file set and the environment did not (te-rdma reads its
     /// options through [`lookup`](Self::lookup)).
     pub settings: BTreeMap<String, String>,
-    /// The transports the plan may choose by itself (a protocol named at start, as Mooncake's
-    /// `initialize` names one); `None`: every installed one. A request's transport hint may
-    /// still name any installed transport.
-    pub plan_only: Option<Vec<String>>,
+    /// The transports the plan puts first, after a request's hint (a protocol named at start, as
+    /// Mooncake's `initialize` names one); the others follow as failover, and carry what these
+    /// cannot reach. `None`: the policy's order alone.
+    pub plan_first: Option<Vec<String>>,
 }
 
 /// TENT's transport names that are te's under another name.
@@ -397,7 +397,7 @@ impl TentConfig {
                 .filter(|(var, _)| lookup(var).is_none())
                 .map(|(var, (value, _))| (var, value))
                 .collect(),
-            plan_only: None,
+            plan_first: None,
         })
     }
 
