@@ -136,28 +136,6 @@ impl MooncakeEngine {
                 &live.settings,
                 &live.managed.source,
             )?,
-            // A transport TENT runs joins its capability matrix, as at start.
-            #[cfg(feature = "tent")]
-            (RuntimeKind::Tent, other)
-                if matches!(
-                    other,
-                    Protocol::Tcp | Protocol::Shm | Protocol::IoUring | Protocol::Rdma
-                ) =>
-            {
-                let transport = match other {
-                    #[cfg(feature = "rdma")]
-                    Protocol::Rdma => {
-                        std::sync::Arc::new(crate::install::rdma_transport(devices)?) as _
-                    }
-                    _ => crate::install::classic_transport(
-                        engine,
-                        other,
-                        &live.settings,
-                        &live.managed.source,
-                    )?,
-                };
-                live.runtime().install(transport)?;
-            }
             (_, other) => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
                     "protocol {:?}: te's TENT runtime installs its transports when it starts (MC_TENT_CONF), and {} is not among them",

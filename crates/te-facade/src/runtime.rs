@@ -141,21 +141,6 @@ impl Runtime {
         }
     }
 
-    /// Installs `transport` (under TENT, into its capability matrix too): the C API's
-    /// `installTransport` on a TENT engine.
-    #[cfg(feature = "tent")]
-    pub(crate) fn install(
-        &self,
-        transport: std::sync::Arc<dyn te_core::transport::Transport>,
-    ) -> Result<()> {
-        match self {
-            Runtime::Classic(e) => e.install_transport(transport)?,
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => t.install_transport(transport)?,
-        }
-        Ok(())
-    }
-
     /// Whether transport `name` (te's name) is installed.
     pub(crate) fn has_transport(&self, name: &str) -> bool {
         self.core()
