@@ -123,6 +123,5 @@ pub(crate) fn status_number(state: te_core::TransferState) -> c_int {
         S::Canceled => STATUS_CANCELED,
         S::Timeout => STATUS_TIMEOUT,
         S::Failed => STATUS_FAILED,
-        _ => STATUS_INVALID,
     }
 }

@@ -11,7 +11,6 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything te-core can refuse or fail with.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// An argument is out of its domain (zero length, overflow, bad location string).
     #[error("invalid argument: {0}")]
@@ -167,7 +166,6 @@ impl From<te_reactor::Error> for Error {
             te_reactor::Error::Sys(e) => Error::from(e),
             te_reactor::Error::Malformed(what) => Error::MalformedMessage(what),
             te_reactor::Error::Socket { context, source } => Error::Socket { context, source },
-            other => Error::MalformedMessage(other.to_string()),
         }
     }
 }
@@ -189,7 +187,6 @@ impl From<te_cuda::Error> for Error {
         match e {
             te_cuda::Error::Gpu(what) => Error::Gpu(what),
             te_cuda::Error::InvalidArgument(what) => Error::InvalidArgument(what),
-            other => Error::Gpu(other.to_string()),
         }
     }
 }
@@ -211,7 +208,6 @@ impl From<te_sys::Error> for Error {
                 transport: owner,
                 reason,
             },
-            other => Error::InvalidArgument(other.to_string()),
         }
     }
 }

@@ -6,8 +6,8 @@
 use std::io::BufReader;
 
 use crate::control::frame::{FrameType, read_frame, write_frame};
+use crate::memory::Opcode;
 use crate::segment::{RemoteSegment, SegmentDesc};
-use crate::transport::Opcode;
 use te_testkit::fuzz::{budget, run};
 
 #[test]

@@ -15,7 +15,6 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::transport::Opcode;
 
 /// Where a region's memory lives, in Mooncake's spelling (`cpu:0`, `cuda:1`, `*`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -53,6 +52,34 @@ impl FromStr for Location {
             "cpu" => Ok(Location::Cpu(index)),
             "cuda" => Ok(Location::Cuda(index)),
             _ => Err(bad()),
+        }
+    }
+}
+
+/// Direction of a transfer, seen from the initiator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Opcode {
+    /// Remote → local.
+    Read,
+    /// Local → remote.
+    Write,
+}
+
+impl Opcode {
+    /// The metrics' `operation` label.
+    pub fn operation(self) -> te_metrics::counters::Operation {
+        match self {
+            Opcode::Read => te_metrics::counters::Operation::Read,
+            Opcode::Write => te_metrics::counters::Operation::Write,
+        }
+    }
+
+    /// "read" or "write".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Opcode::Read => "read",
+            Opcode::Write => "write",
         }
     }
 }
@@ -262,7 +289,6 @@ impl Drop for RegionPin {
 
 /// Why a remote access was refused by [`RegionTable::pin_remote`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum AccessDenied {
     /// Zero length or `addr + len` overflows.
     BadRange,

@@ -75,7 +75,6 @@ const ENTRY_COST: usize = 64;
 
 /// Why a notification was not queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Refused {
     /// It is larger than `max_message`.
     TooLarge {

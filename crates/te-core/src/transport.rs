@@ -14,33 +14,7 @@ use crate::error::Result;
 use crate::memory::{Region, RegionTable};
 use crate::segment::{RemoteSegment, SegmentDesc, SegmentSecret};
 
-/// Direction of a transfer, seen from the initiator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Opcode {
-    /// Remote → local.
-    Read,
-    /// Local → remote.
-    Write,
-}
-
-impl Opcode {
-    /// The metrics' `operation` label.
-    pub fn operation(self) -> te_metrics::counters::Operation {
-        match self {
-            Opcode::Read => te_metrics::counters::Operation::Read,
-            Opcode::Write => te_metrics::counters::Operation::Write,
-        }
-    }
-
-    /// "read" or "write".
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Opcode::Read => "read",
-            Opcode::Write => "write",
-        }
-    }
-}
+pub use crate::memory::Opcode;
 
 /// One slice to move: `len` bytes between `local_addr` and `remote_addr` of `target`.
 pub struct SliceOp {
@@ -103,7 +77,6 @@ impl SliceOp {
 
 /// Why a target refused a request. Carried on the wire by transports as a small integer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Rejection {
     /// The request's segment secret did not match.
     BadSecret,
@@ -117,7 +90,6 @@ pub enum Rejection {
 
 /// How a slice failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum SliceError {
     /// The target checked the request and refused it; no memory was touched. Not retried.
     Rejected(Rejection),

@@ -2,7 +2,6 @@
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// No CUDA driver or device, or a driver call that failed.
     #[error("GPU: {0}")]

@@ -185,8 +185,6 @@ impl ErrorKind {
             E::PeerRefused { .. } => ErrorKind::PeerRefused,
             E::Metadata(_) | E::SegmentNotFound { .. } => ErrorKind::Metadata,
             E::Transport { .. } | E::NotRunning(_) => ErrorKind::Transport,
-            // An error te-core adds later is a transport's until it gets its own row.
-            _ => ErrorKind::Transport,
         }
     }
 }
@@ -209,11 +207,20 @@ impl FacadeError {
             #[cfg(feature = "tent")]
             FacadeError::Tent(T::NoTransport(_)) => ErrorKind::NoTransport,
             #[cfg(feature = "tent")]
-            FacadeError::Tent(_) => ErrorKind::InvalidArgument,
+            FacadeError::Tent(
+                T::Config(_)
+                | T::Metrics(_)
+                | T::InvalidBatch(_)
+                | T::InvalidTask { .. }
+                | T::InvalidArgument(_),
+            ) => ErrorKind::InvalidArgument,
             FacadeError::Transfer { state, .. } => match state {
                 TransferState::Timeout => ErrorKind::TransferTimeout,
                 TransferState::Canceled => ErrorKind::Canceled,
-                _ => ErrorKind::TransferFailed,
+                TransferState::Waiting
+                | TransferState::Pending
+                | TransferState::Completed
+                | TransferState::Failed => ErrorKind::TransferFailed,
             },
         }
     }

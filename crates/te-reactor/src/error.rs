@@ -6,7 +6,6 @@ use std::io;
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// A setting te cannot honour (`te_sys::Error::InvalidConfig`, naming it).
     #[error(transparent)]

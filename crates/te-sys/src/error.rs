@@ -2,7 +2,6 @@
 
 /// What went wrong.
 #[derive(Clone, Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// A setting te cannot honour (the variable named).
     #[error("invalid setting {name}={value:?}: {reason}")]

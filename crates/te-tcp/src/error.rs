@@ -2,7 +2,6 @@
 
 /// A malformed header on the data wire, or the connection failing under it.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// The header does not start with te's magic.
     #[error("bad magic {0:#010x}")]

@@ -37,7 +37,6 @@ pub use request::{MemoryOptions, Request, TentBatchId};
 
 /// te-tent's errors.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum TentError {
     /// The configuration is wrong (the message names the key or variable).
     #[error("TENT configuration: {0}")]

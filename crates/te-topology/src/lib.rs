@@ -25,7 +25,6 @@ pub use matrix::{NicFilter, PriorityMatrix};
 
 /// What can go wrong while discovering or loading a topology.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// A file could not be read.
     #[error("reading {path}: {source}")]

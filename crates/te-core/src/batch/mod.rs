@@ -14,10 +14,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::memory::Opcode;
 use crate::memory::RegionPin;
 use crate::notify::Notification;
 use crate::segment::RemoteSegment;
-use crate::transport::{Opcode, SliceError};
+use crate::transport::SliceError;
 
 mod meter;
 mod spin;
@@ -107,7 +108,6 @@ pub trait TaskWatcher: Send + Sync {
 /// A task's or batch's state, numbered as Mooncake's `TransferStatusEnum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-#[non_exhaustive]
 pub enum TransferState {
     /// Posted; no slice has finished yet.
     Waiting = 0,

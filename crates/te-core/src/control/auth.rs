@@ -48,7 +48,6 @@ fn nonce() -> Result<[u8; 16]> {
 }
 
 pub use te_reactor::secret::ClusterKey;
-pub(crate) use te_reactor::secret::keyed_mac;
 
 /// The cluster key for `secret` (`MC_TE_CLUSTER_SECRET`), its strength checked.
 ///
@@ -272,52 +271,6 @@ pub fn unseal(key: Option<&ClusterKey>, name: &str, desc: &mut SegmentDesc) -> R
     Ok(())
 }
 
-/// `value` as one string whatever the order of its objects' keys: objects with their keys
-/// sorted, no spaces, strings and numbers as serde_json writes them.
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical(&map[k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(v, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-/// What a descriptor's signature covers, from its JSON as received: `None` for JSON that is
-/// no object with a string `name`.
-pub fn received(value: &Value) -> Option<Received> {
-    let mut unsigned = value.as_object()?.clone();
-    unsigned.remove("te_signature");
-    let name = unsigned.get("name")?.as_str()?.to_string();
-    let mut text = String::new();
-    canonical(&Value::Object(unsigned), &mut text);
-    Some(Received {
-        canonical: text,
-        name,
-    })
-}
-
 /// Signs `desc` (its secret already sealed) with `key`: `te_signature` becomes an HMAC of the
 /// descriptor's canonical JSON without it, every field covered, the name included.
 ///
@@ -327,7 +280,7 @@ pub fn sign(key: &ClusterKey, desc: &mut SegmentDesc) -> Result<()> {
     desc.te_signature = None;
     let value = serde_json::to_value(&*desc)
         .map_err(|e| Error::InvalidArgument(format!("descriptor of {}: {e}", desc.name)))?;
-    let body = received(&value)
+    let body = Received::of(&value)
         .ok_or_else(|| Error::InvalidArgument(format!("descriptor of {}", desc.name)))?;
     desc.te_signature = Some(hex(&key.proof(&[b"te-desc", body.canonical.as_bytes()])));
     Ok(())

@@ -43,7 +43,6 @@ impl FrameType {
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum FrameError {
     /// The peer closed the connection between frames.
     #[error("connection closed")]

@@ -10,9 +10,9 @@ use super::{DESCRIPTOR_MIN_AGE, TransferEngine};
 use crate::control::auth::ClusterKey;
 use crate::control::{self, frame::FrameType};
 use crate::error::{Error, Result};
+use crate::memory::Opcode;
 use crate::metadata::{FetchedSegment, Metadata};
 use crate::segment::{Origin, RemoteSegment, SegmentDesc, SegmentId, host_id};
-use crate::transport::Opcode;
 
 /// How the name of a local file segment starts ([`TransferEngine::open_file_segment`]).
 pub(crate) const FILE_PREFIX: &str = "file:";

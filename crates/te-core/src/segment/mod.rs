@@ -17,9 +17,11 @@ use crate::memory::{Permission, Region};
 
 mod origin;
 mod remote;
+mod signed;
 
 pub use origin::Origin;
 pub use remote::{RemoteSegment, SegmentCache};
+pub use signed::Received;
 
 /// Segment id of a remote segment opened by this engine (Mooncake's `SegmentHandle`).
 pub type SegmentId = u64;
@@ -62,7 +64,7 @@ impl SegmentSecret {
     /// (each length-prefixed). It tells nothing of the secret, and fits no other context.
     pub fn prove(&self, context: &[&[u8]]) -> [u8; 16] {
         use hmac::Mac;
-        let tag = crate::control::auth::keyed_mac(&self.0, context)
+        let tag = te_reactor::secret::keyed_mac(&self.0, context)
             .finalize()
             .into_bytes();
         let mut out = [0u8; 16];
@@ -72,7 +74,7 @@ impl SegmentSecret {
 
     /// Compares in time independent of where the inputs differ.
     pub fn matches(&self, other: &[u8; 16]) -> bool {
-        crate::control::auth::same_bytes(&self.0, other)
+        te_reactor::secret::same_bytes(&self.0, other)
     }
 
     fn to_hex(self) -> String {
@@ -255,15 +257,6 @@ fn protocol_string_or_list<'de, D: serde::Deserializer<'de>>(
     }
 }
 
-/// A received descriptor as its publisher signed it ([`SegmentDesc::received`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Received {
-    /// Its JSON in canonical form, `te_signature` left out.
-    pub canonical: String,
-    /// The name it was published under.
-    pub name: String,
-}
-
 /// The protocol of a file segment: its one buffer is the file, addressed by file offset.
 pub const FILE_PROTOCOL: &str = "file";
 
@@ -384,7 +377,7 @@ impl SegmentDesc {
         let malformed =
             |e: serde_json::Error| Error::MalformedMessage(format!("segment descriptor: {e}"));
         let value: serde_json::Value = serde_json::from_slice(bytes).map_err(malformed)?;
-        let received = crate::control::auth::received(&value);
+        let received = Received::of(&value);
         let protocols = match value.get("protocol") {
             Some(serde_json::Value::Array(list)) => {
                 if list.len() > MAX_PROTOCOLS || list.iter().any(|p| !p.is_string()) {
@@ -519,7 +512,7 @@ pub fn process_identity(pid: u32) -> Option<String> {
 mod tests {
     use super::*;
     use crate::memory::Location;
-    use crate::transport::Opcode;
+    use crate::memory::Opcode;
 
     fn desc_json(buffers: &str) -> String {
         format!(r#"{{"name":"h:1","protocol":"tcp","tcp_data_port":9,"buffers":[{buffers}]}}"#)

@@ -4,12 +4,12 @@
 //! ([`SegmentCache`]). Fetching descriptors is the metadata module's job, not this one's.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::{BufferDesc, Origin, SegmentDesc, SegmentId, SegmentSecret, process_identity};
 use crate::error::{Error, Result};
+use crate::memory::Opcode;
 use crate::memory::Permission;
-use crate::transport::Opcode;
 
 /// In a segment's packed owner check: a check was made.
 const OWNER_CHECKED: u64 = 0b10;
@@ -257,24 +257,28 @@ impl RemoteSegment {
     /// depends only on the descriptor and the transport set, so it is made once per buffer
     /// instead of once per submit. A choice kept from an older epoch is never returned (nor
     /// replaced: a transport installed after a segment is opened costs that segment the full
-    /// choice on every submit, which is what every submit cost before).
-    pub(crate) fn chosen(
+    /// choice on every submit, which is what every submit cost before). Generic over what is
+    /// chosen (the engine's `dyn Transport`), so that segments know nothing of transports.
+    pub(crate) fn chosen<T: ?Sized + Send + Sync + 'static>(
         &self,
         index: usize,
         epoch: u64,
-        choose: impl FnOnce() -> Result<Arc<dyn crate::transport::Transport>>,
-    ) -> Result<Arc<dyn crate::transport::Transport>> {
+        choose: impl FnOnce() -> Result<Arc<T>>,
+    ) -> Result<Arc<T>> {
         let slot = &self.chosen[index];
         if let Some(kept) = slot.get()
             && kept.epoch == epoch
-            && let Some(t) = kept.transport.upgrade()
+            && let Some(t) = kept
+                .choice
+                .downcast_ref::<Weak<T>>()
+                .and_then(Weak::upgrade)
         {
             return Ok(t);
         }
         let t = choose()?;
         let _ = slot.set(Chosen {
             epoch,
-            transport: Arc::downgrade(&t),
+            choice: Box::new(Arc::downgrade(&t)),
         });
         Ok(t)
     }
@@ -336,7 +340,8 @@ type Attachment = Box<dyn std::any::Any + Send + Sync>;
 #[derive(Debug)]
 struct Chosen {
     epoch: u64,
-    transport: std::sync::Weak<dyn crate::transport::Transport>,
+    /// A `Weak` of what was chosen.
+    choice: Attachment,
 }
 
 /// Opened segments by name and by id.
