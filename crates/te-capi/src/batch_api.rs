@@ -246,7 +246,7 @@ pub unsafe extern "C" fn getNotifsFromEngine(
             return std::ptr::null_mut();
         }
         let got = registry::get(engine)
-            .and_then(|e| e.notifies())
+            .and_then(|e| e.take_notifies())
             .unwrap_or_default();
         let n = got.len().min(c_int::MAX as usize);
         // SAFETY: `size` is non-NULL and writable (the caller's contract).
@@ -262,8 +262,8 @@ pub unsafe extern "C" fn getNotifsFromEngine(
             }
             for (i, note) in got.iter().take(n).enumerate() {
                 array.add(i).write(NotifyMsgC {
-                    name: c_copy(&note.name),
-                    msg: c_copy(&note.notify_msg),
+                    name: c_copy(&note.notification.name),
+                    msg: c_copy(&note.notification.notify_msg),
                 });
             }
             size.write(n as c_int);

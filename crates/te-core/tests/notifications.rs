@@ -58,7 +58,7 @@ fn a_notification_over_the_bound_is_refused_from_its_length_alone() {
         reply.contains("MC_TE_NOTIFY_MAX_BYTES") && reply.contains("1048576"),
         "{reply}"
     );
-    assert!(e.take_received().is_empty());
+    assert!(e.take_notifies().is_empty());
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn a_source_holds_a_quarter_of_the_queue_and_every_notification_names_its_connec
     // Another source still gets through.
     let mut honest = connect_from("127.0.0.1", &e);
     assert!(notify(&mut honest, "honest-peer", "hello").contains("success"));
-    let got = e.take_received();
+    let got = e.take_notifies();
     assert_eq!(got.len(), accepted + 1);
     let (forged, real): (Vec<_>, Vec<_>) = got
         .iter()

@@ -63,7 +63,8 @@ fn cxl_owner() {
     e.register_buffer(&ro, "*", Permission::RemoteRead).unwrap();
     println!("READY {} {} {}", e.segment_name(), buf.addr(), ro.addr());
     let n = e
-        .recv_notification(Duration::from_secs(120))
+        .next_notify(Duration::from_secs(120))
+        .map(|r| r.notification)
         .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
     let intact = SWEEP.writes_landed(&buf);

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use te_core::notify::Received;
 use te_core::{
     Config, Notification, Opcode, Permission, SegmentId, TransferEngine, TransferRequest,
     TransferState,
@@ -40,6 +41,32 @@ pub enum BatchProgress {
     Failed,
     /// A task ran past its deadline; the id is freed (Mooncake keeps it, and leaks it).
     TimedOut,
+}
+
+/// One call's descriptor lists: local addresses, remote addresses, lengths.
+pub type Lists<'a> = (&'a [u64], &'a [u64], &'a [u64]);
+
+/// What a transfer carries besides its descriptors: a notification for the target, sent once
+/// every byte has landed, and a transport hint. `None` converts to neither, a notification to
+/// itself alone.
+#[derive(Clone, Debug, Default)]
+pub struct TransferOptions {
+    /// Delivered to the target after the data.
+    pub notify: Option<Notification>,
+    /// The transport to use (Mooncake's `transport_hint`), when not the engine's choice.
+    pub hint: Option<Protocol>,
+}
+
+impl From<Option<Notification>> for TransferOptions {
+    fn from(notify: Option<Notification>) -> Self {
+        TransferOptions { notify, hint: None }
+    }
+}
+
+impl From<Notification> for TransferOptions {
+    fn from(notify: Notification) -> Self {
+        Some(notify).into()
+    }
 }
 
 /// One engine, initialized or not, shared by every thread of a binding.
@@ -423,37 +450,23 @@ impl MooncakeEngine {
     }
 
     /// Moves bytes to or from `target` and returns when every byte has landed (or not): no
-    /// spinning while it waits. With `notify`, the target receives it after the data.
+    /// spinning while it waits. `options` carry a notification the target receives after the
+    /// data, and a transport hint (Mooncake's `transport_hint`); `None` for neither.
     ///
     /// # Errors
-    /// Bad lists, an unknown or unreachable peer, unregistered ranges on either side, or a
-    /// transfer that ends in another state than COMPLETED.
+    /// Bad lists, an unknown or unreachable peer, unregistered ranges on either side, a hint
+    /// for a transport that is not installed or cannot reach the peer's memory, or a transfer
+    /// that ends in another state than COMPLETED.
     pub fn transfer_sync(
         &self,
         target: &str,
         opcode: Opcode,
-        lists: (&[u64], &[u64], &[u64]),
-        notify: Option<Notification>,
+        lists: Lists<'_>,
+        options: impl Into<TransferOptions>,
     ) -> Result<()> {
-        self.transfer_sync_via(target, opcode, lists, notify, None)
-    }
-
-    /// [`transfer_sync`](Self::transfer_sync) through the transport `hint` names (Mooncake's
-    /// `transport_hint`), when given.
-    ///
-    /// # Errors
-    /// As [`transfer_sync`](Self::transfer_sync); a hint for a transport that is not installed
-    /// or cannot reach the peer's memory.
-    pub fn transfer_sync_via(
-        &self,
-        target: &str,
-        opcode: Opcode,
-        (sources, targets, lengths): (&[u64], &[u64], &[u64]),
-        notify: Option<Notification>,
-        hint: Option<Protocol>,
-    ) -> Result<()> {
+        let TransferOptions { notify, hint } = options.into();
         let live = self.live()?;
-        let (reqs, budget) = live.prepare(target, opcode, (sources, targets, lengths))?;
+        let (reqs, budget) = live.prepare(target, opcode, lists)?;
         let batch = live.runtime.allocate(reqs.len())?;
         let how = Submission {
             notify,
@@ -468,8 +481,10 @@ impl MooncakeEngine {
         outcome
     }
 
-    /// Submits a batch and returns its id at once (never 0); [`check`](Self::check) or
-    /// [`wait_all`](Self::wait_all) frees it.
+    /// As [`transfer_sync`](Self::transfer_sync), returning a batch id at once (never 0);
+    /// [`check`](Self::check), [`wait_batch`](Self::wait_batch) or
+    /// [`wait_all`](Self::wait_all) frees it. A notification is sent once every byte of the
+    /// batch has landed.
     ///
     /// # Errors
     /// As [`transfer_sync`](Self::transfer_sync), for what can be known at submission.
@@ -477,42 +492,13 @@ impl MooncakeEngine {
         &self,
         target: &str,
         opcode: Opcode,
-        (sources, targets, lengths): (&[u64], &[u64], &[u64]),
+        lists: Lists<'_>,
+        options: impl Into<TransferOptions>,
     ) -> Result<u64> {
-        self.submit_notify(target, opcode, (sources, targets, lengths), None)
-    }
-
-    /// As [`submit`](Self::submit); with `notify`, the target receives it once every byte
-    /// of the batch has landed.
-    ///
-    /// # Errors
-    /// As [`submit`](Self::submit).
-    pub fn submit_notify(
-        &self,
-        target: &str,
-        opcode: Opcode,
-        lists: (&[u64], &[u64], &[u64]),
-        notify: Option<Notification>,
-    ) -> Result<u64> {
-        self.submit_via(target, opcode, lists, notify, None)
-    }
-
-    /// [`submit_notify`](Self::submit_notify) through the transport `hint` names, when given.
-    ///
-    /// # Errors
-    /// As [`submit_notify`](Self::submit_notify) and
-    /// [`transfer_sync_via`](Self::transfer_sync_via).
-    pub fn submit_via(
-        &self,
-        target: &str,
-        opcode: Opcode,
-        (sources, targets, lengths): (&[u64], &[u64], &[u64]),
-        notify: Option<Notification>,
-        hint: Option<Protocol>,
-    ) -> Result<u64> {
+        let TransferOptions { notify, hint } = options.into();
         let live = self.live()?;
         live.sweep_abandoned();
-        let (reqs, budget) = live.prepare(target, opcode, (sources, targets, lengths))?;
+        let (reqs, budget) = live.prepare(target, opcode, lists)?;
         let batch = live.runtime.allocate(reqs.len())?;
         let how = Submission {
             notify,
@@ -573,12 +559,13 @@ impl MooncakeEngine {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// The notifications received so far, oldest first (drained).
+    /// The notifications received so far, oldest first (drained), each with the connection it
+    /// came on.
     ///
     /// # Errors
     /// [`FacadeError::NotInitialized`].
-    pub fn notifies(&self) -> Result<Vec<Notification>> {
-        Ok(self.live()?.engine().take_notifications())
+    pub fn take_notifies(&self) -> Result<Vec<Received>> {
+        Ok(self.live()?.engine().take_notifies())
     }
 
     /// Sends a notification to `target` without a transfer.

@@ -79,7 +79,7 @@ impl MooncakeEngine {
     ///
     /// # Errors
     /// [`FacadeError::NotInitialized`].
-    pub fn next_notify(&self, timeout: Duration) -> Result<Option<te_core::Notification>> {
-        Ok(self.live()?.engine().recv_notification(timeout))
+    pub fn next_notify(&self, timeout: Duration) -> Result<Option<te_core::notify::Received>> {
+        Ok(self.live()?.engine().next_notify(timeout))
     }
 }

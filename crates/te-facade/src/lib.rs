@@ -17,7 +17,6 @@
 //!
 //! Not here: argument conversion and each binding's return-code convention.
 
-mod backend;
 mod batches;
 mod engine;
 mod error;
@@ -30,9 +29,10 @@ mod runtime;
 mod session;
 pub mod settings;
 
-pub use backend::{Backend, Lists};
 pub use batches::{LOCAL_SEGMENT, NicLoad, SegmentRequest};
-pub use engine::{BatchProgress, Live, MooncakeEngine, UNREGISTER_GRACE, local_topology};
+pub use engine::{
+    BatchProgress, Lists, Live, MooncakeEngine, TransferOptions, UNREGISTER_GRACE, local_topology,
+};
 pub use error::{ERR_INVALID_ARGUMENT, ErrorKind, FacadeError, KINDS, KindRow, Result};
 pub use protocol::Protocol;
 pub use runtime::RuntimeKind;

@@ -1,4 +1,4 @@
-//! The `Backend` calls te's own bindings make, on both backends (the classic engine and TENT),
+//! The calls te's own bindings (`te.Engine`) make, on both runtimes (the classic engine and TENT),
 //! between two real engines over loopback TCP: bytes compared, ids checked, cancellation and
 //! abandoned handles, a range the peer registered after it was opened.
 
@@ -8,14 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::HostBuffer;
-use te_facade::{
-    Backend, FacadeError, MooncakeEngine, Notification, Opcode, Permission, RuntimeKind,
-};
+use te_facade::{FacadeError, MooncakeEngine, Notification, Opcode, Permission, RuntimeKind};
 use te_testkit::{assert_same_bytes, pattern};
 
 const LEN: usize = 4 << 20;
 
-fn start(tent: bool) -> Box<dyn Backend> {
+fn start(tent: bool) -> MooncakeEngine {
     let kind = match tent {
         true => RuntimeKind::Tent,
         false => RuntimeKind::Classic,
@@ -24,17 +22,22 @@ fn start(tent: bool) -> Box<dyn Backend> {
     e.initialize_on(kind, "127.0.0.1", "P2PHANDSHAKE", "tcp", "")
         .unwrap();
     assert_eq!(e.live().unwrap().runtime_kind(), kind);
-    Box::new(e)
+    e
 }
 
 /// A buffer of `len` bytes with `seed`'s pattern, registered on `e`.
-fn registered(e: &dyn Backend, len: usize, seed: u64) -> Arc<HostBuffer> {
+fn registered(e: &MooncakeEngine, len: usize, seed: u64) -> Arc<HostBuffer> {
     let buf = Arc::new(HostBuffer::new(len).unwrap());
     buf.write_at(0, &pattern(seed, len)).unwrap();
     // SAFETY: every test keeps its buffers alive past its engines' use of them.
     unsafe {
-        e.register(buf.addr(), len as u64, "*", Permission::RemoteReadWrite)
-            .unwrap()
+        e.register_batch_with(
+            &[buf.addr()],
+            &[len as u64],
+            "*",
+            Permission::RemoteReadWrite,
+        )
+        .unwrap()
     };
     buf
 }
@@ -53,23 +56,26 @@ fn both(test: impl Fn(bool)) {
 fn sync_and_async_transfers_land_every_byte() {
     both(|tent| {
         let (a, b) = (start(tent), start(tent));
-        let (abuf, bbuf) = (registered(&*a, LEN, 1), registered(&*b, LEN, 2));
-        let peer = b.name().unwrap();
+        let (abuf, bbuf) = (registered(&a, LEN, 1), registered(&b, LEN, 2));
+        let peer = b.session_name().unwrap();
         a.connect(&peer).unwrap();
         let lists = ([abuf.addr()], [bbuf.addr()], [LEN as u64]);
-        a.transfer(&peer, Opcode::Write, (&lists.0, &lists.1, &lists.2), None)
+        a.transfer_sync(&peer, Opcode::Write, (&lists.0, &lists.1, &lists.2), None)
             .unwrap();
         assert_same_bytes(&bbuf.to_vec(0, LEN).unwrap(), &pattern(1, LEN), "written");
         bbuf.write_at(0, &pattern(3, LEN)).unwrap();
         let id = a
             .submit(&peer, Opcode::Read, (&lists.0, &lists.1, &lists.2), None)
             .unwrap();
-        while !a.wait(id, Duration::from_millis(100)).unwrap() {}
+        while !a.wait_batch(id, Duration::from_millis(100)).unwrap() {}
         assert_same_bytes(&abuf.to_vec(0, LEN).unwrap(), &pattern(3, LEN), "read");
         // The id is spent: waiting again is an error, as is a made-up one.
-        assert!(a.wait(id, Duration::ZERO).is_err(), "tent={tent}");
-        assert_eq!(a.wait(987_654, Duration::ZERO).unwrap_err().code(), -1);
-        assert!(a.cancel(987_654).is_err());
+        assert!(a.wait_batch(id, Duration::ZERO).is_err(), "tent={tent}");
+        assert_eq!(
+            a.wait_batch(987_654, Duration::ZERO).unwrap_err().code(),
+            -1
+        );
+        assert!(a.cancel_batch(987_654).is_err());
         drop((a, b)); // see `buffers_outlive_engines`
     });
 }
@@ -78,8 +84,8 @@ fn sync_and_async_transfers_land_every_byte() {
 fn cancelled_and_abandoned_transfers_end_and_are_freed() {
     both(|tent| {
         let (a, b) = (start(tent), start(tent));
-        let (abuf, bbuf) = (registered(&*a, LEN, 1), registered(&*b, LEN, 2));
-        let peer = b.name().unwrap();
+        let (abuf, bbuf) = (registered(&a, LEN, 1), registered(&b, LEN, 2));
+        let peer = b.session_name().unwrap();
         let n = 64;
         let srcs = vec![abuf.addr(); n];
         let dsts = vec![bbuf.addr(); n];
@@ -87,9 +93,9 @@ fn cancelled_and_abandoned_transfers_end_and_are_freed() {
         let id = a
             .submit(&peer, Opcode::Write, (&srcs, &dsts, &lens), None)
             .unwrap();
-        a.cancel(id).unwrap();
+        a.cancel_batch(id).unwrap();
         let ended = loop {
-            match a.wait(id, Duration::from_millis(100)) {
+            match a.wait_batch(id, Duration::from_millis(100)) {
                 Ok(false) => continue,
                 other => break other,
             }
@@ -109,12 +115,12 @@ fn cancelled_and_abandoned_transfers_end_and_are_freed() {
                 .unwrap();
             a.abandon(id);
         }
-        a.transfer(&peer, Opcode::Write, (&one.0, &one.1, &one.2), None)
+        a.transfer_sync(&peer, Opcode::Write, (&one.0, &one.1, &one.2), None)
             .unwrap();
         let id = a
             .submit(&peer, Opcode::Write, (&one.0, &one.1, &one.2), None)
             .unwrap();
-        assert!(a.wait(id, Duration::from_secs(30)).unwrap());
+        assert!(a.wait_batch(id, Duration::from_secs(30)).unwrap());
         // Abandoned batches may still be moving bytes into `bbuf`: the engines go first.
         drop((a, b)); // see `buffers_outlive_engines`
     });
@@ -124,13 +130,13 @@ fn cancelled_and_abandoned_transfers_end_and_are_freed() {
 fn memory_the_peer_registers_later_notifications_and_close() {
     both(|tent| {
         let (a, b) = (start(tent), start(tent));
-        let abuf = registered(&*a, LEN, 1);
-        let _first = registered(&*b, 4096, 9);
-        let peer = b.name().unwrap();
+        let abuf = registered(&a, LEN, 1);
+        let _first = registered(&b, 4096, 9);
+        let peer = b.session_name().unwrap();
         a.connect(&peer).unwrap();
-        let later = registered(&*b, 65536, 2);
+        let later = registered(&b, 65536, 2);
         let lists = ([abuf.addr()], [later.addr()], [65536u64]);
-        a.transfer(&peer, Opcode::Write, (&lists.0, &lists.1, &lists.2), None)
+        a.transfer_sync(&peer, Opcode::Write, (&lists.0, &lists.1, &lists.2), None)
             .unwrap();
         assert_same_bytes(
             &later.to_vec(0, 65536).unwrap(),
@@ -149,12 +155,12 @@ fn memory_the_peer_registers_later_notifications_and_close() {
         assert!(a.probe(&peer).unwrap());
         b.close();
         b.close();
-        assert!(matches!(b.name(), Err(FacadeError::NotInitialized)));
+        assert!(matches!(b.session_name(), Err(FacadeError::NotInitialized)));
         assert!(
             !a.probe(&peer).unwrap(),
             "tent={tent}: a closed engine's port answers"
         );
-        b.unregister(later.addr()).unwrap_err();
+        b.unregister_batch(&[later.addr()]).unwrap_err();
         drop((a, b)); // see `buffers_outlive_engines`
     });
 }

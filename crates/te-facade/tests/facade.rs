@@ -36,7 +36,10 @@ fn calls_before_initialize_are_errors_not_crashes() {
         .unwrap_err();
     assert_eq!(err.code(), -1);
     assert!(matches!(e.check(7), Err(FacadeError::NotInitialized)));
-    assert!(matches!(e.notifies(), Err(FacadeError::NotInitialized)));
+    assert!(matches!(
+        e.take_notifies(),
+        Err(FacadeError::NotInitialized)
+    ));
     // SAFETY: refused before any memory is touched.
     let reg = unsafe { e.register(0x1000, 4096, "*") };
     assert!(matches!(reg, Err(FacadeError::NotInitialized)));
@@ -138,7 +141,7 @@ fn refusals_carry_mooncakes_codes() {
     let sync = a.transfer_sync(&nobody, Opcode::Write, (&[abuf.addr()], &[0], &[8]), None);
     assert!(sync.is_err());
     assert!(
-        a.submit(&nobody, Opcode::Write, (&[abuf.addr()], &[0], &[8]))
+        a.submit(&nobody, Opcode::Write, (&[abuf.addr()], &[0], &[8]), None)
             .is_err()
     );
     // The engine still serves.
@@ -169,6 +172,7 @@ fn async_batches_have_checked_ids() {
             &peer,
             Opcode::Write,
             (&[abuf.addr()], &[bbuf.addr()], &[1 << 20]),
+            None,
         )
         .unwrap();
     let two = a
@@ -180,6 +184,7 @@ fn async_batches_have_checked_ids() {
                 &[bbuf.addr() + (1 << 20)],
                 &[1 << 20],
             ),
+            None,
         )
         .unwrap();
     assert!(one != 0 && two != 0 && one != two);
@@ -207,6 +212,7 @@ fn async_batches_have_checked_ids() {
             &a.session_name().unwrap(),
             Opcode::Read,
             (&[bbuf.addr()], &[abuf.addr()], &[8]),
+            None,
         )
         .unwrap();
     assert!(a.check(theirs).is_err());
@@ -237,10 +243,13 @@ fn notifications_with_and_without_a_transfer() {
     let mut got = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while got.len() < 2 && std::time::Instant::now() < deadline {
-        got.extend(b.notifies().unwrap());
+        got.extend(b.take_notifies().unwrap());
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    let msgs: Vec<_> = got.iter().map(|n| n.notify_msg.as_str()).collect();
+    let msgs: Vec<_> = got
+        .iter()
+        .map(|r| r.notification.notify_msg.as_str())
+        .collect();
     assert!(
         msgs.contains(&"hello") && msgs.contains(&"bare"),
         "{msgs:?}"

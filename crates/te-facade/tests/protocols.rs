@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use te_core::HostBuffer;
-use te_facade::{FacadeError, MooncakeEngine, Opcode, Protocol, RuntimeKind};
+use te_facade::{FacadeError, MooncakeEngine, Opcode, Protocol, RuntimeKind, TransferOptions};
 use te_testkit::{assert_same_bytes, pattern};
 
 const LEN: usize = 1 << 20;
@@ -160,8 +160,16 @@ fn hints_pick_the_transport_or_fail_the_call() {
         let peer = b.session_name().unwrap();
         let lists = ([abuf.addr()], [bbuf.addr() + 64], [4096u64]);
         let view = (&lists.0[..], &lists.1[..], &lists.2[..]);
-        a.transfer_sync_via(&peer, Opcode::Write, view, None, Some(Protocol::Tcp))
-            .expect("tcp hint");
+        a.transfer_sync(
+            &peer,
+            Opcode::Write,
+            view,
+            TransferOptions {
+                notify: None,
+                hint: Some(Protocol::Tcp),
+            },
+        )
+        .expect("tcp hint");
         assert_same_bytes(
             &bbuf.to_vec(64, 4096).unwrap(),
             &pattern(1, 4096),
@@ -177,16 +185,40 @@ fn hints_pick_the_transport_or_fail_the_call() {
         };
         for hint in missing {
             let e = a
-                .transfer_sync_via(&peer, Opcode::Write, view, None, Some(hint))
+                .transfer_sync(
+                    &peer,
+                    Opcode::Write,
+                    view,
+                    TransferOptions {
+                        notify: None,
+                        hint: Some(hint),
+                    },
+                )
                 .unwrap_err();
             assert!(e.to_string().contains(hint.transport()), "{kind:?}: {e}");
-            let id = a.submit_via(&peer, Opcode::Write, view, None, Some(hint));
+            let id = a.submit(
+                &peer,
+                Opcode::Write,
+                view,
+                TransferOptions {
+                    notify: None,
+                    hint: Some(hint),
+                },
+            );
             assert!(id.is_err(), "{kind:?} async {hint:?}");
         }
         assert_same_bytes(&bbuf.to_vec(0, LEN).unwrap(), &before, "no stray write");
         // An asynchronous call with a good hint completes.
         let id = a
-            .submit_via(&peer, Opcode::Read, view, None, Some(Protocol::Tcp))
+            .submit(
+                &peer,
+                Opcode::Read,
+                view,
+                TransferOptions {
+                    notify: None,
+                    hint: Some(Protocol::Tcp),
+                },
+            )
             .unwrap();
         a.wait_all(&[id]).expect("read through tcp");
     }
@@ -207,6 +239,7 @@ fn batch_ids_are_non_zero_and_below_2_pow_48_on_both_runtimes() {
                         &name,
                         Opcode::Read,
                         (&[buf.addr()], &[pbuf.addr() + round], &[512]),
+                        None,
                     )
                     .unwrap();
                 assert!(id != 0 && id < 1 << 48, "{kind:?}: {id:#x}");

@@ -62,7 +62,8 @@ fn peers_with_the_secret_work_and_others_are_refused() {
     friend.send_notify(&name, &note).unwrap();
     assert_eq!(
         target
-            .recv_notification(Duration::from_secs(5))
+            .next_notify(Duration::from_secs(5))
+            .map(|r| r.notification)
             .unwrap()
             .notify_msg,
         "hello"
@@ -85,7 +86,8 @@ fn peers_with_the_secret_work_and_others_are_refused() {
     assert!(impostor.send_notify(&name, &note).is_err());
     assert!(
         target
-            .recv_notification(Duration::from_millis(300))
+            .next_notify(Duration::from_millis(300))
+            .map(|r| r.notification)
             .is_none(),
         "nothing got through"
     );

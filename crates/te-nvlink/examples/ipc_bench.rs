@@ -40,7 +40,7 @@ fn owner() -> Res<()> {
     let d = DeviceBuffer::new(0, DEPTH * BLOCK).map_err(|e| e.to_string())?;
     register(&e, &d, Permission::RemoteReadWrite)?;
     println!("READY {} {}", e.segment_name(), d.addr());
-    e.recv_notification(Duration::from_secs(600));
+    e.next_notify(Duration::from_secs(600));
     Ok(())
 }
 

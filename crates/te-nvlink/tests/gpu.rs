@@ -92,7 +92,8 @@ fn gpu_owner() {
     register_gpu(&e, &d, Permission::RemoteReadWrite);
     println!("READY {} {}", e.segment_name(), d.addr());
     let n = e
-        .recv_notification(Duration::from_secs(120))
+        .next_notify(Duration::from_secs(120))
+        .map(|r| r.notification)
         .expect("the initiator's notification");
     let intact =
         n.notify_msg == "check" && d.to_vec(LEN / 2, LEN / 2).unwrap() == pattern(4, LEN / 2);

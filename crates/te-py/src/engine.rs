@@ -16,7 +16,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use te_core::{HostBuffer, Permission};
-use te_facade::{Backend, MooncakeEngine, Notification, Opcode, RuntimeKind};
+use te_facade::{MooncakeEngine, Notification, Opcode, RuntimeKind};
 
 use crate::errors::raise;
 
@@ -27,7 +27,7 @@ const MAX_ROWS: usize = 1 << 24;
 
 #[pyclass(module = "te._native", frozen)]
 pub(crate) struct Engine {
-    backend: Box<dyn Backend>,
+    engine: MooncakeEngine,
 }
 
 /// Memory from `Engine.allocate`: this handle and the engine own it jointly, so it stays
@@ -119,14 +119,13 @@ impl Engine {
         };
         let engine = MooncakeEngine::new();
         raise(py.detach(|| engine.initialize_on(kind, hostname, metadata, protocol, devices)))?;
-        let chosen: Box<dyn Backend> = Box::new(engine);
-        Ok(Engine { backend: chosen })
+        Ok(Engine { engine })
     }
 
     /// The name peers reach this engine by (`host:port` peer to peer).
     #[getter]
     fn name(&self) -> PyResult<String> {
-        raise(self.backend.name())
+        raise(self.engine.session_name())
     }
 
     /// Registers `[addr, addr + length)` at `location`; peers may write it when `writable`.
@@ -147,25 +146,28 @@ impl Engine {
         };
         // SAFETY: te's Python layer passes ranges of objects it holds (buffer exports, DLPack
         // capsules, arrays) until unregistering, or raw ranges under the caller's promise.
-        raise(py.detach(|| unsafe { self.backend.register(addr, length, location, permission) }))
+        raise(py.detach(|| unsafe {
+            self.engine
+                .register_batch_with(&[addr], &[length], location, permission)
+        }))
     }
 
     /// Unregisters the region starting at `addr`, waiting briefly for peers' requests that
     /// still hold it.
     fn unregister(&self, py: Python<'_>, addr: u64) -> PyResult<()> {
-        raise(py.detach(|| self.backend.unregister(addr)))
+        raise(py.detach(|| self.engine.unregister_batch(&[addr])))
     }
 
     /// `length` bytes the engine allocates (shared memory where shm runs) and registers for
     /// peers to read and write.
     fn allocate(&self, py: Python<'_>, length: u64) -> PyResult<Block> {
-        let buffer = raise(py.detach(|| self.backend.allocate(length)))?;
+        let buffer = raise(py.detach(|| self.engine.allocate_block(length)))?;
         Ok(Block { buffer })
     }
 
     /// Opens the peer `target` (the handshake) now.
     fn connect(&self, py: Python<'_>, target: &str) -> PyResult<()> {
-        raise(py.detach(|| self.backend.connect(target)))
+        raise(py.detach(|| self.engine.connect(target)))
     }
 
     /// Moves bytes and returns when every byte has landed: raises otherwise.
@@ -183,8 +185,8 @@ impl Engine {
     ) -> PyResult<()> {
         let lists = (&sources[..], &targets[..], &lengths[..]);
         raise(py.detach(|| {
-            self.backend
-                .transfer(target, opcode(write), lists, notification(notify))
+            self.engine
+                .transfer_sync(target, opcode(write), lists, notification(notify))
         }))
     }
 
@@ -221,7 +223,7 @@ impl Engine {
     ) -> PyResult<u64> {
         let lists = (&sources[..], &targets[..], &lengths[..]);
         raise(py.detach(|| {
-            self.backend
+            self.engine
                 .submit(target, opcode(write), lists, notification(notify))
         }))
     }
@@ -259,7 +261,7 @@ impl Engine {
         loop {
             let left = limit.map(|l| l.saturating_sub(start.elapsed()));
             let step = left.map_or(WAIT_STEP, |l| l.min(WAIT_STEP));
-            if raise(py.detach(|| self.backend.wait(id, step)))? {
+            if raise(py.detach(|| self.engine.wait_batch(id, step)))? {
                 return Ok(true);
             }
             if left.is_some_and(|l| l <= step) {
@@ -271,12 +273,12 @@ impl Engine {
 
     /// Cancels transfer `id` (wait for it afterwards).
     fn cancel(&self, id: u64) -> PyResult<()> {
-        raise(self.backend.cancel(id))
+        raise(self.engine.cancel_batch(id))
     }
 
     /// Lets go of transfer `id` without waiting: it runs to its end and is freed later.
     fn abandon(&self, id: u64) {
-        self.backend.abandon(id);
+        self.engine.abandon(id);
     }
 
     /// Sends a notification to `target` (no data moves).
@@ -285,7 +287,7 @@ impl Engine {
             name: name.to_string(),
             notify_msg: message.to_string(),
         };
-        raise(py.detach(|| self.backend.send_notify(target, &n)))
+        raise(py.detach(|| self.engine.send_notify(target, &n)))
     }
 
     /// The notifications received, oldest first (drained), each as (name, message, the
@@ -297,7 +299,7 @@ impl Engine {
         py: Python<'_>,
         timeout: Option<f64>,
     ) -> PyResult<Vec<(String, String, String, bool)>> {
-        let mut got = raise(self.backend.take_notifies())?;
+        let mut got = raise(self.engine.take_notifies())?;
         if got.is_empty()
             && let Some(t) = timeout.filter(|t| t.is_finite() && *t > 0.0)
         {
@@ -306,9 +308,9 @@ impl Engine {
                 let step = deadline
                     .saturating_duration_since(std::time::Instant::now())
                     .min(WAIT_STEP);
-                if let Some(n) = raise(py.detach(|| self.backend.next_notify(step)))? {
+                if let Some(n) = raise(py.detach(|| self.engine.next_notify(step)))? {
                     got.push(n);
-                    got.extend(raise(self.backend.take_notifies())?);
+                    got.extend(raise(self.engine.take_notifies())?);
                     break;
                 }
                 if std::time::Instant::now() >= deadline {
@@ -334,34 +336,39 @@ impl Engine {
 
     /// Whether `target`'s handshake listener answers.
     fn probe(&self, py: Python<'_>, target: &str) -> PyResult<bool> {
-        raise(py.detach(|| self.backend.probe(target)))
+        raise(py.detach(|| self.engine.probe(target)))
     }
 
     /// Opens the file at `path` as a segment: the name transfers take as their target.
     fn open_file(&self, py: Python<'_>, path: &str, writable: bool) -> PyResult<String> {
-        raise(py.detach(|| self.backend.open_file(path, writable)))
+        raise(py.detach(|| self.engine.open_file(path, writable).map(|(name, _)| name)))
     }
 
     /// The transports installed: `(name, capabilities)` pairs, the network one first.
     fn transports(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, Vec<&'static str>)>> {
-        raise(py.detach(|| self.backend.transports()))
+        raise(py.detach(|| self.engine.transports()))
     }
 
     /// Each rail's load, as the C API's `getNicLoadStats`: a list of dicts.
     fn nic_load_stats<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let loads = raise(py.detach(|| self.backend.nic_loads()))?;
+        let loads = raise(py.detach(|| self.engine.nic_loads()))?;
         crate::nic_load_dicts(py, loads)
     }
 
     /// The engine's figures as te-metrics' JSON text; `count` switches counting first.
     #[pyo3(signature = (count=None))]
     fn metrics(&self, py: Python<'_>, count: Option<bool>) -> PyResult<String> {
-        raise(py.detach(|| self.backend.metrics(count)))
+        raise(py.detach(|| {
+            if let Some(on) = count {
+                self.engine.set_metrics(on)?;
+            }
+            self.engine.metrics_json()
+        }))
     }
 
     /// Shuts the engine down: listeners closed, ports released, memory unregistered.
     /// Idempotent; later calls raise `ClosedError`.
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.backend.close());
+        py.detach(|| self.engine.close());
     }
 }

@@ -20,7 +20,9 @@ mod logging;
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
-use te_facade::{BatchProgress, FacadeError, MooncakeEngine, Notification, Opcode, Protocol};
+use te_facade::{
+    BatchProgress, FacadeError, MooncakeEngine, Notification, Opcode, Protocol, TransferOptions,
+};
 
 /// A notification: who sent it (`name`) and what it says (`msg`).
 #[pyclass(module = "te._native", get_all, set_all)]
@@ -165,10 +167,12 @@ impl TransferEngine {
     ) -> PyResult<i32> {
         let via = hint(transport_hint)?;
         Ok(py.detach(|| {
-            sync_code(
-                self.facade
-                    .transfer_sync_via(target, op, lists.view(), notify, via),
-            )
+            sync_code(self.facade.transfer_sync(
+                target,
+                op,
+                lists.view(),
+                TransferOptions { notify, hint: via },
+            ))
         }))
     }
 
@@ -181,15 +185,23 @@ impl TransferEngine {
         transport_hint: &str,
     ) -> PyResult<u64> {
         let via = hint(transport_hint)?;
-        Ok(py.detach(
-            || match self.facade.submit_via(target, op, lists.view(), None, via) {
+        Ok(py.detach(|| {
+            match self.facade.submit(
+                target,
+                op,
+                lists.view(),
+                TransferOptions {
+                    notify: None,
+                    hint: via,
+                },
+            ) {
                 Ok(id) => id,
                 Err(e) => {
                     tracing::debug!(error = %e, "asynchronous submission failed");
                     0
                 }
-            },
-        ))
+            }
+        }))
     }
 }
 
@@ -547,12 +559,12 @@ impl TransferEngine {
     /// The notifications received so far (drained).
     fn get_notifies(&self) -> Vec<TransferNotify> {
         self.facade
-            .notifies()
+            .take_notifies()
             .unwrap_or_default()
             .into_iter()
-            .map(|n| TransferNotify {
-                name: n.name,
-                msg: n.notify_msg,
+            .map(|r| TransferNotify {
+                name: r.notification.name,
+                msg: r.notification.notify_msg,
             })
             .collect()
     }

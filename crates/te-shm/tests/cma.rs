@@ -69,7 +69,8 @@ fn cma_owner() {
         .unwrap();
     println!("READY {} {}", e.segment_name(), buf.addr());
     let n = e
-        .recv_notification(Duration::from_secs(120))
+        .next_notify(Duration::from_secs(120))
+        .map(|r| r.notification)
         .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
     std::process::exit(if SWEEP.writes_landed(&buf) { 0 } else { 3 });

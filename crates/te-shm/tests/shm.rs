@@ -57,7 +57,8 @@ fn shm_owner() {
         .unwrap();
     println!("READY {} {}", e.segment_name(), buf.addr());
     let n = e
-        .recv_notification(Duration::from_secs(120))
+        .next_notify(Duration::from_secs(120))
+        .map(|r| r.notification)
         .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
     let intact = SWEEP.writes_landed(&buf);

@@ -480,7 +480,8 @@ fn notifications_cross_both_ways() {
     );
     assert_eq!(rc, 0);
     let got = target
-        .recv_notification(WAIT)
+        .next_notify(WAIT)
+        .map(|r| r.notification)
         .expect("Mooncake's notification");
     assert_eq!(
         (got.name.as_str(), got.notify_msg.as_str()),

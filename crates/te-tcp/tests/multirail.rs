@@ -40,7 +40,8 @@ fn multirail_target() {
     register(&e, &buf, Permission::RemoteReadWrite);
     println!("READY {} {}", e.segment_name(), buf.addr());
     let n = e
-        .recv_notification(Duration::from_secs(300))
+        .next_notify(Duration::from_secs(300))
+        .map(|r| r.notification)
         .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
     let ok = buf.to_vec(0, LEN).unwrap() == pattern(SEED, LEN);

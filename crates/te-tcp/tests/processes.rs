@@ -31,7 +31,8 @@ fn child_target() {
     register(&e, &buf, Permission::RemoteReadWrite);
     println!("READY {} {}", e.segment_name(), buf.addr());
     let n = e
-        .recv_notification(Duration::from_secs(120))
+        .next_notify(Duration::from_secs(120))
+        .map(|r| r.notification)
         .expect("verify request");
     assert_eq!(n.notify_msg, "verify");
     for (i, &len) in SIZES.iter().enumerate() {

@@ -177,7 +177,7 @@ fn notifications_probes_and_submit_with_notify() {
     p.initiator
         .send_notify(p.target.segment_name(), &n)
         .unwrap();
-    assert_eq!(p.target.recv_notification(WAIT), Some(n));
+    assert_eq!(p.target.next_notify(WAIT).map(|r| r.notification), Some(n));
 
     let data = pattern(5, 300_000);
     p.local.write_at(0, &data).unwrap();
@@ -202,7 +202,8 @@ fn notifications_probes_and_submit_with_notify() {
     // Delivered by the engine when the batch completes; nobody polls the batch here.
     let got = p
         .target
-        .recv_notification(WAIT)
+        .next_notify(WAIT)
+        .map(|r| r.notification)
         .expect("completion notification");
     assert_eq!(got, done);
     // The notification follows the data: the bytes are readable when it arrives.

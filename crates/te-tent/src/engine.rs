@@ -798,12 +798,17 @@ impl TentEngine {
 
     /// Notifications received so far, oldest first (TENT's `receiveNotification`).
     pub fn receive_notifications(&self) -> Vec<Notification> {
-        self.inner.core.take_notifications()
+        self.inner
+            .core
+            .take_notifies()
+            .into_iter()
+            .map(|r| r.notification)
+            .collect()
     }
 
     /// Waits up to `timeout` for one notification.
     pub fn receive_notification(&self, timeout: Duration) -> Option<Notification> {
-        self.inner.core.recv_notification(timeout)
+        self.inner.core.next_notify(timeout).map(|r| r.notification)
     }
 }
 

@@ -570,28 +570,15 @@ impl TransferEngine {
         )
     }
 
-    /// Takes every notification received so far.
-    pub fn take_notifications(&self) -> Vec<Notification> {
-        self.take_received()
-            .into_iter()
-            .map(|r| r.notification)
-            .collect()
-    }
-
-    /// Takes every notification received so far, each with the connection it came on (the
-    /// sender's address, and whether it proved the cluster secret): the `name` inside is only
-    /// what the sender wrote.
-    pub fn take_received(&self) -> Vec<Received> {
+    /// Takes every notification received so far, oldest first, each with the connection it
+    /// came on (the sender's address, and whether it proved the cluster secret): the `name`
+    /// inside is only what the sender wrote.
+    pub fn take_notifies(&self) -> Vec<Received> {
         self.notifications.drain()
     }
 
     /// Takes the oldest notification, waiting up to `timeout` for one.
-    pub fn recv_notification(&self, timeout: Duration) -> Option<Notification> {
-        self.recv_received(timeout).map(|r| r.notification)
-    }
-
-    /// As [`recv_notification`](Self::recv_notification), with its sender.
-    pub fn recv_received(&self, timeout: Duration) -> Option<Received> {
+    pub fn next_notify(&self, timeout: Duration) -> Option<Received> {
         self.notifications.recv(timeout)
     }
 
