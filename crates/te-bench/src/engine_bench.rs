@@ -1,5 +1,5 @@
 //! `--mode=engine`: the engine's own cost per slice, with a transport that completes every slice
-//! the moment it is posted (te-core's `InstantTransport`). Each thread loops allocate batch →
+//! the moment it is posted (te-instant's `InstantTransport`). Each thread loops allocate batch →
 //! submit `batch_size` tasks of `block_size` → wait → free, like the transfer modes; the figure
 //! is slices (and tasks) per second through validation, slicing, routing, bookkeeping,
 //! completion and waking. No byte moves.
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use te_core::{Config, HostBuffer, Permission, TransferEngine};
-use te_testkit::InstantTransport;
+use te_instant::InstantTransport;
 
 use crate::BenchResult;
 use crate::flags::Flags;

@@ -111,7 +111,7 @@ impl MooncakeEngine {
         // Moves no byte: only in builds with the `instant` feature (the C API's cost bench).
         #[cfg(feature = "instant")]
         if protocol == "instant" && !live.runtime().has_transport("instant") {
-            engine.install_transport(std::sync::Arc::new(te_testkit::InstantTransport::new()))?;
+            engine.install_transport(std::sync::Arc::new(te_instant::InstantTransport::new()))?;
             return Ok(());
         }
         let wanted = Protocol::parse(protocol)?;

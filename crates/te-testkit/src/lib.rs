@@ -1,9 +1,7 @@
-//! te's test kit, a dev-dependency of every crate's tests (and of te-bench, which measures
-//! the engine through [`InstantTransport`]).
+//! te's test kit, a dev-dependency of every crate's tests and of nothing else.
 //!
-//! - [`InstantTransport`] completes every slice the moment it is posted, without touching
-//!   memory: with it, a benchmark measures the engine's own cost per slice (validation, slicing,
-//!   routing, bookkeeping, completion, waking), the "engine overhead" figure.
+//! - [`InstantTransport`] (te-instant's, re-exported) completes every slice the moment it is
+//!   posted, without touching memory.
 //! - [`SimTransport`] holds every slice until the test reports it: the seeded, deterministic
 //!   simulation (`tests/sim.rs`) drives the real engine through it, choosing order and faults,
 //!   on a [`clock::SimClock`] it advances by hand.
@@ -19,43 +17,7 @@ use std::sync::{Arc, OnceLock};
 use te_core::Result;
 use te_core::transport::{CompletionSink, InstallContext, SliceOp, Transport};
 
-/// A transport named `instant` that reports every slice done as soon as it is posted.
-#[derive(Default)]
-pub struct InstantTransport {
-    sink: OnceLock<Arc<dyn CompletionSink>>,
-}
-
-impl InstantTransport {
-    /// A transport not yet installed.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl Transport for InstantTransport {
-    fn name(&self) -> &'static str {
-        "instant"
-    }
-
-    fn capabilities(&self) -> te_core::transport::Capabilities {
-        te_core::transport::Capabilities::DRAM_REMOTE_HOST
-    }
-
-    fn install(&self, ctx: InstallContext) -> Result<()> {
-        let _ = self.sink.set(ctx.sink);
-        Ok(())
-    }
-
-    fn post(&self, slices: Vec<SliceOp>) {
-        slices.into_iter().for_each(|s| self.post_one(s));
-    }
-
-    fn post_one(&self, slice: SliceOp) {
-        if let Some(sink) = self.sink.get() {
-            sink.complete(slice, Ok(()));
-        }
-    }
-}
+pub use te_instant::InstantTransport;
 
 /// A transport that executes nothing by itself: posted slices wait in a queue until the test
 /// (the deterministic simulation) takes them and reports an outcome, in any order it likes.
