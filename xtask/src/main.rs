@@ -54,6 +54,7 @@ mod rdma_bench;
 mod report;
 mod same_host_bench;
 mod scale_bench;
+mod shape;
 mod softroce;
 mod tent_bench;
 mod tidy;

@@ -10,6 +10,10 @@
 //! - te-core's library code (its `src/` without test modules) at most 9,000 lines.
 //! - `docs/configuration.md` is what `cargo xtask config` generates from the settings tables.
 //! - Commit subjects since [`SUBJECT_BASE`] at most 72 characters.
+//! - The shape rules of [`crate::shape`]: long functions, the unsafe boundary, te-core's
+//!   import circles, the docs' headings and width.
+//!
+//! `cargo test` runs it too (`xtask/tests/tidy.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,6 +42,7 @@ pub(crate) fn tidy() -> Result<(), String> {
     problems.extend(core_size()?);
     problems.extend(crate::config::check()?);
     problems.extend(subjects()?);
+    problems.extend(crate::shape::check()?);
     match problems.is_empty() {
         true => {
             println!("tidy: every rule holds");
@@ -51,7 +56,7 @@ pub(crate) fn tidy() -> Result<(), String> {
     }
 }
 
-fn read(path: &Path) -> Result<String, String> {
+pub(crate) fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -102,7 +107,7 @@ fn architecture_problems(text: &str) -> Vec<String> {
 }
 
 /// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -7,6 +7,9 @@
 //! and their opening in another process, the dma-buf of a device range (for RDMA), and device
 //! buffers for tests and benchmarks; fabric handles (MNNVL) are in `fabric`. Not here:
 //! slicing, queues or completion (transports).
+
+#![allow(unsafe_code)] // the boundary crate: every CUDA driver call of te behind safe functions
+
 mod error;
 mod fabric;
 

@@ -2,6 +2,8 @@
 //! With a GPU (`cargo xtask gpu`, `#[ignore]`d here), GPU memory is written to and read back
 //! from a real file through cuFile, byte-verified against the file on disk.
 
+#![allow(unsafe_code)] // registers device memory by address, as a GPU program does
+
 use std::sync::Arc;
 
 use te_core::{

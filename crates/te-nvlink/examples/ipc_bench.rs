@@ -6,6 +6,8 @@
 //! side). The bytes written are read back and compared. Prints the figures and the ratio
 //! against the goal (>= 80 %).
 
+#![allow(unsafe_code)] // registers device memory by address, as a GPU program does
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,8 @@
 //! `MC_USE_FABRIC` to IPC memory), host ↔ GPU copies in one process, and GPU memory over TCP staged through host memory, all
 //! byte-verified.
 
+#![allow(unsafe_code)] // registers device memory by address, as a GPU program does
+
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;

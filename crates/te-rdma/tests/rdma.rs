@@ -3,6 +3,8 @@
 //! (no RDMA device there); the lane runs them with `--ignored` inside the guest:
 //! `cargo xtask softroce -- cargo test -p te-rdma --test rdma -- --ignored --test-threads=1`.
 
+#![allow(unsafe_code)] // registers memory with the NIC and posts work requests by address
+
 mod common;
 
 use std::sync::Arc;

@@ -7,6 +7,8 @@
 //! (`getpid`, forgotten in a forked child through `pthread_atfork`). Nothing here decides
 //! anything; callers choose.
 
+#![allow(unsafe_code)] // the boundary crate: every system call of te behind safe functions
+
 pub mod cross_memory;
 pub mod env;
 mod error;

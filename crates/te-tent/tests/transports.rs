@@ -3,6 +3,8 @@
 //! memory through host memory (the device hop is a copy transport standing in for a GPU copy
 //! engine, which this machine does not have; the network hop is real TCP).
 
+#![allow(unsafe_code)] // a test transport copies registered memory as a real one does
+
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

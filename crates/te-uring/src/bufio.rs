@@ -2,6 +2,8 @@
 //! (TENT's BufIO). The fallback where io_uring is missing or forbidden, and a baseline for it.
 //! Buffered only: no `O_DIRECT`, no rings.
 
+#![allow(unsafe_code)] // te-uring's boundary: positioned reads and writes into registered memory
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;

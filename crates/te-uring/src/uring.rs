@@ -4,6 +4,8 @@
 //! `O_DIRECT` request. Registered memory is registered with each ring as fixed buffers while the
 //! worker is idle, and used only while that table matches the engine's regions.
 
+#![allow(unsafe_code)] // te-uring's boundary: the ring's submissions and registered buffers
+
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};

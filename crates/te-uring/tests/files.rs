@@ -4,6 +4,8 @@
 //! file and a file cut short; and the automatic fallback to buffered I/O when a seccomp profile
 //! forbids io_uring (in a helper process, so the filter stays there).
 
+#![allow(unsafe_code)] // forbids io_uring with a seccomp filter (prctl), to test the fallback
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
