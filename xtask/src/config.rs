@@ -96,8 +96,8 @@ pub(crate) fn generate() -> String {
             out.push_str(&format!(
                 "| `{}` | {} | {} | {} |\n",
                 s.name,
-                cell(s.default),
-                cell(s.range),
+                cell(&s.default_text()),
+                cell(&s.values_text()),
                 cell(s.doc)
             ));
         }
@@ -204,10 +204,29 @@ mod tests {
                     s.name
                 );
                 assert!(!s.doc.is_empty(), "{krate}: {} has no doc", s.name);
+                // A number's default lies within its own bounds.
+                if let te_sys::env::Value::Number { unset, min, max }
+                | te_sys::env::Value::Bytes { unset, min, max } = s.value
+                {
+                    assert!(min <= max, "{}: bounds {min}..{max}", s.name);
+                    if let te_sys::env::Unset::Is(n) = unset {
+                        assert!((min..=max).contains(&n), "{}: default {n}", s.name);
+                    }
+                }
             }
         }
         let text = r#"get("MC_SLICE_SIZE"); let x = "MC_"; "MC_A1" "not MC_B""#;
         assert_eq!(literals(text), vec!["MC_SLICE_SIZE", "MC_A1"]);
         assert!(generate().contains("| `MC_SLICE_SIZE` |"));
+        // Each row says what its own definition does, defaults and bounds included.
+        let doc = generate();
+        for row in [
+            "| `MC_MIN_RPC_PORT` | 15000 | 1–65535 |",
+            "| `MC_MAX_RPC_PORT` | 17000 | 1–65535 |",
+            "| `MC_SLICE_SIZE` | 64 KiB | 4 KiB–1 GiB (K/M/G/T suffixes) |",
+            "| `MC_TE_MERGE_REQUESTS` | on | 0/1 |",
+        ] {
+            assert!(doc.contains(row), "{row}");
+        }
     }
 }

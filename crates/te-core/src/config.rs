@@ -146,31 +146,32 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
+        use crate::settings as S;
         Config {
-            slice_size: 65536,
-            fragment_limit: 16384,
-            retry_cnt: 9,
+            slice_size: S::SLICE_SIZE.initial(),
+            fragment_limit: S::SLICE_SIZE.initial::<u64>() / S::FRAGMENT_RATIO.initial::<u64>(),
+            retry_cnt: S::RETRY_CNT.initial(),
             tcp_bind_address: None,
-            rpc_min_port: 15000,
-            rpc_max_port: 17000,
-            handshake_connect_timeout: Duration::from_secs(5),
-            handshake_max_length: 1 << 20,
+            rpc_min_port: S::MIN_RPC_PORT.initial(),
+            rpc_max_port: S::MAX_RPC_PORT.initial(),
+            handshake_connect_timeout: Duration::from_secs(S::HANDSHAKE_CONNECT_TIMEOUT.initial()),
+            handshake_max_length: S::HANDSHAKE_MAX_LENGTH.initial(),
             slice_timeout: None,
-            metacache: true,
+            metacache: !S::DISABLE_METACACHE.on_by_default(),
             log_level: LogLevel::Info,
-            num_qp_per_ep: 2,
-            max_ep_per_ctx: 65535,
-            workers_per_ctx: 2,
+            num_qp_per_ep: S::NUM_QP_PER_EP.initial(),
+            max_ep_per_ctx: S::MAX_EP_PER_CTX.initial(),
+            workers_per_ctx: S::WORKERS_PER_CTX.initial(),
             endpoint_store: EvictionPolicy::Sieve,
             rails: None,
             nic_filter: te_topology::NicFilter::default(),
             custom_topo_json: None,
-            path_roundrobin: false,
-            merge_requests: true,
-            rail_pause: Duration::from_secs(30),
-            rail_error_threshold: 3,
-            rail_error_window: Duration::from_secs(10),
-            rail_cooldown_max: Duration::from_secs(300),
+            path_roundrobin: S::PATH_ROUNDROBIN.on_by_default(),
+            merge_requests: S::TE_MERGE_REQUESTS.on_by_default(),
+            rail_pause: Duration::from_secs(S::RDMA_RAIL_PAUSE_SECONDS.initial()),
+            rail_error_threshold: S::TE_RAIL_ERROR_THRESHOLD.initial(),
+            rail_error_window: Duration::from_secs(S::TE_RAIL_ERROR_WINDOW_SECS.initial()),
+            rail_cooldown_max: Duration::from_secs(S::TE_RAIL_COOLDOWN_MAX_SECS.initial()),
             cxl_dev_path: None,
             cxl_dev_size: None,
             cluster_secret: None,
@@ -179,11 +180,11 @@ impl Default for Config {
             redis_username: None,
             redis_password: None,
             redis_db_index: None,
-            metadata_refresh: Duration::from_secs(5),
-            metadata_refresh_batch: 64,
+            metadata_refresh: Duration::from_secs(S::METADATA_REFRESH_SECS.initial()),
+            metadata_refresh_batch: S::TE_METADATA_REFRESH_BATCH.initial(),
             max_batch_size: 1 << 20,
             notify: crate::notify::NotifyLimits::default(),
-            handshake_port: 12001,
+            handshake_port: S::HANDSHAKE_PORT.initial(),
             mooncake: crate::mooncake::MooncakeCompat::default(),
             limits: te_reactor::limits::ServerLimits::default(),
         }
@@ -231,115 +232,57 @@ impl Config {
     /// # Errors
     /// [`Error::InvalidConfig`] naming the first variable whose value is unusable.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        use crate::settings as S;
         let mut c = Config::default();
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        if let Some(v) = get(crate::settings::SLICE_SIZE.name) {
-            c.slice_size = env::number_in(crate::settings::SLICE_SIZE.name, &v, 4096, 1 << 30)?;
-        }
-        c.fragment_limit = c.slice_size / 4;
-        if let Some(v) = get(crate::settings::FRAGMENT_RATIO.name) {
-            let ratio: u64 = env::number_in(crate::settings::FRAGMENT_RATIO.name, &v, 1, 1024)?;
-            c.fragment_limit = c.slice_size / ratio;
-        }
-        if let Some(v) = get(crate::settings::RETRY_CNT.name) {
-            c.retry_cnt = env::number_in(crate::settings::RETRY_CNT.name, &v, 1, 127)?;
-        }
-        if let Some(v) = get(crate::settings::TCP_BIND_ADDRESS.name) {
-            let ip = v.trim().parse().map_err(|_| {
-                env::invalid(
-                    crate::settings::TCP_BIND_ADDRESS.name,
-                    &v,
-                    "not an IP address",
-                )
-            })?;
-            c.tcp_bind_address = Some(ip);
-        }
-        if let Some(v) = get(crate::settings::MIN_RPC_PORT.name)
-            .or_else(|| get(crate::settings::MIN_PRC_PORT.name))
-        {
-            c.rpc_min_port = env::number_in(crate::settings::MIN_RPC_PORT.name, &v, 1, u16::MAX)?;
-        }
-        if let Some(v) = get(crate::settings::MAX_RPC_PORT.name)
-            .or_else(|| get(crate::settings::MAX_PRC_PORT.name))
-        {
-            c.rpc_max_port = env::number_in(crate::settings::MAX_RPC_PORT.name, &v, 1, u16::MAX)?;
-        }
+        let env = env::Env::new(&get);
+        let secs = |s: &env::Setting| env.number_or_initial(s).map(Duration::from_secs);
+        c.slice_size = env.number_or_initial(&S::SLICE_SIZE)?;
+        c.fragment_limit = c.slice_size / env.number_or_initial::<u64>(&S::FRAGMENT_RATIO)?;
+        c.retry_cnt = env.number_or_initial(&S::RETRY_CNT)?;
+        c.tcp_bind_address = env.parsed(&S::TCP_BIND_ADDRESS, |v| {
+            v.parse().map_err(|_| "not an IP address".to_string())
+        })?;
+        // Mooncake's misspelt names count where the right ones are unset.
+        c.rpc_min_port = match env.number(&S::MIN_RPC_PORT)? {
+            Some(p) => p,
+            None => env.number(&S::MIN_PRC_PORT)?.unwrap_or(c.rpc_min_port),
+        };
+        c.rpc_max_port = match env.number(&S::MAX_RPC_PORT)? {
+            Some(p) => p,
+            None => env.number(&S::MAX_PRC_PORT)?.unwrap_or(c.rpc_max_port),
+        };
         if c.rpc_min_port > c.rpc_max_port {
             return Err(env::invalid(
-                crate::settings::MIN_RPC_PORT.name,
+                S::MIN_RPC_PORT.name,
                 &c.rpc_min_port.to_string(),
                 format!("greater than MC_MAX_RPC_PORT ({})", c.rpc_max_port),
             )
             .into());
         }
-        if let Some(v) = get(crate::settings::HANDSHAKE_CONNECT_TIMEOUT.name) {
-            let s: u64 =
-                env::number_in(crate::settings::HANDSHAKE_CONNECT_TIMEOUT.name, &v, 1, 3600)?;
-            c.handshake_connect_timeout = Duration::from_secs(s);
+        c.handshake_connect_timeout = secs(&S::HANDSHAKE_CONNECT_TIMEOUT)?;
+        c.handshake_max_length = env.number_or_initial(&S::HANDSHAKE_MAX_LENGTH)?;
+        c.slice_timeout = env.number(&S::SLICE_TIMEOUT)?.map(Duration::from_secs);
+        c.metacache = !env.flag(&S::DISABLE_METACACHE)?.unwrap_or(!c.metacache);
+        if let Some(v) = get(S::LOG_LEVEL.name) {
+            c.log_level = LogLevel::parse(S::LOG_LEVEL.name, &v)?;
         }
-        if let Some(v) = get(crate::settings::HANDSHAKE_MAX_LENGTH.name) {
-            c.handshake_max_length =
-                env::number_in(crate::settings::HANDSHAKE_MAX_LENGTH.name, &v, 1, 128 << 20)?;
-        }
-        if let Some(v) = get(crate::settings::SLICE_TIMEOUT.name) {
-            let s: u64 = env::number_in(crate::settings::SLICE_TIMEOUT.name, &v, 1, 65535)?;
-            c.slice_timeout = Some(Duration::from_secs(s));
-        }
-        if let Some(v) = get(crate::settings::DISABLE_METACACHE.name) {
-            c.metacache = !env::flag(crate::settings::DISABLE_METACACHE.name, &v)?;
-        }
-        if let Some(v) = get(crate::settings::LOG_LEVEL.name) {
-            c.log_level = LogLevel::parse(crate::settings::LOG_LEVEL.name, &v)?;
-        }
-        if let Some(v) = get(crate::settings::NUM_QP_PER_EP.name) {
-            c.num_qp_per_ep = env::number_in(crate::settings::NUM_QP_PER_EP.name, &v, 1, 255)?;
-        }
-        if let Some(v) = get(crate::settings::MAX_EP_PER_CTX.name) {
-            c.max_ep_per_ctx = env::number_in(crate::settings::MAX_EP_PER_CTX.name, &v, 1, 65535)?;
-        }
-        if let Some(v) = get(crate::settings::WORKERS_PER_CTX.name) {
-            c.workers_per_ctx = env::number_in(crate::settings::WORKERS_PER_CTX.name, &v, 1, 8)?;
-        }
-        if let Some(v) = get(crate::settings::ENDPOINT_STORE_TYPE.name) {
+        c.num_qp_per_ep = env.number_or_initial(&S::NUM_QP_PER_EP)?;
+        c.max_ep_per_ctx = env.number_or_initial(&S::MAX_EP_PER_CTX)?;
+        c.workers_per_ctx = env.number_or_initial(&S::WORKERS_PER_CTX)?;
+        if let Some(v) = get(S::ENDPOINT_STORE_TYPE.name) {
             c.endpoint_store = EvictionPolicy::parse(&v).ok_or_else(|| {
-                env::invalid(
-                    crate::settings::ENDPOINT_STORE_TYPE.name,
-                    &v,
-                    "expected SIEVE or FIFO",
-                )
+                env::invalid(S::ENDPOINT_STORE_TYPE.name, &v, "expected SIEVE or FIFO")
             })?;
         }
         c.nic_filter = te_topology::NicFilter::from_lookup(|k| get(k));
-        c.custom_topo_json = get(crate::settings::CUSTOM_TOPO_JSON.name);
-        if let Some(v) = get(crate::settings::PATH_ROUNDROBIN.name) {
-            c.path_roundrobin = env::flag(crate::settings::PATH_ROUNDROBIN.name, &v)?;
-        }
-        if let Some(v) = get(crate::settings::TE_MERGE_REQUESTS.name) {
-            c.merge_requests = env::flag(crate::settings::TE_MERGE_REQUESTS.name, &v)?;
-        }
-        if let Some(v) = get(crate::settings::RDMA_RAIL_PAUSE_SECONDS.name) {
-            let s: u64 =
-                env::number_in(crate::settings::RDMA_RAIL_PAUSE_SECONDS.name, &v, 1, 3600)?;
-            c.rail_pause = Duration::from_secs(s);
-        }
-        if let Some(v) = get(crate::settings::TE_RAIL_ERROR_THRESHOLD.name) {
-            c.rail_error_threshold =
-                env::number_in(crate::settings::TE_RAIL_ERROR_THRESHOLD.name, &v, 1, 1000)?;
-        }
-        if let Some(v) = get(crate::settings::TE_RAIL_ERROR_WINDOW_SECS.name) {
-            let s: u64 =
-                env::number_in(crate::settings::TE_RAIL_ERROR_WINDOW_SECS.name, &v, 1, 3600)?;
-            c.rail_error_window = Duration::from_secs(s);
-        }
-        if let Some(v) = get(crate::settings::TE_RAIL_COOLDOWN_MAX_SECS.name) {
-            let s: u64 = env::number_in(
-                crate::settings::TE_RAIL_COOLDOWN_MAX_SECS.name,
-                &v,
-                1,
-                86400,
-            )?;
-            c.rail_cooldown_max = Duration::from_secs(s);
-        }
+        c.custom_topo_json = get(S::CUSTOM_TOPO_JSON.name);
+        c.path_roundrobin = env.flag(&S::PATH_ROUNDROBIN)?.unwrap_or(c.path_roundrobin);
+        c.merge_requests = env.flag(&S::TE_MERGE_REQUESTS)?.unwrap_or(c.merge_requests);
+        c.rail_pause = secs(&S::RDMA_RAIL_PAUSE_SECONDS)?;
+        c.rail_error_threshold = env.number_or_initial(&S::TE_RAIL_ERROR_THRESHOLD)?;
+        c.rail_error_window = secs(&S::TE_RAIL_ERROR_WINDOW_SECS)?;
+        c.rail_cooldown_max = secs(&S::TE_RAIL_COOLDOWN_MAX_SECS)?;
         c.cxl_dev_path = get(crate::settings::CXL_DEV_PATH.name).map(|v| v.trim().into());
         // Set is set: an empty or weak secret is refused, never taken for none.
         if let Some(secret) = lookup(crate::settings::TE_CLUSTER_SECRET.name) {
@@ -368,45 +311,13 @@ impl Config {
         c.redis_password = lookup(crate::settings::REDIS_PASSWORD.name)
             .filter(|v| !v.is_empty())
             .map(Redacted);
-        if let Some(v) = get(crate::settings::REDIS_DB_INDEX.name) {
-            c.redis_db_index = Some(env::number_in(
-                crate::settings::REDIS_DB_INDEX.name,
-                &v,
-                0,
-                65535,
-            )?);
-        }
-        if let Some(v) = get(crate::settings::METADATA_REFRESH_SECS.name) {
-            let s: u64 = env::number_in(crate::settings::METADATA_REFRESH_SECS.name, &v, 1, 3600)?;
-            c.metadata_refresh = Duration::from_secs(s);
-        }
-        if let Some(v) = get(crate::settings::TE_METADATA_REFRESH_BATCH.name) {
-            c.metadata_refresh_batch = env::number_in(
-                crate::settings::TE_METADATA_REFRESH_BATCH.name,
-                &v,
-                1,
-                1_000_000,
-            )?;
-        }
-        if let Some(v) = get(crate::settings::CXL_DEV_SIZE.name) {
-            c.cxl_dev_size = Some(env::size(crate::settings::CXL_DEV_SIZE.name, &v)?);
-        }
-        if let Some(v) = get(crate::settings::HANDSHAKE_PORT.name) {
-            c.handshake_port =
-                env::number_in(crate::settings::HANDSHAKE_PORT.name, &v, 1, u16::MAX)?;
-        }
-        if let Some(v) = get(crate::settings::TE_NOTIFY_MAX_BYTES.name) {
-            c.notify.max_message =
-                env::size_in(crate::settings::TE_NOTIFY_MAX_BYTES.name, &v, 256, 64 << 20)?;
-        }
-        if let Some(v) = get(crate::settings::TE_NOTIFY_QUEUE_BYTES.name) {
-            c.notify.max_queued = env::size_in(
-                crate::settings::TE_NOTIFY_QUEUE_BYTES.name,
-                &v,
-                64 << 10,
-                1 << 40,
-            )?;
-        }
+        c.redis_db_index = env.number(&S::REDIS_DB_INDEX)?;
+        c.metadata_refresh = secs(&S::METADATA_REFRESH_SECS)?;
+        c.metadata_refresh_batch = env.number_or_initial(&S::TE_METADATA_REFRESH_BATCH)?;
+        c.cxl_dev_size = env.number(&S::CXL_DEV_SIZE)?;
+        c.handshake_port = env.number_or_initial(&S::HANDSHAKE_PORT)?;
+        c.notify.max_message = env.number_or_initial(&S::TE_NOTIFY_MAX_BYTES)?;
+        c.notify.max_queued = env.number_or_initial(&S::TE_NOTIFY_QUEUE_BYTES)?;
         c.mooncake = crate::mooncake::MooncakeCompat::from_lookup(|k| get(k))?;
         c.limits = te_reactor::limits::ServerLimits::from_lookup(|k| get(k))?;
         c.mooncake.check(c.cluster_secret.is_some())?;

@@ -61,8 +61,8 @@ pub struct NotifyLimits {
 impl Default for NotifyLimits {
     fn default() -> Self {
         NotifyLimits {
-            max_message: 64 << 10,
-            max_queued: 64 << 20,
+            max_message: crate::settings::TE_NOTIFY_MAX_BYTES.initial(),
+            max_queued: crate::settings::TE_NOTIFY_QUEUE_BYTES.initial(),
             max_count: 65536,
         }
     }

@@ -4,31 +4,37 @@
 
 use std::time::Duration;
 
-use te_sys::env::{Env, Setting};
+use te_sys::env::{Env, Setting, Unset, Value};
 
 pub(crate) const FORCE_TCP: Setting = Setting {
     name: "MC_FORCE_TCP",
-    default: "off",
-    range: "0/1",
+    value: Value::Flag { unset: false },
     doc: "Mooncake's switch: the `rdma` protocol of `initialize` installs TCP instead",
 };
 pub(crate) const TRANSFER_TIMEOUT: Setting = Setting {
     name: "MC_TRANSFER_TIMEOUT",
-    default: "30",
-    range: "seconds",
+    value: Value::Number {
+        unset: Unset::Is(30),
+        min: 0,
+        max: 1 << 32,
+    },
     doc: "seconds a synchronous call of `te.mooncake` or the C API may take (at least 5), plus a nanosecond per byte",
 };
 pub(crate) const USE_TENT: Setting = Setting {
     name: "MC_USE_TENT",
-    default: "unset",
-    range: "set or unset",
+    value: Value::Text {
+        unset: "unset",
+        values: "set or unset",
+    },
     doc: "set to any value: `te.mooncake` and the C API run on te's TENT runtime, as Mooncake's do",
 };
 pub(crate) const USE_TEV1: Setting = Setting {
     name: "MC_USE_TEV1",
-    default: "unset",
-    range: "set or unset",
-    doc: "set to any value: `te.mooncake` and the C API run on te's TENT runtime, as Mooncake's do",
+    value: Value::Text {
+        unset: "unset",
+        values: "set or unset",
+    },
+    doc: "Mooncake's other name for `MC_USE_TENT`",
 };
 
 /// Every variable this crate reads, in the order the reference lists them.
@@ -58,9 +64,9 @@ impl FacadeSettings {
     /// As [`from_env`](Self::from_env).
     pub(crate) fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> te_sys::Result<Self> {
         let env = Env::new(lookup);
-        let secs = env.number(&TRANSFER_TIMEOUT, 0u64, 1 << 32)?.unwrap_or(30);
+        let secs: u64 = env.number_or_initial(&TRANSFER_TIMEOUT)?;
         Ok(FacadeSettings {
-            force_tcp: env.flag(&FORCE_TCP)?.unwrap_or(false),
+            force_tcp: env.flag(&FORCE_TCP)?.unwrap_or(FORCE_TCP.on_by_default()),
             transfer_timeout: Duration::from_secs(secs.max(5)),
         })
     }

@@ -52,19 +52,19 @@ impl MetricsSettings {
                 })?,
                 None => IpAddr::V4(Ipv4Addr::LOCALHOST),
             };
-            let port = (env.number(&HTTP_PORT, 0u16, u16::MAX))
-                .map_err(|e| refused(&HTTP_PORT, e))?
-                .unwrap_or(9100);
+            let port = env
+                .number_or_initial(&HTTP_PORT)
+                .map_err(|e| refused(&HTTP_PORT, e))?;
             out.http = Some(SocketAddr::new(host, port));
-            let every = (env.number(&REPORT_INTERVAL, 0u64, 86_400))
-                .map_err(|e| refused(&REPORT_INTERVAL, e))?
-                .unwrap_or(30);
+            let every = env
+                .number_or_initial(&REPORT_INTERVAL)
+                .map_err(|e| refused(&REPORT_INTERVAL, e))?;
             out.report_every = (every > 0).then(|| Duration::from_secs(every));
         }
         if env.flag(&TE_METRIC).map_err(|e| refused(&TE_METRIC, e))? == Some(true) {
-            let every = (env.number(&TE_METRIC_INTERVAL, 1u64, 86_400))
-                .map_err(|e| refused(&TE_METRIC_INTERVAL, e))?
-                .unwrap_or(5);
+            let every = env
+                .number_or_initial(&TE_METRIC_INTERVAL)
+                .map_err(|e| refused(&TE_METRIC_INTERVAL, e))?;
             out.report_every = Some(Duration::from_secs(every));
             out.classic_report = true;
         }

@@ -84,8 +84,12 @@ impl NvlinkOptions {
     /// As [`from_env`](Self::from_env).
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> te_sys::Result<Self> {
         let env = Env::new(lookup);
-        let mnnvl = env.flag(&crate::settings::FORCE_MNNVL)?.unwrap_or(false);
-        let fabric = env.flag(&crate::settings::USE_FABRIC)?.unwrap_or(false);
+        let mnnvl = env
+            .flag(&crate::settings::FORCE_MNNVL)?
+            .unwrap_or(crate::settings::FORCE_MNNVL.on_by_default());
+        let fabric = env
+            .flag(&crate::settings::USE_FABRIC)?
+            .unwrap_or(crate::settings::USE_FABRIC.on_by_default());
         Ok(NvlinkOptions {
             mnnvl,
             use_fabric: mnnvl || fabric,

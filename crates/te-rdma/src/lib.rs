@@ -78,9 +78,8 @@ impl Default for RdmaOptions {
         RdmaOptions {
             devices: None,
             verbs: VerbsOptions::default(),
-            // Mooncake's default: 1 TiB.
-            max_mr_size: 1 << 40,
-            peer_sweep: Duration::from_secs(30),
+            max_mr_size: crate::settings::MAX_MR_SIZE.initial(),
+            peer_sweep: Duration::from_secs(crate::settings::TE_RDMA_PEER_SWEEP_SECS.initial()),
         }
     }
 }
@@ -103,36 +102,36 @@ impl RdmaOptions {
     /// As [`from_env`](Self::from_env).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> te_core::Result<Self> {
         let mut o = RdmaOptions::default();
-        let num = |name: &str, lo: u64, hi: u64| -> te_core::Result<Option<u64>> {
-            match lookup(name).filter(|v| !v.trim().is_empty()) {
+        let num = |s: &te_sys::env::Setting| -> te_core::Result<Option<u64>> {
+            match lookup(s.name).filter(|v| !v.trim().is_empty()) {
                 None => Ok(None),
-                Some(v) => Ok(Some(te_sys::env::number_in(name, &v, lo, hi)?)),
+                Some(v) => Ok(Some(s.number(&v)?)),
             }
         };
-        if let Some(p) = num(crate::settings::IB_PORT.name, 1, 255)? {
+        if let Some(p) = num(&crate::settings::IB_PORT)? {
             o.verbs.port = p as u8;
         }
-        o.verbs.gid_index = num(crate::settings::GID_INDEX.name, 0, 255)?.map(|g| g as u32);
-        if let Some(w) = num(crate::settings::MAX_WR.name, 1, 65536)? {
+        o.verbs.gid_index = num(&crate::settings::GID_INDEX)?.map(|g| g as u32);
+        if let Some(w) = num(&crate::settings::MAX_WR)? {
             o.verbs.max_wr = w as u32;
         }
-        if let Some(t) = num(crate::settings::IB_TIMEOUT.name, 1, 31)? {
+        if let Some(t) = num(&crate::settings::IB_TIMEOUT)? {
             o.verbs.timeout = t as u8;
         }
-        if let Some(sl) = num(crate::settings::IB_SL.name, 0, 15)? {
+        if let Some(sl) = num(&crate::settings::IB_SL)? {
             o.verbs.service_level = sl as u8;
         }
-        if let Some(tc) = num(crate::settings::IB_TC.name, 0, 255)? {
+        if let Some(tc) = num(&crate::settings::IB_TC)? {
             o.verbs.traffic_class = tc as u8;
         }
-        o.verbs.mtu = num(crate::settings::MTU.name, 256, 4096)?.map(|m| m as u32);
-        if let Some(c) = num(crate::settings::NUM_CQ_PER_CTX.name, 1, 256)? {
+        o.verbs.mtu = num(&crate::settings::MTU)?.map(|m| m as u32);
+        if let Some(c) = num(&crate::settings::NUM_CQ_PER_CTX)? {
             o.verbs.cqs = c as u32;
         }
-        if let Some(m) = num(crate::settings::MAX_MR_SIZE.name, 4096, u64::MAX)? {
+        if let Some(m) = num(&crate::settings::MAX_MR_SIZE)? {
             o.max_mr_size = m;
         }
-        if let Some(s) = num(crate::settings::TE_RDMA_PEER_SWEEP_SECS.name, 1, 86_400)? {
+        if let Some(s) = num(&crate::settings::TE_RDMA_PEER_SWEEP_SECS)? {
             o.peer_sweep = Duration::from_secs(s);
         }
         Ok(o)

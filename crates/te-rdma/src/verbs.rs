@@ -64,17 +64,18 @@ pub struct VerbsOptions {
 
 impl Default for VerbsOptions {
     fn default() -> Self {
+        use crate::settings as S;
         VerbsOptions {
-            port: 1,
+            port: S::IB_PORT.initial(),
             gid_index: None,
-            max_wr: 256,
-            timeout: 14,
+            max_wr: S::MAX_WR.initial(),
+            timeout: S::IB_TIMEOUT.initial(),
             retry_cnt: 7,
-            service_level: 0,
-            traffic_class: 0,
+            service_level: S::IB_SL.initial(),
+            traffic_class: S::IB_TC.initial(),
             mtu: None,
             lanes: 1,
-            cqs: 1,
+            cqs: S::NUM_CQ_PER_CTX.initial(),
         }
     }
 }

@@ -58,17 +58,19 @@ pub struct ServerLimits {
 
 impl Default for ServerLimits {
     fn default() -> Self {
+        use crate::settings as S;
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         ServerLimits {
             server_threads: cores.clamp(1, 8),
-            max_data_connections: 10_240,
-            max_data_connections_per_address: 1_024,
-            control_threads: 1,
-            max_control_connections: 4_096,
-            max_control_connections_per_address: 64,
-            cap_loopback: true,
-            listen_backlog: 4_096,
-            conn_reply_bytes: 4096,
+            max_data_connections: S::TE_MAX_DATA_CONNECTIONS.initial(),
+            max_data_connections_per_address: S::TE_MAX_DATA_CONNECTIONS_PER_ADDRESS.initial(),
+            control_threads: S::TE_CONTROL_THREADS.initial(),
+            max_control_connections: S::TE_MAX_CONTROL_CONNECTIONS.initial(),
+            max_control_connections_per_address: S::TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS
+                .initial(),
+            cap_loopback: S::TE_CAP_LOOPBACK.on_by_default(),
+            listen_backlog: S::TE_LISTEN_BACKLOG.initial(),
+            conn_reply_bytes: S::TE_CONN_REPLY_BYTES.initial(),
             client_threads: cores.clamp(4, 8),
         }
     }
@@ -81,71 +83,38 @@ impl ServerLimits {
     /// [`Error::Sys`](crate::Error::Sys) naming the variable whose value is out of range.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let d = ServerLimits::default();
-        let read = |name: &str, default: usize, min: usize, max: usize| -> Result<usize> {
-            match get(name) {
+        let read = |s: &te_sys::env::Setting, default: usize| -> Result<usize> {
+            match get(s.name) {
                 None => Ok(default),
-                Some(v) => Ok(te_sys::env::number_in(name, &v, min, max)?),
+                Some(v) => Ok(s.number(&v)?),
             }
         };
         Ok(ServerLimits {
-            server_threads: read(
-                crate::settings::TE_SERVER_THREADS.name,
-                d.server_threads,
-                1,
-                256,
-            )?,
+            server_threads: read(&crate::settings::TE_SERVER_THREADS, d.server_threads)?,
             max_data_connections: read(
-                crate::settings::TE_MAX_DATA_CONNECTIONS.name,
+                &crate::settings::TE_MAX_DATA_CONNECTIONS,
                 d.max_data_connections,
-                1,
-                1 << 20,
             )?,
             max_data_connections_per_address: read(
-                crate::settings::TE_MAX_DATA_CONNECTIONS_PER_ADDRESS.name,
+                &crate::settings::TE_MAX_DATA_CONNECTIONS_PER_ADDRESS,
                 d.max_data_connections_per_address,
-                0,
-                1 << 20,
             )?,
-            control_threads: read(
-                crate::settings::TE_CONTROL_THREADS.name,
-                d.control_threads,
-                1,
-                64,
-            )?,
+            control_threads: read(&crate::settings::TE_CONTROL_THREADS, d.control_threads)?,
             max_control_connections: read(
-                crate::settings::TE_MAX_CONTROL_CONNECTIONS.name,
+                &crate::settings::TE_MAX_CONTROL_CONNECTIONS,
                 d.max_control_connections,
-                1,
-                1 << 20,
             )?,
             max_control_connections_per_address: read(
-                crate::settings::TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS.name,
+                &crate::settings::TE_MAX_CONTROL_CONNECTIONS_PER_ADDRESS,
                 d.max_control_connections_per_address,
-                0,
-                1 << 20,
             )?,
             cap_loopback: match get(crate::settings::TE_CAP_LOOPBACK.name) {
                 None => d.cap_loopback,
                 Some(v) => te_sys::env::flag(crate::settings::TE_CAP_LOOPBACK.name, &v)?,
             },
-            listen_backlog: read(
-                crate::settings::TE_LISTEN_BACKLOG.name,
-                d.listen_backlog,
-                1,
-                65_535,
-            )?,
-            conn_reply_bytes: read(
-                crate::settings::TE_CONN_REPLY_BYTES.name,
-                d.conn_reply_bytes,
-                64,
-                1 << 20,
-            )?,
-            client_threads: read(
-                crate::settings::TE_CLIENT_THREADS.name,
-                d.client_threads,
-                1,
-                256,
-            )?,
+            listen_backlog: read(&crate::settings::TE_LISTEN_BACKLOG, d.listen_backlog)?,
+            conn_reply_bytes: read(&crate::settings::TE_CONN_REPLY_BYTES, d.conn_reply_bytes)?,
+            client_threads: read(&crate::settings::TE_CLIENT_THREADS, d.client_threads)?,
         })
     }
 

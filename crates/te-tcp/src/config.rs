@@ -29,10 +29,10 @@ pub struct TcpSettings {
 impl Default for TcpSettings {
     fn default() -> Self {
         TcpSettings {
-            lanes_per_peer: 4,
-            status_timeout: Duration::from_secs(30),
+            lanes_per_peer: TCP_LANES_PER_PEER.initial(),
+            status_timeout: Duration::from_secs(TCP_STATUS_TIMEOUT_SEC.initial()),
             congestion: Congestion::Auto,
-            mooncake_threads: 2,
+            mooncake_threads: TE_MOONCAKE_THREADS.initial(),
         }
     }
 }
@@ -54,18 +54,16 @@ impl TcpSettings {
         let env = Env::new(lookup);
         let d = TcpSettings::default();
         Ok(TcpSettings {
-            lanes_per_peer: env
-                .number(&TCP_LANES_PER_PEER, 1, 64)?
-                .unwrap_or(d.lanes_per_peer),
+            lanes_per_peer: env.number(&TCP_LANES_PER_PEER)?.unwrap_or(d.lanes_per_peer),
             status_timeout: env
-                .number(&TCP_STATUS_TIMEOUT_SEC, 1, 3600)?
+                .number(&TCP_STATUS_TIMEOUT_SEC)?
                 .map_or(d.status_timeout, Duration::from_secs),
             congestion: match env.text(&TE_TCP_CONGESTION) {
                 Some(v) => Congestion::parse(&v)?,
                 None => d.congestion,
             },
             mooncake_threads: env
-                .number(&TE_MOONCAKE_THREADS, 1, 64)?
+                .number(&TE_MOONCAKE_THREADS)?
                 .unwrap_or(d.mooncake_threads),
         })
     }
