@@ -22,7 +22,7 @@ enum Outcome {
 }
 
 /// Per-package feature combinations linted beyond the workspace build (which unifies features).
-const FEATURE_MATRIX: [(&str, &[&str]); 13] = [
+const FEATURE_MATRIX: [(&str, &[&str]); 14] = [
     ("te-core", &["--no-default-features"]),
     ("te-core", &["--features", "cuda"]),
     ("te-topology", &["--features", "hwloc"]),
@@ -38,6 +38,8 @@ const FEATURE_MATRIX: [(&str, &[&str]); 13] = [
     // A lean build of the one crate to depend on: TCP alone.
     ("te-facade", &["--no-default-features", "--features", "tcp"]),
     ("te-bench", &["--no-default-features"]),
+    // The catalog without any transport: every name an error naming its feature.
+    ("te-catalog", &[]),
     // The C library as `cargo xtask bench capi` builds it to measure its own cost.
     ("te-capi", &["--features", "instant"]),
 ];

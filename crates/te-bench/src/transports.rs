@@ -8,28 +8,23 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use te_core::{Config, FileAccess, HostBuffer, SegmentId, TransferEngine};
-use te_cxl::CxlTransport;
-use te_shm::ShmTransport;
-use te_tcp::TcpTransport;
-use te_uring::{BufIoTransport, FileOptions, UringTransport};
 
 use crate::flags::Flags;
 use crate::memory::BenchMemory;
 use crate::{BenchResult, TARGET_SEED, pattern};
 
-/// Transports installed beside TCP that allocate target memory.
+/// What the transports installed give the target's memory: an allocator where one allocates
+/// memory peers map (shared memory, a CXL device).
 pub(crate) struct Installed {
-    shm: Option<Arc<ShmTransport>>,
-    cxl: Option<Arc<CxlTransport>>,
+    allocator: Option<te_catalog::Allocator>,
 }
 
 impl Installed {
     /// The target's buffer: GPU memory (`gpu`), shared memory, CXL device memory, or the heap.
     pub(crate) fn allocate(&self, size: usize, gpu: Option<u32>) -> BenchResult<BenchMemory> {
-        let host = match (gpu, &self.shm, &self.cxl) {
-            (Some(_), _, _) => return BenchMemory::new(gpu, size),
-            (_, Some(shm), _) => shm.allocate(size).map_err(|e| e.to_string())?,
-            (_, _, Some(cxl)) => cxl.allocate(size).map_err(|e| e.to_string())?,
+        let host = match (gpu, &self.allocator) {
+            (Some(_), _) => return BenchMemory::new(gpu, size),
+            (_, Some(allocate)) => allocate(size).map_err(|e| e.to_string())?,
             _ => Arc::new(HostBuffer::new(size).map_err(|e| e.to_string())?),
         };
         Ok(BenchMemory::Host(host))
@@ -53,61 +48,49 @@ pub(crate) fn meter(engine: &TransferEngine, flags: &Flags) -> BenchResult<()> {
     Ok(())
 }
 
-/// An engine named `name` with the transports `--protocol` needs.
+/// An engine named `name` with the transports `--protocol` needs, made by te-catalog: RDMA
+/// alone for `rdma` (so the segment's protocol is rdma; the control channel needs no
+/// transport), else TCP and the one `--protocol` names beside it.
 pub(crate) fn start_engine(
     config: Config,
     flags: &Flags,
     name: &str,
 ) -> BenchResult<(TransferEngine, Installed)> {
+    let devices = flags.devices();
+    let make = |entry: &str, config: &Config| {
+        let options = te_catalog::Options {
+            config,
+            lookup: &te_sys::env::process,
+            devices: (!devices.is_empty()).then(|| devices.clone()),
+            shm_dir: None,
+        };
+        te_catalog::make(entry, &options).map_err(|e| format!("{entry} transport: {e}"))
+    };
+    // The device is mapped before the engine takes the configuration.
     let cxl = match flags.protocol.as_str() {
-        "cxl" => Some(Arc::new(
-            CxlTransport::open(&config).map_err(|e| e.to_string())?,
-        )),
+        "cxl" => Some(make("cxl", &config)?),
         _ => None,
     };
     let engine = TransferEngine::init(config, &flags.metadata_server, name)
         .map_err(|e| format!("engine: {e}"))?;
     meter(&engine, flags)?;
-    let install = |t: Arc<dyn te_core::transport::Transport>| {
-        let n = t.name();
-        engine
-            .install_transport(t)
-            .map_err(|e| format!("{n} transport: {e}"))
+    let entries: &[&str] = match flags.protocol.as_str() {
+        "rdma" => &["rdma"],
+        "nvlink" | "shm" | "uring" | "bufio" => &["tcp", flags.protocol.as_str()],
+        _ => &["tcp"],
     };
-    let mut installed = Installed {
-        shm: None,
-        cxl: None,
-    };
-    if flags.protocol == "rdma" {
-        // RDMA alone, so the segment's protocol is rdma; the control channel needs no transport.
-        let mut options = te_rdma::RdmaOptions::from_env().map_err(|e| e.to_string())?;
-        let devices = flags.devices();
-        if !devices.is_empty() {
-            options.devices = Some(devices);
-        }
-        install(Arc::new(te_rdma::RdmaTransport::new(options)))?;
-        return Ok((engine, installed));
+    let mut made: Vec<te_catalog::Made> = Vec::new();
+    for entry in entries {
+        made.push(make(entry, engine.config())?);
     }
-    install(Arc::new(TcpTransport::new()))?;
-    match flags.protocol.as_str() {
-        "nvlink" => install(Arc::new(te_nvlink::NvlinkTransport::new()))?,
-        "shm" => {
-            let shm = Arc::new(ShmTransport::default());
-            install(shm.clone())?;
-            installed.shm = Some(shm);
-        }
-        "cxl" => {
-            if let Some(cxl) = cxl {
-                install(cxl.clone())?;
-                installed.cxl = Some(cxl);
-            }
-        }
-        "uring" => {
-            let t = UringTransport::new(FileOptions::default()).map_err(|e| e.to_string())?;
-            install(Arc::new(t))?;
-        }
-        "bufio" => install(Arc::new(BufIoTransport::new(FileOptions::default())))?,
-        _ => {}
+    made.extend(cxl);
+    let mut installed = Installed { allocator: None };
+    for m in made {
+        let n = m.transport.name();
+        engine
+            .install_transport(m.transport)
+            .map_err(|e| format!("{n} transport: {e}"))?;
+        installed.allocator = installed.allocator.take().or(m.allocator);
     }
     Ok((engine, installed))
 }

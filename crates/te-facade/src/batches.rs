@@ -11,8 +11,8 @@ use te_core::{Notification, Opcode, TransferRequest, TransferStatus};
 
 use crate::engine::MooncakeEngine;
 use crate::error::{FacadeError, Result};
-use crate::protocol::Protocol;
 use crate::runtime::{RuntimeKind, Submission};
+use te_catalog::Protocol;
 
 /// Mooncake's `LOCAL_SEGMENT`: the engine's own segment.
 pub const LOCAL_SEGMENT: i32 = 0;
@@ -126,9 +126,8 @@ impl MooncakeEngine {
         }
         match (live.runtime_kind(), wanted) {
             #[cfg(feature = "rdma")]
-            (RuntimeKind::Classic, Protocol::Rdma) => engine.install_transport(
-                std::sync::Arc::new(crate::install::rdma_transport(devices)?),
-            )?,
+            (RuntimeKind::Classic, Protocol::Rdma) => engine
+                .install_transport(crate::install::made(engine, Protocol::Rdma, devices, None)?)?,
             (RuntimeKind::Classic, other) => crate::install::install_classic(
                 engine,
                 other,

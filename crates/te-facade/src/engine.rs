@@ -24,10 +24,10 @@ use crate::install::install_classic;
 use crate::install::start_tent;
 use crate::managed::ManagedBuffers;
 use crate::owned::Owned;
-use crate::protocol::Protocol;
 use crate::runtime::{Runtime, RuntimeKind, Submission};
 use crate::session::{self, Sessions};
 use crate::settings::FacadeSettings;
+use te_catalog::Protocol;
 
 /// Where an asynchronous batch stands ([`MooncakeEngine::check`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

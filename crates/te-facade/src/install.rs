@@ -1,7 +1,7 @@
 //! What each protocol installs: on the classic engine, te's TCP transport, or its RDMA one
 //! where a device is up (TCP otherwise, as Mooncake falls back); on TENT, the transports its
 //! configuration enables, which must include the protocol's. Anything else is an error naming
-//! the protocol.
+//! the protocol. The transports themselves are made by te-catalog.
 
 use std::sync::Arc;
 
@@ -10,10 +10,9 @@ use te_core::transport::Transport;
 use tracing::info;
 
 use crate::error::{FacadeError, Result};
-use crate::protocol::Protocol;
+use te_catalog::Protocol;
 
 /// The device names in a comma-separated list (empty: none named, which means all).
-#[cfg(any(feature = "rdma", feature = "tent"))]
 pub(crate) fn device_list(devices: &str) -> Option<Vec<String>> {
     let named: Vec<String> = devices
         .split(',')
@@ -22,17 +21,6 @@ pub(crate) fn device_list(devices: &str) -> Option<Vec<String>> {
         .map(String::from)
         .collect();
     (!named.is_empty()).then_some(named)
-}
-
-/// te's RDMA transport on the `devices` named (comma-separated; empty: all), with the
-/// `MC_*` options.
-#[cfg(feature = "rdma")]
-pub(crate) fn rdma_transport(devices: &str) -> Result<te_rdma::RdmaTransport> {
-    let mut options = te_rdma::RdmaOptions::from_env()?;
-    if let Some(named) = device_list(devices) {
-        options.devices = Some(named);
-    }
-    Ok(te_rdma::RdmaTransport::new(options))
 }
 
 /// Installs the classic engine's transports for `protocol`. A name selects one transport:
@@ -97,7 +85,9 @@ pub(crate) fn install_classic(
         // Memory the application allocated, same host: one copy by cross-memory attach.
         #[cfg(feature = "shm")]
         if p == Protocol::Shm && !here("cma") {
-            match engine.install_transport(Arc::new(te_shm::CmaTransport::new())) {
+            let cma = te_catalog::make("cma", &options(engine, ""))
+                .and_then(|made| engine.install_transport(made.transport));
+            match cma {
                 Ok(()) => installed.push("cma"),
                 Err(e) => info!(reason = %e, "auto: cma not installed"),
             }
@@ -139,7 +129,8 @@ fn install_network(
 ) -> Result<&'static str> {
     #[cfg(feature = "rdma")]
     if !settings.force_tcp {
-        match engine.install_transport(Arc::new(rdma_transport(devices)?)) {
+        let rdma = made(engine, Protocol::Rdma, devices, None)?;
+        match engine.install_transport(rdma) {
             Ok(()) => return Ok("rdma"),
             Err(e) if asked => {
                 tracing::warn!(error = %e, "no RDMA here; using TCP, as Mooncake does")
@@ -148,12 +139,13 @@ fn install_network(
         }
     }
     let _ = (devices, settings, asked);
-    engine.install_transport(tcp()?)?;
+    engine.install_transport(made(engine, Protocol::Tcp, devices, None)?)?;
     Ok("tcp")
 }
 
 /// The transport `protocol` selects on the classic engine (any but `rdma`, which
-/// [`install_network`] tries), made but not installed.
+/// [`install_network`] tries), made but not installed. Memory the transport allocates for
+/// peers (shm, cxl) becomes where managed buffers come from, unless one came first.
 ///
 /// # Errors
 /// A transport this build lacks, or one whose set-up failed (a CXL device not configured).
@@ -163,71 +155,44 @@ pub(crate) fn classic_transport(
     settings: &crate::settings::FacadeSettings,
     source: &crate::managed::MemorySource,
 ) -> Result<Arc<dyn Transport>> {
-    let _ = (engine, settings, source);
-    match protocol {
-        Protocol::Tcp | Protocol::Auto | Protocol::Rdma => tcp(),
-        Protocol::Shm => {
-            // Managed buffers are then allocated as shared memory.
-            #[cfg(feature = "shm")]
-            return {
-                let shm = Arc::new(te_shm::ShmTransport::default());
-                let allocator = shm.clone();
-                let _ = source.set(Arc::new(move |len| allocator.allocate(len)));
-                Ok(shm)
-            };
-            #[cfg(not(feature = "shm"))]
-            Err(not_built(protocol, "shm"))
-        }
-        Protocol::IoUring => {
-            #[cfg(feature = "uring")]
-            return Ok(te_uring::file_transport(te_uring::FileOptions::default()));
-            #[cfg(not(feature = "uring"))]
-            Err(not_built(protocol, "uring"))
-        }
-        Protocol::Cxl => {
-            // Managed buffers then come from the device, unless shared memory came first.
-            #[cfg(feature = "cxl")]
-            return match te_cxl::CxlTransport::open(engine.config()) {
-                Ok(cxl) => {
-                    let cxl = Arc::new(cxl);
-                    let allocator = cxl.clone();
-                    let _ = source.set(Arc::new(move |len| allocator.allocate(len)));
-                    Ok(cxl)
-                }
-                Err(e) => Err(cannot_start(protocol, e)),
-            };
-            #[cfg(not(feature = "cxl"))]
-            Err(not_built(protocol, "cxl"))
-        }
-        Protocol::Nvlink | Protocol::NvlinkIntra | Protocol::Mnnvl => {
-            #[cfg(feature = "nvlink")]
-            return Ok(Arc::new(match protocol {
-                Protocol::Mnnvl => {
-                    let mut o =
-                        te_nvlink::NvlinkOptions::from_env().map_err(te_core::Error::from)?;
-                    (o.mnnvl, o.use_fabric) = (true, true);
-                    te_nvlink::NvlinkTransport::with_options(o)
-                }
-                _ => te_nvlink::NvlinkTransport::new(),
-            }));
-            #[cfg(not(feature = "nvlink"))]
-            Err(not_built(protocol, "nvlink"))
-        }
-        Protocol::Gds => {
-            #[cfg(feature = "gds")]
-            return Ok(Arc::new(te_gds::GdsTransport::new()));
-            #[cfg(not(feature = "gds"))]
-            Err(not_built(protocol, "gds"))
-        }
+    let _ = settings;
+    let protocol = match protocol {
+        Protocol::Auto | Protocol::Rdma => Protocol::Tcp,
+        other => other,
+    };
+    made(engine, protocol, "", Some(source))
+}
+
+/// What te-catalog's makers take on the classic engine: the `MC_*` variables of the process.
+fn options<'a>(engine: &'a TransferEngine, devices: &str) -> te_catalog::Options<'a> {
+    te_catalog::Options {
+        config: engine.config(),
+        lookup: &te_sys::env::process,
+        devices: device_list(devices),
+        shm_dir: None,
     }
 }
 
-/// te's TCP transport.
-fn tcp() -> Result<Arc<dyn Transport>> {
-    #[cfg(feature = "tcp")]
-    return Ok(Arc::new(te_tcp::TcpTransport::new()));
-    #[cfg(not(feature = "tcp"))]
-    Err(not_built(Protocol::Tcp, "tcp"))
+/// te-catalog's transport for `protocol` (on `devices`, for RDMA), with the `MC_*` variables;
+/// its allocator, where it has one, offered to `source`.
+pub(crate) fn made(
+    engine: &TransferEngine,
+    protocol: Protocol,
+    devices: &str,
+    source: Option<&crate::managed::MemorySource>,
+) -> Result<Arc<dyn Transport>> {
+    let made =
+        te_catalog::make(protocol.entry(), &options(engine, devices)).map_err(|e| match e {
+            te_core::Error::NotSupportedTransport(why) => te_core::Error::NotSupportedTransport(
+                format!("protocol {:?}: {why}", protocol.name()),
+            )
+            .into(),
+            other => cannot_start(protocol, other),
+        })?;
+    if let (Some(source), Some(allocator)) = (source, made.allocator) {
+        let _ = source.set(allocator);
+    }
+    Ok(made.transport)
 }
 
 #[cfg(feature = "tent")]

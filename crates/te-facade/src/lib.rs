@@ -24,7 +24,6 @@ mod handles;
 mod install;
 mod managed;
 mod owned;
-mod protocol;
 mod runtime;
 mod session;
 pub mod settings;
@@ -34,8 +33,8 @@ pub use engine::{
     BatchProgress, Lists, Live, MooncakeEngine, TransferOptions, UNREGISTER_GRACE, local_topology,
 };
 pub use error::{ERR_INVALID_ARGUMENT, ErrorKind, FacadeError, KINDS, KindRow, Result};
-pub use protocol::Protocol;
 pub use runtime::RuntimeKind;
+pub use te_catalog::Protocol;
 pub use te_core::{Notification, Opcode, Permission};
 /// TENT's runtime as the bindings see it (te-capi's `tent_*` functions): bindings reach te-tent
 /// only through the facade.

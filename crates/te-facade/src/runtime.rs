@@ -17,7 +17,7 @@ use te_core::{
 use te_tent::{MemoryOptions, Request, TentBatchId, TentEngine};
 
 use crate::error::Result;
-use crate::protocol::Protocol;
+use te_catalog::Protocol;
 
 /// Which runtime an engine runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

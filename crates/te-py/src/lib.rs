@@ -152,7 +152,7 @@ impl Lists {
 /// A `transport_hint`: none for `""` or `"unspec"`; a name that is no transport te has raises
 /// (`te.errors.TransportError`, a `ValueError`), as Mooncake's TENT builds raise.
 fn hint(name: &str) -> PyResult<Option<Protocol>> {
-    Protocol::parse_hint(name).map_err(errors::to_py)
+    Protocol::parse_hint(name).map_err(|e| errors::to_py(e.into()))
 }
 
 impl TransferEngine {

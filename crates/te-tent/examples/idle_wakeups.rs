@@ -5,7 +5,6 @@
 //! `cargo run --release -p te-tent --example idle_wakeups -- [seconds, default 10]`
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::{Config, TransferEngine};
@@ -68,11 +67,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.tcp_bind_address = Some("127.0.0.1".parse()?);
     let classic = {
         let e = TransferEngine::init(config, "P2PHANDSHAKE", "127.0.0.1")?;
-        e.install_transport(Arc::new(te_tcp::TcpTransport::new()))?;
-        e.install_transport(Arc::new(te_shm::ShmTransport::new(std::path::Path::new(
-            "/dev/shm",
-        ))))?;
-        e.install_transport(te_uring::file_transport(te_uring::FileOptions::default()))?;
+        // The transports TENT installs by default, made the same way.
+        let options = te_catalog::Options {
+            config: e.config(),
+            lookup: &te_sys::env::process,
+            devices: None,
+            shm_dir: None,
+        };
+        for entry in ["tcp", "shm", "file"] {
+            e.install_transport(te_catalog::make(entry, &options)?.transport)?;
+        }
         idle_wakeups(spell, "te-").0
     };
     let (tent, runtime) = {

@@ -42,8 +42,8 @@ pub struct TentEngine {
     /// The progress thread, joined on drop.
     progress: te_workers::Threads,
     owned: Mutex<HashMap<u64, Arc<HostBuffer>>>,
-    #[cfg(feature = "shm")]
-    shm: Option<Arc<te_shm::ShmTransport>>,
+    /// Where `allocate_memory` takes host memory from: shared memory where shm is installed.
+    shm: Option<te_catalog::Allocator>,
 }
 
 impl std::fmt::Debug for TentEngine {
@@ -108,12 +108,10 @@ impl TentEngine {
                 .spawn(move || progress.run_progress())
                 .map_err(|e| TentError::InvalidArgument(format!("progress thread: {e}")))?,
         );
-        #[allow(unused_mut)]
         let mut engine = TentEngine {
             inner,
             progress: threads,
             owned: Mutex::new(HashMap::new()),
-            #[cfg(feature = "shm")]
             shm: None,
         };
         if defaults {
@@ -122,73 +120,56 @@ impl TentEngine {
         Ok(engine)
     }
 
+    /// Installs the transports TENT's configuration enables, made by te-catalog: tcp, shm (in
+    /// `transports/shm`'s `cxl_mount_path`, else `/dev/shm`), io_uring with buffered I/O where
+    /// it is refused, rdma when enabled (on its `devices`), nvlink where a CUDA driver is
+    /// (`transports/mnnvl` enabled lets fabric handles serve other hosts, as `MC_FORCE_MNNVL`).
     fn install_defaults(&mut self) -> Result<()> {
-        #[cfg(feature = "tcp")]
-        if self.inner.config.enabled("tcp") {
-            self.install_transport(Arc::new(te_tcp::TcpTransport::new()))?;
+        let config = self.inner.config.clone();
+        let transport = |name: &str| config.transports.get(name);
+        let mut wanted = Vec::new();
+        let built = [
+            ("tcp", "tcp", cfg!(feature = "tcp")),
+            ("shm", "shm", cfg!(feature = "shm")),
+            ("uring", "file", cfg!(feature = "uring")),
+        ];
+        for (name, entry, _) in built.into_iter().filter(|b| b.2) {
+            if config.enabled(name) {
+                wanted.push(entry);
+            }
         }
-        #[cfg(feature = "shm")]
-        if self.inner.config.enabled("shm") {
-            let dir = self
-                .inner
-                .config
-                .transports
-                .get("shm")
-                .and_then(|t| t.cxl_mount_path.as_deref())
-                .filter(|d| !d.trim().is_empty())
-                .unwrap_or("/dev/shm");
-            let shm = Arc::new(te_shm::ShmTransport::new(std::path::Path::new(dir)));
-            self.install_transport(shm.clone())?;
-            self.shm = Some(shm);
+        if cfg!(feature = "rdma") && transport("rdma").and_then(|t| t.enable) == Some(true) {
+            wanted.push("rdma");
         }
-        #[cfg(feature = "uring")]
-        if self.inner.config.enabled("uring") {
-            let t = te_uring::file_transport(te_uring::FileOptions::default());
-            self.install_transport(t)?;
-        }
-        #[cfg(feature = "rdma")]
-        if self
-            .inner
-            .config
-            .transports
-            .get("rdma")
-            .and_then(|t| t.enable)
-            == Some(true)
-        {
-            let config = &self.inner.config;
-            let mut o = te_rdma::RdmaOptions::from_lookup(|name| config.lookup(name))?;
-            o.devices = self
-                .inner
-                .config
-                .transports
-                .get("rdma")
-                .and_then(|t| t.devices.clone());
-            self.install_transport(Arc::new(te_rdma::RdmaTransport::new(o)))?;
-        }
+        // A machine without a GPU runs without nvlink.
         #[cfg(feature = "nvlink")]
-        self.install_nvlink()?;
+        if config.enabled("nvlink") {
+            match te_cuda::driver() {
+                Ok(_) if transport("mnnvl").and_then(|t| t.enable) == Some(true) => {
+                    wanted.push("mnnvl");
+                }
+                Ok(_) => wanted.push("nvlink"),
+                Err(reason) => info!(%reason, "nvlink not installed"),
+            }
+        }
+        let shm_dir = transport("shm")
+            .and_then(|t| t.cxl_mount_path.as_deref())
+            .filter(|d| !d.trim().is_empty())
+            .map(std::path::Path::new);
+        let options = te_catalog::Options {
+            config: self.inner.core.config(),
+            lookup: &|name| config.lookup(name),
+            devices: transport("rdma").and_then(|t| t.devices.clone()),
+            shm_dir,
+        };
+        for entry in wanted {
+            let made = te_catalog::make(entry, &options)?;
+            if entry == "shm" {
+                self.shm = made.allocator;
+            }
+            self.install_transport(made.transport)?;
+        }
         Ok(())
-    }
-
-    /// te-nvlink, where a CUDA driver is (a machine without a GPU runs without it). TENT's
-    /// `transports/mnnvl` enabled lets fabric handles serve other hosts, as `MC_FORCE_MNNVL`.
-    #[cfg(feature = "nvlink")]
-    fn install_nvlink(&mut self) -> Result<()> {
-        let config = &self.inner.config;
-        if !config.enabled("nvlink") {
-            return Ok(());
-        }
-        if let Err(e) = te_cuda::driver() {
-            info!(reason = %e, "nvlink not installed");
-            return Ok(());
-        }
-        let mut o = te_nvlink::NvlinkOptions::from_lookup(&|name| config.lookup(name))
-            .map_err(te_core::Error::from)?;
-        if config.transports.get("mnnvl").and_then(|t| t.enable) == Some(true) {
-            o.mnnvl = true;
-            o.use_fabric = true;
-        }
-        self.install_transport(Arc::new(te_nvlink::NvlinkTransport::with_options(o)))
     }
 
     /// Installs `transport` (its capabilities join the matrix).
@@ -309,13 +290,10 @@ impl TentEngine {
     /// # Errors
     /// Allocation or registration failed.
     pub fn allocate_memory(&self, len: usize, options: &MemoryOptions) -> Result<Arc<HostBuffer>> {
-        #[cfg(feature = "shm")]
         let buffer = match (&self.shm, MemoryKind::of_location(&options.location)) {
-            (Some(shm), MemoryKind::Dram) => shm.allocate(len)?,
+            (Some(shm), MemoryKind::Dram) => shm(len)?,
             _ => Arc::new(HostBuffer::new(len).map_err(te_core::Error::from)?),
         };
-        #[cfg(not(feature = "shm"))]
-        let buffer = Arc::new(HostBuffer::new(len).map_err(te_core::Error::from)?);
         self.register_memory(&buffer, options)?;
         self.owned
             .lock()

@@ -2,7 +2,7 @@
 //! `transport_hint`) and the te transport each selects. A name te has no transport for, or
 //! cannot install from its bindings, is an error naming it: never a silent TCP engine.
 
-use crate::error::Result;
+use te_core::Result;
 
 /// A kind of transport, as Mooncake names select it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,7 +84,9 @@ impl Protocol {
             Some((_, what)) => format!("{what}: te has no such transport (te's: {known})"),
             None => format!("not a transport name (te's: {known})"),
         };
-        Err(te_core::Error::NotSupportedTransport(format!("protocol {wanted:?}: {why}")).into())
+        Err(te_core::Error::NotSupportedTransport(format!(
+            "protocol {wanted:?}: {why}"
+        )))
     }
 
     /// A `transport_hint`: none for `""` and `"unspec"`, else as [`parse`](Self::parse).
@@ -122,8 +124,7 @@ impl Protocol {
             other => {
                 return Err(te_core::Error::NotSupportedTransport(format!(
                     "TENT transport number {other}: not one of TENT's (0-12)"
-                ))
-                .into());
+                )));
             }
         };
         Self::parse(name).map(Some)
@@ -149,6 +150,16 @@ impl Protocol {
             Protocol::Shm => &["shm"],
             Protocol::Gds => &["gds"],
             Protocol::Auto => &[],
+        }
+    }
+
+    /// The catalog entry ([`crate::make`]) that makes te's transport of this kind: `file` for
+    /// `io_uring` (io_uring where allowed, buffered I/O else), `mnnvl` for fabric handles.
+    pub fn entry(self) -> &'static str {
+        match self {
+            Protocol::IoUring => "file",
+            Protocol::Mnnvl => "mnnvl",
+            other => other.transport(),
         }
     }
 
@@ -221,7 +232,7 @@ mod tests {
                 text.contains(&format!("{name:?}")) && text.contains(says),
                 "{text}"
             );
-            assert!(e.code() < 0);
+            assert!(matches!(e, te_core::Error::NotSupportedTransport(_)), "{e:?}");
         }
     }
 
