@@ -232,7 +232,10 @@ mod tests {
                 text.contains(&format!("{name:?}")) && text.contains(says),
                 "{text}"
             );
-            assert!(matches!(e, te_core::Error::NotSupportedTransport(_)), "{e:?}");
+            assert!(
+                matches!(e, te_core::Error::NotSupportedTransport(_)),
+                "{e:?}"
+            );
         }
     }
 

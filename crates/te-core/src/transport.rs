@@ -5,16 +5,31 @@
 //! It knows nothing about batches or tasks beyond the opaque [`SliceToken`] it carries back,
 //! and must never block the submitting thread on a connect or a handshake.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::batch::SliceToken;
 use crate::config::Config;
 use crate::error::Result;
 use crate::memory::{Region, RegionTable};
 use crate::segment::{RemoteSegment, SegmentDesc, SegmentSecret};
 
 pub use crate::memory::Opcode;
+
+/// The engine's handle on one posted slice; transports carry it and hand it back, and ask it
+/// only what its methods answer ([`is_canceled`](Self::is_canceled),
+/// [`caller_waits`](Self::caller_waits), [`attempt`](Self::attempt)). What it holds is the
+/// batch's: opaque here, so the seam depends on nothing above it.
+pub struct SliceToken {
+    pub(crate) batch: Arc<dyn Any + Send + Sync>,
+    /// The task (a merged slice's first).
+    pub(crate) task: Arc<dyn Any + Send + Sync>,
+    /// A merged slice's further tasks and the bytes of the slice that are theirs (the first
+    /// task's share is the rest of the slice); none for a slice of one task.
+    pub(crate) riders: Option<Box<dyn Any + Send + Sync>>,
+    pub(crate) seq: u64,
+    pub(crate) attempt: u32,
+}
 
 /// One slice to move: `len` bytes between `local_addr` and `remote_addr` of `target`.
 pub struct SliceOp {

@@ -18,7 +18,7 @@ use crate::memory::Opcode;
 use crate::memory::RegionPin;
 use crate::notify::Notification;
 use crate::segment::RemoteSegment;
-use crate::transport::SliceError;
+use crate::transport::{SliceError, SliceToken};
 
 mod meter;
 mod spin;
@@ -502,16 +502,10 @@ impl BatchShared {
 /// The further tasks of a merged slice, with their bytes of it.
 struct Riders(Vec<(Arc<TaskShared>, u64)>);
 
-/// The engine's handle on one posted slice; transports carry it and hand it back.
-pub struct SliceToken {
-    batch: Arc<BatchShared>,
-    task: Arc<TaskShared>,
-    /// A merged slice's further tasks and the bytes of the slice that are theirs (the first
-    /// task's share is the rest of the slice); none for a slice of one task (boxed: a thin
-    /// pointer keeps every slice small).
-    riders: Option<Box<Riders>>,
-    seq: u64,
-    attempt: u32,
+/// What a [`SliceToken`] holds, seen as the batch's types (the seam keeps them opaque).
+fn shared<T: 'static>(held: &(dyn std::any::Any + Send + Sync)) -> &T {
+    held.downcast_ref()
+        .expect("a slice token holds its batch's types")
 }
 
 impl SliceToken {
@@ -536,7 +530,8 @@ impl SliceToken {
         SliceToken {
             batch,
             task,
-            riders: (!riders.is_empty()).then(|| Box::new(Riders(riders))),
+            riders: (!riders.is_empty())
+                .then(|| Box::new(Riders(riders)) as Box<dyn std::any::Any + Send + Sync>),
             seq,
             attempt: 0,
         }
@@ -548,7 +543,18 @@ impl SliceToken {
     }
 
     fn riders(&self) -> &[(Arc<TaskShared>, u64)] {
-        self.riders.as_ref().map_or(&[], |r| &r.0)
+        self.riders
+            .as_deref()
+            .map_or(&[], |r| &shared::<Riders>(r).0)
+    }
+
+    /// The task the slice is of (a merged slice's first).
+    fn task(&self) -> &TaskShared {
+        shared(&*self.task)
+    }
+
+    fn batch(&self) -> &BatchShared {
+        shared(&*self.batch)
     }
 
     /// The slice's position in its task.
@@ -557,18 +563,18 @@ impl SliceToken {
     }
 
     pub(crate) fn route(&self) -> Option<&crate::router::TaskRails> {
-        self.task.route.as_ref()
+        self.task().route.as_ref()
     }
 
     pub(crate) fn transport(&self) -> Option<&Arc<dyn crate::transport::Transport>> {
-        self.task.transport.as_ref()
+        self.task().transport.as_ref()
     }
 
     /// Whether the task was canceled or ran past its deadline.
     /// A merged slice counts as canceled only when every task it carries is: the others still
     /// want its bytes.
     pub fn is_canceled(&self) -> bool {
-        self.task.stop.load(Ordering::Acquire) != RUN
+        self.task().stop.load(Ordering::Acquire) != RUN
             && self
                 .riders()
                 .iter()
@@ -580,7 +586,7 @@ impl SliceToken {
     /// then carry a small slice out on the posting thread itself, sparing the hand-offs to its
     /// own threads and back.
     pub fn caller_waits(&self) -> bool {
-        self.task.caller_waits && self.attempt == 0
+        self.task().caller_waits && self.attempt == 0
     }
 
     /// How many times this slice was posted before (0 on the first try).
@@ -605,9 +611,9 @@ impl SliceToken {
         };
         let riders = self.riders();
         if riders.is_empty() {
-            return self.record_error(&self.task, error);
+            return self.record_error(self.task(), error);
         }
-        let mut notify = self.record_error(&self.task, error.clone());
+        let mut notify = self.record_error(self.task(), error.clone());
         for (task, _) in riders {
             if let Some(n) = self.record_error(task, error.clone()) {
                 notify = Some(n);
@@ -624,14 +630,14 @@ impl SliceToken {
     pub(crate) fn record_ok(&self, len: u64) -> Option<PendingNotify> {
         let riders = self.riders();
         if riders.is_empty() {
-            self.task.transferred.fetch_add(len, Ordering::AcqRel);
-            return self.count_out(&self.task);
+            self.task().transferred.fetch_add(len, Ordering::AcqRel);
+            return self.count_out(self.task());
         }
         let theirs: u64 = riders.iter().map(|(_, n)| n).sum();
-        self.task
+        self.task()
             .transferred
             .fetch_add(len.saturating_sub(theirs), Ordering::AcqRel);
-        let mut notify = self.count_out(&self.task);
+        let mut notify = self.count_out(self.task());
         for (task, n) in riders {
             task.transferred.fetch_add(*n, Ordering::AcqRel);
             if let Some(n) = self.count_out(task) {
@@ -693,7 +699,7 @@ impl SliceToken {
         let pin = lock(&task.pin).take();
         debug_assert!(pin.is_some(), "a task's pin released twice");
         drop(pin);
-        let batch = &self.batch;
+        let batch = self.batch();
         if state != TransferState::Completed {
             batch.any_failed.store(true, Ordering::Release);
         }
@@ -730,7 +736,7 @@ impl SliceToken {
 
     /// The task's opcode (for logs).
     pub fn opcode(&self) -> Opcode {
-        self.task.opcode
+        self.task().opcode
     }
 }
 
