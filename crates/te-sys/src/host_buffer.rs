@@ -53,6 +53,26 @@ unsafe impl Send for HostBuffer {}
 // references; concurrent copies are the same contract as memory a NIC writes into.
 unsafe impl Sync for HostBuffer {}
 
+/// Why a shared-memory file opened for a peer's buffer is not one to map, if it is not: it must
+/// be a regular file of this user on the shared-memory filesystem (`dir_dev`), linked once and
+/// open to no one else.
+fn foreign_file(meta: &std::fs::Metadata, dir_dev: u64) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_file() {
+        Some("not a regular file")
+    } else if meta.uid() != uid {
+        Some("owned by another user")
+    } else if meta.dev() != dir_dev {
+        Some("not on the shared-memory filesystem")
+    } else if meta.nlink() != 1 || meta.mode() & 0o077 != 0 {
+        Some("linked elsewhere or open to other users")
+    } else {
+        None
+    }
+}
+
 impl HostBuffer {
     /// Allocates `len` zeroed bytes aligned to 4096.
     ///
@@ -187,19 +207,8 @@ impl HostBuffer {
         let dir_dev = std::fs::metadata(dir)
             .map_err(|e| fail(format!("reading {} ({e}) for", dir.display())))?
             .dev();
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
-        if !meta.is_file() {
-            return Err(refuse("not a regular file"));
-        }
-        if meta.uid() != uid {
-            return Err(refuse("owned by another user"));
-        }
-        if meta.dev() != dir_dev {
-            return Err(refuse("not on the shared-memory filesystem"));
-        }
-        if meta.nlink() != 1 || meta.mode() & 0o077 != 0 {
-            return Err(refuse("linked elsewhere or open to other users"));
+        if let Some(why) = foreign_file(&meta, dir_dev) {
+            return Err(refuse(why));
         }
         let id = crate::holder::FileId::of(&file)
             .map_err(|e| fail(format!("reading the identity of ({e})")))?;

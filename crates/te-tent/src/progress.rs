@@ -354,16 +354,7 @@ impl Inner {
         while let Some(k) = s.dispatcher.take_next() {
             scratch.taken.push(k);
         }
-        // With metrics on, the moment they left the queue (one clock read for them all).
-        let mut now = None;
-        for &(bid, ti) in &scratch.taken {
-            if let Some(m) = (s.batches.get_mut(&bid))
-                .and_then(|b| b.tasks.get_mut(ti))
-                .and_then(|t| t.meter.as_mut())
-            {
-                m.dispatched(*now.get_or_insert_with(Instant::now));
-            }
-        }
+        dispatched(s, &scratch.taken);
         // Groups keep submission order: (batch, transport, deadline) → tasks.
         for &(bid, ti) in &scratch.taken {
             let Some(t) = s.batches.get_mut(&bid).and_then(|b| b.tasks.get_mut(ti)) else {
@@ -532,6 +523,19 @@ fn fail_now(t: &mut Task, dispatcher: &mut Dispatcher<(u64, usize)>, why: String
         state: TransferState::Failed,
         transferred_bytes: 0,
     });
+}
+
+/// With metrics on, marks the moment `taken` tasks left the queue (one clock read for them all).
+fn dispatched(s: &mut State, taken: &[(u64, usize)]) {
+    let mut now = None;
+    for &(bid, ti) in taken {
+        if let Some(m) = (s.batches.get_mut(&bid))
+            .and_then(|b| b.tasks.get_mut(ti))
+            .and_then(|t| t.meter.as_mut())
+        {
+            m.dispatched(*now.get_or_insert_with(Instant::now));
+        }
+    }
 }
 
 #[cfg(test)]
