@@ -231,11 +231,10 @@ impl CompletionSink for Core {
         let outcome = match outcome {
             Err(e) if e.is_retryable() && slice.is_canceled() => Err(SliceError::Canceled),
             Err(e) if self.retry.should_retry(slice.token.attempt(), &e) => {
-                let transport = slice
-                    .token
-                    .transport()
-                    .cloned()
-                    .map_or_else(|| self.transport_for(&slice.target.desc().protocol), Ok);
+                let transport = match slice.token.transport() {
+                    Some(name) => self.transport_for(name),
+                    None => self.transport_for(&slice.target.desc().protocol),
+                };
                 if let Ok(t) = transport {
                     debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
                     if let Some(m) = self.metered() {

@@ -30,6 +30,7 @@ pub mod merge;
 pub mod metadata;
 pub mod mooncake;
 pub mod notify;
+mod outcome;
 pub mod rails;
 pub mod retry;
 pub mod router;

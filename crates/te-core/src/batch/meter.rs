@@ -71,18 +71,15 @@ impl Recent {
         }
     }
 
-    fn label(
-        &mut self,
-        transport: Option<&std::sync::Arc<dyn crate::transport::Transport>>,
-    ) -> TransportLabel {
-        let Some(t) = transport else {
+    fn label(&mut self, transport: Option<&'static str>) -> TransportLabel {
+        let Some(name) = transport else {
             return TransportLabel::Unspec;
         };
-        let at = std::sync::Arc::as_ptr(t) as *const u8;
+        let at = name.as_ptr();
         match self.label {
             Some((p, label)) if p == at => label,
             _ => {
-                let label = TransportLabel::of(t.name());
+                let label = TransportLabel::of(name);
                 self.label = Some((at, label));
                 label
             }
@@ -100,7 +97,7 @@ impl TaskShared {
         recent: &mut Recent,
         tally: &mut Tally,
     ) {
-        let transport = recent.label(self.transport.as_ref());
+        let transport = recent.label(self.transport);
         let latency = recent.micros(meter.submitted, seen);
         let op = self.opcode.operation();
         let failed = state == TransferState::Failed;
@@ -114,7 +111,7 @@ impl TaskShared {
             TransferState::Canceled => Err(FailureKind::Canceled),
             _ => Err(lock(&self.error)
                 .as_ref()
-                .map_or(FailureKind::Other, crate::transport::failure_kind)),
+                .map_or(FailureKind::Other, crate::outcome::failure_kind)),
         };
         // Never handed to a transport (refused at submit): all of it was dispatch.
         let dispatch = recent

@@ -17,8 +17,8 @@ use crate::error::{Error, Result};
 use crate::memory::Opcode;
 use crate::memory::RegionPin;
 use crate::notify::Notification;
+use crate::outcome::SliceError;
 use crate::segment::RemoteSegment;
-use crate::transport::{SliceError, SliceToken};
 
 mod meter;
 mod spin;
@@ -169,7 +169,8 @@ pub(crate) struct TaskShared {
     error: Mutex<Option<SliceError>>,
     pin: Mutex<Option<RegionPin>>,
     route: Option<crate::router::TaskRails>,
-    transport: Option<Arc<dyn crate::transport::Transport>>,
+    /// The name of the transport its slices go to (retries go there too).
+    transport: Option<&'static str>,
     /// The submitting thread waits for this task right after submitting it.
     caller_waits: bool,
     /// Its moments, when its end is counted (metrics on).
@@ -227,12 +228,9 @@ impl TaskShared {
         self
     }
 
-    /// Attaches the transport the task's slices go to (retries go there too).
+    /// Names the transport the task's slices go to (retries go there too).
     #[inline]
-    pub(crate) fn with_transport(
-        mut self,
-        transport: Arc<dyn crate::transport::Transport>,
-    ) -> Self {
+    pub(crate) fn with_transport(mut self, transport: &'static str) -> Self {
         self.transport = Some(transport);
         self
     }
@@ -502,10 +500,16 @@ impl BatchShared {
 /// The further tasks of a merged slice, with their bytes of it.
 struct Riders(Vec<(Arc<TaskShared>, u64)>);
 
-/// What a [`SliceToken`] holds, seen as the batch's types (the seam keeps them opaque).
-fn shared<T: 'static>(held: &(dyn std::any::Any + Send + Sync)) -> &T {
-    held.downcast_ref()
-        .expect("a slice token holds its batch's types")
+/// The engine's handle on one posted slice; transports carry it and hand it back.
+pub struct SliceToken {
+    batch: Arc<BatchShared>,
+    task: Arc<TaskShared>,
+    /// A merged slice's further tasks and the bytes of the slice that are theirs (the first
+    /// task's share is the rest of the slice); none for a slice of one task (boxed: a thin
+    /// pointer keeps every slice small).
+    riders: Option<Box<Riders>>,
+    seq: u64,
+    attempt: u32,
 }
 
 impl SliceToken {
@@ -530,8 +534,7 @@ impl SliceToken {
         SliceToken {
             batch,
             task,
-            riders: (!riders.is_empty())
-                .then(|| Box::new(Riders(riders)) as Box<dyn std::any::Any + Send + Sync>),
+            riders: (!riders.is_empty()).then(|| Box::new(Riders(riders))),
             seq,
             attempt: 0,
         }
@@ -543,18 +546,7 @@ impl SliceToken {
     }
 
     fn riders(&self) -> &[(Arc<TaskShared>, u64)] {
-        self.riders
-            .as_deref()
-            .map_or(&[], |r| &shared::<Riders>(r).0)
-    }
-
-    /// The task the slice is of (a merged slice's first).
-    fn task(&self) -> &TaskShared {
-        shared(&*self.task)
-    }
-
-    fn batch(&self) -> &BatchShared {
-        shared(&*self.batch)
+        self.riders.as_ref().map_or(&[], |r| &r.0)
     }
 
     /// The slice's position in its task.
@@ -563,18 +555,19 @@ impl SliceToken {
     }
 
     pub(crate) fn route(&self) -> Option<&crate::router::TaskRails> {
-        self.task().route.as_ref()
+        self.task.route.as_ref()
     }
 
-    pub(crate) fn transport(&self) -> Option<&Arc<dyn crate::transport::Transport>> {
-        self.task().transport.as_ref()
+    /// The name of the transport the slice's task goes to.
+    pub(crate) fn transport(&self) -> Option<&'static str> {
+        self.task.transport
     }
 
     /// Whether the task was canceled or ran past its deadline.
     /// A merged slice counts as canceled only when every task it carries is: the others still
     /// want its bytes.
     pub fn is_canceled(&self) -> bool {
-        self.task().stop.load(Ordering::Acquire) != RUN
+        self.task.stop.load(Ordering::Acquire) != RUN
             && self
                 .riders()
                 .iter()
@@ -586,7 +579,7 @@ impl SliceToken {
     /// then carry a small slice out on the posting thread itself, sparing the hand-offs to its
     /// own threads and back.
     pub fn caller_waits(&self) -> bool {
-        self.task().caller_waits && self.attempt == 0
+        self.task.caller_waits && self.attempt == 0
     }
 
     /// How many times this slice was posted before (0 on the first try).
@@ -611,9 +604,9 @@ impl SliceToken {
         };
         let riders = self.riders();
         if riders.is_empty() {
-            return self.record_error(self.task(), error);
+            return self.record_error(&self.task, error);
         }
-        let mut notify = self.record_error(self.task(), error.clone());
+        let mut notify = self.record_error(&self.task, error.clone());
         for (task, _) in riders {
             if let Some(n) = self.record_error(task, error.clone()) {
                 notify = Some(n);
@@ -630,14 +623,14 @@ impl SliceToken {
     pub(crate) fn record_ok(&self, len: u64) -> Option<PendingNotify> {
         let riders = self.riders();
         if riders.is_empty() {
-            self.task().transferred.fetch_add(len, Ordering::AcqRel);
-            return self.count_out(self.task());
+            self.task.transferred.fetch_add(len, Ordering::AcqRel);
+            return self.count_out(&self.task);
         }
         let theirs: u64 = riders.iter().map(|(_, n)| n).sum();
-        self.task()
+        self.task
             .transferred
             .fetch_add(len.saturating_sub(theirs), Ordering::AcqRel);
-        let mut notify = self.count_out(self.task());
+        let mut notify = self.count_out(&self.task);
         for (task, n) in riders {
             task.transferred.fetch_add(*n, Ordering::AcqRel);
             if let Some(n) = self.count_out(task) {
@@ -699,7 +692,7 @@ impl SliceToken {
         let pin = lock(&task.pin).take();
         debug_assert!(pin.is_some(), "a task's pin released twice");
         drop(pin);
-        let batch = self.batch();
+        let batch = &self.batch;
         if state != TransferState::Completed {
             batch.any_failed.store(true, Ordering::Release);
         }
@@ -736,7 +729,7 @@ impl SliceToken {
 
     /// The task's opcode (for logs).
     pub fn opcode(&self) -> Opcode {
-        self.task().opcode
+        self.task.opcode
     }
 }
 

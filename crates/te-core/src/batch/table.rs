@@ -12,7 +12,7 @@ use super::{
     WAIT_SPIN_BYTES, lock,
 };
 use crate::error::{Error, Result};
-use crate::transport::SliceError;
+use crate::outcome::SliceError;
 
 /// Reused slot count kept before a freed slot is handed out again (spreads generations).
 const REUSE_AFTER: usize = 1024;

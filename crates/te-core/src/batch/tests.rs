@@ -300,11 +300,11 @@ fn a_batch_something_still_holds_is_not_reused() {
     t.free(old).unwrap();
     let id = t.allocate(1).unwrap();
     assert!(
-        !std::ptr::eq(&*t.get(id).unwrap(), late.batch()),
+        !Arc::ptr_eq(&t.get(id).unwrap(), &late.batch),
         "a batch a token still holds is not handed out again"
     );
-    assert_eq!(late.batch().raw_id, old.raw(), "and it is left as it was");
-    assert!(late.batch().freed.load(Ordering::Acquire));
+    assert_eq!(late.batch.raw_id, old.raw(), "and it is left as it was");
+    assert!(late.batch.freed.load(Ordering::Acquire));
 }
 
 #[test]

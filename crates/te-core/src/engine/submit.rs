@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{TransferEngine, TransferRequest};
-use crate::batch::{BatchId, PendingNotify, TaskShared};
+use crate::batch::{BatchId, PendingNotify, SliceToken, TaskShared};
 use crate::error::{Error, Result};
 use crate::memory::{Location, Region, RegionTable};
 use crate::merge::{self, Piece};
@@ -12,7 +12,7 @@ use crate::notify::Notification;
 use crate::router::{Candidates, TaskRails};
 use crate::segment::RemoteSegment;
 use crate::slicer;
-use crate::transport::{SliceOp, SliceToken, Transport};
+use crate::transport::{SliceOp, Transport};
 use te_sys::small_list::SmallList;
 
 /// How [`TransferEngine::submit_with`] posts its requests.
@@ -285,7 +285,7 @@ impl TransferEngine {
             // No slice counted yet: its run counts them all below, before it posts any.
             let task = TaskShared::new(r.opcode, r.length, 0, deadline, pin)
                 .with_route(route)
-                .with_transport(transport.clone())
+                .with_transport(transport.name())
                 .waited(options.caller_waits)
                 .metered(submitted.map(|at| crate::batch::Meter::new(at, options.attempt_only)));
             checked.push(Checked {
