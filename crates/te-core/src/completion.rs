@@ -235,18 +235,23 @@ impl CompletionSink for Core {
                     Some(name) => self.transport_for(name),
                     None => self.transport_for(&slice.target.desc().protocol),
                 };
-                if let Ok(t) = transport {
-                    debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
-                    if let Some(m) = self.metered() {
-                        let label = te_metrics::counters::TransportLabel::of(t.name());
-                        m.slice_retried(label, slice.opcode.operation());
+                match transport {
+                    Ok(t) => {
+                        debug!(error = %e, attempt = slice.token.attempt(), ?slice, "retrying slice");
+                        if let Some(m) = self.metered() {
+                            let label = te_metrics::counters::TransportLabel::of(t.name());
+                            m.slice_retried(label, slice.opcode.operation());
+                        }
+                        slice.token.next_attempt();
+                        self.reroute(&mut slice);
+                        t.post_one(slice);
+                        return;
                     }
-                    slice.token.next_attempt();
-                    self.reroute(&mut slice);
-                    t.post_one(slice);
-                    return;
+                    // Transports leave the engine only when it shuts down.
+                    Err(_) => Err(SliceError::Path(format!(
+                        "{e}; not retried: the engine shut down"
+                    ))),
                 }
-                Err(e)
             }
             other => other,
         };
