@@ -79,11 +79,7 @@ pub(crate) fn testkit_outside_dev(manifest: &str) -> Vec<String> {
 
 fn testkit_for_tests() -> Result<Vec<String>, String> {
     let mut problems = Vec::new();
-    for entry in std::fs::read_dir("crates").map_err(|e| format!("crates: {e}"))? {
-        let manifest = entry
-            .map_err(|e| format!("crates: {e}"))?
-            .path()
-            .join("Cargo.toml");
+    for manifest in crate_dirs()?.iter().map(|d| d.join("Cargo.toml")) {
         if manifest.is_file() {
             for section in testkit_outside_dev(&read(&manifest)?) {
                 problems.push(format!(
@@ -180,15 +176,21 @@ pub(crate) fn function_lengths(text: &str) -> Vec<(String, usize)> {
     out
 }
 
+/// Every crate's directory: `crates/*`.
+fn crate_dirs() -> Result<Vec<std::path::PathBuf>, String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("crates").map_err(|e| format!("crates: {e}"))? {
+        out.push(entry.map_err(|e| format!("crates: {e}"))?.path());
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Library source files: `crates/*/src`, test files left out.
 fn library_files() -> Result<Vec<String>, String> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir("crates").map_err(|e| format!("crates: {e}"))? {
-        let src = entry
-            .map_err(|e| format!("crates: {e}"))?
-            .path()
-            .join("src");
-        for file in rust_files(&src) {
+    for dir in crate_dirs()? {
+        for file in rust_files(&dir.join("src")) {
             if file.file_name().is_some_and(|n| n != "tests.rs") {
                 out.push(file.display().to_string());
             }

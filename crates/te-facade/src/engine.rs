@@ -47,8 +47,8 @@ pub enum BatchProgress {
 pub type Lists<'a> = (&'a [u64], &'a [u64], &'a [u64]);
 
 /// What a transfer carries besides its descriptors: a notification for the target, sent once
-/// every byte has landed, and a transport hint. `None` converts to neither, a notification to
-/// itself alone.
+/// every byte has landed, and a transport hint. An `Option<Notification>` converts to the
+/// notification alone.
 #[derive(Clone, Debug, Default)]
 pub struct TransferOptions {
     /// Delivered to the target after the data.
@@ -60,12 +60,6 @@ pub struct TransferOptions {
 impl From<Option<Notification>> for TransferOptions {
     fn from(notify: Option<Notification>) -> Self {
         TransferOptions { notify, hint: None }
-    }
-}
-
-impl From<Notification> for TransferOptions {
-    fn from(notify: Notification) -> Self {
-        Some(notify).into()
     }
 }
 

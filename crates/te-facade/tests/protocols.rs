@@ -184,27 +184,15 @@ fn hints_pick_the_transport_or_fail_the_call() {
             _ => [Protocol::Gds, Protocol::Nvlink],
         };
         for hint in missing {
+            let via = || TransferOptions {
+                notify: None,
+                hint: Some(hint),
+            };
             let e = a
-                .transfer_sync(
-                    &peer,
-                    Opcode::Write,
-                    view,
-                    TransferOptions {
-                        notify: None,
-                        hint: Some(hint),
-                    },
-                )
+                .transfer_sync(&peer, Opcode::Write, view, via())
                 .unwrap_err();
             assert!(e.to_string().contains(hint.transport()), "{kind:?}: {e}");
-            let id = a.submit(
-                &peer,
-                Opcode::Write,
-                view,
-                TransferOptions {
-                    notify: None,
-                    hint: Some(hint),
-                },
-            );
+            let id = a.submit(&peer, Opcode::Write, view, via());
             assert!(id.is_err(), "{kind:?} async {hint:?}");
         }
         assert_same_bytes(&bbuf.to_vec(0, LEN).unwrap(), &before, "no stray write");

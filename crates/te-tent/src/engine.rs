@@ -125,7 +125,8 @@ impl TentEngine {
     /// it is refused, rdma when enabled (on its `devices`), nvlink where a CUDA driver is
     /// (`transports/mnnvl` enabled lets fabric handles serve other hosts, as `MC_FORCE_MNNVL`).
     fn install_defaults(&mut self) -> Result<()> {
-        let config = self.inner.config.clone();
+        let inner = self.inner.clone();
+        let config = &inner.config;
         let transport = |name: &str| config.transports.get(name);
         let mut wanted = Vec::new();
         let built = [
