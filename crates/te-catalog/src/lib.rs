@@ -191,6 +191,24 @@ mod tests {
         }
     }
 
+    /// A variable the maker cannot honour is named, never taken for a missing device.
+    #[cfg(feature = "rdma")]
+    #[test]
+    fn a_bad_variable_is_an_error_naming_it() {
+        let config = Config::default();
+        let options = Options {
+            config: &config,
+            lookup: &|name| (name == "MC_IB_PORT").then(|| "0".to_string()),
+            devices: None,
+            shm_dir: None,
+        };
+        match make("rdma", &options) {
+            Err(Error::InvalidConfig { name, .. }) => assert_eq!(name, "MC_IB_PORT"),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("made with MC_IB_PORT=0"),
+        }
+    }
+
     #[test]
     fn shm_comes_with_its_allocator() {
         let config = Config::default();
