@@ -187,8 +187,6 @@ pub(crate) fn made(
                 format!("protocol {:?}: {why}", protocol.name()),
             )
             .into(),
-            // A variable te cannot honour is named as such, not taken for a missing device.
-            e @ te_core::Error::InvalidConfig { .. } => e.into(),
             other => cannot_start(protocol, other),
         })?;
     if let (Some(source), Some(allocator)) = (source, made.allocator) {
