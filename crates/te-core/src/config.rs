@@ -263,7 +263,7 @@ impl Config {
         c.handshake_connect_timeout = secs(&S::HANDSHAKE_CONNECT_TIMEOUT)?;
         c.handshake_max_length = env.number_or_initial(&S::HANDSHAKE_MAX_LENGTH)?;
         c.slice_timeout = env.number(&S::SLICE_TIMEOUT)?.map(Duration::from_secs);
-        c.metacache = !env.flag(&S::DISABLE_METACACHE)?.unwrap_or(!c.metacache);
+        c.metacache = !env.flag_or_initial(&S::DISABLE_METACACHE)?;
         if let Some(v) = get(S::LOG_LEVEL.name) {
             c.log_level = LogLevel::parse(S::LOG_LEVEL.name, &v)?;
         }
@@ -277,8 +277,8 @@ impl Config {
         }
         c.nic_filter = te_topology::NicFilter::from_lookup(|k| get(k));
         c.custom_topo_json = get(S::CUSTOM_TOPO_JSON.name);
-        c.path_roundrobin = env.flag(&S::PATH_ROUNDROBIN)?.unwrap_or(c.path_roundrobin);
-        c.merge_requests = env.flag(&S::TE_MERGE_REQUESTS)?.unwrap_or(c.merge_requests);
+        c.path_roundrobin = env.flag_or_initial(&S::PATH_ROUNDROBIN)?;
+        c.merge_requests = env.flag_or_initial(&S::TE_MERGE_REQUESTS)?;
         c.rail_pause = secs(&S::RDMA_RAIL_PAUSE_SECONDS)?;
         c.rail_error_threshold = env.number_or_initial(&S::TE_RAIL_ERROR_THRESHOLD)?;
         c.rail_error_window = secs(&S::TE_RAIL_ERROR_WINDOW_SECS)?;

@@ -50,7 +50,7 @@ pub(crate) fn install_classic(
         }
         Protocol::Auto => {}
         _ => {
-            let transport = classic_transport(engine, protocol, settings, source)?;
+            let transport = classic_transport(engine, protocol, source)?;
             return engine
                 .install_transport(transport)
                 .map_err(|e| cannot_start(protocol, e));
@@ -76,7 +76,7 @@ pub(crate) fn install_classic(
         if p.transports().iter().any(|n| here(n)) {
             continue;
         }
-        let started = classic_transport(engine, p, settings, source)
+        let started = classic_transport(engine, p, source)
             .and_then(|t| engine.install_transport(t).map_err(|e| cannot_start(p, e)));
         match started {
             Ok(()) => installed.push(p.transport()),
@@ -152,10 +152,8 @@ fn install_network(
 pub(crate) fn classic_transport(
     engine: &TransferEngine,
     protocol: Protocol,
-    settings: &crate::settings::FacadeSettings,
     source: &crate::managed::MemorySource,
 ) -> Result<Arc<dyn Transport>> {
-    let _ = settings;
     let protocol = match protocol {
         Protocol::Auto | Protocol::Rdma => Protocol::Tcp,
         other => other,

@@ -66,7 +66,7 @@ impl FacadeSettings {
         let env = Env::new(lookup);
         let secs: u64 = env.number_or_initial(&TRANSFER_TIMEOUT)?;
         Ok(FacadeSettings {
-            force_tcp: env.flag(&FORCE_TCP)?.unwrap_or(FORCE_TCP.on_by_default()),
+            force_tcp: env.flag_or_initial(&FORCE_TCP)?,
             transfer_timeout: Duration::from_secs(secs.max(5)),
         })
     }

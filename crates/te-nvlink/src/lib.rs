@@ -84,12 +84,8 @@ impl NvlinkOptions {
     /// As [`from_env`](Self::from_env).
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> te_sys::Result<Self> {
         let env = Env::new(lookup);
-        let mnnvl = env
-            .flag(&crate::settings::FORCE_MNNVL)?
-            .unwrap_or(crate::settings::FORCE_MNNVL.on_by_default());
-        let fabric = env
-            .flag(&crate::settings::USE_FABRIC)?
-            .unwrap_or(crate::settings::USE_FABRIC.on_by_default());
+        let mnnvl = env.flag_or_initial(&crate::settings::FORCE_MNNVL)?;
+        let fabric = env.flag_or_initial(&crate::settings::USE_FABRIC)?;
         Ok(NvlinkOptions {
             mnnvl,
             use_fabric: mnnvl || fabric,

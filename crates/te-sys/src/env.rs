@@ -217,6 +217,14 @@ impl<'a> Env<'a> {
         self.text(s).map(|v| flag(s.name, &v)).transpose()
     }
 
+    /// The switch, or its definition's state when unset.
+    ///
+    /// # Errors
+    /// As [`flag`](Self::flag).
+    pub fn flag_or_initial(&self, s: &Setting) -> Result<bool> {
+        Ok(self.flag(s)?.unwrap_or(s.on_by_default()))
+    }
+
     /// A value `parse` understands; its `Err` is the reason the value is refused.
     ///
     /// # Errors
