@@ -7,7 +7,7 @@
 //!   commit bodies and `docs/tuning.md`. Programs that print them (te-bench, xtask) are not
 //!   library source; a unit after a format placeholder (`{rate} MB/s`, an output's unit) and
 //!   test modules (`tests.rs`, asserting such outputs) are not quotes.
-//! - te-core's library code (its `src/` without test modules) at most 9,000 lines.
+//! - te-core's library code (its `src/` without test modules) at most 9,500 lines.
 //! - `docs/configuration.md` is what `cargo xtask config` generates from the settings tables.
 //! - Commit subjects since [`SUBJECT_BASE`] at most 72 characters.
 //! - The shape rules of [`crate::shape`]: long functions, the unsafe boundary, te-core's
@@ -28,7 +28,7 @@ const README_MAX_LINES: usize = 300;
 const ARCHITECTURE_MAX_LINES: usize = 400;
 const ARCHITECTURE_MAX_WIDTH: usize = 200;
 /// te-core's library code, in lines.
-const CORE_MAX_LINES: usize = 9_000;
+const CORE_MAX_LINES: usize = 9_500;
 /// Units that mark a measured throughput.
 const THROUGHPUT_UNITS: [&str; 3] = ["GB/s", "Gbit/s", "MB/s"];
 /// Crates whose source is a program that prints throughputs, not library source.

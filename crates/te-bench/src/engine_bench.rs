@@ -74,7 +74,7 @@ pub fn run(config: Config, f: &Flags) -> BenchResult<()> {
 }
 
 /// `--mode=engine --backend=tent`: the same loop through te-tent's runtime (policy, queue,
-/// sub-batches, progress) over the same instant transport: the runtime's own cost per batch,
+/// held tasks, progress) over the same instant transport: the runtime's own cost per batch,
 /// next to the classic engine's.
 pub fn run_tent(config: Config, f: &Flags) -> BenchResult<()> {
     use te_tent::{MemoryOptions, Request, TentConfig, TentEngine, TentFile};
@@ -134,7 +134,7 @@ pub fn run_tent(config: Config, f: &Flags) -> BenchResult<()> {
             "mode": "engine", "backend": "tent", "threads": f.threads, "batch_size": f.batch_size,
             "block_size": f.block_size, "duration_s": driven.elapsed, "batch_count": driven.batches,
             "tasks_per_s": tasks as f64 / driven.elapsed, "batch_us": batch_us,
-            "includes": "batch allocate/free, policy, queue, sub-batch submit, completion, progress, wait",
+            "includes": "batch allocate/free, policy, queue, held tasks posted, completion, progress, wait",
             "excludes": "any data movement (the transport completes each slice at once)",
         });
         println!("{json}");

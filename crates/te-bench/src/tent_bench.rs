@@ -126,7 +126,7 @@ fn print_case(f: &Flags, c: &Case) {
             "duration_s": run.elapsed, "batch_count": run.batches, "bytes": bytes,
             "throughput_gb_s": gbps,
             "batch_latency_us": {"avg": avg, "p50": p(0.5), "p99": p(0.99), "p999": p(0.999)},
-            "includes": "batch allocate/free, policy and queue, submit per SubBatch, transfer, completion wait",
+            "includes": "batch allocate/free, policy and queue, held tasks posted per transport, transfer, completion wait",
         });
         println!("{row}");
     } else {

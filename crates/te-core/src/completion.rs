@@ -275,7 +275,7 @@ impl CompletionSink for Core {
 
 impl Core {
     /// Sends the notification a slice's record gave back (the batch it finished had one).
-    fn recorded(&self, notify: Option<PendingNotify>) {
+    pub(crate) fn recorded(&self, notify: Option<PendingNotify>) {
         if let Some(notify) = notify
             && let Some(tx) = self
                 .notifier

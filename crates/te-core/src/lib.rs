@@ -40,7 +40,7 @@ pub mod slicer;
 pub mod transport;
 
 pub use batch::{
-    BATCH_ID_BITS, BatchId, TaskWatcher, TransferState, TransferStatus, next_engine_tag,
+    BATCH_ID_BITS, BatchId, HeldTask, TaskWatcher, TransferState, TransferStatus, next_engine_tag,
 };
 pub use config::Config;
 pub use engine::{FileAccess, PeerLiveness, SubmitOptions, TransferEngine, TransferRequest};

@@ -12,6 +12,10 @@
 //! released): every task ends. A failure prints `TE_SEED=<seed>`; `TE_SEED=<seed>` replays one
 //! seed, `TE_SIM_SEEDS=<n>` runs n seeds (default 40). `cargo xtask sim --seeds N` runs it.
 //!
+//! A third of the batches are a runtime's (te-tent's): their tasks are added held, posted
+//! now or later, and an attempt posted to fail over is held again when it fails; the driver
+//! then posts it again or gives it up. Each attempt's slices count afresh.
+//!
 //! At scale: the same driver and invariants with one engine against 1,000 peers whose
 //! descriptors live in a real Redis, through a transport that keeps only 64 endpoints, so
 //! endpoints are evicted with slices queued on them (each then finishes or fails).
@@ -22,8 +26,8 @@ use std::time::Duration;
 
 use te_core::transport::{SliceError, SliceOp};
 use te_core::{
-    BatchId, Config, Error, HostBuffer, Opcode, Permission, TransferEngine, TransferRequest,
-    TransferState,
+    BatchId, Config, Error, HeldTask, HostBuffer, Opcode, Permission, SubmitOptions, TaskWatcher,
+    TransferEngine, TransferRequest, TransferState, TransferStatus,
 };
 use te_testkit::SimTransport;
 use te_testkit::clock::SimClock;
@@ -69,6 +73,19 @@ struct Task {
 struct Batch {
     id: BatchId,
     tasks: Vec<usize>,
+    requests: Vec<TransferRequest>,
+}
+
+/// The tasks of the runtime's batches held again after a failed attempt, as the engine tells.
+#[derive(Default)]
+struct HeldLog(std::sync::Mutex<Vec<(BatchId, usize)>>);
+
+impl TaskWatcher for HeldLog {
+    fn task_ended(&self, _batch: BatchId, _ran: bool) {}
+
+    fn task_held(&self, batch: BatchId, task: usize) {
+        self.0.lock().unwrap().push((batch, task));
+    }
 }
 
 struct Sim {
@@ -84,6 +101,9 @@ struct Sim {
     live: Vec<Batch>,
     free_slots: Vec<usize>,
     withheld: Vec<SliceOp>,
+    held_log: Arc<HeldLog>,
+    /// Held tasks waiting for an attempt: (batch, task of the batch).
+    waiting: Vec<(BatchId, usize)>,
     stats: Stats,
 }
 
@@ -99,6 +119,9 @@ struct Stats {
     evictions: u64,
     /// Slices carrying parts of more than one task (merged requests).
     merged_slices: u64,
+    /// Tasks held again after a failed attempt, and attempts posted in a held task's place.
+    held_again: u64,
+    held_posts: u64,
 }
 
 type Check = Result<(), String>;
@@ -174,6 +197,8 @@ impl Sim {
             live: Vec::new(),
             free_slots: (0..slots).collect(),
             withheld: Vec::new(),
+            held_log: Arc::default(),
+            waiting: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -242,7 +267,12 @@ impl Sim {
             Opcode::Read
         };
         let run_target = self.segments[self.rng.below(self.segments.len() as u64) as usize];
-        let id = self.engine.allocate_batch(n).map_err(|e| e.to_string())?;
+        let held = self.rng.below(3) == 0;
+        let id = match held {
+            true => (self.engine).allocate_watched_batch(n, self.held_log.clone()),
+            false => self.engine.allocate_batch(n),
+        }
+        .map_err(|e| e.to_string())?;
         let mut requests = Vec::new();
         let mut tasks = Vec::new();
         let mut next_start = run.map(|s| s * SLOT);
@@ -293,12 +323,92 @@ impl Sim {
                 done_offsets: HashSet::new(),
             });
         }
-        self.engine
-            .submit(id, &requests)
-            .map_err(|e| format!("submit: {e}"))?;
+        match held {
+            true => self.hold(id, &requests)?,
+            false => self
+                .engine
+                .submit(id, &requests)
+                .map_err(|e| format!("submit: {e}"))?,
+        }
         self.stats.submitted += n as u64;
-        self.live.push(Batch { id, tasks });
+        self.live.push(Batch {
+            id,
+            tasks,
+            requests,
+        });
         self.evict()
+    }
+
+    /// Adds `requests` to batch `id` held, and posts some of them now (failing over or not).
+    fn hold(&mut self, id: BatchId, requests: &[TransferRequest]) -> Check {
+        let spec: Vec<HeldTask> = (requests.iter())
+            .map(|r| HeldTask {
+                opcode: r.opcode,
+                length: r.length,
+                deadline: None,
+            })
+            .collect();
+        self.engine
+            .hold(id, &spec, None)
+            .map_err(|e| format!("hold: {e}"))?;
+        let (mut now, mut later) = (Vec::new(), Vec::new());
+        for k in 0..requests.len() {
+            match self.rng.below(2) {
+                0 => now.push(k),
+                _ => later.push((id, k)),
+            }
+        }
+        self.waiting.extend(later);
+        let chosen: Vec<TransferRequest> = now.iter().map(|&k| requests[k]).collect();
+        let options = SubmitOptions::default().failing_over(self.rng.below(2) == 0);
+        match now.is_empty() {
+            true => Ok(()),
+            false => (self.engine)
+                .post_held(id, &now, &chosen, &options)
+                .map_err(|e| format!("post_held: {e}")),
+        }
+    }
+
+    /// The runtime's turn: one held task gets its next attempt (failing over again or not), or
+    /// is given up; a held task of a freed batch is a defect.
+    fn move_on(&mut self, fail_over: bool) -> Check {
+        let told = std::mem::take(&mut *self.held_log.0.lock().unwrap());
+        self.stats.held_again += told.len() as u64;
+        self.waiting.extend(told);
+        if self.waiting.is_empty() {
+            return Ok(());
+        }
+        let (id, k) = self
+            .waiting
+            .swap_remove(self.rng.below(self.waiting.len() as u64) as usize);
+        let Some(b) = self.live.iter().find(|b| b.id == id) else {
+            return Err(format!("batch {id:?} freed with task {k} held"));
+        };
+        let (t, r) = (b.tasks[k], b.requests[k]);
+        let outcome = match (fail_over, self.rng.below(4)) {
+            (true, 0) => {
+                let failed = TransferStatus {
+                    state: TransferState::Failed,
+                    transferred_bytes: 0,
+                };
+                let why = SliceError::Path("given up".into());
+                self.engine.end_held(id, k, failed, Some(why))
+            }
+            _ => {
+                // A new attempt: its slices are counted afresh.
+                self.tasks[t].done_offsets.clear();
+                let options =
+                    SubmitOptions::default().failing_over(fail_over && self.rng.below(2) == 0);
+                let posted = self.engine.post_held(id, &[k], &[r], &options);
+                self.stats.held_posts += u64::from(posted.is_ok());
+                posted
+            }
+        };
+        match outcome {
+            // Ended while it waited (canceled, or past its deadline).
+            Ok(()) | Err(Error::InvalidArgument(_)) => Ok(()),
+            Err(e) => Err(format!("moving on held task {k} of {id:?}: {e}")),
+        }
     }
 
     /// Endpoints the transport evicted to make room: what was queued on them either finishes
@@ -392,6 +502,11 @@ impl Sim {
             )),
             Ok(()) => {
                 let b = self.live.swap_remove(i);
+                // Entries of tasks that ended while they waited (canceled while held).
+                let told = std::mem::take(&mut *self.held_log.0.lock().unwrap());
+                self.stats.held_again += told.len() as u64;
+                self.waiting.extend(told);
+                self.waiting.retain(|w| w.0 != b.id);
                 self.free_slots
                     .extend(b.tasks.iter().map(|t| self.tasks[*t].slot));
                 Ok(())
@@ -506,6 +621,7 @@ impl Sim {
                     .advance(Duration::from_millis(self.rng.below(8000)));
                 Ok(())
             }
+            95..98 => self.move_on(true),
             _ => self.check_tasks(),
         }
     }
@@ -516,7 +632,14 @@ impl Sim {
                 .complete(s, Err(SliceError::Path("released".into())));
         }
         let mut steps = 0;
-        while self.transport.queued() > 0 {
+        loop {
+            // Every held task gets an attempt that does not fail over.
+            while !self.waiting.is_empty() || !self.held_log.0.lock().unwrap().is_empty() {
+                self.move_on(false)?;
+            }
+            if self.transport.queued() == 0 {
+                break;
+            }
             if let Some(s) = self.take()? {
                 self.succeed(s)?;
             }
@@ -636,6 +759,8 @@ fn seeded_simulation_keeps_every_invariant() {
                 total.refused_frees += s.refused_frees;
                 total.refused_unregisters += s.refused_unregisters;
                 total.merged_slices += s.merged_slices;
+                total.held_again += s.held_again;
+                total.held_posts += s.held_posts;
                 (0..3).for_each(|i| total.ended[i] += s.ended[i]);
             }
             Err(e) => panic!("simulation failed: {e}\nreplay with TE_SEED={seed}"),
@@ -643,7 +768,8 @@ fn seeded_simulation_keeps_every_invariant() {
     }
     eprintln!(
         "simulation: {} seeds passed; tasks submitted {}, slices succeeded {}, slice failures injected {}, \
-         frees refused {}, unregisters refused {}, merged slices {}; tasks at the end of liveness: completed {}, failed or timed out {}, canceled {}",
+         frees refused {}, unregisters refused {}, merged slices {}, tasks held again {}, attempts \
+         posted in held places {}; tasks at the end of liveness: completed {}, failed or timed out {}, canceled {}",
         seeds.len(),
         total.submitted,
         total.succeeded,
@@ -651,6 +777,8 @@ fn seeded_simulation_keeps_every_invariant() {
         total.refused_frees,
         total.refused_unregisters,
         total.merged_slices,
+        total.held_again,
+        total.held_posts,
         total.ended[0],
         total.ended[1],
         total.ended[2]
@@ -659,7 +787,9 @@ fn seeded_simulation_keeps_every_invariant() {
         total.submitted > 0
             && total.failed > 0
             && total.refused_frees > 0
-            && total.merged_slices > 0,
-        "the simulation exercised nothing (or merged nothing): {total:?}"
+            && total.merged_slices > 0
+            && total.held_again > 0
+            && total.held_posts > 0,
+        "the simulation exercised nothing (or merged or held nothing): {total:?}"
     );
 }

@@ -1,9 +1,10 @@
-//! [`TentEngine`]: TENT's API over te-core's engine. A batch's tasks wait in the runtime queue
-//! by priority, are posted to SubBatches (one te-core batch per transport the policy chose),
-//! move to the next capable transport when they fail, end TIMEOUT past their deadline, and
-//! announce themselves with a notification once all their data is in place.
+//! [`TentEngine`]: TENT's API over te-core's engine. A TENT batch is a te-core batch whose
+//! tasks are added held: each waits in the runtime queue by priority, is posted on the
+//! transport its plan puts first, is held again and posted on the next capable transport when
+//! an attempt fails, and ends TIMEOUT past its deadline. Status, waits, cancels and the batch's
+//! notification (sent once all its data is in place) are te-core's.
 //!
-//! Progress (posting queued tasks, failover, deadlines, notifications) is [`crate::progress`]'s.
+//! Progress (posting queued tasks, failover, deadlines) is [`crate::progress`]'s.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use te_core::transport::{Capabilities, Transport};
-use te_core::{HostBuffer, Notification, SegmentId, TransferEngine, TransferState, TransferStatus};
+use te_core::{
+    BatchId, HeldTask, HostBuffer, Notification, SegmentId, TransferEngine, TransferStatus,
+};
 use tracing::info;
 
 use crate::bell::{Bell, Hearing};
@@ -20,10 +23,10 @@ use crate::config::TentConfig;
 use crate::memo::{PlanMemo, TargetMemo};
 use crate::meter::RequestMeter;
 use crate::policy::{Plan, RequestFacts, select};
-use crate::progress::{needs_progress, next_due, overall};
+use crate::progress::needs_progress;
 use crate::queue::Dispatcher;
 use crate::request::{MemoryOptions, Request, TentBatchId};
-use crate::state::{PLAN_CACHE, State, Task, TaskState};
+use crate::state::{PLAN_CACHE, Stage, State, Task};
 use crate::{Result, TentError};
 
 pub(crate) struct Inner {
@@ -31,7 +34,7 @@ pub(crate) struct Inner {
     pub(crate) config: TentConfig,
     pub(crate) own: SegmentId,
     pub(crate) state: Mutex<State>,
-    /// Rung by task ends (te-core's and staged jobs'), kicked by submits and the drop.
+    /// Told of task ends and failed attempts by te-core, kicked by submits and the drop.
     pub(crate) bell: Arc<Bell>,
     pub(crate) stop: AtomicBool,
 }
@@ -83,11 +86,8 @@ impl TentEngine {
         let own = core.open_segment(core.segment_name())?;
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
-                batches: HashMap::default(),
-                batch_tag: te_core::next_engine_tag(std::process::id() as u16),
-                last_batch: 0,
+                runs: HashMap::default(),
                 dispatcher: Dispatcher::new(config.max_inflight_tasks),
-                live: Vec::new(),
                 installed: Vec::new(),
                 memory: BTreeMap::new(),
                 plans: Vec::new(),
@@ -340,7 +340,7 @@ impl TentEngine {
         Ok(self.inner.core.close_segment(id)?)
     }
 
-    /// A batch of up to `capacity` tasks.
+    /// A batch of up to `capacity` tasks (a te-core batch, under its id).
     ///
     /// # Errors
     /// [`TentError::InvalidArgument`] for 0 or more than the classic engine's batch limit.
@@ -352,10 +352,13 @@ impl TentEngine {
             )));
         }
         let mut s = self.inner.lock();
-        let id = s.next_batch_id();
-        let batch = s.fresh_batch(capacity);
-        s.batches.insert(id, batch);
-        Ok(TentBatchId(id))
+        let id = self
+            .inner
+            .core
+            .allocate_watched_batch(capacity, self.inner.bell.clone())?;
+        let run = s.fresh_run(capacity);
+        s.runs.insert(id.raw(), run);
+        Ok(TentBatchId(id.raw()))
     }
 
     /// Frees a batch whose tasks all ended.
@@ -364,27 +367,24 @@ impl TentEngine {
     /// [`TentError::InvalidBatch`], [`TentError::BatchBusy`].
     pub fn free_batch(&self, batch: TentBatchId) -> Result<()> {
         let mut s = self.inner.lock();
-        // A batch whose tasks ended on their transports but were not reaped yet gets one round
-        // of progress first.
-        if !s.batch(batch)?.ended() {
-            drop(s);
-            self.inner.pump();
-            s = self.inner.lock();
-            if !s.batch(batch)?.ended() {
-                return Err(TentError::BatchBusy(batch.0));
-            }
+        // Ends not looked at yet are counted first (with metrics on).
+        if self.inner.core.metrics_enabled() {
+            let run = s.run_mut(batch)?;
+            self.inner.see_ends(batch.0, run, None);
         }
-        let mut b = s.batches.remove(&batch.0).expect("present");
-        // Under the runtime's lock, as every call into te-core from here is (SubBatches are
-        // allocated and submitted under it too): every SubBatch is freed, the first refusal
-        // reported.
-        let freed = b
-            .subs
-            .drain(..)
-            .map(|(_, sub, _)| self.inner.core.free_batch(sub))
-            .fold(Ok(()), te_core::Result::and);
-        s.keep_spare(b);
-        Ok(freed?)
+        s.run(batch)?;
+        match self.inner.core.free_batch(BatchId::from_raw(batch.0)) {
+            Ok(()) => {}
+            Err(te_core::Error::BatchBusy(_)) => return Err(TentError::BatchBusy(batch.0)),
+            Err(e) => return Err(e.into()),
+        }
+        let run = s.runs.remove(&batch.0).expect("looked up above");
+        // Tasks te-core ended while they waited in the queue leave it with their batch.
+        if s.dispatcher.waiting() > 0 {
+            s.dispatcher.remove_where(|(b, _)| *b == batch.0);
+        }
+        s.keep_spare(run);
+        Ok(())
     }
 
     /// Submits `requests` as new tasks of `batch`. Each is planned (policy, capabilities)
@@ -547,57 +547,57 @@ impl TentEngine {
         let busy = {
             let mut guard = self.inner.lock();
             let State {
-                batches,
+                runs,
                 dispatcher,
                 memory,
                 installed,
                 plans,
                 ..
             } = &mut *guard;
-            let b = batches
+            let run = runs
                 .get_mut(&batch.0)
                 .ok_or(TentError::InvalidBatch(batch.0))?;
-            if b.tasks.len() + requests.len() > b.capacity {
+            if run.tasks.len() + requests.len() > run.capacity {
                 return Err(TentError::TooManyRequests {
                     batch: batch.0,
-                    capacity: b.capacity,
+                    capacity: run.capacity,
                 });
             }
             // Planned under the lock (no copy of the memory table), each task added as it
-            // plans; nothing is queued unless every request plans (the added ones are taken
-            // back).
-            let first = b.tasks.len();
-            b.tasks.reserve(requests.len());
+            // plans; nothing is queued unless every request plans and te-core holds them all
+            // (the added ones are taken back).
+            let first = run.tasks.len();
+            run.tasks.reserve(requests.len());
             let mut memo = PlanMemo::default();
+            let metered = self.inner.core.metrics_enabled();
             for r in requests {
                 let plan = match self.plan(r, memory, installed, plans, &mut memo) {
                     Ok(plan) => plan,
                     Err(e) => {
-                        b.tasks.truncate(first);
+                        run.tasks.truncate(first);
                         return Err(e);
                     }
                 };
-                let mut task = Task {
-                    deadline: r.deadline.zip(now).map(|(d, now)| now + d),
-                    request: r.clone(),
-                    plan,
-                    choice: 0,
-                    state: TaskState::Queued,
-                    errors: Vec::new(),
-                    canceled: false,
-                    meter: None,
-                };
-                if self.inner.core.metrics_enabled() {
-                    let metrics = self.inner.core.metrics().clone();
-                    if r.deadline == Some(Duration::ZERO) {
-                        metrics.deadline_infeasible(task.label());
-                    }
-                    task.meter = Some(Box::new(RequestMeter::new(metrics)));
-                }
-                b.tasks.push(task);
+                run.tasks.push(self.task(r, plan, now, metered));
             }
-            if notify.is_some() {
-                b.notify = notify;
+            let id = BatchId::from_raw(batch.0);
+            let at_once = &mut run.tasks[first..];
+            if (self.inner).post_at_once(dispatcher, id, at_once, notify.as_ref()) {
+                return Ok(());
+            }
+            let held: Vec<HeldTask> = (run.tasks[first..].iter())
+                .map(|t| HeldTask {
+                    opcode: t.request.opcode,
+                    length: t.request.length,
+                    deadline: t.deadline,
+                })
+                .collect();
+            match self.inner.core.hold(id, &held, notify) {
+                Ok(at) => debug_assert_eq!(at, first, "te-core's task order is the runtime's"),
+                Err(e) => {
+                    run.tasks.truncate(first);
+                    return Err(e.into());
+                }
             }
             for (index, r) in (first..).zip(requests) {
                 dispatcher.push(r.priority, (batch.0, index));
@@ -605,12 +605,54 @@ impl TentEngine {
             self.inner.post(&mut guard);
             needs_progress(&guard) != Hearing::Kicks
         };
-        // The progress thread is needed only while tasks wait, are staged, or a notification
-        // is owed.
+        // The progress thread is needed only while tasks wait.
         if busy {
             self.inner.bell.kick();
         }
         Ok(())
+    }
+
+    /// The runtime's facts of a task for `r`, planned `plan`, submitted at `now` (`metered`:
+    /// with metrics on).
+    fn task(&self, r: &Request, plan: Arc<Plan>, now: Option<Instant>, metered: bool) -> Task {
+        let mut task = Task {
+            request: r.core(),
+            priority: r.priority,
+            deadline: r.deadline.zip(now).map(|(d, now)| now + d),
+            plan,
+            choice: 0,
+            stage: Stage::Queued,
+            errors: Vec::new(),
+            meter: None,
+        };
+        if metered {
+            let metrics = self.inner.core.metrics().clone();
+            if r.deadline == Some(Duration::ZERO) {
+                metrics.deadline_infeasible(task.label());
+            }
+            task.meter = Some(Box::new(RequestMeter::new(metrics)));
+        }
+        task
+    }
+
+    /// One round of progress, and batch `batch`'s te-core id once it is known to be this
+    /// engine's; with metrics on, the ends of its tasks (or task `only`) are counted.
+    fn progressed(&self, batch: TentBatchId, only: Option<usize>) -> Result<BatchId> {
+        let mut s = self.inner.lock();
+        self.inner.progress(&mut s);
+        let run = s.run_mut(batch)?;
+        if let Some(task) = only
+            && task >= run.tasks.len()
+        {
+            return Err(TentError::InvalidTask {
+                batch: batch.0,
+                task,
+            });
+        }
+        if self.inner.core.metrics_enabled() {
+            self.inner.see_ends(batch.0, run, only);
+        }
+        Ok(BatchId::from_raw(batch.0))
     }
 
     /// The status of one task.
@@ -618,10 +660,8 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
     pub fn task_status(&self, batch: TentBatchId, task: usize) -> Result<TransferStatus> {
-        self.inner.pump();
-        let s = self.inner.lock();
-        let t = s.task(batch, task)?;
-        Ok(self.inner.status_of(t))
+        let id = self.progressed(batch, Some(task))?;
+        Ok(self.inner.core.task_status(id, task)?)
     }
 
     /// The status of every task of the batch, in order.
@@ -629,10 +669,11 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`].
     pub fn task_statuses(&self, batch: TentBatchId) -> Result<Vec<TransferStatus>> {
-        self.inner.pump();
-        let s = self.inner.lock();
-        let b = s.batch(batch)?;
-        Ok(b.tasks.iter().map(|t| self.inner.status_of(t)).collect())
+        let id = self.progressed(batch, None)?;
+        let n = self.inner.lock().run(batch)?.tasks.len();
+        (0..n)
+            .map(|t| Ok(self.inner.core.task_status(id, t)?))
+            .collect()
     }
 
     /// The batch's overall status: COMPLETED when all completed; the worst ending (FAILED,
@@ -641,7 +682,8 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`].
     pub fn batch_status(&self, batch: TentBatchId) -> Result<TransferStatus> {
-        Ok(overall(self.task_statuses(batch)?))
+        let id = self.progressed(batch, None)?;
+        Ok(self.inner.core.batch_status(id)?)
     }
 
     /// The errors a task met, one per transport tried (failover keeps them all).
@@ -649,9 +691,10 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
     pub fn task_errors(&self, batch: TentBatchId, task: usize) -> Result<Vec<String>> {
-        let s = self.inner.lock();
-        let t = s.task(batch, task)?;
-        Ok(t.errors.clone())
+        let mut s = self.inner.lock();
+        let run = s.run_mut(batch)?;
+        self.inner.see_ends(batch.0, run, Some(task));
+        Ok(s.task_mut(batch, task)?.errors.clone())
     }
 
     /// The transport a task is on (or ended on); `staged` for a staged task.
@@ -659,9 +702,8 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
     pub fn task_transport(&self, batch: TentBatchId, task: usize) -> Result<&'static str> {
-        let s = self.inner.lock();
-        let t = s.task(batch, task)?;
-        Ok(t.transport().unwrap_or("staged"))
+        let mut s = self.inner.lock();
+        Ok(s.task_mut(batch, task)?.transport().unwrap_or("staged"))
     }
 
     /// Waits until every task of `batch` ended or `timeout` passed; the overall status.
@@ -669,101 +711,37 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`].
     pub fn wait(&self, batch: TentBatchId, timeout: Duration) -> Result<TransferStatus> {
-        // The clock is read once per round, and not at all for a batch already ended or ended
-        // by the first round of progress (its SubBatches done, only their reaping left).
-        let mut until: Option<Instant> = None;
-        let mut pumped = false;
-        // Held over a look that may end in a sleep on the bell: an end between the look and
-        // the sleep ends the sleep at once. (A look that ends in te-core's wait needs none.)
-        let mut ticket = None;
-        loop {
-            let (subs, left, due) = {
-                let mut s = self.inner.lock();
-                // A batch not ended yet gets one round of progress first, under the same hold
-                // of the lock (its tasks may have ended on their transports, unreaped).
-                if !pumped && !s.batch(batch)?.ended() {
-                    pumped = true;
-                    let notices = self.inner.progress(&mut s);
-                    if !notices.is_empty() {
-                        drop(s);
-                        self.inner.send_notices(notices);
-                        s = self.inner.lock();
-                    }
-                }
-                let b = s.batch(batch)?;
-                let ended = b.ended();
-                let left = match ended {
-                    true => None,
-                    false => {
-                        let now = Instant::now();
-                        let end = *until.get_or_insert(now + timeout);
-                        end.checked_duration_since(now).filter(|d| !d.is_zero())
-                    }
-                };
-                let Some(left) = left else {
-                    return Ok(overall(b.tasks.iter().map(|t| self.inner.status_of(t))));
-                };
-                // Only posted tasks left: sleep in te-core until its SubBatches end.
-                let only_posted = b
-                    .tasks
-                    .iter()
-                    .all(|t| matches!(t.state, TaskState::Posted { .. } | TaskState::Done(_)));
-                match only_posted {
-                    true => (b.subs.iter().map(|s| s.1).collect(), left, None),
-                    false => (Vec::new(), left, next_due(&s)),
-                }
-            };
-            match (subs.is_empty(), ticket.take()) {
-                // Queued or staged tasks: a ticket, then a round of progress (an end before the
-                // ticket is reaped by it; one after ends the sleep), then another look.
-                (true, None) => {
-                    ticket = Some(self.inner.bell.ticket(Hearing::Every));
-                    self.inner.pump();
-                    continue;
-                }
-                // Woken by an end (theirs, or one that lets them be posted), or by the next
-                // deadline to enforce.
-                (true, Some(ticket)) => {
-                    let end = until.map_or(Instant::now() + left, |u| u);
-                    let _ = ticket.sleep(Some(due.map_or(end, |d| d.min(end))));
-                }
-                (false, _) => {
-                    for sub in subs {
-                        self.inner.core.wait(sub, left)?;
-                    }
-                }
+        let id = self.progressed(batch, None)?;
+        // te-core wakes this at each end and deadline; the progress thread posts queued tasks
+        // and moves failed attempts on meanwhile.
+        let status = match self.inner.core.wait(id, timeout) {
+            Ok(status) => status,
+            Err(te_core::Error::WaitTimeout(_)) => self.inner.core.batch_status(id)?,
+            Err(e) => return Err(e.into()),
+        };
+        if self.inner.core.metrics_enabled() {
+            let mut s = self.inner.lock();
+            if let Ok(run) = s.run_mut(batch) {
+                self.inner.see_ends(batch.0, run, None);
             }
-            // Ended tasks finish or fail over; queued ones are posted.
-            self.inner.pump();
         }
+        Ok(status)
     }
 
-    /// Cancels one task: a queued one ends CANCELED at once; a posted one stops posting
-    /// slices and ends CANCELED (or COMPLETED if all had gone); it is not failed over.
+    /// Cancels one task: a queued one ends CANCELED at once; a posted (or staged) one stops
+    /// and ends CANCELED (or COMPLETED if all had gone); it is not failed over.
     ///
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::InvalidTask`].
     pub fn cancel_task(&self, batch: TentBatchId, task: usize) -> Result<()> {
         let mut s = self.inner.lock();
-        let (b, dispatcher) = s.batch_and_queue(batch)?;
-        let t = b.tasks.get_mut(task).ok_or(TentError::InvalidTask {
-            batch: batch.0,
-            task,
-        })?;
-        t.canceled = true;
-        match &t.state {
-            TaskState::Queued => {
-                dispatcher.remove_where(|k| *k == (batch.0, task));
-                t.end(TransferStatus {
-                    state: TransferState::Canceled,
-                    transferred_bytes: 0,
-                });
-            }
-            TaskState::Posted { sub, index } => self.inner.core.cancel_task(*sub, *index)?,
-            TaskState::Staged(job) => job.cancel(),
-            TaskState::Done(_) => {}
+        if matches!(s.task_mut(batch, task)?.stage, Stage::Queued) {
+            s.dispatcher.remove_where(|k| *k == (batch.0, task));
         }
-        Ok(())
+        Ok(self
+            .inner
+            .core
+            .cancel_task(BatchId::from_raw(batch.0), task)?)
     }
 
     /// Sends `notification` to the owner of segment `target` now (TENT's `sendNotification`).

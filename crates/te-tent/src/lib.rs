@@ -7,12 +7,13 @@
 //!   request, and the staging plan when none can make a move directly.
 //! - [`queue`]: the runtime queue, posting higher priorities first under load.
 //! - [`config`]: TENT's JSON configuration (`MC_TENT_CONF`) with the legacy `MC_*` variables.
-//! - [`TentEngine`]: batches split into SubBatches (one te-core batch per transport), status
-//!   per task, per list and overall, cancellation, deadlines, failover to the next capable
-//!   transport, staging through host memory, and notifications sent after their data.
+//! - [`TentEngine`]: batches of te-core held tasks (te-core's batches, ids and status), each
+//!   task posted on the transport its plan puts first, failed over to the next capable one
+//!   when an attempt fails (te-core holds it again and tells the runtime), deadlines, staging
+//!   through host memory, and notifications sent after their data (te-core's).
 //!
-//! Not here: moving bytes (the transports do) or slicing, rails and retries within a transport
-//! (te-core's engine does, under each SubBatch).
+//! Not here: moving bytes (the transports do), slicing, rails and retries within a transport,
+//! or a task's status (te-core's engine does all of it).
 
 #![forbid(unsafe_code)]
 

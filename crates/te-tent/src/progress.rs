@@ -1,28 +1,32 @@
-//! The runtime's progress: reaping posted and staged tasks that ended, failing a task over to
-//! its next transport, ending queued tasks past their deadline, posting what the queue lets
-//! through (grouped per batch and transport into one SubBatch submit), and sending
-//! notifications once their batch completed. Called from every status call, `wait`, and the progress thread, which
-//! sleeps until the bell tells of an end or a submit, or the next deadline is due.
+//! The runtime's progress: moving a task held again after a failed attempt on to its next
+//! transport, ending queued tasks past their deadline, and posting what the queue lets through
+//! (grouped per batch and transport into one post of held tasks). Ends themselves are te-core's:
+//! the runtime learns of them as events (its bell) and reads them from te-core when asked.
+//! Called from every status call, `wait`, and the progress thread, which sleeps until the bell
+//! tells of an end it needs, a failover or a submit, or the next deadline is due.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use te_core::{SubmitOptions, TransferRequest, TransferState, TransferStatus};
-use tracing::{debug, warn};
+use te_core::transport::SliceError;
+use te_core::{
+    BatchId, Notification, SegmentId, SubmitOptions, TransferRequest, TransferState, TransferStatus,
+};
+use tracing::debug;
 
 use crate::bell::Hearing;
 use crate::engine::Inner;
 use crate::policy::Plan;
 use crate::queue::Dispatcher;
 use crate::staging::{self, StagedMove};
-use crate::state::{Batch, State, Task, TaskState};
+use crate::state::{Run, Stage, State, Task};
 
-/// A notification due for a batch: (batch, (target segment, notification)).
-pub(crate) type Notice = (u64, (te_core::SegmentId, te_core::Notification));
+/// Tasks posted together: (batch, how they are posted).
+type GroupKey = (u64, Posting);
 
-/// Tasks posted together: (batch, transport, deadline).
-type GroupKey = (u64, &'static str, Option<Instant>);
+/// How a direct task is posted: (transport, deadline, failing over).
+type Posting = (&'static str, Option<Instant>, bool);
 
 /// The buffers one round of `post` fills, kept from round to round so a round allocates
 /// nothing once they have grown.
@@ -36,11 +40,8 @@ pub(crate) struct Scratch {
     members: Vec<(usize, usize)>,
     /// One group's tasks.
     tasks: Vec<usize>,
-    /// One group's requests to the classic engine.
+    /// One group's requests to te-core.
     requests: Vec<TransferRequest>,
-    /// SubBatches `reap` asked about, and those of them complete.
-    asked: Vec<te_core::BatchId>,
-    complete: Vec<te_core::BatchId>,
 }
 
 impl Scratch {
@@ -50,39 +51,25 @@ impl Scratch {
         self.members.clear();
         self.tasks.clear();
         self.requests.clear();
-        self.asked.clear();
-        self.complete.clear();
     }
 }
 
-/// What the progress thread must hear to make progress without the application polling:
-/// every end while tasks wait in the queue (an end makes room) or are staged; decisive ends
-/// while a notification is owed (its batch's end, or a failure to fail over); else nothing.
+/// What the progress thread must hear besides kicks (submits, failovers): every end while
+/// tasks wait in the queue (an end makes room); else nothing.
 pub(crate) fn needs_progress(s: &State) -> Hearing {
-    let staged = || {
-        s.live.iter().any(|(b, t)| {
-            s.batches
-                .get(b)
-                .and_then(|b| b.tasks.get(*t))
-                .is_some_and(|t| matches!(t.state, TaskState::Staged(_)))
-        })
-    };
-    if s.dispatcher.waiting() > 0 || staged() {
-        Hearing::Every
-    } else if s.batches.values().any(|b| b.notify.is_some()) {
-        Hearing::Decisive
-    } else {
-        Hearing::Kicks
+    match s.dispatcher.waiting() > 0 {
+        true => Hearing::Every,
+        false => Hearing::Kicks,
     }
 }
 
-/// The next deadline still ahead among unfinished tasks (a queued one is ended then, a posted
-/// one asked about so that te-core ends it); `None` when no task has one.
+/// The next deadline still ahead among queued tasks (they are ended then; te-core ends posted
+/// ones); `None` when none has one.
 pub(crate) fn next_due(s: &State) -> Option<Instant> {
     let mut due: Option<Instant> = None;
     let mut now = None;
-    let tasks = s.batches.values().flat_map(|b: &Batch| b.tasks.iter());
-    for t in tasks.filter(|t| !matches!(t.state, TaskState::Done(_))) {
+    let tasks = s.runs.values().flat_map(|r: &Run| r.tasks.iter());
+    for t in tasks.filter(|t| matches!(t.stage, Stage::Queued)) {
         if let Some(d) = t.deadline
             && d > *now.get_or_insert_with(Instant::now)
         {
@@ -92,74 +79,16 @@ pub(crate) fn next_due(s: &State) -> Option<Instant> {
     due
 }
 
-/// The aggregate of task statuses, in one pass (no list needed).
-pub(crate) fn overall(statuses: impl IntoIterator<Item = TransferStatus>) -> TransferStatus {
-    let rank = |s: TransferState| match s {
-        TransferState::Failed => 3,
-        TransferState::Timeout => 2,
-        TransferState::Canceled => 1,
-        _ => 0,
-    };
-    let mut transferred_bytes = 0;
-    let (mut all_ended, mut any_started) = (true, false);
-    let mut worst = TransferState::Completed;
-    for s in statuses {
-        transferred_bytes += s.transferred_bytes;
-        all_ended &= s.state.is_terminal();
-        any_started |= s.state != TransferState::Waiting;
-        if rank(s.state) > rank(worst) {
-            worst = s.state;
-        }
-    }
-    let state = match (all_ended, any_started) {
-        (true, _) => worst,
-        (false, true) => TransferState::Pending,
-        (false, false) => TransferState::Waiting,
-    };
-    TransferStatus {
-        state,
-        transferred_bytes,
-    }
-}
-
 impl Inner {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn status_of(&self, t: &Task) -> TransferStatus {
-        match &t.state {
-            TaskState::Done(s) => *s,
-            TaskState::Queued => TransferStatus {
-                state: TransferState::Waiting,
-                transferred_bytes: 0,
-            },
-            TaskState::Posted { sub, index } => {
-                let mut s = self
-                    .core
-                    .task_status(*sub, *index)
-                    .unwrap_or(TransferStatus {
-                        state: TransferState::Pending,
-                        transferred_bytes: 0,
-                    });
-                // A failure the next pump fails over is not the end yet.
-                if s.state.is_terminal() {
-                    s.state = TransferState::Pending;
-                }
-                s
-            }
-            TaskState::Staged(job) => TransferStatus {
-                state: TransferState::Pending,
-                transferred_bytes: job.moved(),
-            },
-        }
-    }
-
-    /// The progress thread: pumps at each end it needs to hear ([`needs_progress`]) and at
-    /// each deadline; with nothing to do, sleeps until a submit needs it.
+    /// The progress thread: a round at each event it needs to hear ([`needs_progress`]) and
+    /// at each deadline; with nothing to do, sleeps until a submit or a failover kicks it.
     pub(crate) fn run_progress(self: Arc<Self>) {
         while !self.stop.load(Ordering::Acquire) {
-            // Taken before the look: an end or a kick after it ends the sleep below.
+            // Taken before the look: an event after it ends the sleep below.
             let mut ticket = self.bell.ticket(Hearing::Every);
             let hearing = self.pump();
             // Looked at after the ticket was taken: a drop sets it, then kicks.
@@ -177,143 +106,37 @@ impl Inner {
 
     /// One round of progress; what the progress thread must hear from now on.
     pub(crate) fn pump(&self) -> Hearing {
-        let (busy, notices) = {
-            let mut s = self.lock();
-            let notices = self.progress(&mut s);
-            (needs_progress(&s), notices)
-        };
-        self.send_notices(notices);
-        busy
+        let mut s = self.lock();
+        self.progress(&mut s);
+        needs_progress(&s)
     }
 
-    /// One round of progress under the lock the caller holds; the notifications now due,
-    /// for [`send_notices`](Self::send_notices) once the lock is released.
-    pub(crate) fn progress(&self, s: &mut State) -> Vec<Notice> {
-        self.reap(s);
+    /// One round of progress under the lock the caller holds.
+    pub(crate) fn progress(&self, s: &mut State) {
+        s.dispatcher.ended(self.bell.take_ran());
+        self.move_on(s);
         self.expire(s);
         self.post(s);
-        let mut notices = Vec::new();
-        for (id, b) in s.batches.iter_mut() {
-            // Most batches owe no notification: their tasks are not looked at.
-            if b.notify.is_none() || !b.ended() {
+    }
+
+    /// Tasks held again after a failed attempt go to the front of their priority, on their
+    /// next transport (an attempt is posted to fail over only while one follows).
+    fn move_on(&self, s: &mut State) {
+        for (bid, ti) in self.bell.take_held() {
+            let Some(t) = s.runs.get_mut(&bid).and_then(|r| r.tasks.get_mut(ti)) else {
                 continue;
-            }
-            let all_ok = b.tasks.iter().all(
-                |t| matches!(&t.state, TaskState::Done(st) if st.state == TransferState::Completed),
-            );
-            if let Some(n) = b.notify.take().filter(|_| all_ok) {
-                notices.push((*id, n));
-            }
-        }
-        notices
-    }
-
-    /// Sends `notices` (outside the lock: the data they announce is complete).
-    pub(crate) fn send_notices(&self, notices: Vec<Notice>) {
-        for (batch, (target, n)) in notices {
-            let sent = self
+            };
+            let error = self
                 .core
-                .segment(target)
-                .and_then(|seg| self.core.send_notify(seg.name(), &n));
-            if let Err(e) = sent {
-                warn!(batch, error = %e, "notification not delivered");
-            }
+                .task_error(BatchId::from_raw(bid), ti)
+                .ok()
+                .flatten();
+            note_failure(t, error.as_ref());
+            t.fail_over();
+            debug!(batch = bid, task = ti, to = t.transport(), "failing over");
+            t.stage = Stage::Queued;
+            s.dispatcher.push_front(t.priority, (bid, ti));
         }
-    }
-
-    /// Polls live tasks: ended ones finish or fail over.
-    fn reap(&self, s: &mut State) {
-        let State {
-            batches,
-            dispatcher,
-            live,
-            scratch,
-            ..
-        } = s;
-        // SubBatches whose every task completed (one question instead of one per task).
-        let (complete, asked) = (&mut scratch.complete, &mut scratch.asked);
-        complete.clear();
-        asked.clear();
-        for &(bid, ti) in live.iter() {
-            if let Some(TaskState::Posted { sub, .. }) = batches
-                .get(&bid)
-                .and_then(|b| b.tasks.get(ti))
-                .map(|t| &t.state)
-            {
-                if !asked.contains(sub) {
-                    asked.push(*sub);
-                    let done = self.core.batch_status(*sub);
-                    if done.is_ok_and(|st| st.state == TransferState::Completed) {
-                        complete.push(*sub);
-                    }
-                }
-            }
-        }
-        live.retain(|&(bid, ti)| {
-            let Some(t) = batches.get_mut(&bid).and_then(|b| b.tasks.get_mut(ti)) else {
-                return false;
-            };
-            let (state, status, error) = match &t.state {
-                TaskState::Posted { sub, .. } if complete.contains(sub) => {
-                    let st = TransferStatus {
-                        state: TransferState::Completed,
-                        transferred_bytes: t.request.length,
-                    };
-                    (st.state, st, None)
-                }
-                TaskState::Posted { sub, index } => match self.core.task_status(*sub, *index) {
-                    Ok(st) if st.state == TransferState::Completed => (st.state, st, None),
-                    Ok(st) if st.state.is_terminal() => {
-                        let err = self.core.task_error(*sub, *index).ok().flatten();
-                        if let (Some(m), Some(e)) = (&mut t.meter, &err) {
-                            m.failed_with(te_core::transport::failure_kind(e));
-                        }
-                        (st.state, st, err.map(|e| e.to_string()))
-                    }
-                    _ => return true,
-                },
-                TaskState::Staged(job) => match job.outcome() {
-                    Some((state, err)) => (
-                        state,
-                        TransferStatus {
-                            state,
-                            transferred_bytes: job.moved(),
-                        },
-                        err,
-                    ),
-                    None => return true,
-                },
-                _ => return false,
-            };
-            dispatcher.finished();
-            if let Some(e) = error {
-                t.errors
-                    .push(format!("{}: {e}", t.transport().unwrap_or("staged")));
-            }
-            let alternatives = match &*t.plan {
-                Plan::Direct(order) => order.len(),
-                Plan::Staged { .. } => 1,
-            };
-            let failover = state == TransferState::Failed
-                && !t.canceled
-                && self.config.auto_failover
-                && (t.choice as u32) < self.config.max_failover_attempts
-                && t.choice + 1 < alternatives;
-            if failover {
-                t.fail_over();
-                debug!(
-                    batch = bid,
-                    task = ti,
-                    to = t.transport(),
-                    "failing over to the next transport"
-                );
-                t.state = TaskState::Queued;
-                dispatcher.push_front(t.request.priority, (bid, ti));
-            } else {
-                t.end(status);
-            }
-            false
-        });
     }
 
     /// Queued tasks past their deadline end TIMEOUT without being posted.
@@ -323,29 +146,26 @@ impl Inner {
         }
         let now = Instant::now();
         let State {
-            batches,
-            dispatcher,
-            ..
+            runs, dispatcher, ..
         } = s;
         let late = dispatcher.remove_where(|(b, t)| {
-            batches
-                .get(b)
-                .and_then(|b| b.tasks.get(*t))
+            runs.get(b)
+                .and_then(|r| r.tasks.get(*t))
                 .and_then(|t| t.deadline)
                 .is_some_and(|d| d <= now)
         });
+        let timeout = TransferStatus {
+            state: TransferState::Timeout,
+            transferred_bytes: 0,
+        };
         for (b, t) in late {
-            if let Some(task) = batches.get_mut(&b).and_then(|b| b.tasks.get_mut(t)) {
-                task.end(TransferStatus {
-                    state: TransferState::Timeout,
-                    transferred_bytes: 0,
-                });
-            }
+            // te-core may have ended it already (a status query past its deadline).
+            let _ = self.core.end_held(BatchId::from_raw(b), t, timeout, None);
         }
     }
 
-    /// Posts what the queue lets through: direct tasks grouped per batch and transport into
-    /// one SubBatch submit, staged tasks onto their own threads.
+    /// Posts what the queue lets through: direct tasks grouped per batch, transport, deadline
+    /// and failover into one post, staged tasks onto their own threads.
     pub(crate) fn post(&self, s: &mut State) {
         if s.dispatcher.waiting() == 0 {
             return;
@@ -354,19 +174,24 @@ impl Inner {
         while let Some(k) = s.dispatcher.take_next() {
             scratch.taken.push(k);
         }
-        dispatched(s, &scratch.taken);
-        // Groups keep submission order: (batch, transport, deadline) → tasks.
+        dispatched(s, &scratch.taken, self.core.metrics_enabled());
         for &(bid, ti) in &scratch.taken {
-            let Some(t) = s.batches.get_mut(&bid).and_then(|b| b.tasks.get_mut(ti)) else {
+            let Some(t) = s.runs.get_mut(&bid).and_then(|r| r.tasks.get_mut(ti)) else {
                 s.dispatcher.finished();
                 continue;
             };
             if let Plan::Staged { local, remote } = &*t.plan {
+                let task = (BatchId::from_raw(bid), ti);
+                // Not held any more: canceled or expired while it waited.
+                if self.core.claim_held(task.0, task.1).is_err() {
+                    s.dispatcher.finished();
+                    continue;
+                }
                 let job = staging::start(
                     self.core.clone(),
-                    self.bell.clone(),
                     StagedMove {
-                        request: t.request.core(),
+                        request: t.request,
+                        task,
                         local: local[0],
                         remote: remote[0],
                         own: self.own,
@@ -377,12 +202,10 @@ impl Inner {
                 if let Some(m) = &mut t.meter {
                     m.posted(Instant::now());
                 }
-                t.state = TaskState::Staged(job);
-                s.live.push((bid, ti));
+                t.stage = Stage::Staged(job);
                 continue;
             }
-            let transport = t.transport().expect("a direct plan has its transport");
-            let key = (bid, transport, t.deadline);
+            let key = (bid, self.posting(t).expect("a direct plan"));
             let group = match scratch.keys.iter().position(|k| *k == key) {
                 Some(g) => g,
                 None => {
@@ -392,176 +215,222 @@ impl Inner {
             };
             scratch.members.push((group, ti));
         }
-        for (g, &(bid, transport, deadline)) in scratch.keys.iter().enumerate() {
+        for (g, &key) in scratch.keys.iter().enumerate() {
             scratch.tasks.clear();
             let members = scratch.members.iter().filter(|m| m.0 == g).map(|m| m.1);
             scratch.tasks.extend(members);
-            self.submit_group(
-                s,
-                bid,
-                transport,
-                deadline,
-                &scratch.tasks,
-                &mut scratch.requests,
-            );
+            self.post_group(s, key, &scratch.tasks, &mut scratch.requests);
         }
         scratch.clear();
         s.scratch = scratch;
     }
 
-    fn submit_group(
+    /// Posts one group's held tasks on their transport; a group te-core refuses is posted
+    /// task by task, so that each refusal is its own task's.
+    fn post_group(
         &self,
         s: &mut State,
-        bid: u64,
-        transport: &'static str,
-        deadline: Option<Instant>,
+        (bid, posting): GroupKey,
         tasks: &[usize],
         requests: &mut Vec<TransferRequest>,
     ) {
-        let State {
-            batches,
-            dispatcher,
-            live,
-            ..
-        } = s;
-        let Some(b) = batches.get_mut(&bid) else {
+        let Some(run) = s.runs.get_mut(&bid) else {
             return;
         };
-        let sub = match b.subs.iter().position(|(t, _, _)| *t == transport) {
-            Some(i) => i,
-            None => {
-                let cap = b.capacity * (self.config.max_failover_attempts as usize + 1);
-                let cap = cap.min(self.config.core.max_batch_size);
-                match self.core.allocate_watched_batch(cap, self.bell.clone()) {
-                    Ok(id) => {
-                        b.subs.push((transport, id, 0));
-                        b.subs.len() - 1
-                    }
-                    Err(e) => {
-                        for &ti in tasks {
-                            fail_now(&mut b.tasks[ti], dispatcher, format!("{transport}: {e}"));
-                        }
-                        return;
-                    }
-                }
-            }
-        };
-        let mut options = SubmitOptions::default().via(transport).as_attempts();
-        if let Some(d) = deadline {
-            options = options.within(
-                d.saturating_duration_since(Instant::now())
-                    .max(Duration::from_micros(1)),
-            );
-        }
-        let (_, sub_id, used) = b.subs[sub];
+        let options = options(posting);
         requests.clear();
-        requests.extend(tasks.iter().map(|&ti| b.tasks[ti].request.core()));
-        let room = self
-            .config
-            .core
-            .max_batch_size
-            .min(b.capacity * (self.config.max_failover_attempts as usize + 1));
-        let outcome = match used + requests.len() <= room {
-            true => self.core.submit_with(sub_id, requests, &options),
-            false => Err(te_core::Error::TooManyRequests {
-                capacity: room,
-                requested: used + requests.len(),
-            }),
-        };
-        match outcome {
+        requests.extend(tasks.iter().map(|&ti| run.tasks[ti].request));
+        let id = BatchId::from_raw(bid);
+        match self.core.post_held(id, tasks, requests, &options) {
             Ok(()) => {
                 let mut now = None;
-                for (k, &ti) in tasks.iter().enumerate() {
-                    let t = &mut b.tasks[ti];
+                for &ti in tasks {
+                    let t = &mut run.tasks[ti];
                     if let Some(m) = &mut t.meter {
                         m.posted(*now.get_or_insert_with(Instant::now));
                     }
-                    t.state = TaskState::Posted {
-                        sub: sub_id,
-                        index: used + k,
-                    };
-                    live.push((bid, ti));
+                    t.stage = Stage::Posted;
                 }
-                b.subs[sub].2 += requests.len();
             }
-            // Submit-stage refusals (the transport cannot reach a buffer): the task moves on to
-            // its next transport at once, or fails with the reason.
-            Err(e) => {
+            Err(_) if tasks.len() > 1 => {
                 for &ti in tasks {
-                    let t = &mut b.tasks[ti];
-                    t.errors.push(format!("{transport}: {e}"));
-                    // A refusal at submit is a failed attempt that te-core never started.
-                    let (label, op) = (t.label(), t.request.opcode.operation());
-                    if let Some(m) = &mut t.meter {
-                        m.metrics().attempt_ended(label, op, false, 0);
-                        m.failed_with(te_metrics::counters::FailureKind::Refused);
-                    }
-                    let more = match &*t.plan {
-                        Plan::Direct(order) => t.choice + 1 < order.len(),
-                        Plan::Staged { .. } => false,
-                    };
-                    dispatcher.finished();
-                    if more {
-                        t.fail_over();
-                        dispatcher.push_front(t.request.priority, (bid, ti));
-                    } else {
-                        t.end(TransferStatus {
-                            state: TransferState::Failed,
-                            transferred_bytes: 0,
-                        });
-                    }
+                    self.post_group(s, (bid, posting), &[ti], requests);
                 }
             }
+            Err(e) => self.refused(s, bid, tasks[0], posting.0, &e),
+        }
+    }
+
+    /// How `t` is posted now; `None` for a staged task.
+    fn posting(&self, t: &Task) -> Option<Posting> {
+        let transport = t.transport()?;
+        let max = self.config.max_failover_attempts as usize;
+        let fail_over = self.config.auto_failover && t.has_next() && t.choice < max;
+        Some((transport, t.deadline, fail_over))
+    }
+
+    /// Posts a submit's new `tasks` (the last of batch `id`) at once, appended in te-core's
+    /// order, when nothing waits in the queue, it has room for them all, and they are all
+    /// posted alike (as nearly every submit's are): none is held. False when they cannot be,
+    /// or te-core refused them; then they are to be held and queued.
+    pub(crate) fn post_at_once(
+        &self,
+        dispatcher: &mut Dispatcher<(u64, usize)>,
+        id: BatchId,
+        tasks: &mut [Task],
+        notify: Option<&(SegmentId, Notification)>,
+    ) -> bool {
+        let Some(posting) = tasks.first().and_then(|t| self.posting(t)) else {
+            return false;
+        };
+        if dispatcher.waiting() > 0
+            || dispatcher.room() < tasks.len()
+            || tasks[1..].iter().any(|t| self.posting(t) != Some(posting))
+        {
+            return false;
+        }
+        let options = options(posting);
+        let many: Vec<TransferRequest>;
+        let requests = match &*tasks {
+            [one] => std::slice::from_ref(&one.request),
+            all => {
+                many = all.iter().map(|t| t.request).collect();
+                &many
+            }
+        };
+        let posted = match notify {
+            Some((_, n)) => (self.core).submit_notify_with(id, requests, n.clone(), &options),
+            None => self.core.submit_with(id, requests, &options),
+        };
+        if posted.is_err() {
+            return false;
+        }
+        dispatcher.count_posted(tasks.len());
+        if self.core.metrics_enabled() {
+            let now = Instant::now();
+            for t in tasks.iter_mut().filter_map(|t| t.meter.as_mut()) {
+                t.dispatched(now);
+                t.posted(now);
+            }
+        }
+        tasks.iter_mut().for_each(|t| t.stage = Stage::Posted);
+        true
+    }
+
+    /// Task `ti` of batch `bid` could not be posted on `transport`: it ended meanwhile, or
+    /// the transport refused it (it cannot reach a buffer); then it moves on to its next
+    /// transport at once, or fails with the reason.
+    fn refused(&self, s: &mut State, bid: u64, ti: usize, transport: &str, e: &te_core::Error) {
+        let id = BatchId::from_raw(bid);
+        s.dispatcher.finished();
+        let Some(t) = s.runs.get_mut(&bid).and_then(|r| r.tasks.get_mut(ti)) else {
+            return;
+        };
+        if self
+            .core
+            .task_status(id, ti)
+            .map_or(true, |st| st.state.is_terminal())
+        {
+            return;
+        }
+        t.errors.push(format!("{transport}: {e}"));
+        // A refusal at submit is a failed attempt that te-core never started.
+        let (label, op) = (t.label(), t.request.opcode.operation());
+        if let Some(m) = &mut t.meter {
+            m.metrics().attempt_ended(label, op, false, 0);
+            m.failed_with(te_metrics::counters::FailureKind::Refused);
+        }
+        if t.has_next() {
+            t.fail_over();
+            s.dispatcher.push_front(t.priority, (bid, ti));
+            return;
+        }
+        let failed = TransferStatus {
+            state: TransferState::Failed,
+            transferred_bytes: 0,
+        };
+        let error = SliceError::Unsupported(format!("{transport}: {e}"));
+        let _ = self.core.end_held(id, ti, failed, Some(error));
+    }
+
+    /// Takes what ended tasks of `run` (te-core's batch `bid`) leave the runtime to record:
+    /// the error of a final attempt, and with metrics on the request's end. Only task `only`
+    /// when given.
+    pub(crate) fn see_ends(&self, bid: u64, run: &mut Run, only: Option<usize>) {
+        let id = BatchId::from_raw(bid);
+        let range = match only {
+            Some(i) => i..(i + 1).min(run.tasks.len()),
+            None => 0..run.tasks.len(),
+        };
+        for ti in range {
+            let t = &mut run.tasks[ti];
+            if matches!(t.stage, Stage::Ended) {
+                continue;
+            }
+            let Ok(status) = self.core.task_status(id, ti) else {
+                continue;
+            };
+            if !status.state.is_terminal() {
+                continue;
+            }
+            match &t.stage {
+                Stage::Posted if status.state == TransferState::Failed => {
+                    let error = self.core.task_error(id, ti).ok().flatten();
+                    note_failure(t, error.as_ref());
+                }
+                Stage::Staged(job) => {
+                    if let Some((_, Some(e))) = job.outcome() {
+                        t.errors.push(format!("staged: {e}"));
+                    }
+                }
+                _ => {}
+            }
+            if let Some(m) = &t.meter {
+                let op = t.request.opcode.operation();
+                m.ended(t.label(), op, t.request.length, &status);
+            }
+            t.stage = Stage::Ended;
         }
     }
 }
 
-fn fail_now(t: &mut Task, dispatcher: &mut Dispatcher<(u64, usize)>, why: String) {
-    dispatcher.finished();
-    t.errors.push(why);
-    t.end(TransferStatus {
-        state: TransferState::Failed,
-        transferred_bytes: 0,
-    });
+/// te-core's options for tasks posted as `posting` says.
+fn options((transport, deadline, fail_over): Posting) -> SubmitOptions {
+    let options = SubmitOptions::default()
+        .via(transport)
+        .as_attempts()
+        .failing_over(fail_over);
+    match deadline {
+        Some(d) => options.within(
+            d.saturating_duration_since(Instant::now())
+                .max(Duration::from_micros(1)),
+        ),
+        None => options,
+    }
+}
+
+/// Records the error an attempt of `t` failed with, on its transport.
+fn note_failure(t: &mut Task, error: Option<&SliceError>) {
+    if let (Some(m), Some(e)) = (&mut t.meter, error) {
+        m.failed_with(te_core::transport::failure_kind(e));
+    }
+    let why = error.map_or_else(|| "failed".to_string(), ToString::to_string);
+    t.errors
+        .push(format!("{}: {why}", t.transport().unwrap_or("staged")));
 }
 
 /// With metrics on, marks the moment `taken` tasks left the queue (one clock read for them all).
-fn dispatched(s: &mut State, taken: &[(u64, usize)]) {
+fn dispatched(s: &mut State, taken: &[(u64, usize)], metrics: bool) {
+    if !metrics {
+        return;
+    }
     let mut now = None;
     for &(bid, ti) in taken {
-        if let Some(m) = (s.batches.get_mut(&bid))
-            .and_then(|b| b.tasks.get_mut(ti))
+        if let Some(m) = (s.runs.get_mut(&bid))
+            .and_then(|r| r.tasks.get_mut(ti))
             .and_then(|t| t.meter.as_mut())
         {
             m.dispatched(*now.get_or_insert_with(Instant::now));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn st(state: TransferState, n: u64) -> TransferStatus {
-        TransferStatus {
-            state,
-            transferred_bytes: n,
-        }
-    }
-
-    #[test]
-    fn the_overall_status_is_the_worst_ending_once_all_ended() {
-        use TransferState::*;
-        assert_eq!(
-            overall([st(Completed, 1), st(Completed, 2)]),
-            st(Completed, 3)
-        );
-        assert_eq!(overall([st(Completed, 1), st(Waiting, 0)]).state, Pending);
-        assert_eq!(overall([st(Waiting, 0), st(Waiting, 0)]).state, Waiting);
-        assert_eq!(overall([st(Canceled, 0), st(Timeout, 0)]).state, Timeout);
-        assert_eq!(
-            overall([st(Failed, 0), st(Timeout, 0), st(Completed, 1)]).state,
-            Failed
-        );
     }
 }

@@ -47,7 +47,12 @@ impl<T: PartialEq> Dispatcher<T> {
 
     /// A posted item finished (or was taken back).
     pub fn finished(&mut self) {
-        self.inflight = self.inflight.saturating_sub(1);
+        self.ended(1);
+    }
+
+    /// `n` posted items finished.
+    pub fn ended(&mut self, n: usize) {
+        self.inflight = self.inflight.saturating_sub(n);
     }
 
     /// Removes waiting items `drop` selects; returns them.
@@ -64,6 +69,16 @@ impl<T: PartialEq> Dispatcher<T> {
             *q = kept;
         }
         out
+    }
+
+    /// How many more may be posted now.
+    pub fn room(&self) -> usize {
+        self.max.saturating_sub(self.inflight)
+    }
+
+    /// `n` items were posted without waiting (the queue was empty and had room).
+    pub fn count_posted(&mut self, n: usize) {
+        self.inflight += n;
     }
 
     /// Items waiting.

@@ -2,26 +2,24 @@
 //! GPU-capable transport to the target) runs as two hops per chunk through a host buffer of
 //! this process: the local hop between the request's memory and the buffer (a transport with
 //! `GPU_LOCAL`, through the local segment), and the remote hop between the buffer and the
-//! target. Each job runs on its own thread; hops are sequential, so the target sees a chunk
-//! only after its local hop completed.
+//! target. Each job runs on its own thread, its task claimed in te-core, and ends the task
+//! itself; hops are sequential, so the target sees a chunk only after its local hop completed.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use te_core::transport::SliceError;
 use te_core::{
-    HostBuffer, Opcode, Permission, SegmentId, SubmitOptions, TransferEngine, TransferRequest,
-    TransferState,
+    BatchId, HostBuffer, Opcode, Permission, SegmentId, SubmitOptions, TransferEngine,
+    TransferRequest, TransferState, TransferStatus,
 };
-use tracing::debug;
-
-use crate::bell::Bell;
+use tracing::{debug, warn};
 
 /// One staged request in progress.
 #[derive(Debug, Default)]
 pub(crate) struct Job {
     outcome: Mutex<Option<(TransferState, Option<String>)>>,
-    cancel: AtomicBool,
     moved: AtomicU64,
 }
 
@@ -34,20 +32,16 @@ impl Job {
             .clone()
     }
 
-    /// Bytes delivered to the target so far.
-    pub(crate) fn moved(&self) -> u64 {
-        self.moved.load(Ordering::Acquire)
-    }
-
-    /// Stops before the next hop.
-    pub(crate) fn cancel(&self) {
-        self.cancel.store(true, Ordering::Release);
+    fn end(&self, outcome: (TransferState, Option<String>)) {
+        *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
     }
 }
 
 /// What a staged request needs.
 pub(crate) struct StagedMove {
     pub request: TransferRequest,
+    /// Its task, claimed: ended by the job.
+    pub task: (BatchId, usize),
     /// Transport of the local hop (request memory ↔ staging buffer).
     pub local: &'static str,
     /// Transport of the remote hop (staging buffer ↔ target).
@@ -58,24 +52,52 @@ pub(crate) struct StagedMove {
     pub deadline: Option<Instant>,
 }
 
-/// Starts `m` on a thread; the job reports its outcome, then rings `bell`.
-pub(crate) fn start(core: Arc<TransferEngine>, bell: Arc<Bell>, m: StagedMove) -> Arc<Job> {
+/// Starts `m` on a thread; the job ends its task in te-core with its outcome.
+pub(crate) fn start(core: Arc<TransferEngine>, m: StagedMove) -> Arc<Job> {
     let job = Arc::new(Job::default());
     let j = job.clone();
-    let b = bell.clone();
+    let c = core.clone();
+    let task = m.task;
     let spawned = std::thread::Builder::new()
         .name("te-tent-stage".into())
         .spawn(move || {
-            let outcome = run(&core, &m, &j);
-            *j.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
-            b.ring(true);
+            let outcome = run(&c, &m, &j);
+            end_task(&c, m.task, &j, outcome);
         });
     if let Err(e) = spawned {
-        *job.outcome.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((TransferState::Failed, Some(format!("staging thread: {e}"))));
-        bell.ring(true);
+        let outcome = (TransferState::Failed, Some(format!("staging thread: {e}")));
+        end_task(&core, task, &job, outcome);
     }
     job
+}
+
+/// Ends the staged task with `outcome` (the job's record first, for the runtime's errors).
+fn end_task(
+    core: &TransferEngine,
+    (batch, task): (BatchId, usize),
+    job: &Job,
+    outcome: (TransferState, Option<String>),
+) {
+    let status = TransferStatus {
+        state: outcome.0,
+        transferred_bytes: job.moved.load(Ordering::Acquire),
+    };
+    let error = outcome.1.clone().map(SliceError::Path);
+    job.end(outcome);
+    if let Err(e) = core.end_held(batch, task, status, error) {
+        warn!(error = %e, "a staged task could not be ended");
+    }
+}
+
+/// Why the job stops early: its task was canceled, or its deadline passed.
+fn stop_asked(core: &TransferEngine, m: &StagedMove) -> Option<TransferState> {
+    if !core.stop_asked(m.task.0, m.task.1).unwrap_or(true) {
+        return None;
+    }
+    match m.deadline.is_some_and(|d| d <= Instant::now()) {
+        true => Some(TransferState::Timeout),
+        false => Some(TransferState::Canceled),
+    }
 }
 
 /// One hop: a one-task batch through `transport`, waited for.
@@ -132,8 +154,8 @@ fn run(core: &TransferEngine, m: &StagedMove, job: &Job) -> (TransferState, Opti
     let mut at = 0;
     let mut outcome = (TransferState::Completed, None);
     while at < r.length {
-        if job.cancel.load(Ordering::Acquire) {
-            outcome = (TransferState::Canceled, None);
+        if let Some(state) = stop_asked(core, m) {
+            outcome = (state, None);
             break;
         }
         let n = (r.length - at).min(size as u64);

@@ -1,42 +1,49 @@
-//! What te-tent's runtime holds under its lock ([`State`]): its batches and their tasks, the
-//! runtime queue, the tasks to poll, the registered memory, the plans made so far, and freed
-//! batches kept for reuse. Plain data with look-ups; the decisions are `engine.rs`'s and
-//! `progress.rs`'s.
+//! What te-tent's runtime holds under its lock ([`State`]): for each batch (te-core's, under
+//! te-core's id) the plan of each of its tasks and where the runtime has put it, the runtime
+//! queue, the registered memory, the plans made so far, and freed lists kept for reuse. The
+//! tasks themselves (their status, waits, cancels, deadlines, the batch's notification) are
+//! te-core's. Plain data with look-ups; the decisions are `engine.rs`'s and `progress.rs`'s.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+use te_core::TransferRequest;
 use te_core::transport::Capabilities;
-use te_core::{Notification, SegmentId, TransferStatus};
 
 use te_metrics::counters::TransportLabel;
 
 use crate::capability::MemoryKind;
 use crate::meter::RequestMeter;
-use crate::policy::{Plan, RequestFacts};
+use crate::policy::{Plan, Priority, RequestFacts};
 use crate::queue::Dispatcher;
-use crate::request::{Request, TentBatchId};
+use crate::request::TentBatchId;
 use crate::staging::Job;
 use crate::{Result, TentError};
 
-pub(crate) enum TaskState {
+/// Where the runtime has put a task.
+pub(crate) enum Stage {
+    /// Held in te-core, waiting in the runtime queue.
     Queued,
-    Posted { sub: te_core::BatchId, index: usize },
+    /// An attempt runs on its transport.
+    Posted,
+    /// Claimed, moving through host memory.
     Staged(Arc<Job>),
-    Done(TransferStatus),
+    /// Seen ended (its error and metrics taken).
+    Ended,
 }
 
+/// The runtime's facts of one task: what it moves, its plan and where it is in it.
 pub(crate) struct Task {
-    pub(crate) request: Request,
+    pub(crate) request: TransferRequest,
+    pub(crate) priority: Priority,
     /// Shared with the plan cache and the batch's other tasks of the same kind.
     pub(crate) plan: Arc<Plan>,
     /// Index of the transport in the plan now (or next) in use.
     pub(crate) choice: usize,
-    pub(crate) state: TaskState,
+    pub(crate) stage: Stage,
     pub(crate) deadline: Option<Instant>,
     pub(crate) errors: Vec<String>,
-    pub(crate) canceled: bool,
     /// Its moments, with metrics on.
     pub(crate) meter: Option<Box<RequestMeter>>,
 }
@@ -46,6 +53,14 @@ impl Task {
         match &*self.plan {
             Plan::Direct(order) => order.get(self.choice).copied(),
             Plan::Staged { .. } => None,
+        }
+    }
+
+    /// Whether a transport follows the one in use in its plan.
+    pub(crate) fn has_next(&self) -> bool {
+        match &*self.plan {
+            Plan::Direct(order) => self.choice + 1 < order.len(),
+            Plan::Staged { .. } => false,
         }
     }
 
@@ -61,15 +76,6 @@ impl Task {
         }
     }
 
-    /// Ends the task with `status`, counted where it is metered.
-    pub(crate) fn end(&mut self, status: TransferStatus) {
-        if let Some(m) = &self.meter {
-            let op = self.request.opcode.operation();
-            m.ended(self.label(), op, self.request.length, &status);
-        }
-        self.state = TaskState::Done(status);
-    }
-
     /// Counts a move to its next transport (TENT's failover) where it is metered.
     pub(crate) fn fail_over(&mut self) {
         let from = self.label();
@@ -80,50 +86,33 @@ impl Task {
     }
 }
 
-pub(crate) struct Batch {
+/// The runtime's facts of one batch's tasks, in te-core's task order.
+pub(crate) struct Run {
     pub(crate) capacity: usize,
     pub(crate) tasks: Vec<Task>,
-    /// SubBatches: (transport, te-core batch, tasks used).
-    pub(crate) subs: Vec<(&'static str, te_core::BatchId, usize)>,
-    pub(crate) notify: Option<(SegmentId, Notification)>,
-}
-
-impl Batch {
-    /// Whether every task has ended and been reaped (`TaskState::Done`, whatever its outcome).
-    pub(crate) fn ended(&self) -> bool {
-        self.tasks
-            .iter()
-            .all(|t| matches!(t.state, TaskState::Done(_)))
-    }
 }
 
 pub(crate) struct State {
-    pub(crate) batches: HashMap<u64, Batch, te_core::hashing::IdHashing>,
-    /// This engine's tag in its batch ids (te-core's engine tags: never zero).
-    pub(crate) batch_tag: u16,
-    /// The sequence number of the last batch id handed out.
-    pub(crate) last_batch: u32,
+    /// By te-core batch id.
+    pub(crate) runs: HashMap<u64, Run, te_core::hashing::IdHashing>,
     pub(crate) dispatcher: Dispatcher<(u64, usize)>,
-    /// Posted and staged tasks, to poll.
-    pub(crate) live: Vec<(u64, usize)>,
     /// The installed transports and their capabilities (refreshed at each install).
     pub(crate) installed: Vec<(&'static str, Capabilities)>,
     /// Registered memory: start → (length, kind).
     pub(crate) memory: BTreeMap<u64, (u64, MemoryKind)>,
-    /// Plans already made, by the facts they were made for (at most [`PLAN_CACHE`]; emptied
-    /// when a transport is installed). A policy's choice depends on nothing else.
-    /// Plans by their facts and the installed transports that cannot reach the target.
+    /// Plans already made, by the facts they were made for and the installed transports that
+    /// cannot reach the target (at most [`PLAN_CACHE`]; emptied when a transport is
+    /// installed). A policy's choice depends on nothing else.
     pub(crate) plans: Vec<((RequestFacts, u32), Arc<Plan>)>,
     /// Buffers `post` reuses from round to round (empty between rounds).
     pub(crate) scratch: crate::progress::Scratch,
-    /// Freed batches, emptied, whose task and SubBatch lists the next batches reuse (at most
-    /// [`SPARE_BATCHES`]): a batch of one task then allocates nothing of its own.
-    pub(crate) spare: Vec<Batch>,
+    /// Task lists of freed batches, emptied, for the next batches (at most [`SPARE_RUNS`]).
+    pub(crate) spare: Vec<Vec<Task>>,
 }
 
-/// Freed batches kept for reuse.
-const SPARE_BATCHES: usize = 16;
-/// A freed batch whose task list grew past this many entries is not kept.
+/// Freed task lists kept for reuse.
+const SPARE_RUNS: usize = 16;
+/// A freed task list that grew past this many entries is not kept.
 const SPARE_TASKS: usize = 1024;
 
 /// Plans kept for reuse: requests mostly fall into a few kinds, and a lookup among this many
@@ -131,70 +120,46 @@ const SPARE_TASKS: usize = 1024;
 pub(crate) const PLAN_CACHE: usize = 32;
 
 impl State {
-    /// A batch id no live batch has: the engine's tag above a 32-bit sequence number, so ids
-    /// are non-zero, below 2^47 (Mooncake's ids are below 2^48), and another engine's ids
-    /// are not this one's.
-    pub(crate) fn next_batch_id(&mut self) -> u64 {
-        loop {
-            self.last_batch = self.last_batch.wrapping_add(1);
-            let id = (u64::from(self.batch_tag) << 32) | u64::from(self.last_batch);
-            if self.last_batch != 0 && !self.batches.contains_key(&id) {
-                return id;
-            }
-        }
-    }
-
-    /// Batch `batch`.
-    pub(crate) fn batch(&self, batch: TentBatchId) -> Result<&Batch> {
-        self.batches
+    /// Batch `batch`'s facts.
+    pub(crate) fn run(&self, batch: TentBatchId) -> Result<&Run> {
+        self.runs
             .get(&batch.0)
             .ok_or(TentError::InvalidBatch(batch.0))
     }
 
-    /// Batch `batch`, writable, and the runtime queue beside it.
-    pub(crate) fn batch_and_queue(
-        &mut self,
-        batch: TentBatchId,
-    ) -> Result<(&mut Batch, &mut Dispatcher<(u64, usize)>)> {
-        let b = self
-            .batches
+    /// Batch `batch`'s facts, writable.
+    pub(crate) fn run_mut(&mut self, batch: TentBatchId) -> Result<&mut Run> {
+        self.runs
             .get_mut(&batch.0)
-            .ok_or(TentError::InvalidBatch(batch.0))?;
-        Ok((b, &mut self.dispatcher))
-    }
-
-    /// A batch of `capacity` tasks, made from a freed one's lists when one is kept.
-    pub(crate) fn fresh_batch(&mut self, capacity: usize) -> Batch {
-        match self.spare.pop() {
-            Some(spare) => Batch { capacity, ..spare },
-            None => Batch {
-                capacity,
-                tasks: Vec::new(),
-                subs: Vec::new(),
-                notify: None,
-            },
-        }
-    }
-
-    /// Keeps freed batch `b`'s lists for a later [`fresh_batch`](Self::fresh_batch), emptied
-    /// (its SubBatches already freed), unless enough are kept or its task list grew large.
-    pub(crate) fn keep_spare(&mut self, mut b: Batch) {
-        if self.spare.len() < SPARE_BATCHES && b.tasks.capacity() <= SPARE_TASKS {
-            b.tasks.clear();
-            b.subs.clear();
-            b.notify = None;
-            self.spare.push(b);
-        }
+            .ok_or(TentError::InvalidBatch(batch.0))
     }
 
     /// Task `task` of batch `batch`.
-    pub(crate) fn task(&self, batch: TentBatchId, task: usize) -> Result<&Task> {
-        self.batch(batch)?
+    pub(crate) fn task_mut(&mut self, batch: TentBatchId, task: usize) -> Result<&mut Task> {
+        self.run_mut(batch)?
             .tasks
-            .get(task)
+            .get_mut(task)
             .ok_or(TentError::InvalidTask {
                 batch: batch.0,
                 task,
             })
+    }
+
+    /// Facts for a new batch of `capacity` tasks, on a freed batch's list when one is kept.
+    pub(crate) fn fresh_run(&mut self, capacity: usize) -> Run {
+        Run {
+            capacity,
+            tasks: self.spare.pop().unwrap_or_default(),
+        }
+    }
+
+    /// Keeps freed batch `run`'s task list, emptied, for a later
+    /// [`fresh_run`](Self::fresh_run), unless enough are kept or it grew large.
+    pub(crate) fn keep_spare(&mut self, run: Run) {
+        let mut tasks = run.tasks;
+        if self.spare.len() < SPARE_RUNS && tasks.capacity() <= SPARE_TASKS {
+            tasks.clear();
+            self.spare.push(tasks);
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! TENT's runtime learns of ends as events: its progress thread sleeps while nothing happens,
-//! idle or with a task waiting behind one in flight, and an end alone gets the waiting task
-//! posted. (A file of its own, its tests one at a time: the engine under test is the only one
+//! idle, with a task waiting behind one in flight, or with a notification owed (te-core sends
+//! it), and an end alone gets the waiting task posted. (A file of its own, its tests one at a time: the engine under test is the only one
 //! in the process, so the progress thread counted is its.)
 
 mod common;
@@ -71,7 +71,7 @@ fn the_progress_thread_sleeps_until_an_end_and_the_end_posts_what_waits() {
 }
 
 #[test]
-fn with_a_notification_owed_only_the_batch_end_wakes_the_progress_thread() {
+fn a_notification_owed_goes_out_at_the_batch_end_with_the_progress_thread_asleep() {
     let _one = ONE_ENGINE.lock().unwrap_or_else(|e| e.into_inner());
     let r = rig(r#"{"merge_requests": false}"#);
     let batch = r.tent.allocate_batch(3).unwrap();
@@ -84,7 +84,7 @@ fn with_a_notification_owed_only_the_batch_end_wakes_the_progress_thread() {
         .submit_with_notification(batch, &writes, note)
         .unwrap();
     assert_eq!(r.slots(&r.a), [0, 1, 2]);
-    // Ends that leave the batch running (and fail nothing) do not wake it.
+    // Ends do not wake it: the batch and its notification are te-core's.
     std::thread::sleep(Duration::from_millis(100));
     let before = progress_wakeups();
     for _ in 0..2 {
@@ -93,12 +93,16 @@ fn with_a_notification_owed_only_the_batch_end_wakes_the_progress_thread() {
     }
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(progress_wakeups(), before, "two ends that decide nothing");
-    // The batch's end does, and the notification goes out with no one asking.
+    // The batch's end sends the notification, with no one asking.
     let s = r.a.take(|_| 0).unwrap();
     r.a.complete(s, Ok(()));
     let got = r.tent.receive_notification(Duration::from_secs(10));
     assert_eq!(got.map(|n| n.notify_msg), Some("done".to_string()));
-    assert!(progress_wakeups() > before);
+    assert_eq!(
+        progress_wakeups(),
+        before,
+        "the progress thread slept through"
+    );
     assert_eq!(
         r.tent.wait(batch, Duration::from_secs(5)).unwrap().state,
         TransferState::Completed

@@ -133,6 +133,23 @@ impl TaskShared {
     }
 }
 
+impl TaskShared {
+    /// Counts this failed attempt now: its task is held again, and its place goes to the next.
+    pub(super) fn count_failed_attempt(&self, metrics: &te_metrics::counters::Metrics) {
+        let Some(meter) = &self.metered else {
+            return;
+        };
+        if self.counted.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let transport = self
+            .transport
+            .map_or(TransportLabel::Unspec, TransportLabel::of);
+        let latency = micros(meter.submitted, Instant::now());
+        metrics.attempt_ended(transport, self.opcode.operation(), false, latency);
+    }
+}
+
 impl BatchShared {
     /// Notes that the submit made at `submitted` started handing its slices to their
     /// transports at `now` (before any of them is handed over).

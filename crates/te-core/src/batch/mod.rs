@@ -20,9 +20,11 @@ use crate::notify::Notification;
 use crate::outcome::SliceError;
 use crate::segment::RemoteSegment;
 
+mod held;
 mod meter;
 mod spin;
 mod table;
+pub use held::HeldTask;
 pub(crate) use meter::Meter;
 pub(crate) use table::BatchTable;
 
@@ -100,9 +102,17 @@ fn tag_for(n: u32, seed: u16) -> u16 {
 ///
 /// [`TransferEngine::allocate_watched_batch`]: crate::TransferEngine::allocate_watched_batch
 pub trait TaskWatcher: Send + Sync {
-    /// A task of `batch` ended; `decisive`: it failed, or it was the batch's last (what a
-    /// runtime that waits only for outcomes, a batch's end or a failover, needs to hear).
-    fn task_ended(&self, batch: BatchId, decisive: bool);
+    /// A task of `batch` ended; `ran`: it had been posted or claimed (not ended while held).
+    fn task_ended(&self, batch: BatchId, ran: bool);
+
+    /// An attempt of task `task` of `batch`, posted to fail over ([`SubmitOptions::fail_over`]),
+    /// failed: the task is held again, its pin released, waiting for its next attempt
+    /// ([`TransferEngine::post_held`]) or its end ([`TransferEngine::end_held`]).
+    ///
+    /// [`SubmitOptions::fail_over`]: crate::SubmitOptions::fail_over
+    /// [`TransferEngine::post_held`]: crate::TransferEngine::post_held
+    /// [`TransferEngine::end_held`]: crate::TransferEngine::end_held
+    fn task_held(&self, batch: BatchId, task: usize);
 }
 
 /// A task's or batch's state, numbered as Mooncake's `TransferStatusEnum`.
@@ -177,16 +187,23 @@ pub(crate) struct TaskShared {
     metered: Option<Meter>,
     /// Its end was counted (read and written under its batch's task lock).
     counted: AtomicBool,
+    /// Whether it was posted (`POSTED`) or is, or was, held (see [`held`]).
+    hold: AtomicU8,
+    /// A failure of this attempt holds the task again instead of ending it.
+    fail_over: bool,
+    /// Its place in its batch (set when added; told to the watcher when it is held again).
+    slot: AtomicUsize,
 }
 
 impl TaskShared {
+    /// A task of `slices` slices holding `pin` (none for a held task, which pins nothing).
     #[inline]
     pub(crate) fn new(
         opcode: Opcode,
         len: u64,
         slices: u64,
         deadline: Option<Instant>,
-        pin: RegionPin,
+        pin: Option<RegionPin>,
     ) -> Self {
         TaskShared {
             opcode,
@@ -199,12 +216,15 @@ impl TaskShared {
             stop: AtomicU8::new(RUN),
             deadline,
             error: Mutex::new(None),
-            pin: Mutex::new(Some(pin)),
+            pin: Mutex::new(pin),
             route: None,
             transport: None,
             caller_waits: false,
             metered: None,
             counted: AtomicBool::new(false),
+            hold: AtomicU8::new(held::POSTED),
+            fail_over: false,
+            slot: AtomicUsize::new(0),
         }
     }
 
@@ -235,6 +255,13 @@ impl TaskShared {
         self
     }
 
+    /// Makes a failure of this attempt hold the task again ([`TaskWatcher::task_held`]).
+    #[inline]
+    pub(crate) fn failing_over(mut self, fail_over: bool) -> Self {
+        self.fail_over = fail_over;
+        self
+    }
+
     /// Attaches the task's rail candidates.
     #[inline]
     pub(crate) fn with_route(mut self, route: crate::router::TaskRails) -> Self {
@@ -253,10 +280,13 @@ impl TaskShared {
         }
     }
 
+    /// Asks it to stop. Fenced as a task held again is (see `held.rs`): a stop and a hold
+    /// that race both see the other, or one does.
     fn request_stop(&self, reason: u8) {
         let _ = self
             .stop
             .compare_exchange(RUN, reason, Ordering::AcqRel, Ordering::Acquire);
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 }
 
@@ -359,8 +389,9 @@ impl BatchShared {
         };
     }
 
-    /// Adds `tasks` (all or none), counting them unfinished before any is posted.
-    pub(crate) fn add_tasks<'a, I>(&self, tasks: I, notify: Option<PendingNotify>) -> Result<()>
+    /// Adds `tasks` (all or none), counting them unfinished before any is posted; the index
+    /// of the first.
+    pub(crate) fn add_tasks<'a, I>(&self, tasks: I, notify: Option<PendingNotify>) -> Result<usize>
     where
         I: ExactSizeIterator<Item = &'a Arc<TaskShared>> + Clone,
     {
@@ -393,8 +424,13 @@ impl BatchShared {
         if tasks.clone().any(|t| t.metered.is_some()) {
             self.all_counted.store(false, Ordering::Release);
         }
+        let first = list.len();
+        // Only a task that may be held again tells its place.
+        for (slot, t) in (first..).zip(tasks.clone()).filter(|(_, t)| t.fail_over) {
+            t.slot.store(slot, Ordering::Relaxed);
+        }
         list.extend(tasks.cloned());
-        Ok(())
+        Ok(first)
     }
 
     /// Bytes of the batch's tasks not yet moved.
@@ -417,8 +453,10 @@ impl BatchShared {
         }
     }
 
+    /// Stops tasks past their deadline (a held one ends TIMEOUT at once); the next deadline.
     fn expire_deadlines(&self, now: Instant) -> Option<Instant> {
         let mut earliest: Option<Instant> = None;
+        let mut held = Vec::new();
         for t in lock(&self.tasks).iter() {
             if let Some(d) = t.deadline {
                 if t.state().is_terminal() {
@@ -426,10 +464,16 @@ impl BatchShared {
                 }
                 if d <= now {
                     t.request_stop(STOP_TIMEOUT);
+                    if t.is_held() {
+                        held.push(t.clone());
+                    }
                 } else {
                     earliest = Some(earliest.map_or(d, |e| e.min(d)));
                 }
             }
+        }
+        for t in held {
+            self.end_held_task(&t, TransferState::Timeout, (0, None));
         }
         earliest
     }
@@ -490,9 +534,53 @@ impl BatchShared {
         }
     }
 
+    /// Ends `task` (its slices all reported, its pin released) in `state`: publishes it,
+    /// counts it out of the batch, wakes waiters and tells the watcher. The notification to
+    /// send when it finished the whole batch successfully.
+    fn settle(&self, task: &TaskShared, state: TransferState, ran: bool) -> Option<PendingNotify> {
+        if state != TransferState::Completed {
+            self.any_failed.store(true, Ordering::Release);
+        }
+        // Publish the terminal state after the pin is released: a waiter that sees it may unregister.
+        task.state.store(state as u8, Ordering::Release);
+        let last = self.unfinished.fetch_sub(1, Ordering::AcqRel) == 1;
+        let notify = if last
+            && self.has_notify.load(Ordering::Acquire)
+            && !self.any_failed.load(Ordering::Acquire)
+        {
+            lock(&self.notify).take()
+        } else {
+            None
+        };
+        // The task's end is published above; a waiter counts itself in `sleepers` before it
+        // looks at the tasks. With a full fence on both sides, either the waiter sees this
+        // task ended, or this sees the waiter (and wakes it, under the lock it holds until it
+        // sleeps).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let wake = (last || self.task_waiters.load(Ordering::SeqCst) > 0)
+            && self.sleepers.load(Ordering::SeqCst) > 0;
+        if wake {
+            drop(lock(&self.sleep_lock));
+            self.finished_cv.notify_all();
+        }
+        if let Some(watcher) = self.watcher.get() {
+            watcher.task_ended(BatchId(self.raw_id), ran);
+        }
+        notify
+    }
+
+    /// Stops every task; a held one ends CANCELED at once.
     fn cancel(&self) {
+        let mut held = Vec::new();
         for t in lock(&self.tasks).iter() {
             t.request_stop(STOP_CANCEL);
+            if t.is_held() {
+                held.push(t.clone());
+            }
+        }
+        // Outside the task lock: ending takes the waiters' lock.
+        for t in held {
+            self.end_held_task(&t, TransferState::Canceled, (0, None));
         }
     }
 }
@@ -692,39 +780,15 @@ impl SliceToken {
         let pin = lock(&task.pin).take();
         debug_assert!(pin.is_some(), "a task's pin released twice");
         drop(pin);
-        let batch = &self.batch;
-        if state != TransferState::Completed {
-            batch.any_failed.store(true, Ordering::Release);
-        }
-        // Publish the terminal state after the pin is released: a waiter that sees it may unregister.
-        task.state.store(state as u8, Ordering::Release);
-        let last = batch.unfinished.fetch_sub(1, Ordering::AcqRel) == 1;
-        let notify = if last
-            && batch.has_notify.load(Ordering::Acquire)
-            && !batch.any_failed.load(Ordering::Acquire)
+        // A task asked to stop (canceled, past its deadline) is not moved on.
+        if state == TransferState::Failed
+            && task.fail_over
+            && task.stop.load(Ordering::Acquire) == RUN
         {
-            lock(&batch.notify).take()
-        } else {
-            None
-        };
-        // The task's end is published above; a waiter counts itself in `sleepers` before it
-        // looks at the tasks. With a full fence on both sides, either the waiter sees this
-        // task ended, or this sees the waiter (and wakes it, under the lock it holds until it
-        // sleeps).
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let wake = (last || batch.task_waiters.load(Ordering::SeqCst) > 0)
-            && batch.sleepers.load(Ordering::SeqCst) > 0;
-        if wake {
-            drop(lock(&batch.sleep_lock));
-            batch.finished_cv.notify_all();
+            self.batch.hold_again(task);
+            return None;
         }
-        if let Some(watcher) = batch.watcher.get() {
-            watcher.task_ended(
-                BatchId(batch.raw_id),
-                last || state == TransferState::Failed,
-            );
-        }
-        notify
+        self.batch.settle(task, state, true)
     }
 
     /// The task's opcode (for logs).

@@ -220,7 +220,13 @@ impl BatchTable {
     }
 
     pub(crate) fn cancel_task(&self, id: BatchId, task: usize) -> Result<()> {
-        self.get(id)?.task(task)?.request_stop(STOP_CANCEL);
+        let batch = self.get(id)?;
+        let t = batch.task(task)?;
+        t.request_stop(STOP_CANCEL);
+        // A held task has nothing in flight: it ends now (unless a post just took its place).
+        if t.is_held() {
+            batch.end_held_task(&t, super::TransferState::Canceled, (0, None));
+        }
         Ok(())
     }
 
@@ -255,12 +261,18 @@ impl BatchTable {
     ) -> Result<TransferStatus> {
         let batch = self.get(id)?;
         let t = batch.task(task)?;
+        // A task held again (its attempt failed over) ends in the attempt that takes its
+        // place: then its place is looked at again.
+        let ended = || {
+            t.state().is_terminal()
+                || t.was_held() && batch.task(task).is_ok_and(|now| now.state().is_terminal())
+        };
         batch.task_waiters.fetch_add(1, Ordering::SeqCst);
-        let waited = self.wait_until(&batch, timeout, || t.state().is_terminal());
+        let waited = self.wait_until(&batch, timeout, ended);
         batch.task_waiters.fetch_sub(1, Ordering::SeqCst);
         waited?;
         batch.count_ended(Some(task));
-        Ok(t.status())
+        Ok(batch.task(task)?.status())
     }
 
     /// Sleeps on the batch's condition variable (woken whenever one of its tasks finishes, and

@@ -32,7 +32,7 @@ fn add(
                 n * 10,
                 n,
                 None,
-                regions.pin_local(0x1000, 16).unwrap(),
+                Some(regions.pin_local(0x1000, 16).unwrap()),
             ))
         })
         .collect();
@@ -136,7 +136,7 @@ fn capacity_is_enforced_across_submits() {
                 1,
                 1,
                 None,
-                regions.pin_local(0x1000, 1).unwrap(),
+                Some(regions.pin_local(0x1000, 1).unwrap()),
             ))
         })
         .collect();
@@ -256,7 +256,7 @@ fn a_freed_batch_is_handed_out_again_as_new() {
         1,
         1,
         None,
-        regions.pin_local(0x1000, 1).unwrap(),
+        Some(regions.pin_local(0x1000, 1).unwrap()),
     ))];
     assert!(
         matches!(
@@ -341,7 +341,7 @@ fn a_passed_deadline_stops_the_task_and_ends_in_timeout() {
         10,
         1,
         Some(past),
-        regions.pin_local(0x1000, 1).unwrap(),
+        Some(regions.pin_local(0x1000, 1).unwrap()),
     ))];
     t.get(id).unwrap().add_tasks(tasks.iter(), None).unwrap();
     assert_eq!(t.task_status(id, 0).unwrap().state, TransferState::Waiting);
@@ -575,13 +575,20 @@ fn a_failed_merged_slice_fails_every_task_it_carries_and_counts_no_bytes() {
     t.free(id).unwrap();
 }
 
-/// Counts the ends a watched batch tells of.
+/// Counts the ends a watched batch tells of, and the tasks it holds again.
 #[derive(Default)]
-struct Ends(std::sync::Mutex<Vec<(BatchId, bool)>>);
+struct Ends(
+    std::sync::Mutex<Vec<(BatchId, bool)>>,
+    std::sync::Mutex<Vec<(BatchId, usize)>>,
+);
 
 impl super::TaskWatcher for Ends {
-    fn task_ended(&self, batch: BatchId, decisive: bool) {
-        self.0.lock().unwrap().push((batch, decisive));
+    fn task_ended(&self, batch: BatchId, ran: bool) {
+        self.0.lock().unwrap().push((batch, ran));
+    }
+
+    fn task_held(&self, batch: BatchId, task: usize) {
+        self.1.lock().unwrap().push((batch, task));
     }
 }
 
@@ -597,8 +604,8 @@ fn a_watched_batch_tells_of_each_task_end_once_after_its_pin_is_released() {
     assert!(ends.0.lock().unwrap().is_empty());
     token(&t, id, &tasks[0]).record(10, Ok(()));
     token(&t, id, &tasks[1]).record(10, Err(SliceError::Path("down".into())));
-    // A completed task that leaves others running is not decisive; a failed one is.
-    assert_eq!(*ends.0.lock().unwrap(), [(id, false), (id, true)]);
+    // Each end once, as one of a task that ran (was posted).
+    assert_eq!(*ends.0.lock().unwrap(), [(id, true), (id, true)]);
     assert_eq!(t.task_status(id, 1).unwrap().state, TransferState::Failed);
     token(&t, id, &tasks[2]).record(10, Ok(()));
     assert_eq!(ends.0.lock().unwrap()[2], (id, true), "the batch's last");

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use crate::batch::{BatchId, BatchTable, PendingNotify, TransferStatus};
 mod files;
+mod held;
 mod keeper;
 mod registration;
 mod segments;
@@ -316,6 +317,7 @@ impl TransferEngine {
     }
 
     /// Whether requests are counted in [`metrics`](Self::metrics).
+    #[inline]
     pub fn metrics_enabled(&self) -> bool {
         self.core
             .metrics_on

@@ -35,6 +35,9 @@ pub struct SubmitOptions {
     /// a request on several transports): with metrics on, the engine counts them as transport
     /// attempts, not as requests.
     pub attempt_only: bool,
+    /// A failed task is held again for its runtime's next attempt instead of ending FAILED
+    /// ([`TransferEngine::post_held`]; its batch's watcher is told).
+    pub fail_over: bool,
 }
 
 impl SubmitOptions {
@@ -54,6 +57,12 @@ impl SubmitOptions {
     /// Say that the tasks are attempts of requests the submitter counts ([`attempt_only`](Self::attempt_only)).
     pub fn as_attempts(mut self) -> Self {
         self.attempt_only = true;
+        self
+    }
+
+    /// Hold failed tasks again for their next attempt ([`fail_over`](Self::fail_over)).
+    pub fn failing_over(mut self, fail_over: bool) -> Self {
+        self.fail_over = fail_over;
         self
     }
 
@@ -112,7 +121,12 @@ impl TransferEngine {
     /// [`Error::RemoteAddressNotRegistered`], [`Error::PermissionDenied`],
     /// [`Error::NotSupportedTransport`].
     pub fn submit(&self, batch: BatchId, requests: &[TransferRequest]) -> Result<()> {
-        self.submit_inner(batch, requests, None, &SubmitOptions::default())
+        self.submit_inner(
+            batch,
+            requests,
+            Place::Append(None),
+            &SubmitOptions::default(),
+        )
     }
 
     /// As [`submit`](Self::submit), with `options`: a transport to post through instead of the
@@ -128,7 +142,7 @@ impl TransferEngine {
         requests: &[TransferRequest],
         options: &SubmitOptions,
     ) -> Result<()> {
-        self.submit_inner(batch, requests, None, options)
+        self.submit_inner(batch, requests, Place::Append(None), options)
     }
 
     /// As [`submit`](Self::submit); when every task of the batch has completed, the engine sends
@@ -161,15 +175,11 @@ impl TransferEngine {
             Error::InvalidArgument("submit_with_notify needs at least one request".into())
         })?;
         let target = self.segment(first.target_id)?;
-        self.submit_inner(
-            batch,
-            requests,
-            Some(PendingNotify {
-                target,
-                notification,
-            }),
-            options,
-        )
+        let notify = PendingNotify {
+            target,
+            notification,
+        };
+        self.submit_inner(batch, requests, Place::Append(Some(notify)), options)
     }
 
     /// The transport `options` names for `buffer` of `seg`, if it can reach it.
@@ -203,11 +213,11 @@ impl TransferEngine {
         }
     }
 
-    fn submit_inner(
+    pub(super) fn submit_inner(
         &self,
         id: BatchId,
         requests: &[TransferRequest],
-        notify: Option<PendingNotify>,
+        place: Place<'_>,
         options: &SubmitOptions,
     ) -> Result<()> {
         let batch = self.batches.get(id)?;
@@ -283,10 +293,11 @@ impl TransferEngine {
                 opcode: r.opcode as u8,
             };
             // No slice counted yet: its run counts them all below, before it posts any.
-            let task = TaskShared::new(r.opcode, r.length, 0, deadline, pin)
+            let task = TaskShared::new(r.opcode, r.length, 0, deadline, Some(pin))
                 .with_route(route)
                 .with_transport(transport.name())
                 .waited(options.caller_waits)
+                .failing_over(options.fail_over)
                 .metered(submitted.map(|at| crate::batch::Meter::new(at, options.attempt_only)));
             checked.push(Checked {
                 seg,
@@ -312,7 +323,12 @@ impl TransferEngine {
                 .collect();
             merge::runs(&pieces, true)
         });
-        batch.add_tasks(checked.iter().map(|c| &c.task), notify)?;
+        match place {
+            Place::Append(notify) => {
+                batch.add_tasks(checked.iter().map(|c| &c.task), notify)?;
+            }
+            Place::Held(slots) => batch.fill_held(slots, checked.iter().map(|c| &c.task))?,
+        }
         // At most one clock read per submit, for the rails' health, and none while every rail
         // is healthy.
         let now = std::cell::OnceCell::new();
@@ -402,6 +418,14 @@ impl TransferEngine {
         posts.post_all();
         Ok(())
     }
+}
+
+/// Where a submit's tasks go in their batch.
+pub(super) enum Place<'a> {
+    /// After its tasks, with the notification to send once all completed.
+    Append(Option<PendingNotify>),
+    /// In the places of these held tasks, one per request.
+    Held(&'a [usize]),
 }
 
 /// Slices handed to a transport at a time: a large batch goes out in chunks as it is sliced,
