@@ -66,6 +66,7 @@ impl Rig {
                 opcode: Opcode::Write,
                 length: LEN,
                 deadline: None,
+                transport: None,
             };
             n
         ]
@@ -285,5 +286,46 @@ fn a_batch_with_a_held_task_is_busy_and_a_stopped_attempt_is_not_held_again() {
         assert_eq!(s, status(TransferState::Completed, LEN));
     });
     assert!(r.landed(1));
+    r.engine.free_batch(b).unwrap();
+}
+
+#[test]
+fn a_held_task_is_one_request_however_many_attempts_it_took() {
+    use te_metrics::counters::FailureKind;
+    let r = rig(0);
+    r.engine.set_metrics_enabled(true);
+    let b = (r.engine)
+        .allocate_watched_batch(2, Arc::new(Told::default()))
+        .unwrap();
+    r.engine.hold(b, &r.held(2), None).unwrap();
+    // Task 0: a failed attempt, then one that completes. Task 1: canceled while held.
+    let over = SubmitOptions::default().via("sim").failing_over(true);
+    r.engine.post_held(b, &[0], &[r.write(0)], &over).unwrap();
+    r.fail_all();
+    let moving = SubmitOptions::default().via("mover");
+    r.engine.post_held(b, &[0], &[r.write(0)], &moving).unwrap();
+    r.move_all();
+    r.engine.cancel_task(b, 1).unwrap();
+    assert_eq!(
+        r.engine.wait(b, Duration::from_secs(10)).unwrap().state,
+        TransferState::Canceled
+    );
+    let snap = r.engine.metrics().snapshot();
+    let sum = |f: &dyn Fn(&te_metrics::counters::Series) -> u64| -> u64 {
+        snap.series.iter().map(f).sum()
+    };
+    assert_eq!(sum(&|s| s.requests), 2, "one request per task");
+    assert_eq!(sum(&|s| s.bytes), LEN, "the completed one's bytes, once");
+    assert_eq!(sum(&|s| s.attempts), 2, "the canceled task never ran");
+    assert_eq!(sum(&|s| s.attempt_failures), 1);
+    let canceled = |s: &te_metrics::counters::Series| {
+        (s.failures.iter())
+            .filter(|(k, _)| *k == FailureKind::Canceled)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    assert_eq!(sum(&canceled), 1);
+    // The completed request's time held before its first attempt is its queue wait.
+    assert_eq!(sum(&|s| s.stages[0].count()), 1);
     r.engine.free_batch(b).unwrap();
 }

@@ -346,6 +346,7 @@ impl Sim {
                 opcode: r.opcode,
                 length: r.length,
                 deadline: None,
+                transport: None,
             })
             .collect();
         self.engine

@@ -21,7 +21,6 @@ use crate::bell::{Bell, Hearing};
 use crate::capability::{MemoryKind, Move, Scope};
 use crate::config::TentConfig;
 use crate::memo::{PlanMemo, TargetMemo};
-use crate::meter::RequestMeter;
 use crate::policy::{Plan, RequestFacts, select};
 use crate::progress::needs_progress;
 use crate::queue::Dispatcher;
@@ -367,11 +366,6 @@ impl TentEngine {
     /// [`TentError::InvalidBatch`], [`TentError::BatchBusy`].
     pub fn free_batch(&self, batch: TentBatchId) -> Result<()> {
         let mut s = self.inner.lock();
-        // Ends not looked at yet are counted first (with metrics on).
-        if self.inner.core.metrics_enabled() {
-            let run = s.run_mut(batch)?;
-            self.inner.see_ends(batch.0, run, None);
-        }
         s.run(batch)?;
         match self.inner.core.free_batch(BatchId::from_raw(batch.0)) {
             Ok(()) => {}
@@ -590,6 +584,7 @@ impl TentEngine {
                     opcode: t.request.opcode,
                     length: t.request.length,
                     deadline: t.deadline,
+                    transport: Some(t.label().name()),
                 })
                 .collect();
             match self.inner.core.hold(id, &held, notify) {
@@ -613,9 +608,9 @@ impl TentEngine {
     }
 
     /// The runtime's facts of a task for `r`, planned `plan`, submitted at `now` (`metered`:
-    /// with metrics on).
+    /// with metrics on, a deadline already past is counted).
     fn task(&self, r: &Request, plan: Arc<Plan>, now: Option<Instant>, metered: bool) -> Task {
-        let mut task = Task {
+        let task = Task {
             request: r.core(),
             priority: r.priority,
             deadline: r.deadline.zip(now).map(|(d, now)| now + d),
@@ -623,24 +618,19 @@ impl TentEngine {
             choice: 0,
             stage: Stage::Queued,
             errors: Vec::new(),
-            meter: None,
         };
-        if metered {
-            let metrics = self.inner.core.metrics().clone();
-            if r.deadline == Some(Duration::ZERO) {
-                metrics.deadline_infeasible(task.label());
-            }
-            task.meter = Some(Box::new(RequestMeter::new(metrics)));
+        if metered && r.deadline == Some(Duration::ZERO) {
+            (self.inner.core.metrics()).deadline_infeasible(task.label());
         }
         task
     }
 
-    /// One round of progress, and batch `batch`'s te-core id once it is known to be this
-    /// engine's; with metrics on, the ends of its tasks (or task `only`) are counted.
+    /// One round of progress, and batch `batch`'s te-core id once it (and its task `only`)
+    /// is known to be this engine's.
     fn progressed(&self, batch: TentBatchId, only: Option<usize>) -> Result<BatchId> {
         let mut s = self.inner.lock();
         self.inner.progress(&mut s);
-        let run = s.run_mut(batch)?;
+        let run = s.run(batch)?;
         if let Some(task) = only
             && task >= run.tasks.len()
         {
@@ -648,9 +638,6 @@ impl TentEngine {
                 batch: batch.0,
                 task,
             });
-        }
-        if self.inner.core.metrics_enabled() {
-            self.inner.see_ends(batch.0, run, only);
         }
         Ok(BatchId::from_raw(batch.0))
     }
@@ -714,18 +701,11 @@ impl TentEngine {
         let id = self.progressed(batch, None)?;
         // te-core wakes this at each end and deadline; the progress thread posts queued tasks
         // and moves failed attempts on meanwhile.
-        let status = match self.inner.core.wait(id, timeout) {
-            Ok(status) => status,
-            Err(te_core::Error::WaitTimeout(_)) => self.inner.core.batch_status(id)?,
-            Err(e) => return Err(e.into()),
-        };
-        if self.inner.core.metrics_enabled() {
-            let mut s = self.inner.lock();
-            if let Ok(run) = s.run_mut(batch) {
-                self.inner.see_ends(batch.0, run, None);
-            }
+        match self.inner.core.wait(id, timeout) {
+            Ok(status) => Ok(status),
+            Err(te_core::Error::WaitTimeout(_)) => Ok(self.inner.core.batch_status(id)?),
+            Err(e) => Err(e.into()),
         }
-        Ok(status)
     }
 
     /// Cancels one task: a queued one ends CANCELED at once; a posted (or staged) one stops

@@ -22,7 +22,6 @@ pub mod capability;
 pub mod config;
 mod engine;
 mod memo;
-mod meter;
 pub mod policy;
 mod progress;
 pub mod queue;

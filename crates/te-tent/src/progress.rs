@@ -122,6 +122,7 @@ impl Inner {
     /// Tasks held again after a failed attempt go to the front of their priority, on their
     /// next transport (an attempt is posted to fail over only while one follows).
     fn move_on(&self, s: &mut State) {
+        let metrics = self.core.metrics_enabled().then(|| &**self.core.metrics());
         for (bid, ti) in self.bell.take_held() {
             let Some(t) = s.runs.get_mut(&bid).and_then(|r| r.tasks.get_mut(ti)) else {
                 continue;
@@ -132,7 +133,7 @@ impl Inner {
                 .ok()
                 .flatten();
             note_failure(t, error.as_ref());
-            t.fail_over();
+            t.fail_over(metrics);
             debug!(batch = bid, task = ti, to = t.transport(), "failing over");
             t.stage = Stage::Queued;
             s.dispatcher.push_front(t.priority, (bid, ti));
@@ -174,7 +175,6 @@ impl Inner {
         while let Some(k) = s.dispatcher.take_next() {
             scratch.taken.push(k);
         }
-        dispatched(s, &scratch.taken, self.core.metrics_enabled());
         for &(bid, ti) in &scratch.taken {
             let Some(t) = s.runs.get_mut(&bid).and_then(|r| r.tasks.get_mut(ti)) else {
                 s.dispatcher.finished();
@@ -199,9 +199,6 @@ impl Inner {
                         deadline: t.deadline,
                     },
                 );
-                if let Some(m) = &mut t.meter {
-                    m.posted(Instant::now());
-                }
                 t.stage = Stage::Staged(job);
                 continue;
             }
@@ -243,13 +240,8 @@ impl Inner {
         let id = BatchId::from_raw(bid);
         match self.core.post_held(id, tasks, requests, &options) {
             Ok(()) => {
-                let mut now = None;
                 for &ti in tasks {
-                    let t = &mut run.tasks[ti];
-                    if let Some(m) = &mut t.meter {
-                        m.posted(*now.get_or_insert_with(Instant::now));
-                    }
-                    t.stage = Stage::Posted;
+                    run.tasks[ti].stage = Stage::Posted;
                 }
             }
             Err(_) if tasks.len() > 1 => {
@@ -306,13 +298,6 @@ impl Inner {
             return false;
         }
         dispatcher.count_posted(tasks.len());
-        if self.core.metrics_enabled() {
-            let now = Instant::now();
-            for t in tasks.iter_mut().filter_map(|t| t.meter.as_mut()) {
-                t.dispatched(now);
-                t.posted(now);
-            }
-        }
         tasks.iter_mut().for_each(|t| t.stage = Stage::Posted);
         true
     }
@@ -335,13 +320,12 @@ impl Inner {
         }
         t.errors.push(format!("{transport}: {e}"));
         // A refusal at submit is a failed attempt that te-core never started.
-        let (label, op) = (t.label(), t.request.opcode.operation());
-        if let Some(m) = &mut t.meter {
-            m.metrics().attempt_ended(label, op, false, 0);
-            m.failed_with(te_metrics::counters::FailureKind::Refused);
+        let metrics = self.core.metrics_enabled().then(|| &**self.core.metrics());
+        if let Some(m) = metrics {
+            m.attempt_ended(t.label(), t.request.opcode.operation(), false, 0);
         }
         if t.has_next() {
-            t.fail_over();
+            t.fail_over(metrics);
             s.dispatcher.push_front(t.priority, (bid, ti));
             return;
         }
@@ -353,9 +337,8 @@ impl Inner {
         let _ = self.core.end_held(id, ti, failed, Some(error));
     }
 
-    /// Takes what ended tasks of `run` (te-core's batch `bid`) leave the runtime to record:
-    /// the error of a final attempt, and with metrics on the request's end. Only task `only`
-    /// when given.
+    /// Records the error of each ended task of `run` (te-core's batch `bid`) that ended on
+    /// its final attempt or staged; only task `only` when given.
     pub(crate) fn see_ends(&self, bid: u64, run: &mut Run, only: Option<usize>) {
         let id = BatchId::from_raw(bid);
         let range = match only {
@@ -385,10 +368,6 @@ impl Inner {
                 }
                 _ => {}
             }
-            if let Some(m) = &t.meter {
-                let op = t.request.opcode.operation();
-                m.ended(t.label(), op, t.request.length, &status);
-            }
             t.stage = Stage::Ended;
         }
     }
@@ -398,7 +377,6 @@ impl Inner {
 fn options((transport, deadline, fail_over): Posting) -> SubmitOptions {
     let options = SubmitOptions::default()
         .via(transport)
-        .as_attempts()
         .failing_over(fail_over);
     match deadline {
         Some(d) => options.within(
@@ -411,26 +389,7 @@ fn options((transport, deadline, fail_over): Posting) -> SubmitOptions {
 
 /// Records the error an attempt of `t` failed with, on its transport.
 fn note_failure(t: &mut Task, error: Option<&SliceError>) {
-    if let (Some(m), Some(e)) = (&mut t.meter, error) {
-        m.failed_with(te_core::transport::failure_kind(e));
-    }
     let why = error.map_or_else(|| "failed".to_string(), ToString::to_string);
     t.errors
         .push(format!("{}: {why}", t.transport().unwrap_or("staged")));
-}
-
-/// With metrics on, marks the moment `taken` tasks left the queue (one clock read for them all).
-fn dispatched(s: &mut State, taken: &[(u64, usize)], metrics: bool) {
-    if !metrics {
-        return;
-    }
-    let mut now = None;
-    for &(bid, ti) in taken {
-        if let Some(m) = (s.runs.get_mut(&bid))
-            .and_then(|r| r.tasks.get_mut(ti))
-            .and_then(|t| t.meter.as_mut())
-        {
-            m.dispatched(*now.get_or_insert_with(Instant::now));
-        }
-    }
 }

@@ -11,10 +11,9 @@ use std::time::Instant;
 use te_core::TransferRequest;
 use te_core::transport::Capabilities;
 
-use te_metrics::counters::TransportLabel;
+use te_metrics::counters::{Metrics, TransportLabel};
 
 use crate::capability::MemoryKind;
-use crate::meter::RequestMeter;
 use crate::policy::{Plan, Priority, RequestFacts};
 use crate::queue::Dispatcher;
 use crate::request::TentBatchId;
@@ -44,8 +43,6 @@ pub(crate) struct Task {
     pub(crate) stage: Stage,
     pub(crate) deadline: Option<Instant>,
     pub(crate) errors: Vec<String>,
-    /// Its moments, with metrics on.
-    pub(crate) meter: Option<Box<RequestMeter>>,
 }
 
 impl Task {
@@ -76,12 +73,12 @@ impl Task {
         }
     }
 
-    /// Counts a move to its next transport (TENT's failover) where it is metered.
-    pub(crate) fn fail_over(&mut self) {
+    /// Moves it to its next transport (TENT's failover), counted in `metrics` when given.
+    pub(crate) fn fail_over(&mut self, metrics: Option<&Metrics>) {
         let from = self.label();
         self.choice += 1;
-        if let Some(m) = &self.meter {
-            m.metrics().failover(from, self.label());
+        if let Some(m) = metrics {
+            m.failover(from, self.label());
         }
     }
 }

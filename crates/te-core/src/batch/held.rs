@@ -41,13 +41,23 @@ pub struct HeldTask {
     pub length: u64,
     /// Held past this, it ends TIMEOUT.
     pub deadline: Option<Instant>,
+    /// The transport its request is counted on if it ends held (canceled or expired while
+    /// held, or moved by its runtime).
+    pub transport: Option<&'static str>,
 }
 
 impl TaskShared {
-    fn placeholder(task: &HeldTask) -> Self {
-        let t = TaskShared::new(task.opcode, task.length, 0, task.deadline, None);
+    fn placeholder(task: &HeldTask, held: Option<Instant>) -> Self {
+        let mut t = TaskShared::new(task.opcode, task.length, 0, task.deadline, None)
+            .metered(held.map(super::Meter::placeholder));
+        t.transport = task.transport;
         t.hold.store(HELD, Ordering::Relaxed);
         t
+    }
+
+    /// Whether it ended (or is) the attempt posted last in its place, not ended held.
+    pub(super) fn ran_last(&self) -> bool {
+        self.hold.load(Ordering::Acquire) == POSTED
     }
 
     /// Whether it waits for an attempt.
@@ -79,15 +89,16 @@ impl BatchShared {
         ))
     }
 
-    /// Adds `tasks` held (all or none); the index of the first.
+    /// Adds `tasks` held at `held` (with metrics on), all or none; the index of the first.
     pub(crate) fn add_held(
         &self,
         tasks: &[HeldTask],
         notify: Option<PendingNotify>,
+        held: Option<Instant>,
     ) -> Result<usize> {
         let placeholders: Vec<Arc<TaskShared>> = tasks
             .iter()
-            .map(|t| Arc::new(TaskShared::placeholder(t)))
+            .map(|t| Arc::new(TaskShared::placeholder(t, held)))
             .collect();
         self.add_tasks(placeholders.iter(), notify)
     }
@@ -122,6 +133,9 @@ impl BatchShared {
             }
         }
         for (&slot, task) in slots.iter().zip(tasks) {
+            if let (Some(before), Some(now)) = (&list[slot].metered, &task.metered) {
+                now.follow(before);
+            }
             task.slot.store(slot, Ordering::Relaxed);
             if task.deadline.is_some() {
                 self.has_deadlines.store(true, Ordering::Release);

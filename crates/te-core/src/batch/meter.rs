@@ -5,7 +5,12 @@
 //! batch's free ([`BatchShared::count_ended`]). One pass counts every ended task of a batch
 //! into a [`Tally`] in plain memory, reads the clock once, and adds the tally to the engine's
 //! counters in a few atomic additions: the finishing path itself counts nothing.
+//!
+//! A task a runtime held (see `held.rs`) is one request however many attempts it took: each
+//! failed attempt is counted as an attempt when it is held again; the request, from the
+//! moment it was held, when it ends. Its time held before its first attempt is its queue wait.
 
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -17,9 +22,14 @@ use super::{BatchShared, TaskShared, TransferState, lock};
 /// A task's submit moment, with metrics on. (The counters are its batch's.)
 pub(crate) struct Meter {
     submitted: Instant,
-    /// The task is one attempt of a request its submitter counts (te-tent's): the engine
-    /// counts the attempt only.
+    /// The task is one attempt of a request its submitter counts (te-tent's staging hops):
+    /// the engine counts the attempt only.
     attempt_only: bool,
+    /// A held task's place before any attempt (its moment is when it was held).
+    placeholder: bool,
+    /// For an attempt in a held task's place: when the request was held and when its first
+    /// attempt was submitted.
+    origin: OnceLock<(Instant, Instant)>,
 }
 
 impl Meter {
@@ -28,7 +38,28 @@ impl Meter {
         Meter {
             submitted,
             attempt_only,
+            placeholder: false,
+            origin: OnceLock::new(),
         }
+    }
+
+    /// A held task's place, held at `held`.
+    pub(crate) fn placeholder(held: Instant) -> Self {
+        Meter {
+            placeholder: true,
+            ..Meter::new(held, false)
+        }
+    }
+
+    /// Makes this attempt, in the place of `before` (a placeholder or a failed attempt),
+    /// count the request from where `before` started it.
+    pub(super) fn follow(&self, before: &Meter) {
+        let origin = match (before.origin.get(), before.placeholder) {
+            (Some(origin), _) => *origin,
+            (None, true) => (before.submitted, self.submitted),
+            (None, false) => (before.submitted, before.submitted),
+        };
+        let _ = self.origin.set(origin);
     }
 }
 
@@ -88,8 +119,8 @@ impl Recent {
 }
 
 impl TaskShared {
-    /// Counts the task, ended `state`, seen ended at `seen`: an attempt on its transport, and
-    /// a request unless its submitter counts requests itself.
+    /// Counts the task, ended `state`, seen ended at `seen`: a request (unless its submitter
+    /// counts requests itself), and the attempt it ended as, if it ended posted.
     fn tally(
         &self,
         meter: &Meter,
@@ -98,13 +129,15 @@ impl TaskShared {
         tally: &mut Tally,
     ) {
         let transport = recent.label(self.transport);
-        let latency = recent.micros(meter.submitted, seen);
         let op = self.opcode.operation();
         let failed = state == TransferState::Failed;
         if meter.attempt_only {
-            tally.attempt(transport, op, !failed, latency);
+            tally.attempt(transport, op, !failed, recent.micros(meter.submitted, seen));
             return;
         }
+        let (start, first) =
+            (meter.origin.get().copied()).unwrap_or((meter.submitted, meter.submitted));
+        let latency = recent.micros(start, seen);
         let outcome = match state {
             TransferState::Completed => Ok(()),
             TransferState::Timeout => Err(FailureKind::Timeout),
@@ -113,10 +146,11 @@ impl TaskShared {
                 .as_ref()
                 .map_or(FailureKind::Other, crate::outcome::failure_kind)),
         };
+        let queue = micros(start, first).min(latency);
         // Never handed to a transport (refused at submit): all of it was dispatch.
         let dispatch = recent
-            .posted(meter.submitted, posted)
-            .map_or(latency, |at| at.min(latency));
+            .posted(first, posted)
+            .map_or(latency - queue, |at| at.min(latency - queue));
         let ended = Ended {
             transport,
             op,
@@ -124,24 +158,32 @@ impl TaskShared {
             outcome,
             latency_us: latency,
             stages: Stages {
-                queue_wait_us: 0,
+                queue_wait_us: queue,
                 dispatch_us: dispatch,
-                transport_us: latency - dispatch,
+                transport_us: latency - queue - dispatch,
             },
         };
-        tally.request(&ended, Some(failed));
+        // Ended held (its failed attempts counted as they failed), as the one attempt of a
+        // classic task, or as the last attempt of a held one.
+        match (self.ran_last(), meter.origin.get().is_some()) {
+            (false, _) => tally.request(&ended, None),
+            (true, false) => tally.request(&ended, Some(failed)),
+            (true, true) => {
+                tally.request(&ended, None);
+                let own = micros(meter.submitted, seen);
+                tally.attempt(transport, op, !failed, own);
+            }
+        }
     }
 }
 
 impl TaskShared {
-    /// Counts this failed attempt now: its task is held again, and its place goes to the next.
+    /// Counts this failed attempt now: its task is held again, and its place goes to the next
+    /// (its request is counted when it ends).
     pub(super) fn count_failed_attempt(&self, metrics: &te_metrics::counters::Metrics) {
         let Some(meter) = &self.metered else {
             return;
         };
-        if self.counted.swap(true, Ordering::Relaxed) {
-            return;
-        }
         let transport = self
             .transport
             .map_or(TransportLabel::Unspec, TransportLabel::of);

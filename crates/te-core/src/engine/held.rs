@@ -33,7 +33,13 @@ impl TransferEngine {
             }),
             None => None,
         };
-        self.batches.get(batch)?.add_held(tasks, notify)
+        let batch = self.batches.get(batch)?;
+        // With metrics on, each is a request from now.
+        let held = self.core.metering().then(|| {
+            batch.count_into(&self.core.metrics);
+            std::time::Instant::now()
+        });
+        batch.add_held(tasks, notify, held)
     }
 
     /// Posts `requests[i]` as an attempt in the place of held task `slots[i]`, validated as

@@ -31,9 +31,8 @@ pub struct SubmitOptions {
     /// Merge requests contiguous in both memories before slicing (see [`crate::merge`]);
     /// `None` follows the engine's `MC_TE_MERGE_REQUESTS`.
     pub merge: Option<bool>,
-    /// The tasks are attempts of requests the submitter counts itself (te-tent, which may try
-    /// a request on several transports): with metrics on, the engine counts them as transport
-    /// attempts, not as requests.
+    /// The tasks are steps of a request the submitter counts itself (te-tent's staging hops):
+    /// with metrics on, the engine counts them as transport attempts, not as requests.
     pub attempt_only: bool,
     /// A failed task is held again for its runtime's next attempt instead of ending FAILED
     /// ([`TransferEngine::post_held`]; its batch's watcher is told).
