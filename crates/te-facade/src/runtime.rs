@@ -214,53 +214,30 @@ impl Runtime {
         Ok(())
     }
 
-    /// Batch `id`'s status, without waiting.
+    /// Batch `id`'s status, without waiting (te-core's: a TENT batch is a te-core batch).
     pub(crate) fn status(&self, id: u64) -> Result<TransferStatus> {
-        Ok(match self {
-            Runtime::Classic(e) => e.batch_status(BatchId::from_raw(id))?,
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => t.batch_status(TentBatchId(id))?,
-        })
+        Ok(self.core().batch_status(BatchId::from_raw(id))?)
     }
 
     /// Task `task` of batch `id`.
     pub(crate) fn task_status(&self, id: u64, task: usize) -> Result<TransferStatus> {
-        Ok(match self {
-            Runtime::Classic(e) => e.task_status(BatchId::from_raw(id), task)?,
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => t.task_status(TentBatchId(id), task)?,
-        })
+        Ok(self.core().task_status(BatchId::from_raw(id), task)?)
     }
 
     /// Waits up to `timeout` (sleeping) for every task of batch `id` to end: the batch's
-    /// status, terminal unless the time ran out first.
+    /// status, terminal unless the time ran out first. Under TENT, its progress thread posts
+    /// queued tasks and moves failed attempts on meanwhile.
     pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<TransferStatus> {
-        match self {
-            Runtime::Classic(e) => {
-                let batch = BatchId::from_raw(id);
-                match e.wait(batch, timeout) {
-                    Err(te_core::Error::WaitTimeout(_)) => Ok(e.batch_status(batch)?),
-                    other => Ok(other?),
-                }
-            }
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => Ok(t.wait(TentBatchId(id), timeout)?),
+        let batch = BatchId::from_raw(id);
+        match self.core().wait(batch, timeout) {
+            Err(te_core::Error::WaitTimeout(_)) => Ok(self.core().batch_status(batch)?),
+            other => Ok(other?),
         }
     }
 
-    /// Cancels every task of batch `id`.
+    /// Cancels every task of batch `id` (under TENT, queued ones end at once).
     pub(crate) fn cancel(&self, id: u64) -> Result<()> {
-        match self {
-            Runtime::Classic(e) => Ok(e.cancel(BatchId::from_raw(id))?),
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => {
-                let batch = TentBatchId(id);
-                for task in 0..t.task_statuses(batch)?.len() {
-                    t.cancel_task(batch, task)?;
-                }
-                Ok(())
-            }
-        }
+        Ok(self.core().cancel(BatchId::from_raw(id))?)
     }
 
     /// The first error a task of batch `id` met, if any.
