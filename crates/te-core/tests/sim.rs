@@ -370,12 +370,17 @@ impl Sim {
         }
     }
 
-    /// The runtime's turn: one held task gets its next attempt (failing over again or not), or
-    /// is given up; a held task of a freed batch is a defect.
-    fn move_on(&mut self, fail_over: bool) -> Check {
+    /// The tasks the engine told of as held again since the last call join those waiting.
+    fn take_told(&mut self) {
         let told = std::mem::take(&mut *self.held_log.0.lock().unwrap());
         self.stats.held_again += told.len() as u64;
         self.waiting.extend(told);
+    }
+
+    /// The runtime's turn: one held task gets its next attempt (failing over again or not), or
+    /// is given up; a held task of a freed batch is a defect.
+    fn move_on(&mut self, fail_over: bool) -> Check {
+        self.take_told();
         if self.waiting.is_empty() {
             return Ok(());
         }
@@ -504,9 +509,7 @@ impl Sim {
             Ok(()) => {
                 let b = self.live.swap_remove(i);
                 // Entries of tasks that ended while they waited (canceled while held).
-                let told = std::mem::take(&mut *self.held_log.0.lock().unwrap());
-                self.stats.held_again += told.len() as u64;
-                self.waiting.extend(told);
+                self.take_told();
                 self.waiting.retain(|w| w.0 != b.id);
                 self.free_slots
                     .extend(b.tasks.iter().map(|t| self.tasks[*t].slot));

@@ -191,7 +191,8 @@ pub(crate) struct TaskShared {
     hold: AtomicU8,
     /// A failure of this attempt holds the task again instead of ending it.
     fail_over: bool,
-    /// Its place in its batch (set when added; told to the watcher when it is held again).
+    /// Its place in its batch, for the watcher when it is held again (set for a task that may
+    /// be: added failing over, or put in a held task's place).
     slot: AtomicUsize,
 }
 
