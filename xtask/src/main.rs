@@ -95,8 +95,65 @@ type BenchFn = fn(&[&str]) -> Result<(), String>;
 /// to its reference, then the report (JSON, Markdown, SVG charts) in `target/bench-report/`, the
 /// charts copied to `docs/bench/` and the table into the README's Performance section.
 fn bench_all(args: &[&str]) -> Result<(), String> {
-    let secs = args.to_vec();
-    let benches: [(&str, BenchFn, Option<String>); 13] = [
+    let notes = run_benches(&benches(), args);
+    publish()?;
+    for n in &notes {
+        println!("note: {n}");
+    }
+    Ok(())
+}
+
+/// `cargo xtask bench update NAME... [--duration S]`: the named benches run again and their rows
+/// replace theirs in the published report (`docs/bench/report.json`), which is drawn again; the
+/// other rows stay as their run left them.
+fn bench_update(args: &[&str]) -> Result<(), String> {
+    let usage = "usage: cargo xtask bench update NAME... [--duration SECONDS]";
+    let split = args.iter().position(|a| *a == "--duration");
+    let (names, secs) = args.split_at(split.unwrap_or(args.len()));
+    if names.is_empty() {
+        return Err(usage.into());
+    }
+    let all = benches();
+    let mut chosen = Vec::new();
+    for name in names {
+        let bench = all.iter().find(|b| b.0 == *name);
+        chosen.push(
+            bench
+                .cloned()
+                .ok_or_else(|| format!("no bench {name:?}; {usage}"))?,
+        );
+    }
+    let notes = run_benches(&chosen, secs);
+    if !notes.is_empty() {
+        return Err(format!("not published: {}", notes.join("; ")));
+    }
+    report::merge_into_published(std::path::Path::new(PUBLISHED), names)?;
+    publish()
+}
+
+/// The published report's records, from which `bench update` draws it again.
+const PUBLISHED: &str = "docs/bench/report.json";
+
+/// Runs `benches` with `secs` (`--duration S` or nothing): a note for each that was skipped or
+/// failed.
+fn run_benches(benches: &[(&str, BenchFn, Option<String>)], secs: &[&str]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (i, (name, run, skip)) in benches.iter().enumerate() {
+        eprintln!("\n[{}/{}] bench {name}", i + 1, benches.len());
+        match skip {
+            Some(why) => notes.push(format!("{name}: skipped ({why})")),
+            None => match run(secs) {
+                Ok(()) => {}
+                Err(e) => notes.push(format!("{name}: {e}")),
+            },
+        }
+    }
+    notes
+}
+
+/// Every bench `bench all` runs, in order, with why it cannot run here (if it cannot).
+fn benches() -> [(&'static str, BenchFn, Option<String>); 13] {
+    [
         ("engine", bench::engine, None),
         ("metrics", metrics_bench::metrics, None),
         ("tcp", bench::tcp, None),
@@ -115,23 +172,7 @@ fn bench_all(args: &[&str]) -> Result<(), String> {
             (!std::path::Path::new("/usr/bin/qemu-system-x86_64").exists())
                 .then(|| "qemu-system-x86_64 missing".to_string()),
         ),
-    ];
-    let mut notes = Vec::new();
-    for (i, (name, run, skip)) in benches.iter().enumerate() {
-        eprintln!("\n[{}/{}] bench {name}", i + 1, benches.len());
-        match skip {
-            Some(why) => notes.push(format!("{name}: skipped ({why})")),
-            None => match run(&secs) {
-                Ok(()) => {}
-                Err(e) => notes.push(format!("{name}: {e}")),
-            },
-        }
-    }
-    publish()?;
-    for n in &notes {
-        println!("note: {n}");
-    }
-    Ok(())
+    ]
 }
 
 /// `cargo xtask bench nixl` within `bench all` (it takes no duration: its runs are counted).
@@ -139,9 +180,14 @@ fn nixl_bench(_: &[&str]) -> Result<(), String> {
     nixl::bench(&[])
 }
 
-/// `cargo xtask bench report`: the report of the last run drawn again from its `report.json`.
+/// `cargo xtask bench report`: the report of the last run drawn again from its `report.json`
+/// (the published one when this checkout ran none).
 fn redraw() -> Result<(), String> {
-    report::load(&report::dir().join("report.json"))?;
+    let last = report::dir().join("report.json");
+    report::load(match last.exists() {
+        true => &last,
+        false => std::path::Path::new(PUBLISHED),
+    })?;
     publish()
 }
 
@@ -159,7 +205,9 @@ fn publish() -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .flatten()
     {
-        if entry.path().extension().is_some_and(|x| x == "svg") {
+        if entry.path().extension().is_some_and(|x| x == "svg")
+            || entry.file_name() == "report.json"
+        {
             std::fs::copy(entry.path(), docs.join(entry.file_name())).map_err(|e| e.to_string())?;
         }
     }
@@ -204,7 +252,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask bench nixl | cargo xtask nixl build [--release] | cargo xtask nixl test | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench update NAME... [--duration SECONDS] (re-run benches, their rows replaced in the published report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask bench nixl | cargo xtask nixl build [--release] | cargo xtask nixl test | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -239,6 +287,7 @@ fn main() -> ExitCode {
         ["bench", "--duration", n] => bench_all(&["--duration", n]),
         ["bench", "all", rest @ ..] => bench_all(rest),
         ["bench", "report"] => redraw(),
+        ["bench", "update", rest @ ..] => bench_update(rest),
         ["gpu"] => gpu::gpu(),
         ["fuzz", rest @ ..] => fuzz::fuzz(rest),
         ["bench", "rdma", rest @ ..] => rdma_bench::rdma(rest),

@@ -95,6 +95,14 @@ fn json(records: &[Record]) -> String {
 
 /// Loads the records and notes of an earlier run's `report.json` (to draw its report again).
 pub(crate) fn load(path: &Path) -> Result<(), String> {
+    let (rows, texts) = read(path)?;
+    rows.into_iter().for_each(record);
+    texts.into_iter().for_each(note);
+    Ok(())
+}
+
+/// The records and notes of the `report.json` at `path`.
+fn read(path: &Path) -> Result<(Vec<Record>, Vec<String>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -102,6 +110,7 @@ pub(crate) fn load(path: &Path) -> Result<(), String> {
     let text_of =
         |r: &serde_json::Value, k: &str| r.get(k).and_then(|x| x.as_str()).map(str::to_string);
     let num = |r: &serde_json::Value, k: &str| r.get(k).and_then(serde_json::Value::as_f64);
+    let mut rows = Vec::new();
     for r in v["records"].as_array().ok_or("report.json: no records")? {
         let series = match (
             text_of(r, "series"),
@@ -110,7 +119,7 @@ pub(crate) fn load(path: &Path) -> Result<(), String> {
             (Some(name), Some(block)) => Some((name, block)),
             _ => None,
         };
-        record(Record {
+        rows.push(Record {
             bench: leak(&text_of(r, "bench").ok_or("report.json: a record has no bench")?),
             case: text_of(r, "case").unwrap_or_default(),
             series,
@@ -122,12 +131,62 @@ pub(crate) fn load(path: &Path) -> Result<(), String> {
             met: r.get("met").and_then(serde_json::Value::as_bool),
         });
     }
-    for n in v["notes"].as_array().into_iter().flatten() {
-        if let Some(n) = n.as_str() {
-            note(n.to_string());
+    let texts = v["notes"].as_array().into_iter().flatten();
+    let texts = texts
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    Ok((rows, texts))
+}
+
+/// The published report's records and notes (`docs/bench/report.json`) with those of the
+/// benches `rerun` replaced by this run's, each bench's rows where its old rows were (a bench
+/// new to the report at the end); a note belongs to the bench it starts with (`tcp: ...`).
+pub(crate) fn merge_into_published(published: &Path, rerun: &[&str]) -> Result<(), String> {
+    let (old_rows, old_notes) = read(published)?;
+    let mut rows = RECORDS.lock().unwrap_or_else(|e| e.into_inner());
+    *rows = merged(old_rows, std::mem::take(&mut *rows), rerun);
+    let mut notes = NOTES.lock().unwrap_or_else(|e| e.into_inner());
+    *notes = merged_notes(old_notes, std::mem::take(&mut *notes), rerun);
+    Ok(())
+}
+
+/// The note that names the benches whose rows are newer than the last full run's.
+const RERUN_ALONE: &str = "rows newer than the rest (re-run alone by `cargo xtask bench update`): ";
+
+/// `old` notes without those of the benches in `rerun`, then `fresh` (this run's), then which
+/// benches were re-run alone (these and the ones an earlier update named).
+fn merged_notes(old: Vec<String>, fresh: Vec<String>, rerun: &[&str]) -> Vec<String> {
+    let of_rerun = |n: &String| rerun.iter().any(|b| n.starts_with(&format!("{b}:")));
+    let mut alone: Vec<String> = old
+        .iter()
+        .filter_map(|n| n.strip_prefix(RERUN_ALONE))
+        .flat_map(|list| list.trim_end_matches('.').split(", "))
+        .filter(|b| !rerun.contains(b))
+        .map(str::to_string)
+        .collect();
+    alone.extend(rerun.iter().map(|b| b.to_string()));
+    let kept = old
+        .into_iter()
+        .filter(|n| !of_rerun(n) && !n.starts_with(RERUN_ALONE));
+    let said = format!("{RERUN_ALONE}{}.", alone.join(", "));
+    kept.chain(fresh).chain([said]).collect()
+}
+
+/// `old` with the rows of each bench in `rerun` replaced by `fresh`'s rows of that bench.
+fn merged(old: Vec<Record>, fresh: Vec<Record>, rerun: &[&str]) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut placed: Vec<&str> = Vec::new();
+    for r in old {
+        if !rerun.contains(&r.bench) {
+            out.push(r);
+        } else if !placed.contains(&r.bench) {
+            placed.push(r.bench);
+            out.extend(fresh.iter().filter(|f| f.bench == r.bench).cloned());
         }
     }
-    Ok(())
+    let new_benches = fresh.iter().filter(|f| !placed.contains(&f.bench));
+    out.extend(new_benches.cloned());
+    out
 }
 
 fn figure(v: f64, unit: &str) -> String {
@@ -549,6 +608,55 @@ pub(crate) fn dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(bench: &'static str, case: &str) -> Record {
+        Record {
+            bench,
+            case: case.into(),
+            series: None,
+            te: 1.0,
+            unit: "GB/s",
+            reference: None,
+            mooncake: None,
+            goal: None,
+            met: None,
+        }
+    }
+
+    #[test]
+    fn a_rerun_benchs_notes_replace_its_old_ones_and_the_update_is_said() {
+        let old = vec!["tcp: old".to_string(), "local: kept".to_string()];
+        let first = merged_notes(old, vec!["tcp: new".into()], &["tcp"]);
+        assert_eq!(
+            first,
+            ["local: kept", "tcp: new", &format!("{RERUN_ALONE}tcp.")]
+        );
+        let second = merged_notes(first, vec![], &["local", "tcp"]);
+        assert_eq!(second, [format!("{RERUN_ALONE}local, tcp.")]);
+        let third = merged_notes(second, vec![], &["capi"]);
+        assert_eq!(third, [format!("{RERUN_ALONE}local, tcp, capi.")]);
+    }
+
+    #[test]
+    fn a_rerun_bench_replaces_its_rows_in_place_and_leaves_the_others() {
+        let old = vec![
+            row("engine", "e"),
+            row("tcp", "old 1"),
+            row("tcp", "old 2"),
+            row("local", "l"),
+            row("capi", "gone"),
+        ];
+        let fresh = vec![row("capi", "c"), row("tcp", "new"), row("tent", "t")];
+        let cases: Vec<String> = merged(old, fresh, &["tcp", "capi", "tent"])
+            .into_iter()
+            .map(|r| format!("{}/{}", r.bench, r.case))
+            .collect();
+        assert_eq!(
+            cases,
+            ["engine/e", "tcp/new", "local/l", "capi/c", "tent/t"],
+            "tcp's two old rows became its one new row where they were; tent, new, goes last"
+        );
+    }
 
     fn attr(tag: &str, name: &str) -> Option<String> {
         let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
