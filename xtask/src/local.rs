@@ -14,7 +14,8 @@
 //!
 //! te-bench runs target and initiator as two processes for shm, like ucx_perftest's server and
 //! client. Each figure is one run of `--duration` seconds, except the x1 shm rows, the latency
-//! and the disk cases: the median of three (te alternating with UCX or fio).
+//! and the disk cases: three pairs (te alternating with UCX or fio), each side's median shown and
+//! the goal judged on the median of the pairs' ratios.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -170,8 +171,24 @@ struct Row {
     met: Option<bool>,
 }
 
-fn ratio_row(case: &str, te: f64, reference: f64, what: &str, goal: Option<f64>) -> Row {
+/// A row of `te` against `reference`; `goal` the least ratio, judged on the median of paired
+/// runs' ratios where `pairs` (te, reference) are given, else on this row's.
+fn ratio_row(
+    case: &str,
+    (te, reference): (f64, f64),
+    pairs: &[(f64, f64)],
+    what: &str,
+    goal: Option<f64>,
+) -> Row {
     let ratio = te / reference;
+    let judged = match pairs {
+        [] => ratio,
+        _ => median(pairs.iter().map(|(t, r)| t / r).collect()),
+    };
+    let goal_text = goal.map(|g| match pairs {
+        [] => format!(">= {:.0}%", g * 100.0),
+        _ => format!(">= {:.0}% (paired runs: {:.0}%)", g * 100.0, judged * 100.0),
+    });
     // Blocks named in the case ("4 MiB", "64 KiB") chart against their size.
     let block = case
         .split_whitespace()
@@ -209,8 +226,8 @@ fn ratio_row(case: &str, te: f64, reference: f64, what: &str, goal: Option<f64>)
         te,
         unit: "GB/s",
         reference: Some((what.into(), reference)),
-        goal: goal.map(|g| format!(">= {:.0}%", g * 100.0)),
-        met: goal.map(|g| ratio >= g),
+        goal: goal_text.clone(),
+        met: goal.map(|g| judged >= g),
         mooncake: None,
     });
     Row {
@@ -218,9 +235,15 @@ fn ratio_row(case: &str, te: f64, reference: f64, what: &str, goal: Option<f64>)
         te: format!("{te:.2} GB/s"),
         reference: format!("{reference:.2} GB/s {what}"),
         ratio: Some(ratio),
-        goal: goal.map_or("-".into(), |g| format!(">= {:.0}%", g * 100.0)),
-        met: goal.map(|g| ratio >= g),
+        goal: goal_text.unwrap_or_else(|| "-".into()),
+        met: goal.map(|g| judged >= g),
     }
+}
+
+/// The medians of each side of `pairs`.
+fn medians(pairs: &[(f64, f64)]) -> (f64, f64) {
+    let side = |pick: fn(&(f64, f64)) -> f64| median(pairs.iter().map(pick).collect());
+    (side(|p| p.0), side(|p| p.1))
 }
 
 pub(crate) fn local(args: &[&str]) -> Result<(), String> {
@@ -246,8 +269,8 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
     let shm4m = gbps(&shm(&bin, 4 << 20, 16, seconds)?)?;
     rows.push(ratio_row(
         "shm write 4 MiB x16",
-        shm4m,
-        memcpy,
+        (shm4m, memcpy),
+        &[],
         "memcpy",
         Some(0.85),
     ));
@@ -258,18 +281,20 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
     for (block, iterations) in [(64u64 << 10, 400_000u64), (1 << 20, 40_000)] {
         // One run of either wanders by several per cent here: the rows that carry the goal
         // are medians of alternating runs, UCX and te side by side in time.
-        let (mut references, mut runs) = (Vec::new(), Vec::new());
+        let mut pairs = Vec::new();
         for _ in 0..RUNS {
-            references.push(ucx_put_bw(block, iterations)?);
-            runs.push(gbps(&shm(&bin, block, 1, seconds)?)?);
+            let reference = ucx_put_bw(block, iterations)?;
+            pairs.push((gbps(&shm(&bin, block, 1, seconds)?)?, reference));
         }
-        let (reference, same) = (median(references), median(runs));
+        let (same, reference) = medians(&pairs);
         let size = crate::bench::block_label(block);
         let name = format!("shm write {size} x1");
-        rows.push(ratio_row(&name, same, reference, "ucx put_bw", Some(0.80)));
+        let both = (same, reference);
+        rows.push(ratio_row(&name, both, &pairs, "ucx put_bw", Some(0.80)));
         let larger = gbps(&shm(&bin, block, 16, seconds)?)?;
         let name = format!("shm write {size} x16 (16x the set)");
-        rows.push(ratio_row(&name, larger, reference, "ucx put_bw", None));
+        let both = (larger, reference);
+        rows.push(ratio_row(&name, both, &[], "ucx put_bw", None));
     }
 
     // te-shm task latency, 4 KiB, batch 1, next to UCX's one-way put latency.
@@ -314,20 +339,14 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
             format!("--file_path={FILE}"),
         ]);
         // The disk's rate wanders: te and fio alternate, and each keeps its median run.
-        let (mut te_runs, mut fio_runs) = (Vec::new(), Vec::new());
+        let mut pairs = Vec::new();
         for _ in 0..RUNS {
-            te_runs.push(gbps(&te(&bin, &uring_args, &format!("te-uring {op}"))?)?);
-            fio_runs.push(fio(op, ws, seconds)?);
+            let te_rate = gbps(&te(&bin, &uring_args, &format!("te-uring {op}"))?)?;
+            pairs.push((te_rate, fio(op, ws, seconds)?));
         }
-        let (te_rate, reference) = (median(te_runs), median(fio_runs));
         let name = format!("uring {op} 1 MiB depth 32");
-        rows.push(ratio_row(
-            &name,
-            te_rate,
-            reference,
-            "fio io_uring",
-            Some(0.90),
-        ));
+        let both = medians(&pairs);
+        rows.push(ratio_row(&name, both, &pairs, "fio io_uring", Some(0.90)));
     }
     for op in ["write", "read"] {
         let mut bufio_args = common(1 << 20, 32);
@@ -339,8 +358,8 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
         let te_rate = gbps(&te(&bin, &bufio_args, &format!("te bufio {op}"))?)?;
         rows.push(ratio_row(
             &format!("bufio {op} 1 MiB (page cache)"),
-            te_rate,
-            memcpy,
+            (te_rate, memcpy),
+            &[],
             "memcpy",
             None,
         ));
@@ -358,8 +377,8 @@ pub(crate) fn local(args: &[&str]) -> Result<(), String> {
     let cxl = gbps(&te(&bin, &cxl_args, "te-cxl write 4 MiB")?)?;
     rows.push(ratio_row(
         "cxl write 4 MiB x16 (stand-in)",
-        cxl,
-        memcpy,
+        (cxl, memcpy),
+        &[],
         "memcpy",
         None,
     ));
