@@ -38,6 +38,12 @@ pub(crate) fn record(r: Record) {
     RECORDS.lock().unwrap_or_else(|e| e.into_inner()).push(r);
 }
 
+/// Whether this run recorded a row of `bench`.
+pub(crate) fn has_rows(bench: &str) -> bool {
+    let rows = RECORDS.lock().unwrap_or_else(|e| e.into_inner());
+    rows.iter().any(|r| r.bench == bench)
+}
+
 fn records() -> Vec<Record> {
     RECORDS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
