@@ -190,14 +190,10 @@ fn nixl_bench(_: &[&str]) -> Result<(), String> {
     nixl::bench(&[])
 }
 
-/// `cargo xtask bench report`: the report of the last run drawn again from its `report.json`
-/// (the published one when this checkout ran none).
+/// `cargo xtask bench report`: the published report drawn again from its records
+/// (`docs/bench/report.json`, which every publishing run writes).
 fn redraw() -> Result<(), String> {
-    let last = report::dir().join("report.json");
-    report::load(match last.exists() {
-        true => &last,
-        false => std::path::Path::new(PUBLISHED),
-    })?;
+    report::load(std::path::Path::new(PUBLISHED))?;
     publish()
 }
 
@@ -262,7 +258,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the last run's report) | cargo xtask bench update NAME... [--duration SECONDS] (re-run benches, their rows replaced in the published report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask bench nixl | cargo xtask nixl build [--release] | cargo xtask nixl test | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the published report) | cargo xtask bench update NAME... [--duration SECONDS] (re-run benches, their rows replaced in the published report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask bench nixl | cargo xtask nixl build [--release] | cargo xtask nixl test | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
