@@ -77,6 +77,18 @@ pub(crate) fn median(mut runs: Vec<f64>) -> f64 {
     }
 }
 
+/// The medians of each side of `pairs`.
+pub(crate) fn medians(pairs: &[(f64, f64)]) -> (f64, f64) {
+    let side = |pick: fn(&(f64, f64)) -> f64| median(pairs.iter().map(pick).collect());
+    (side(|p| p.0), side(|p| p.1))
+}
+
+/// The median of `te[i] / reference[i]`: each run against the reference run made beside it
+/// (the machine drifts between pairs more than within one).
+pub(crate) fn paired_share(te: &[f64], reference: &[f64]) -> f64 {
+    median(te.iter().zip(reference).map(|(t, r)| t / r).collect())
+}
+
 /// The order in which round `round` runs its `points` (bench points, or the legs of a case):
 /// forward in even rounds, backward in odd ones. This host speeds up and slows down by tens of
 /// percent over minutes; with one fixed order the point run last in every round would always
@@ -681,7 +693,7 @@ pub(crate) fn engine(args: &[&str]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_number, median, round_order};
+    use super::{json_number, median, medians, paired_share, round_order};
 
     #[test]
     fn rounds_alternate_direction_so_each_point_runs_first_and_last() {
@@ -704,6 +716,15 @@ mod tests {
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(median(vec![7.0]), 7.0);
         assert!(median(vec![]).is_nan());
+    }
+
+    #[test]
+    fn pairs_are_judged_run_by_run_and_each_side_has_its_median() {
+        // The machine slows by half in the second pair: each pair's ratio is still 0.9.
+        let (te, reference) = ([9.0, 4.5, 9.9], [10.0, 5.0, 11.0]);
+        assert!((paired_share(&te, &reference) - 0.9).abs() < 1e-12);
+        let pairs: Vec<(f64, f64)> = te.into_iter().zip(reference).collect();
+        assert_eq!(medians(&pairs), (9.0, 10.0));
     }
 
     /// Each point's figure in a host that drifts steadily: the slot it ran in.

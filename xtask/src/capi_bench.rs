@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::bench::{
-    build_te_bench, duration_arg, engine_cost, json_number, median, paired, run_json,
+    build_te_bench, duration_arg, engine_cost, json_number, median, medians, paired, run_json,
 };
 
 const CASES: [u64; 2] = [4 << 10, 1 << 20];
@@ -252,12 +252,6 @@ pub(crate) fn capi(args: &[&str]) -> Result<(), String> {
         "{:>8} {:>6} {:>12} {:>12} {:>7} {:>14} {:>14} {:>9}",
         "block", "C", "C GB/s", "Rust GB/s", "ratio", "C p50 us", "Rust p50 us", "Δ us"
     );
-    let median_of = |runs: &[(f64, f64)]| {
-        (
-            median(runs.iter().map(|r| r.0).collect()),
-            median(runs.iter().map(|r| r.1).collect()),
-        )
-    };
     for block in CASES {
         let (mut slept, mut polled, mut rr) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..RUNS {
@@ -265,10 +259,10 @@ pub(crate) fn capi(args: &[&str]) -> Result<(), String> {
             rr.push(rust_run(&rust, block, seconds)?);
             polled.push(c_run(&c, block, seconds, Waiting::Poll)?);
         }
-        let (r_gbs, r_p50) = median_of(&rr);
+        let (r_gbs, r_p50) = medians(&rr);
         let size = crate::bench::block_label(block);
         for (waiting, runs) in [(Waiting::Sleep, &slept), (Waiting::Poll, &polled)] {
-            let (c_gbs, c_p50) = median_of(runs);
+            let (c_gbs, c_p50) = medians(runs);
             let ratio = c_gbs / r_gbs;
             let delta = c_p50 - r_p50;
             println!(

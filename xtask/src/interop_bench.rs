@@ -19,7 +19,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::bench::{
-    KillOnDrop, build_te_bench, duration_arg, json_number, median, run_json, start_target,
+    KillOnDrop, build_te_bench, duration_arg, json_number, median, paired_share, run_json,
+    start_target,
 };
 
 /// WRITEs first: Mooncake's target never touches its buffer, so until something writes them
@@ -203,8 +204,10 @@ pub(crate) fn interop(args: &[&str]) -> Result<(), String> {
             }
         }
         // Each te leg judged against the Mooncake → Mooncake run of its own round.
-        let shares = |leg: &[f64]| median(leg.iter().zip(&base).map(|(t, b)| t / b).collect());
-        let paired = [shares(&te_to_mc), shares(&mc_to_te)];
+        let paired = [
+            paired_share(&te_to_mc, &base),
+            paired_share(&mc_to_te, &base),
+        ];
         let figures = [median(base), median(te_to_mc), median(mc_to_te)];
         rows.push((case, figures, paired));
     }

@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::bench::{
-    KillOnDrop, build_te_bench, duration_arg, ensure_tool, json_number, median, run_json,
+    KillOnDrop, build_te_bench, duration_arg, ensure_tool, json_number, median, medians, run_json,
     start_target,
 };
 
@@ -238,12 +238,6 @@ fn ratio_row(
         goal: goal_text.unwrap_or_else(|| "-".into()),
         met: goal.map(|g| judged >= g),
     }
-}
-
-/// The medians of each side of `pairs`.
-fn medians(pairs: &[(f64, f64)]) -> (f64, f64) {
-    let side = |pick: fn(&(f64, f64)) -> f64| median(pairs.iter().map(pick).collect());
-    (side(|p| p.0), side(|p| p.1))
 }
 
 pub(crate) fn local(args: &[&str]) -> Result<(), String> {

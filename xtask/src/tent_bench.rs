@@ -13,7 +13,7 @@
 use std::process::Command;
 
 use crate::bench::{
-    build_te_bench, duration_arg, engine_cost, json_number, median, paired, run_json,
+    build_te_bench, duration_arg, engine_cost, json_number, median, paired, paired_share, run_json,
 };
 
 const RUNS: usize = 5;
@@ -141,11 +141,8 @@ pub(crate) fn tent(args: &[&str]) -> Result<(), String> {
             t_bw.push(bw);
             t_p99.push(p99);
         }
-        // Each tent run is compared with the classic run just before it (the machine drifts
-        // between pairs more than within one); the ratio is the median of those pairs.
-        let pair =
-            |t: &[f64], c: &[f64]| -> Vec<f64> { t.iter().zip(c).map(|(t, c)| t / c).collect() };
-        let (bw_ratio, p99_ratio) = (median(pair(&t_bw, &c_bw)), median(pair(&t_p99, &c_p99)));
+        // Each tent run is compared with the classic run just before it.
+        let (bw_ratio, p99_ratio) = (paired_share(&t_bw, &c_bw), paired_share(&t_p99, &c_p99));
         let (cb, tb, cp, tp) = (median(c_bw), median(t_bw), median(c_p99), median(t_p99));
         let case = format!("{} KiB x {batch}", block / 1024);
         // (figure, its name, tent's, classic's, unit, paired ratio)
