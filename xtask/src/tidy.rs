@@ -28,7 +28,7 @@ const README_MAX_LINES: usize = 300;
 const ARCHITECTURE_MAX_LINES: usize = 400;
 const ARCHITECTURE_MAX_WIDTH: usize = 200;
 /// te-core's library code, in lines.
-const CORE_MAX_LINES: usize = 9_500;
+const CORE_MAX_LINES: usize = 9_600;
 /// Units that mark a measured throughput.
 const THROUGHPUT_UNITS: [&str; 3] = ["GB/s", "Gbit/s", "MB/s"];
 /// Crates whose source is a program that prints throughputs, not library source.

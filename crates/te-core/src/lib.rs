@@ -43,7 +43,9 @@ pub use batch::{
     BATCH_ID_BITS, BatchId, HeldTask, TaskWatcher, TransferState, TransferStatus, next_engine_tag,
 };
 pub use config::Config;
-pub use engine::{FileAccess, PeerLiveness, SubmitOptions, TransferEngine, TransferRequest};
+pub use engine::{
+    FileAccess, PeerLiveness, Policy, SubmitOptions, TransferEngine, TransferRequest,
+};
 pub use error::{Error, Result};
 pub use memory::{Location, Permission};
 pub use notify::Notification;

@@ -124,7 +124,10 @@ fn status(state: TransferState, transferred_bytes: u64) -> TransferStatus {
 fn a_failed_attempt_holds_its_task_and_the_next_attempt_in_its_place_completes_it() {
     let r = rig(0);
     let told = Arc::new(Told::default());
-    let b = r.engine.allocate_watched_batch(2, told.clone()).unwrap();
+    let b = r
+        .engine
+        .allocate_watched_batch(2, Some(told.clone()))
+        .unwrap();
     let note = Notification {
         name: "kv".into(),
         notify_msg: "all in place".into(),
@@ -184,7 +187,10 @@ fn a_failed_attempt_holds_its_task_and_the_next_attempt_in_its_place_completes_i
 fn held_tasks_end_by_cancel_deadline_or_their_runtime_and_hostile_posts_change_nothing() {
     let r = rig(0);
     let told = Arc::new(Told::default());
-    let b = r.engine.allocate_watched_batch(4, told.clone()).unwrap();
+    let b = r
+        .engine
+        .allocate_watched_batch(4, Some(told.clone()))
+        .unwrap();
     let mut tasks = r.held(4);
     tasks[3].deadline = Some(std::time::Instant::now());
     r.engine.hold(b, &tasks, None).unwrap();
@@ -263,7 +269,10 @@ fn held_tasks_end_by_cancel_deadline_or_their_runtime_and_hostile_posts_change_n
 fn a_batch_with_a_held_task_is_busy_and_a_stopped_attempt_is_not_held_again() {
     let r = rig(0);
     let told = Arc::new(Told::default());
-    let b = r.engine.allocate_watched_batch(2, told.clone()).unwrap();
+    let b = r
+        .engine
+        .allocate_watched_batch(2, Some(told.clone()))
+        .unwrap();
     r.engine.hold(b, &r.held(2), None).unwrap();
     assert!(matches!(r.engine.free_batch(b), Err(Error::BatchBusy(_))));
     // An attempt canceled, then failing, ends FAILED: a cancel is not failed over.
@@ -295,7 +304,7 @@ fn a_held_task_is_one_request_however_many_attempts_it_took() {
     let r = rig(0);
     r.engine.set_metrics_enabled(true);
     let b = (r.engine)
-        .allocate_watched_batch(2, Arc::new(Told::default()))
+        .allocate_watched_batch(2, Some(Arc::new(Told::default())))
         .unwrap();
     r.engine.hold(b, &r.held(2), None).unwrap();
     // Task 0: a failed attempt, then one that completes. Task 1: canceled while held.

@@ -269,7 +269,7 @@ impl Sim {
         let run_target = self.segments[self.rng.below(self.segments.len() as u64) as usize];
         let held = self.rng.below(3) == 0;
         let id = match held {
-            true => (self.engine).allocate_watched_batch(n, self.held_log.clone()),
+            true => (self.engine).allocate_watched_batch(n, Some(self.held_log.clone())),
             false => self.engine.allocate_batch(n),
         }
         .map_err(|e| e.to_string())?;

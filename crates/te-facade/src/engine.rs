@@ -278,10 +278,10 @@ impl MooncakeEngine {
                 if let Some((protocol, devices)) = wanted {
                     install_classic(&engine, protocol, devices, &settings, &managed.source)?;
                 }
-                Runtime::Classic(Box::new(engine))
+                Runtime::classic(engine)
             }
             #[cfg(feature = "tent")]
-            RuntimeKind::Tent => Runtime::Tent(start_tent(metadata_server, &local, wanted)?),
+            RuntimeKind::Tent => Runtime::tent(start_tent(metadata_server, &local, wanted)?),
             #[cfg(not(feature = "tent"))]
             RuntimeKind::Tent => {
                 return Err(te_core::Error::NotSupportedTransport(

@@ -1,8 +1,8 @@
 //! [`Runtime`]: what a [`MooncakeEngine`](crate::MooncakeEngine) runs on. te's classic engine,
 //! or te's TENT runtime over one (Mooncake's `MC_USE_TENT`, `te.Engine(backend="tent")`), which
 //! picks a transport per request by capability and policy and fails over between them.
-//! Segments, rails and notifications are the classic engine's on both; registrations, batches
-//! and transport hints go to whichever runs.
+//! Both are te's one engine: under TENT, TENT's runtime is installed in it as its policy, and
+//! the engine hands it registrations, batches and submits.
 //!
 //! Not here: Mooncake's conventions (ids handed out, sessions by name, return codes).
 
@@ -14,7 +14,7 @@ use te_core::{
     TransferStatus,
 };
 #[cfg(feature = "tent")]
-use te_tent::{MemoryOptions, Request, TentBatchId, TentEngine};
+use te_tent::TentEngine;
 
 use crate::error::Result;
 use te_catalog::Protocol;
@@ -45,11 +45,15 @@ impl RuntimeKind {
     }
 }
 
-/// A running engine.
-pub(crate) enum Runtime {
-    Classic(Box<TransferEngine>),
+/// A running engine: te's one engine, with TENT's runtime installed in it as its policy
+/// (`te_core::Policy`) when TENT runs. Every call goes to the engine; registrations, batches
+/// and submits reach TENT through it.
+pub(crate) struct Runtime {
+    core: Arc<TransferEngine>,
+    /// TENT's runtime, kept alive here (the engine holds it weakly); dropped after `core`'s
+    /// handle, it stops its progress thread and shuts the engine down.
     #[cfg(feature = "tent")]
-    Tent(TentEngine),
+    tent: Option<TentEngine>,
 }
 
 /// How one submission runs.
@@ -66,21 +70,35 @@ pub(crate) struct Submission {
 }
 
 impl Runtime {
-    /// The classic engine (under TENT, the one TENT runs over).
-    pub(crate) fn core(&self) -> &TransferEngine {
-        match self {
-            Runtime::Classic(e) => e,
+    /// te's classic engine: the installed transports, routed by the topology.
+    pub(crate) fn classic(engine: TransferEngine) -> Self {
+        Runtime {
+            core: Arc::new(engine),
             #[cfg(feature = "tent")]
-            Runtime::Tent(t) => t.core(),
+            tent: None,
         }
     }
 
-    pub(crate) fn kind(&self) -> RuntimeKind {
-        match self {
-            Runtime::Classic(_) => RuntimeKind::Classic,
-            #[cfg(feature = "tent")]
-            Runtime::Tent(_) => RuntimeKind::Tent,
+    /// The engine TENT's runtime is installed in.
+    #[cfg(feature = "tent")]
+    pub(crate) fn tent(tent: TentEngine) -> Self {
+        Runtime {
+            core: tent.engine(),
+            tent: Some(tent),
         }
+    }
+
+    /// The engine.
+    pub(crate) fn core(&self) -> &TransferEngine {
+        &self.core
+    }
+
+    pub(crate) fn kind(&self) -> RuntimeKind {
+        #[cfg(feature = "tent")]
+        if self.tent.is_some() {
+            return RuntimeKind::Tent;
+        }
+        RuntimeKind::Classic
     }
 
     /// Registers raw ranges, all or none.
@@ -96,54 +114,27 @@ impl Runtime {
     ) -> Result<()> {
         // SAFETY: forwarded from this function's contract.
         unsafe {
-            self.core()
-                .register_memory_batch(ranges, location, permission)?
-        };
-        #[cfg(feature = "tent")]
-        if let Runtime::Tent(t) = self {
-            let tracked: Vec<(u64, u64)> =
-                ranges.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
-            if let Err(e) = t.track_memory_batch(&tracked, location) {
-                let addrs: Vec<u64> = tracked.iter().map(|r| r.0).collect();
-                let _ = t.core().unregister_memory_batch(&addrs);
-                return Err(e.into());
-            }
+            Ok(self
+                .core
+                .register_memory_batch(ranges, location, permission)?)
         }
-        Ok(())
     }
 
     /// Registers a buffer the facade allocated.
     pub(crate) fn register_buffer(&self, buffer: &Arc<HostBuffer>) -> Result<()> {
         let permission = Permission::RemoteReadWrite;
-        match self {
-            Runtime::Classic(e) => Ok(e.register_buffer(buffer, "*", permission)?),
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => {
-                let options = MemoryOptions {
-                    location: "*".into(),
-                    permission,
-                };
-                Ok(t.register_memory(buffer, &options)?)
-            }
-        }
+        Ok(self.core.register_buffer(buffer, "*", permission)?)
     }
 
     /// Unregisters the regions at `addrs`, all or none (te-core's error, for retrying while a
     /// region is busy).
     pub(crate) fn unregister(&self, addrs: &[u64]) -> te_core::Result<()> {
-        match self {
-            Runtime::Classic(e) => e.unregister_memory_batch(addrs),
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => t.unregister_memory_batch(addrs).map_err(|e| match e {
-                te_tent::TentError::Engine(e) => e,
-                other => te_core::Error::InvalidArgument(other.to_string()),
-            }),
-        }
+        self.core.unregister_memory_batch(addrs)
     }
 
     /// Whether transport `name` (te's name) is installed.
     pub(crate) fn has_transport(&self, name: &str) -> bool {
-        self.core()
+        self.core
             .transport_capabilities()
             .iter()
             .any(|(n, _)| *n == name)
@@ -151,11 +142,7 @@ impl Runtime {
 
     /// A new batch of up to `capacity` tasks: its raw id (non-zero, below 2^48).
     pub(crate) fn allocate(&self, capacity: usize) -> Result<u64> {
-        Ok(match self {
-            Runtime::Classic(e) => e.allocate_batch(capacity)?.raw(),
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => t.allocate_batch(capacity)?.0,
-        })
+        Ok(self.core.allocate_batch(capacity)?.raw())
     }
 
     /// Adds `requests` to batch `id`.
@@ -165,63 +152,32 @@ impl Runtime {
         requests: &[TransferRequest],
         how: Submission,
     ) -> Result<()> {
-        match self {
-            Runtime::Classic(e) => {
-                let mut options = SubmitOptions::default();
-                if let Some(within) = how.within {
-                    options = options.within(within);
-                }
-                if how.waited {
-                    options = options.waited();
-                }
-                if let Some(hint) = how.hint {
-                    options = options.via(hint.transport());
-                }
-                let batch = BatchId::from_raw(id);
-                match how.notify {
-                    Some(n) => e.submit_notify_with(batch, requests, n, &options)?,
-                    None => e.submit_with(batch, requests, &options)?,
-                }
-            }
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => {
-                let reqs: Vec<Request> = requests
-                    .iter()
-                    .map(|r| {
-                        let mut req = Request::new(
-                            r.opcode,
-                            r.source,
-                            r.target_id,
-                            r.target_offset,
-                            r.length,
-                        );
-                        if let Some(within) = how.within {
-                            req = req.deadline(within);
-                        }
-                        if let Some(hint) = how.hint {
-                            req = req.hint(hint.transport());
-                        }
-                        req
-                    })
-                    .collect();
-                let batch = TentBatchId(id);
-                match how.notify {
-                    Some(n) => t.submit_with_notification(batch, &reqs, n)?,
-                    None => t.submit(batch, &reqs)?,
-                }
-            }
+        let mut options = SubmitOptions::default();
+        if let Some(within) = how.within {
+            options = options.within(within);
+        }
+        if how.waited {
+            options = options.waited();
+        }
+        if let Some(hint) = how.hint {
+            options = options.via(hint.transport());
+        }
+        let batch = BatchId::from_raw(id);
+        match how.notify {
+            Some(n) => self.core.submit_notify_with(batch, requests, n, &options)?,
+            None => self.core.submit_with(batch, requests, &options)?,
         }
         Ok(())
     }
 
-    /// Batch `id`'s status, without waiting (te-core's: a TENT batch is a te-core batch).
+    /// Batch `id`'s status, without waiting.
     pub(crate) fn status(&self, id: u64) -> Result<TransferStatus> {
-        Ok(self.core().batch_status(BatchId::from_raw(id))?)
+        Ok(self.core.batch_status(BatchId::from_raw(id))?)
     }
 
     /// Task `task` of batch `id`.
     pub(crate) fn task_status(&self, id: u64, task: usize) -> Result<TransferStatus> {
-        Ok(self.core().task_status(BatchId::from_raw(id), task)?)
+        Ok(self.core.task_status(BatchId::from_raw(id), task)?)
     }
 
     /// Waits up to `timeout` (sleeping) for every task of batch `id` to end: the batch's
@@ -229,44 +185,34 @@ impl Runtime {
     /// queued tasks and moves failed attempts on meanwhile.
     pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<TransferStatus> {
         let batch = BatchId::from_raw(id);
-        match self.core().wait(batch, timeout) {
-            Err(te_core::Error::WaitTimeout(_)) => Ok(self.core().batch_status(batch)?),
+        match self.core.wait(batch, timeout) {
+            Err(te_core::Error::WaitTimeout(_)) => Ok(self.core.batch_status(batch)?),
             other => Ok(other?),
         }
     }
 
     /// Cancels every task of batch `id` (under TENT, queued ones end at once).
     pub(crate) fn cancel(&self, id: u64) -> Result<()> {
-        Ok(self.core().cancel(BatchId::from_raw(id))?)
+        Ok(self.core.cancel(BatchId::from_raw(id))?)
     }
 
-    /// The first error a task of batch `id` met, if any.
+    /// The first error a task of batch `id` ended with, if any.
     pub(crate) fn first_error(&self, id: u64) -> Option<String> {
-        match self {
-            Runtime::Classic(e) => (0..)
-                .map_while(|task| e.task_error(BatchId::from_raw(id), task).ok())
-                .flatten()
-                .map(|e| e.to_string())
-                .next(),
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => (0..)
-                .map_while(|task| t.task_errors(TentBatchId(id), task).ok())
-                .find_map(|errors| errors.into_iter().next()),
-        }
+        (0..)
+            .map_while(|task| self.core.task_error(BatchId::from_raw(id), task).ok())
+            .flatten()
+            .map(|e| e.to_string())
+            .next()
     }
 
     /// Frees batch `id`.
     pub(crate) fn free(&self, id: u64) -> Result<()> {
-        match self {
-            Runtime::Classic(e) => Ok(e.free_batch(BatchId::from_raw(id))?),
-            #[cfg(feature = "tent")]
-            Runtime::Tent(t) => Ok(t.free_batch(TentBatchId(id))?),
-        }
+        Ok(self.core.free_batch(BatchId::from_raw(id))?)
     }
 
     /// Stops the engine (listeners closed, ports released); idempotent.
     pub(crate) fn shutdown(&self) {
-        self.core().shutdown();
+        self.core.shutdown();
     }
 }
 

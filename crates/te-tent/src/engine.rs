@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use te_core::transport::{Capabilities, Transport};
 use te_core::{
-    BatchId, HeldTask, HostBuffer, Notification, SegmentId, TransferEngine, TransferStatus,
+    BatchId, HeldTask, HostBuffer, Notification, Policy, SegmentId, TransferEngine, TransferStatus,
 };
 use tracing::info;
 
@@ -99,6 +99,8 @@ impl TentEngine {
             bell: Arc::new(Bell::default()),
             stop: AtomicBool::new(false),
         });
+        let policy: std::sync::Weak<dyn Policy> = Arc::downgrade(&inner) as _;
+        inner.core.install_policy(policy)?;
         let progress = inner.clone();
         let threads = te_workers::Threads::default();
         threads.push(
@@ -185,9 +187,15 @@ impl TentEngine {
         Ok(())
     }
 
-    /// The classic engine underneath (segments, rails, statistics).
+    /// The engine this runtime is installed in (segments, rails, statistics).
     pub fn core(&self) -> &TransferEngine {
         &self.inner.core
+    }
+
+    /// The engine this runtime is installed in, shared: its batches, submits and
+    /// registrations reach this runtime, whoever calls them, while this runtime lives.
+    pub fn engine(&self) -> Arc<TransferEngine> {
+        self.inner.core.clone()
     }
 
     /// This engine's segment name (`host:port`).
@@ -205,23 +213,14 @@ impl TentEngine {
     /// # Errors
     /// The classic engine's refusal (overlap, bad location).
     pub fn register_memory(&self, buffer: &Arc<HostBuffer>, options: &MemoryOptions) -> Result<()> {
-        self.inner
-            .core
-            .register_buffer(buffer, &options.location, options.permission)?;
-        self.inner.lock().memory.insert(
-            buffer.addr(),
-            (
-                buffer.len() as u64,
-                MemoryKind::of_location(&options.location),
-            ),
-        );
-        self.refresh_own()
+        // The engine tells this runtime of it ([`Policy::registered`]).
+        let core = &self.inner.core;
+        Ok(core.register_buffer(buffer, &options.location, options.permission)?)
     }
 
-    /// Records memory the caller registered through [`core`](Self::core) itself (a binding
-    /// registering raw addresses, which needs `unsafe` this crate does not use), so that
-    /// policies know its kind and the own descriptor lists it. Unregister it with
-    /// [`unregister_memory`](Self::unregister_memory).
+    /// Records memory the caller registered through [`core`](Self::core) itself at `location`
+    /// (which the engine tells this runtime of already; this checks it and records the
+    /// location as given). Unregister it with [`unregister_memory`](Self::unregister_memory).
     ///
     /// # Errors
     /// [`TentError::InvalidArgument`] when `[addr, addr+len)` is not a region of the classic
@@ -251,14 +250,7 @@ impl TentEngine {
             s.memory.insert(addr, (len, kind));
         }
         drop(s);
-        self.refresh_own()
-    }
-
-    /// Reads the own segment's descriptor again (it lists the memory just (un)registered).
-    fn refresh_own(&self) -> Result<()> {
-        let core = &self.inner.core;
-        core.refresh_segment(core.segment_name())?;
-        Ok(())
+        self.inner.refresh_own()
     }
 
     /// Unregisters the memory at `addr`.
@@ -274,13 +266,7 @@ impl TentEngine {
     /// # Errors
     /// As [`unregister_memory`](Self::unregister_memory), for the first that cannot be.
     pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
-        self.inner.core.unregister_memory_batch(addrs)?;
-        let mut s = self.inner.lock();
-        for addr in addrs {
-            s.memory.remove(addr);
-        }
-        drop(s);
-        self.refresh_own()
+        Ok(self.inner.core.unregister_memory_batch(addrs)?)
     }
 
     /// Memory a transport allocates (shared memory when te-shm is installed, so peers on this
@@ -350,14 +336,7 @@ impl TentEngine {
                 self.inner.config.core.max_batch_size
             )));
         }
-        let mut s = self.inner.lock();
-        let id = self
-            .inner
-            .core
-            .allocate_watched_batch(capacity, self.inner.bell.clone())?;
-        let run = s.fresh_run(capacity);
-        s.runs.insert(id.raw(), run);
-        Ok(TentBatchId(id.raw()))
+        Ok(TentBatchId(self.inner.core.allocate_batch(capacity)?.raw()))
     }
 
     /// Frees a batch whose tasks all ended.
@@ -365,20 +344,13 @@ impl TentEngine {
     /// # Errors
     /// [`TentError::InvalidBatch`], [`TentError::BatchBusy`].
     pub fn free_batch(&self, batch: TentBatchId) -> Result<()> {
-        let mut s = self.inner.lock();
-        s.run(batch)?;
+        // The engine tells this runtime ([`Policy::freed`]), which forgets the batch's run.
         match self.inner.core.free_batch(BatchId::from_raw(batch.0)) {
-            Ok(()) => {}
-            Err(te_core::Error::BatchBusy(_)) => return Err(TentError::BatchBusy(batch.0)),
-            Err(e) => return Err(e.into()),
+            Ok(()) => Ok(()),
+            Err(te_core::Error::BatchBusy(_)) => Err(TentError::BatchBusy(batch.0)),
+            Err(te_core::Error::InvalidBatch { .. }) => Err(TentError::InvalidBatch(batch.0)),
+            Err(e) => Err(e.into()),
         }
-        let run = s.runs.remove(&batch.0).expect("looked up above");
-        // Tasks te-core ended while they waited in the queue leave it with their batch.
-        if s.dispatcher.waiting() > 0 {
-            s.dispatcher.remove_where(|(b, _)| *b == batch.0);
-        }
-        s.keep_spare(run);
-        Ok(())
     }
 
     /// Submits `requests` as new tasks of `batch`. Each is planned (policy, capabilities)
@@ -388,7 +360,7 @@ impl TentEngine {
     /// [`TentError::InvalidBatch`], [`TentError::TooManyRequests`], [`TentError::NoTransport`],
     /// and the classic engine's checks of the target range ([`TentError::Engine`]).
     pub fn submit(&self, batch: TentBatchId, requests: &[Request]) -> Result<()> {
-        self.submit_inner(batch, requests, None)
+        self.inner.submit_requests(batch, requests, None)
     }
 
     /// As [`submit`](Self::submit); once every task of the batch has completed, `notification`
@@ -405,7 +377,15 @@ impl TentEngine {
         let first = requests.first().ok_or_else(|| {
             TentError::InvalidArgument("a notification needs at least one request".into())
         })?;
-        self.submit_inner(batch, requests, Some((first.target_id, notification)))
+        (self.inner).submit_requests(batch, requests, Some((first.target_id, notification)))
+    }
+}
+
+impl Inner {
+    /// Reads the own segment's descriptor again (it lists the memory just (un)registered).
+    pub(crate) fn refresh_own(&self) -> Result<()> {
+        self.core.refresh_segment(self.core.segment_name())?;
+        Ok(())
     }
 
     fn plan(
@@ -416,7 +396,7 @@ impl TentEngine {
         cache: &mut Vec<((RequestFacts, u32), Arc<Plan>)>,
         memo: &mut PlanMemo,
     ) -> Result<Arc<Plan>> {
-        let core = &self.inner.core;
+        let core = &self.core;
         if r.length == 0 {
             return Err(TentError::InvalidArgument("zero-length request".into()));
         }
@@ -493,12 +473,12 @@ impl TentEngine {
         }
         let mut plan = select(
             &key.0,
-            &self.inner.config.policy,
+            &self.config.policy,
             installed,
-            self.inner.config.staging.enable,
+            self.config.staging.enable,
         )
         .map_err(TentError::NoTransport)?;
-        if let (Plan::Direct(order), Some(first)) = (&mut plan, &self.inner.config.plan_first) {
+        if let (Plan::Direct(order), Some(first)) = (&mut plan, &self.config.plan_first) {
             // The protocol named goes first, after a hint; the rest stay as failover and for
             // memory it cannot reach (dropped just below).
             let hint = key.0.hint.as_deref();
@@ -527,7 +507,8 @@ impl TentEngine {
         Ok(plan)
     }
 
-    fn submit_inner(
+    /// Plans `requests` and adds them to `batch` (posted at once, or held and queued).
+    pub(crate) fn submit_requests(
         &self,
         batch: TentBatchId,
         requests: &[Request],
@@ -539,7 +520,7 @@ impl TentEngine {
             .any(|r| r.deadline.is_some())
             .then(Instant::now);
         let busy = {
-            let mut guard = self.inner.lock();
+            let mut guard = self.lock();
             let State {
                 runs,
                 dispatcher,
@@ -555,6 +536,7 @@ impl TentEngine {
                 return Err(TentError::TooManyRequests {
                     batch: batch.0,
                     capacity: run.capacity,
+                    requested: run.tasks.len() + requests.len(),
                 });
             }
             // Planned under the lock (no copy of the memory table), each task added as it
@@ -563,7 +545,7 @@ impl TentEngine {
             let first = run.tasks.len();
             run.tasks.reserve(requests.len());
             let mut memo = PlanMemo::default();
-            let metered = self.inner.core.metrics_enabled();
+            let metered = self.core.metrics_enabled();
             for r in requests {
                 let plan = match self.plan(r, memory, installed, plans, &mut memo) {
                     Ok(plan) => plan,
@@ -576,7 +558,7 @@ impl TentEngine {
             }
             let id = BatchId::from_raw(batch.0);
             let at_once = &mut run.tasks[first..];
-            if (self.inner).post_at_once(dispatcher, id, at_once, notify.as_ref()) {
+            if self.post_at_once(dispatcher, id, at_once, notify.as_ref()) {
                 return Ok(());
             }
             let held: Vec<HeldTask> = (run.tasks[first..].iter())
@@ -587,7 +569,7 @@ impl TentEngine {
                     transport: Some(t.label().name()),
                 })
                 .collect();
-            match self.inner.core.hold(id, &held, notify) {
+            match self.core.hold(id, &held, notify) {
                 Ok(at) => debug_assert_eq!(at, first, "te-core's task order is the runtime's"),
                 Err(e) => {
                     run.tasks.truncate(first);
@@ -597,12 +579,12 @@ impl TentEngine {
             for (index, r) in (first..).zip(requests) {
                 dispatcher.push(r.priority, (batch.0, index));
             }
-            self.inner.post(&mut guard);
+            self.post(&mut guard);
             needs_progress(&guard) != Hearing::Kicks
         };
         // The progress thread is needed only while tasks wait.
         if busy {
-            self.inner.bell.kick();
+            self.bell.kick();
         }
         Ok(())
     }
@@ -620,11 +602,13 @@ impl TentEngine {
             errors: Vec::new(),
         };
         if metered && r.deadline == Some(Duration::ZERO) {
-            (self.inner.core.metrics()).deadline_infeasible(task.label());
+            (self.core.metrics()).deadline_infeasible(task.label());
         }
         task
     }
+}
 
+impl TentEngine {
     /// One round of progress, and batch `batch`'s te-core id once it (and its task `only`)
     /// is known to be this engine's.
     fn progressed(&self, batch: TentBatchId, only: Option<usize>) -> Result<BatchId> {

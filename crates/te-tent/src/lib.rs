@@ -22,6 +22,7 @@ pub mod capability;
 pub mod config;
 mod engine;
 mod memo;
+mod planner;
 pub mod policy;
 mod progress;
 pub mod queue;
@@ -68,6 +69,8 @@ pub enum TentError {
         batch: u64,
         /// Its capacity.
         capacity: usize,
+        /// Tasks already submitted plus those asked for.
+        requested: usize,
     },
     /// The batch still has tasks that are not finished.
     #[error("batch {0} has tasks in flight")]

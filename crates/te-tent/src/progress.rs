@@ -377,7 +377,8 @@ impl Inner {
 fn options((transport, deadline, fail_over): Posting) -> SubmitOptions {
     let options = SubmitOptions::default()
         .via(transport)
-        .failing_over(fail_over);
+        .failing_over(fail_over)
+        .as_planned();
     match deadline {
         Some(d) => options.within(
             d.saturating_duration_since(Instant::now())

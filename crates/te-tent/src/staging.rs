@@ -115,11 +115,13 @@ fn hop(
             "deadline passed while staging".into(),
         ));
     }
-    let mut options = SubmitOptions::default().via(transport).as_attempts();
+    let mut options = (SubmitOptions::default().via(transport))
+        .as_attempts()
+        .as_planned();
     if let Some(left) = left {
         options = options.within(left);
     }
-    let b = core.allocate_batch(1).map_err(fail)?;
+    let b = core.allocate_watched_batch(1, None).map_err(fail)?;
     let result = core
         .submit_with(b, &[r], &options)
         .map_err(fail)

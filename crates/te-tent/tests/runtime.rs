@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use te_core::transport::{Capabilities, SliceError};
-use te_core::{HostBuffer, Opcode, Permission, TransferState};
-use te_tent::{MemoryOptions, Priority, Request};
+use te_core::{HostBuffer, Opcode, Permission, SubmitOptions, TransferState};
+use te_tent::{MemoryOptions, Priority, Request, TentBatchId};
 use te_testkit::SimTransport;
 
 mod common;
@@ -368,4 +368,61 @@ fn a_protocol_named_at_start_goes_first_after_a_hint_and_the_rest_fail_over() {
     assert_eq!(r.slots(&r.b), [0]);
     r.finish_all(&r.b, Ok(()));
     r.tent.wait(batch, Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn the_engines_own_calls_are_planned_by_tent() {
+    let r = rig(
+        r#"{"policy": [{"name": "b-first", "transports": ["sim-b", "sim-a"]}],
+            "max_failover_attempts": 1}"#,
+    );
+    // Memory registered through the engine itself is TENT's to plan from.
+    let engine = r.tent.engine();
+    let source = Arc::new(HostBuffer::new(8 * 1024).unwrap());
+    engine
+        .register_buffer(&source, "*", Permission::LocalOnly)
+        .unwrap();
+    let write = |hint: Option<&'static str>, slot: u64| {
+        let batch = engine.allocate_batch(1).unwrap();
+        let request = te_core::TransferRequest {
+            opcode: Opcode::Write,
+            source: source.addr() + slot * 4096,
+            target_id: r.seg,
+            target_offset: r.target.addr() + slot * 4096,
+            length: 4096,
+        };
+        let options = hint.map_or_else(SubmitOptions::default, |h| SubmitOptions::default().via(h));
+        engine.submit_with(batch, &[request], &options).unwrap();
+        batch
+    };
+    let batch = write(None, 0);
+    let tent_batch = TentBatchId(batch.raw());
+    assert_eq!(r.slots(&r.b), vec![0], "the rule's first choice");
+    assert_eq!(r.tent.task_transport(tent_batch, 0).unwrap(), "sim-b");
+    for _ in 0..64 {
+        r.finish_all(&r.b, Err(SliceError::Path("link down".into())));
+        if !r.slots(&r.a).is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(r.slots(&r.a), vec![0], "failed over to sim-a");
+    r.finish_all(&r.a, Ok(()));
+    let s = engine.wait(batch, Duration::from_secs(10)).unwrap();
+    assert_eq!(s.state, TransferState::Completed);
+    engine.free_batch(batch).unwrap();
+    assert!(
+        r.tent.task_status(tent_batch, 0).is_err(),
+        "the runtime forgets a batch the engine freed"
+    );
+    // The engine's transport option is TENT's hint.
+    let batch = write(Some("sim-a"), 1);
+    assert_eq!((r.slots(&r.a), r.slots(&r.b)), (vec![1], vec![]));
+    r.finish_all(&r.a, Ok(()));
+    assert_eq!(
+        engine.wait(batch, Duration::from_secs(10)).unwrap().state,
+        TransferState::Completed
+    );
+    engine.free_batch(batch).unwrap();
+    engine.unregister_memory(source.addr()).unwrap();
 }

@@ -62,6 +62,7 @@ impl BatchTable {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn allocate(&self, capacity: usize) -> Result<BatchId> {
         self.allocate_watched(capacity, None)
     }

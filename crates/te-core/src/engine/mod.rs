@@ -18,11 +18,13 @@ use crate::batch::{BatchId, BatchTable, PendingNotify, TransferStatus};
 mod files;
 mod held;
 mod keeper;
+mod policy;
 mod registration;
 mod segments;
 mod submit;
 
 pub use files::FileAccess;
+pub use policy::Policy;
 pub use submit::SubmitOptions;
 
 use crate::completion::Core;
@@ -93,6 +95,8 @@ pub struct TransferEngine {
     control: std::sync::Mutex<Option<Server>>,
     notifications: Arc<NotificationQueue>,
     core: Arc<Core>,
+    /// The runtime policy planning this engine's batches, if one is installed.
+    policy: std::sync::OnceLock<std::sync::Weak<dyn policy::Policy>>,
 }
 
 impl std::fmt::Debug for TransferEngine {
@@ -292,6 +296,7 @@ impl TransferEngine {
             control_state,
             control: std::sync::Mutex::new(Some(control)),
             notifications,
+            policy: std::sync::OnceLock::new(),
         })
     }
 
@@ -461,23 +466,24 @@ impl TransferEngine {
     /// # Errors
     /// [`Error::InvalidArgument`] for 0 or more than `Config::max_batch_size`.
     pub fn allocate_batch(&self, capacity: usize) -> Result<BatchId> {
-        let id = self.batches.allocate(capacity)?;
-        self.core.metrics.batch_allocated();
-        Ok(id)
+        match self.policy() {
+            Some(policy) => policy.allocate(capacity),
+            None => self.allocate_watched_batch(capacity, None),
+        }
     }
 
-    /// As [`allocate_batch`](Self::allocate_batch), and `watcher` is told whenever a task of
-    /// the batch ends (a runtime over this engine learns of ends as events instead of asking);
-    /// it is dropped with the batch.
+    /// A batch of the engine's own (the policy, if any, is not asked); `watcher`, if any, is
+    /// told whenever a task of the batch ends (a runtime over this engine learns of ends as
+    /// events instead of asking) and is dropped with the batch.
     ///
     /// # Errors
     /// As [`allocate_batch`](Self::allocate_batch).
     pub fn allocate_watched_batch(
         &self,
         capacity: usize,
-        watcher: Arc<dyn crate::batch::TaskWatcher>,
+        watcher: Option<Arc<dyn crate::batch::TaskWatcher>>,
     ) -> Result<BatchId> {
-        let id = self.batches.allocate_watched(capacity, Some(watcher))?;
+        let id = self.batches.allocate_watched(capacity, watcher)?;
         self.core.metrics.batch_allocated();
         Ok(id)
     }
@@ -490,6 +496,9 @@ impl TransferEngine {
     pub fn free_batch(&self, batch: BatchId) -> Result<()> {
         self.batches.free(batch)?;
         self.core.metrics.batch_freed();
+        if let Some(policy) = self.policy() {
+            policy.freed(batch);
+        }
         Ok(())
     }
 

@@ -60,7 +60,15 @@ impl TransferEngine {
                 }
             }
         }
-        self.publish()
+        self.publish()?;
+        match self.policy().map(|p| p.registered(&added)) {
+            Some(Err(e)) => {
+                let addrs: Vec<u64> = added.iter().map(|r| r.addr()).collect();
+                let _ = self.unregister_memory_batch(&addrs);
+                Err(e)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Registers memory `owner` keeps allocated; the region holds `owner` until unregistered.
@@ -196,7 +204,11 @@ impl TransferEngine {
                 t.unregister(r);
             }
         }
-        self.publish()
+        let published = self.publish();
+        if let Some(policy) = self.policy() {
+            policy.unregistered(addrs);
+        }
+        published
     }
 }
 

@@ -37,6 +37,9 @@ pub struct SubmitOptions {
     /// A failed task is held again for its runtime's next attempt instead of ending FAILED
     /// ([`TransferEngine::post_held`]; its batch's watcher is told).
     pub fail_over: bool,
+    /// The tasks are posted as the engine's runtime policy planned them (its own posts): the
+    /// policy is not asked again.
+    pub planned: bool,
 }
 
 impl SubmitOptions {
@@ -62,6 +65,12 @@ impl SubmitOptions {
     /// Hold failed tasks again for their next attempt ([`fail_over`](Self::fail_over)).
     pub fn failing_over(mut self, fail_over: bool) -> Self {
         self.fail_over = fail_over;
+        self
+    }
+
+    /// Say that these tasks are the policy's own posts ([`planned`](Self::planned)).
+    pub fn as_planned(mut self) -> Self {
+        self.planned = true;
         self
     }
 
@@ -120,12 +129,7 @@ impl TransferEngine {
     /// [`Error::RemoteAddressNotRegistered`], [`Error::PermissionDenied`],
     /// [`Error::NotSupportedTransport`].
     pub fn submit(&self, batch: BatchId, requests: &[TransferRequest]) -> Result<()> {
-        self.submit_inner(
-            batch,
-            requests,
-            Place::Append(None),
-            &SubmitOptions::default(),
-        )
+        self.submit_with(batch, requests, &SubmitOptions::default())
     }
 
     /// As [`submit`](Self::submit), with `options`: a transport to post through instead of the
@@ -141,6 +145,9 @@ impl TransferEngine {
         requests: &[TransferRequest],
         options: &SubmitOptions,
     ) -> Result<()> {
+        if let Some(policy) = self.policy().filter(|_| !options.planned) {
+            return policy.submit(batch, requests, None, options);
+        }
         self.submit_inner(batch, requests, Place::Append(None), options)
     }
 
@@ -173,6 +180,9 @@ impl TransferEngine {
         let first = requests.first().ok_or_else(|| {
             Error::InvalidArgument("submit_with_notify needs at least one request".into())
         })?;
+        if let Some(policy) = self.policy().filter(|_| !options.planned) {
+            return policy.submit(batch, requests, Some(notification), options);
+        }
         let target = self.segment(first.target_id)?;
         let notify = PendingNotify {
             target,
