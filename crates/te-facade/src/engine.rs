@@ -98,6 +98,18 @@ impl Live {
     pub(crate) fn runtime(&self) -> &Runtime {
         &self.runtime
     }
+
+    /// TENT's runtime, installed in this engine (TENT's C API: priorities, per-task status
+    /// and cancels, memory by location).
+    ///
+    /// # Errors
+    /// [`te_core::Error::InvalidArgument`] for an engine on the classic runtime.
+    #[cfg(feature = "tent")]
+    pub fn tent(&self) -> Result<&te_tent::TentEngine> {
+        self.runtime.tent_runtime().ok_or_else(|| {
+            te_core::Error::InvalidArgument("this engine does not run on TENT".into()).into()
+        })
+    }
 }
 
 impl Drop for MooncakeEngine {
@@ -290,6 +302,30 @@ impl MooncakeEngine {
                 .into());
             }
         };
+        self.go_live(runtime, managed, settings)
+    }
+
+    /// Starts on TENT's runtime made from `config` (TENT's C API, `tent_create_engine`), with
+    /// the transports it enables.
+    ///
+    /// # Errors
+    /// The configuration's or the engine's refusal.
+    #[cfg(feature = "tent")]
+    pub fn started_on_tent(config: te_tent::TentConfig) -> Result<Self> {
+        let e = Self::new();
+        let settings = FacadeSettings::from_env().map_err(te_core::Error::from)?;
+        let runtime = Runtime::tent(te_tent::TentEngine::new(config)?);
+        e.go_live(runtime, ManagedBuffers::default(), settings)?;
+        Ok(e)
+    }
+
+    fn go_live(
+        &self,
+        runtime: Runtime,
+        managed: ManagedBuffers,
+        settings: FacadeSettings,
+    ) -> Result<()> {
+        let kind = runtime.kind();
         let live = Arc::new(Live {
             runtime,
             sessions: Sessions::default(),
@@ -298,11 +334,13 @@ impl MooncakeEngine {
             managed,
             settings,
         });
-        // TENT_METRICS_ENABLED, MC_TE_METRIC: count this engine's requests and show them.
+        // TENT_METRICS_ENABLED, MC_TE_METRIC: count this engine's requests and show them (or
+        // TENT's configuration file did already).
         let counting = te_metrics::start_from_env(live.engine().metrics())
             .map_err(|e| te_core::Error::InvalidArgument(format!("metrics: {e}")))?;
-        live.engine().set_metrics_enabled(counting);
-        debug!(segment = live.engine().segment_name(), runtime = ?kind, "engine initialized");
+        let engine = live.engine();
+        engine.set_metrics_enabled(counting || engine.metrics_enabled());
+        debug!(segment = engine.segment_name(), runtime = ?kind, "engine initialized");
         self.live.set(live);
         Ok(())
     }

@@ -88,6 +88,12 @@ impl Runtime {
         }
     }
 
+    /// TENT's runtime, when it runs.
+    #[cfg(feature = "tent")]
+    pub(crate) fn tent_runtime(&self) -> Option<&TentEngine> {
+        self.tent.as_ref()
+    }
+
     /// The engine.
     pub(crate) fn core(&self) -> &TransferEngine {
         &self.core

@@ -20,7 +20,7 @@ pub extern "C" fn tent_allocate_batch(engine: *mut c_void, batch_size: usize) ->
     guard("tent_allocate_batch", 0, || {
         match TENTS
             .get(engine)
-            .and_then(|h| h.tent.allocate_batch(batch_size).map_err(tent_err))
+            .and_then(|h| h.with(|t| t.allocate_batch(batch_size).map_err(tent_err)))
         {
             Ok(b) => b.0,
             Err(e) => {

@@ -1,5 +1,6 @@
 //! TENT's C API (`tent/transfer_engine.h`, the `tent_*` functions NIXL's TENT backend calls)
-//! over te-tent's runtime. Its convention is TENT's: 0 for success, -1 for any failure (the
+//! over te-tent's runtime, reached through te-facade's engine (the one engine type under both
+//! C APIs, started on TENT by `tent_create_engine`). Its convention is TENT's: 0 for success, -1 for any failure (the
 //! reason goes to the log); `tent_allocate_batch` returns 0 for failure. Settings given with
 //! `tent_set_config` (JSON paths like `transports/rdma/enable`, values as JSON or plain text)
 //! and `tent_load_config_from_file` apply to the engines created after them, over
@@ -96,9 +97,20 @@ pub struct TentMemoryOptionsC {
 /// `struct tent_nic_load_stat` (the same layout as Mooncake's `nic_load_stat`).
 pub type TentNicLoadStatC = crate::types::NicLoadStatC;
 
-/// A TENT engine and the memory `tent_allocate_memory` handed out.
+/// A TENT engine: te-facade's engine, on TENT's runtime.
 pub(crate) struct TentHandle {
-    pub(crate) tent: TentEngine,
+    pub(crate) engine: te_facade::MooncakeEngine,
+}
+
+impl TentHandle {
+    /// Runs `body` with TENT's runtime of this engine.
+    pub(crate) fn with<T>(
+        &self,
+        body: impl FnOnce(&TentEngine) -> Result<T, FacadeError>,
+    ) -> Result<T, FacadeError> {
+        let live = self.engine.live()?;
+        body(live.tent()?)
+    }
 }
 
 pub(crate) static TENTS: Handles<TentHandle> = Handles::new();
@@ -215,8 +227,8 @@ pub extern "C" fn tent_create_engine() -> *mut c_void {
     guard(
         "tent_create_engine",
         std::ptr::null_mut(),
-        || match config().and_then(|c| TentEngine::new(c).map_err(tent_err)) {
-            Ok(tent) => TENTS.insert(TentHandle { tent }),
+        || match config().and_then(te_facade::MooncakeEngine::started_on_tent) {
+            Ok(engine) => TENTS.insert(TentHandle { engine }),
             Err(e) => {
                 tracing::warn!(error = %e, "tent_create_engine failed");
                 std::ptr::null_mut()
@@ -230,7 +242,7 @@ pub extern "C" fn tent_create_engine() -> *mut c_void {
 pub extern "C" fn tent_destroy_engine(engine: *mut c_void) {
     guard("tent_destroy_engine", (), || {
         if let Some(h) = TENTS.remove(engine) {
-            h.tent.core().shutdown();
+            h.engine.close();
         }
     });
 }
@@ -242,7 +254,7 @@ pub(crate) fn with(
     body: impl FnOnce(&TentEngine) -> Result<(), FacadeError>,
 ) -> c_int {
     guard(what, FAIL, || {
-        match TENTS.get(handle).and_then(|h| body(&h.tent)) {
+        match TENTS.get(handle).and_then(|h| h.with(body)) {
             Ok(()) => 0,
             Err(e) => fail(e),
         }
