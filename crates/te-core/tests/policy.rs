@@ -65,16 +65,15 @@ impl Policy for Recorder {
         &self,
         batch: BatchId,
         requests: &[TransferRequest],
-        notify: Option<Notification>,
         options: &SubmitOptions,
     ) -> te_core::Result<()> {
         self.note(format!(
             "submit {} within {:?} notify {}",
             requests.len(),
             options.timeout,
-            notify.is_some()
+            options.notify.is_some()
         ));
-        let mine = SubmitOptions::default().via("mover").as_planned();
+        let mine = options.clone().via("mover").as_planned();
         self.engine().submit_with(batch, requests, &mine)
     }
 
@@ -152,7 +151,17 @@ fn batches_and_submits_through_the_engine_are_the_policys() {
     let r = rig();
     let policy = installed(&r);
     let b = r.engine.allocate_batch(2).unwrap();
-    let options = SubmitOptions::default().within(Duration::from_secs(30));
+    let note = Notification {
+        name: "policy".into(),
+        notify_msg: "planned and done".into(),
+    };
+    let options =
+        (SubmitOptions::default().within(Duration::from_secs(30))).notifying(note.clone());
+    // A notification with no request is refused before the policy is asked.
+    assert!(matches!(
+        r.engine.submit_with(b, &[], &options),
+        Err(Error::InvalidArgument(_))
+    ));
     r.engine.submit_with(b, &[r.write()], &options).unwrap();
     assert!(r.move_all() > 0, "the policy posted through mover");
     let s = r.engine.wait(b, Duration::from_secs(10)).unwrap();
@@ -162,12 +171,17 @@ fn batches_and_submits_through_the_engine_are_the_policys() {
         &r.local.to_vec(0, LEN as usize).unwrap(),
         "the policy's post",
     );
+    let got = r
+        .engine
+        .next_notify(Duration::from_secs(10))
+        .expect("notified");
+    assert_eq!(got.notification, note);
     r.engine.free_batch(b).unwrap();
     assert_eq!(
         policy.taken(),
         [
             "allocate 2",
-            "submit 1 within Some(30s) notify false",
+            "submit 1 within Some(30s) notify true",
             "freed true"
         ]
     );

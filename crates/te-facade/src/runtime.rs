@@ -168,12 +168,12 @@ impl Runtime {
         if let Some(hint) = how.hint {
             options = options.via(hint.transport());
         }
-        let batch = BatchId::from_raw(id);
-        match how.notify {
-            Some(n) => self.core.submit_notify_with(batch, requests, n, &options)?,
-            None => self.core.submit_with(batch, requests, &options)?,
+        if let Some(n) = how.notify {
+            options = options.notifying(n);
         }
-        Ok(())
+        Ok(self
+            .core
+            .submit_with(BatchId::from_raw(id), requests, &options)?)
     }
 
     /// Batch `id`'s status, without waiting.

@@ -168,7 +168,7 @@ fn concurrent_batches_from_several_threads() {
 }
 
 #[test]
-fn notifications_probes_and_submit_with_notify() {
+fn notifications_probes_and_a_submit_that_notifies() {
     let p = pair(1 << 20);
     let n = te_core::Notification {
         name: "init".into(),
@@ -187,7 +187,7 @@ fn notifications_probes_and_submit_with_notify() {
         notify_msg: "kv ready".into(),
     };
     p.initiator
-        .submit_with_notify(
+        .submit_with(
             b,
             &[request(
                 Opcode::Write,
@@ -196,7 +196,7 @@ fn notifications_probes_and_submit_with_notify() {
                 p.remote.addr(),
                 data.len() as u64,
             )],
-            done.clone(),
+            &te_core::SubmitOptions::default().notifying(done.clone()),
         )
         .unwrap();
     // Delivered by the engine when the batch completes; nobody polls the batch here.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use te_core::memory::Region;
-use te_core::{BatchId, Location, Notification, Policy, SubmitOptions, TransferRequest};
+use te_core::{BatchId, Location, Policy, SubmitOptions, TransferRequest};
 use tracing::warn;
 
 use crate::TentError;
@@ -52,7 +52,6 @@ impl Policy for Inner {
         &self,
         batch: BatchId,
         requests: &[TransferRequest],
-        notify: Option<Notification>,
         options: &SubmitOptions,
     ) -> te_core::Result<()> {
         let planned: Vec<Request> = requests
@@ -69,7 +68,9 @@ impl Policy for Inner {
                 req
             })
             .collect();
-        let notify = notify.zip(requests.first()).map(|(n, r)| (r.target_id, n));
+        let notify = (options.notify.clone())
+            .zip(requests.first())
+            .map(|(n, r)| (r.target_id, n));
         self.submit_requests(TentBatchId(batch.raw()), &planned, notify)
             .map_err(into_core)
     }

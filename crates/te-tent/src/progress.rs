@@ -290,10 +290,11 @@ impl Inner {
                 &many
             }
         };
-        let posted = match notify {
-            Some((_, n)) => (self.core).submit_notify_with(id, requests, n.clone(), &options),
-            None => self.core.submit_with(id, requests, &options),
+        let options = match notify {
+            Some((_, n)) => options.notifying(n.clone()),
+            None => options,
         };
+        let posted = self.core.submit_with(id, requests, &options);
         if posted.is_err() {
             return false;
         }

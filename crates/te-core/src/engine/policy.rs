@@ -7,7 +7,6 @@ use super::{SubmitOptions, TransferEngine, TransferRequest};
 use crate::batch::BatchId;
 use crate::error::Result;
 use crate::memory::Region;
-use crate::notify::Notification;
 
 /// What the engine a policy is installed in tells and asks it
 /// ([`TransferEngine::install_policy`]). Called on the caller's thread with no lock of the
@@ -29,8 +28,8 @@ pub trait Policy: Send + Sync {
     /// As [`TransferEngine::allocate_batch`].
     fn allocate(&self, capacity: usize) -> Result<BatchId>;
 
-    /// Plans `requests` as new tasks of `batch` and posts them ([`SubmitOptions::planned`]);
-    /// `notify` goes to the first request's target once every task of the batch completed.
+    /// Plans `requests` as new tasks of `batch` and posts them ([`SubmitOptions::planned`]),
+    /// with `options` (a transport, a timeout, the batch's notification).
     ///
     /// # Errors
     /// As [`TransferEngine::submit_with`], and the policy's refusals.
@@ -38,7 +37,6 @@ pub trait Policy: Send + Sync {
         &self,
         batch: BatchId,
         requests: &[TransferRequest],
-        notify: Option<Notification>,
         options: &SubmitOptions,
     ) -> Result<()>;
 

@@ -40,6 +40,9 @@ pub struct SubmitOptions {
     /// The tasks are posted as the engine's runtime policy planned them (its own posts): the
     /// policy is not asked again.
     pub planned: bool,
+    /// Sent to the target of the first request once every task of the batch has completed
+    /// (from the engine's thread, not the caller's poll).
+    pub notify: Option<Notification>,
 }
 
 impl SubmitOptions {
@@ -65,6 +68,12 @@ impl SubmitOptions {
     /// Hold failed tasks again for their next attempt ([`fail_over`](Self::fail_over)).
     pub fn failing_over(mut self, fail_over: bool) -> Self {
         self.fail_over = fail_over;
+        self
+    }
+
+    /// Send `notification` once every task of the batch has completed ([`notify`](Self::notify)).
+    pub fn notifying(mut self, notification: Notification) -> Self {
+        self.notify = Some(notification);
         self
     }
 
@@ -133,62 +142,41 @@ impl TransferEngine {
     }
 
     /// As [`submit`](Self::submit), with `options`: a transport to post through instead of the
-    /// engine's choice (the runtime's policy, te-tent, decides), and a timeout for these tasks.
+    /// engine's choice, a timeout for these tasks, the batch's notification (sent to the target
+    /// of `requests[0]` once every task of the batch has completed). With a runtime policy
+    /// installed, the policy plans them (unless they are its own, [`SubmitOptions::planned`]).
     ///
     /// # Errors
     /// As [`submit`](Self::submit); [`Error::NotSupportedTransport`] when the transport is not
     /// installed or cannot reach a request's buffer (a same-host transport for a buffer it does
-    /// not serve, a memory transport for a file).
+    /// not serve, a memory transport for a file); [`Error::InvalidArgument`] for a notification
+    /// with no request.
     pub fn submit_with(
         &self,
         batch: BatchId,
         requests: &[TransferRequest],
         options: &SubmitOptions,
     ) -> Result<()> {
-        if let Some(policy) = self.policy().filter(|_| !options.planned) {
-            return policy.submit(batch, requests, None, options);
-        }
-        self.submit_inner(batch, requests, Place::Append(None), options)
-    }
-
-    /// As [`submit`](Self::submit); when every task of the batch has completed, the engine sends
-    /// `notification` to the target of `requests[0]` (from its own thread, not the caller's poll).
-    ///
-    /// # Errors
-    /// As [`submit`](Self::submit), and [`Error::InvalidArgument`] for an empty request list.
-    pub fn submit_with_notify(
-        &self,
-        batch: BatchId,
-        requests: &[TransferRequest],
-        notification: Notification,
-    ) -> Result<()> {
-        self.submit_notify_with(batch, requests, notification, &SubmitOptions::default())
-    }
-
-    /// [`submit_with_notify`](Self::submit_with_notify) with `options`, as
-    /// [`submit_with`](Self::submit_with) takes them.
-    ///
-    /// # Errors
-    /// As both.
-    pub fn submit_notify_with(
-        &self,
-        batch: BatchId,
-        requests: &[TransferRequest],
-        notification: Notification,
-        options: &SubmitOptions,
-    ) -> Result<()> {
-        let first = requests.first().ok_or_else(|| {
-            Error::InvalidArgument("submit_with_notify needs at least one request".into())
-        })?;
-        if let Some(policy) = self.policy().filter(|_| !options.planned) {
-            return policy.submit(batch, requests, Some(notification), options);
-        }
-        let target = self.segment(first.target_id)?;
-        let notify = PendingNotify {
-            target,
-            notification,
+        let notify = match (&options.notify, requests.first()) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(Error::InvalidArgument(
+                    "a notification needs at least one request".into(),
+                ));
+            }
+            (Some(n), Some(first)) => Some((n, first.target_id)),
         };
-        self.submit_inner(batch, requests, Place::Append(Some(notify)), options)
+        if let Some(policy) = self.policy().filter(|_| !options.planned) {
+            return policy.submit(batch, requests, options);
+        }
+        let notify = match notify {
+            Some((n, target)) => Some(PendingNotify {
+                target: self.segment(target)?,
+                notification: n.clone(),
+            }),
+            None => None,
+        };
+        self.submit_inner(batch, requests, Place::Append(notify), options)
     }
 
     /// The transport `options` names for `buffer` of `seg`, if it can reach it.
