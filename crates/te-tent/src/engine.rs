@@ -218,41 +218,6 @@ impl TentEngine {
         Ok(core.register_buffer(buffer, &options.location, options.permission)?)
     }
 
-    /// Records memory the caller registered through [`core`](Self::core) itself at `location`
-    /// (which the engine tells this runtime of already; this checks it and records the
-    /// location as given). Unregister it with [`unregister_memory`](Self::unregister_memory).
-    ///
-    /// # Errors
-    /// [`TentError::InvalidArgument`] when `[addr, addr+len)` is not a region of the classic
-    /// engine.
-    pub fn track_memory(&self, addr: u64, len: u64, location: &str) -> Result<()> {
-        self.track_memory_batch(&[(addr, len)], location)
-    }
-
-    /// [`track_memory`](Self::track_memory) for several regions at `location`, all or none,
-    /// with one refresh of the own descriptor.
-    ///
-    /// # Errors
-    /// As [`track_memory`](Self::track_memory), for the first range that is not a region.
-    pub fn track_memory_batch(&self, ranges: &[(u64, u64)], location: &str) -> Result<()> {
-        for &(addr, len) in ranges {
-            let pin = self.inner.core.pin_local(addr, len)?;
-            let region = pin.region();
-            if region.addr() != addr || region.len() != len {
-                return Err(TentError::InvalidArgument(format!(
-                    "{addr:#x}+{len} is not a registered region of its own"
-                )));
-            }
-        }
-        let kind = MemoryKind::of_location(location);
-        let mut s = self.inner.lock();
-        for &(addr, len) in ranges {
-            s.memory.insert(addr, (len, kind));
-        }
-        drop(s);
-        self.inner.refresh_own()
-    }
-
     /// Unregisters the memory at `addr`.
     ///
     /// # Errors

@@ -121,19 +121,11 @@ unsafe fn register(
         .iter()
         .map(|&(a, l)| (a as usize as *mut u8, l))
         .collect();
-    // SAFETY: forwarded from this function's contract.
+    // SAFETY: forwarded from this function's contract. The engine tells TENT's runtime.
     unsafe {
         t.core()
             .register_memory_batch(&raw, &o.location, o.permission)?
     };
-    for &(a, l) in ranges {
-        if let Err(e) = t.track_memory(a, l as u64, &o.location) {
-            for &(b, _) in ranges {
-                let _ = t.core().unregister_memory(b);
-            }
-            return Err(tent_err(e));
-        }
-    }
     Ok(())
 }
 
