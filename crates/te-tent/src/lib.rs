@@ -7,6 +7,8 @@
 //!   request, and the staging plan when none can make a move directly.
 //! - [`queue`]: the runtime queue, posting higher priorities first under load.
 //! - [`config`]: TENT's JSON configuration (`MC_TENT_CONF`) with the legacy `MC_*` variables.
+//! - The runtime is installed in te-core's engine as its `Policy`: the engine's allocations,
+//!   submits, registrations and frees reach it, whoever calls them (te-facade, the C API).
 //! - [`TentEngine`]: batches of te-core held tasks (te-core's batches, ids and status), each
 //!   task posted on the transport its plan puts first, failed over to the next capable one
 //!   when an attempt fails (te-core holds it again and tells the runtime), deadlines, staging
