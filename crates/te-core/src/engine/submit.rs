@@ -166,7 +166,10 @@ impl TransferEngine {
             }
             (Some(n), Some(first)) => Some((n, first.target_id)),
         };
-        if let Some(policy) = self.policy().filter(|_| !options.planned) {
+        // The policy's own posts do not look it up (a weak reference's upgrade per post).
+        if !options.planned
+            && let Some(policy) = self.policy()
+        {
             return policy.submit(batch, requests, options);
         }
         let notify = match notify {
