@@ -81,13 +81,7 @@ impl Rig {
 
     /// Carries out every WRITE slice `mover` holds (a copy within this process), then reports it.
     fn move_all(&self) {
-        while let Some(s) = self.mover.take(|_| 0) {
-            let from = (s.local_addr - self.local.addr()) as usize;
-            let to = (s.remote_addr - self.remote.addr()) as usize;
-            let bytes = self.local.to_vec(from, s.len as usize).unwrap();
-            self.remote.write_at(to, &bytes).unwrap();
-            self.mover.complete(s, Ok(()));
-        }
+        self.mover.carry_writes(&self.local, &self.remote);
     }
 
     fn landed(&self, i: u64) -> bool {

@@ -125,16 +125,7 @@ impl Rig {
 
     /// Carries out every slice `mover` holds (a copy within this process); how many.
     fn move_all(&self) -> usize {
-        let mut n = 0;
-        while let Some(s) = self.mover.take(|_| 0) {
-            let from = (s.local_addr - self.local.addr()) as usize;
-            let to = (s.remote_addr - self.remote.addr()) as usize;
-            let bytes = self.local.to_vec(from, s.len as usize).unwrap();
-            self.remote.write_at(to, &bytes).unwrap();
-            self.mover.complete(s, Ok(()));
-            n += 1;
-        }
-        n
+        self.mover.carry_writes(&self.local, &self.remote)
     }
 }
 

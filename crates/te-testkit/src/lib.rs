@@ -117,6 +117,24 @@ impl SimTransport {
         Some(q.swap_remove(i))
     }
 
+    /// Carries out every waiting WRITE from `local` to `remote` (a copy within this process,
+    /// at the slices' offsets into each) and reports it done; how many it carried.
+    ///
+    /// # Panics
+    /// When a slice falls outside the buffers (a test helper).
+    pub fn carry_writes(&self, local: &te_core::HostBuffer, remote: &te_core::HostBuffer) -> usize {
+        let mut carried = 0;
+        while let Some(s) = self.take(|_| 0) {
+            let from = (s.local_addr - local.addr()) as usize;
+            let to = (s.remote_addr - remote.addr()) as usize;
+            let bytes = local.to_vec(from, s.len as usize).expect("inside local");
+            remote.write_at(to, &bytes).expect("inside remote");
+            self.complete(s, Ok(()));
+            carried += 1;
+        }
+        carried
+    }
+
     /// Reports a taken slice to the engine (which may post it again, to this queue).
     pub fn complete(
         &self,
