@@ -52,8 +52,8 @@ impl Policy for Recorder {
         }
     }
 
-    fn unregistered(&self, addrs: &[u64]) {
-        self.note(format!("unregistered {:#x}", addrs[0]));
+    fn unregistered(&self, regions: &[Arc<Region>]) {
+        self.note(format!("unregistered {:#x}", regions[0].addr()));
     }
 
     fn allocate(&self, capacity: usize) -> te_core::Result<BatchId> {

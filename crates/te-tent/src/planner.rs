@@ -24,16 +24,21 @@ impl Policy for Inner {
             s.memory.insert(r.addr(), (r.len(), kind));
         }
         drop(s);
-        self.refresh_own().map_err(into_core)
+        match published(regions) {
+            true => self.refresh_own().map_err(into_core),
+            false => Ok(()),
+        }
     }
 
-    fn unregistered(&self, addrs: &[u64]) {
+    fn unregistered(&self, regions: &[Arc<Region>]) {
         let mut s = self.lock();
-        for addr in addrs {
-            s.memory.remove(addr);
+        for r in regions {
+            s.memory.remove(&r.addr());
         }
         drop(s);
-        if let Err(e) = self.refresh_own() {
+        if published(regions)
+            && let Err(e) = self.refresh_own()
+        {
             warn!(error = %e, "own descriptor not re-read after unregistering");
         }
     }
@@ -86,6 +91,14 @@ impl Policy for Inner {
         }
         s.keep_spare(run);
     }
+}
+
+/// Whether any of `regions` is in the own descriptor (memory peers may reach): only then is
+/// the descriptor read again (a staging buffer, local only, costs no look-up).
+fn published(regions: &[Arc<Region>]) -> bool {
+    regions
+        .iter()
+        .any(|r| r.permission() != te_core::Permission::LocalOnly)
 }
 
 /// te-tent's error as the engine's.

@@ -426,3 +426,35 @@ fn the_engines_own_calls_are_planned_by_tent() {
     engine.free_batch(batch).unwrap();
     engine.unregister_memory(source.addr()).unwrap();
 }
+
+#[test]
+fn the_own_descriptor_is_read_again_only_for_memory_peers_reach() {
+    let r = rig("{}");
+    let engine = r.tent.engine();
+    let own = || engine.segment(r.seg).unwrap();
+    let before = own();
+    // Local-only memory (a staging buffer's kind) is not in the descriptor: no look-up.
+    let private = Arc::new(HostBuffer::new(4096).unwrap());
+    engine
+        .register_buffer(&private, "*", Permission::LocalOnly)
+        .unwrap();
+    engine.unregister_memory(private.addr()).unwrap();
+    let after_private = own();
+    assert!(Arc::ptr_eq(&before, &after_private), "not read again");
+    // Memory peers may reach is listed: the descriptor is read again, and lists it.
+    let shared = Arc::new(HostBuffer::new(4096).unwrap());
+    engine
+        .register_buffer(&shared, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let after_shared = own();
+    assert!(!Arc::ptr_eq(&before, &after_shared), "read again");
+    assert!(
+        after_shared
+            .desc()
+            .buffers
+            .iter()
+            .any(|b| b.addr == shared.addr()),
+        "the new buffer is listed"
+    );
+    engine.unregister_memory(shared.addr()).unwrap();
+}

@@ -18,8 +18,8 @@ pub trait Policy: Send + Sync {
     /// Whatever the policy refuses.
     fn registered(&self, regions: &[Arc<Region>]) -> Result<()>;
 
-    /// The regions at `addrs` were just unregistered.
-    fn unregistered(&self, addrs: &[u64]);
+    /// `regions` were just unregistered.
+    fn unregistered(&self, regions: &[Arc<Region>]);
 
     /// A batch of up to `capacity` tasks, allocated by the policy
     /// ([`TransferEngine::allocate_watched_batch`]).

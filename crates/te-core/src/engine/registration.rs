@@ -206,7 +206,7 @@ impl TransferEngine {
         }
         let published = self.publish();
         if let Some(policy) = self.policy() {
-            policy.unregistered(addrs);
+            policy.unregistered(&removed);
         }
         published
     }
