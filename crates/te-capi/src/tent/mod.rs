@@ -1,10 +1,10 @@
 //! TENT's C API (`tent/transfer_engine.h`, the `tent_*` functions NIXL's TENT backend calls)
 //! over te-tent's runtime, reached through te-facade's engine (the one engine type under both
-//! C APIs, started on TENT by `tent_create_engine`). Its convention is TENT's: 0 for success, -1 for any failure (the
-//! reason goes to the log); `tent_allocate_batch` returns 0 for failure. Settings given with
-//! `tent_set_config` (JSON paths like `transports/rdma/enable`, values as JSON or plain text)
-//! and `tent_load_config_from_file` apply to the engines created after them, over
-//! `MC_TENT_CONF` and under the `MC_*` variables, as in TENT.
+//! C APIs, started on TENT by `tent_create_engine`). Its convention is TENT's: 0 for success,
+//! -1 for any failure (the reason goes to the log); `tent_allocate_batch` returns 0 for
+//! failure. Settings given with `tent_set_config` (JSON paths like `transports/rdma/enable`,
+//! values as JSON or plain text) and `tent_load_config_from_file` apply to the engines created
+//! after them, over `MC_TENT_CONF` and under the `MC_*` variables, as in TENT.
 //!
 //! `memory` holds the memory functions, `batch` the batches, notifications and statistics.
 //! Not here: Mooncake's classic C API (`engine_api`, `batch_api`).
