@@ -27,6 +27,9 @@ mod rdma_settings;
 #[path = "../../crates/te-reactor/src/settings.rs"]
 mod reactor_settings;
 #[allow(dead_code)]
+#[path = "../../crates/te-rpc/src/settings.rs"]
+mod rpc_settings;
+#[allow(dead_code)]
 #[path = "../../crates/te-tcp/src/settings.rs"]
 mod tcp_settings;
 #[allow(dead_code)]
@@ -37,7 +40,7 @@ mod tent_settings;
 const REFERENCE: &str = "docs/configuration.md";
 
 /// Each crate that reads variables, what they are about, and its definitions.
-const TABLES: [(&str, &str, &[Setting]); 8] = [
+const TABLES: [(&str, &str, &[Setting]); 9] = [
     (
         "te-core",
         "The engine, its control channel and metadata clients, the Mooncake opt-in and the rails.",
@@ -77,6 +80,11 @@ const TABLES: [(&str, &str, &[Setting]); 8] = [
         "te-metrics",
         "Metrics for operators: TENT's endpoint switches and the classic engine's metric log.",
         metrics_settings::SETTINGS,
+    ),
+    (
+        "te-rpc",
+        "The RPC communicator (it reads te-core's cluster secret and Mooncake allow-list too).",
+        rpc_settings::SETTINGS,
     ),
 ];
 

@@ -416,3 +416,142 @@ impl Drop for MooncakeBenchTarget {
         let _ = self.child.wait();
     }
 }
+
+/// Mooncake's RPC communicator (`mooncake.engine.RpcInterface`) in a child process, driven by
+/// `peers/mooncake_rpc_peer.py`; killed on drop.
+pub struct MooncakeRpc {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    log: PathBuf,
+}
+
+impl MooncakeRpc {
+    /// A Mooncake RPC communicator; `serve` starts its server on loopback (its port returned),
+    /// else it is a client.
+    ///
+    /// # Panics
+    /// When the wheel is missing or Mooncake's initialize fails.
+    pub fn start(serve: bool) -> (Self, u16) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mooncake_rpc_peer.py");
+        let log = std::env::temp_dir().join(format!(
+            "te-mooncake-rpc-{}-{}.log",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let mut child = Command::new(program("python3"))
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("a log file for the Mooncake peer"))
+            .spawn()
+            .expect("the Mooncake RPC peer starts");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut peer = MooncakeRpc {
+            child,
+            stdin,
+            stdout,
+            log,
+        };
+        let r = if serve {
+            peer.call(json!({"op": "serve"}))
+        } else {
+            peer.call(json!({"op": "client"}))
+        };
+        assert_eq!(
+            r["ok"],
+            true,
+            "Mooncake's RpcInterface did not start:\n{}",
+            peer.log()
+        );
+        let port = r["port"].as_u64().unwrap_or(0) as u16;
+        (peer, port)
+    }
+
+    /// Mooncake's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One request, one reply.
+    ///
+    /// # Panics
+    /// When the peer died (its log is in the message).
+    pub fn call(&mut self, request: Value) -> Value {
+        let sent = writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush());
+        let mut line = String::new();
+        let read = sent.and_then(|()| self.stdout.read_line(&mut line));
+        match read {
+            Ok(n) if n > 0 => serde_json::from_str(&line).unwrap_or(Value::Null),
+            _ => panic!("the Mooncake RPC peer died; its log:\n{}", self.log()),
+        }
+    }
+
+    /// Mooncake's `send_data(target, data)`: its return code.
+    pub fn send_data(&mut self, target: &str, data: &[u8]) -> i64 {
+        let r = self.call(json!({"op": "send_data", "target": target, "hex": hex(data)}));
+        r["rc"].as_i64().unwrap_or(i64::MIN)
+    }
+
+    /// Mooncake's `send_tensor(target, tensor)` for a tensor of `dtype` (`torch.float32`…)
+    /// and `shape` over `data`: its return code.
+    pub fn send_tensor(
+        &mut self,
+        target: &str,
+        data: &[u8],
+        dtype: &str,
+        shape: &[u64],
+        element_size: usize,
+    ) -> i64 {
+        let r = self.call(
+            json!({"op": "send_tensor", "target": target, "hex": hex(data),
+                                  "dtype": dtype, "shape": shape, "element_size": element_size}),
+        );
+        r["rc"].as_i64().unwrap_or(i64::MIN)
+    }
+
+    /// What its callbacks were given since the last call, waiting up to `wait` for `count`.
+    pub fn received(&mut self, count: usize, wait: Duration) -> Vec<MooncakeReceived> {
+        let r = self.call(json!({"op": "received", "count": count, "wait": wait.as_secs_f64()}));
+        let messages = r["messages"].as_array().cloned().unwrap_or_default();
+        messages
+            .iter()
+            .map(|m| MooncakeReceived {
+                tensor: m["kind"] == "tensor",
+                source: m["source"].as_str().unwrap_or("").to_string(),
+                data: unhex(m["hex"].as_str().unwrap_or("")),
+                dtype: m["dtype"].as_str().unwrap_or("").to_string(),
+                shape: m["shape"].clone(),
+                total_bytes: m["total_bytes"].as_u64().unwrap_or(0),
+            })
+            .collect()
+    }
+}
+
+/// What one of Mooncake's receive callbacks was given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MooncakeReceived {
+    /// The tensor callback (else the data callback).
+    pub tensor: bool,
+    /// `source` / `source_address`.
+    pub source: String,
+    /// The bytes (`data`, or the tensor's `get_data_as_bytes()`).
+    pub data: Vec<u8>,
+    /// A tensor's `dtype`.
+    pub dtype: String,
+    /// A tensor's `shape` as read (the wheel raises on it: then a string saying so).
+    pub shape: Value,
+    /// A tensor's `total_bytes`.
+    pub total_bytes: u64,
+}
+
+impl Drop for MooncakeRpc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}

@@ -1,0 +1,279 @@
+//! One client connection: blocking, every exchange bound to its call's deadline, and what the
+//! peer speaks, learned from te's greeting when the connection opens.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::handshake;
+use crate::wire::{self, Function, RESPONSE_HEADER, RequestHeader, ResponseHeader, code};
+
+/// What the peer speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// te's calls (it answered te's greeting).
+    Te,
+    /// Mooncake's calls only.
+    Mooncake,
+}
+
+/// The largest response body a client reads (a greeting, a proof, an error's message).
+const MAX_REPLY_BODY: u32 = 64 << 10;
+
+/// An open connection to a peer.
+#[derive(Debug)]
+pub(crate) struct Link {
+    stream: TcpStream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) kind: Kind,
+    /// Whether a call on it carried an attachment.
+    pub(crate) carried_attachment: bool,
+    seq: u32,
+    secs: f64,
+}
+
+impl Link {
+    /// Connects to `peer` and learns what it speaks (`known` skips te's greeting for a peer
+    /// already known to speak Mooncake's calls), proving the cluster secret where one is set.
+    pub(crate) fn open(
+        peer: SocketAddr,
+        known: Option<Kind>,
+        config: &Config,
+        end: Instant,
+    ) -> Result<Link> {
+        let secs = config.timeout.as_secs_f64();
+        let left = left(end).ok_or(Error::TimedOut {
+            peer,
+            what: "connecting",
+            secs,
+        })?;
+        let stream = TcpStream::connect_timeout(&peer, left).map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::TimedOut {
+                peer,
+                what: "connecting",
+                secs,
+            },
+            _ => Error::socket(format!("connecting to {peer}"), e),
+        })?;
+        let _ = stream.set_nodelay(true);
+        let mut link = Link {
+            stream,
+            peer,
+            kind: Kind::Te,
+            carried_attachment: false,
+            seq: 0,
+            secs,
+        };
+        link.kind = match known {
+            Some(Kind::Mooncake) => Kind::Mooncake,
+            _ => link.greet(config, end)?,
+        };
+        if link.kind == Kind::Mooncake && config.key.is_some() {
+            let allowed = config
+                .mooncake_allow
+                .as_ref()
+                .is_some_and(|a| a.admits(peer.ip()));
+            if !allowed {
+                return Err(Error::Untrusted {
+                    peer,
+                    reason: "a Mooncake peer cannot prove the cluster secret and is not in \
+                             MC_TE_MOONCAKE_ALLOW"
+                        .into(),
+                });
+            }
+        }
+        Ok(link)
+    }
+
+    /// te's greeting, and the secret's proof: what the peer speaks.
+    fn greet(&mut self, config: &Config, end: Instant) -> Result<Kind> {
+        let mine = handshake::nonce()?;
+        let answer = match self.call(Function::TeHello, &handshake::hello(&mine), &[], end) {
+            Ok(body) => body,
+            Err(Error::Refused {
+                code: code::NOT_REGISTERED,
+                ..
+            }) => return Ok(Kind::Mooncake),
+            Err(e) => return Err(e),
+        };
+        let (theirs, proof_required) =
+            handshake::read_answer(&answer).map_err(|reason| Error::Malformed {
+                peer: self.peer,
+                reason,
+            })?;
+        let peer = self.peer;
+        let untrusted = |reason: &str| Error::Untrusted {
+            peer,
+            reason: reason.into(),
+        };
+        match (&config.key, proof_required) {
+            (None, false) => Ok(Kind::Te),
+            (None, true) => Err(untrusted("it holds a cluster secret and this side none")),
+            (Some(_), false) => Err(untrusted("it holds no cluster secret")),
+            (Some(key), true) => {
+                let proof = handshake::client_proof(key, &theirs, &mine);
+                let back = self.call(Function::TeProof, &proof, &[], end)?;
+                if handshake::check_server(key, &theirs, &mine, &back) {
+                    Ok(Kind::Te)
+                } else {
+                    Err(untrusted("its proof of the cluster secret is wrong"))
+                }
+            }
+        }
+    }
+
+    /// One call: the request out, the response's body back (its attachment read and dropped).
+    pub(crate) fn call(
+        &mut self,
+        function: Function,
+        body: &[u8],
+        attachment: &[u8],
+        end: Instant,
+    ) -> Result<Vec<u8>> {
+        self.seq = self.seq.wrapping_add(1);
+        let head = RequestHeader {
+            seq: self.seq,
+            function: function.id(),
+            body: body.len() as u32,
+            attachment: attachment.len() as u32,
+        }
+        .encode();
+        self.carried_attachment |= !attachment.is_empty();
+        self.write_all(&[&head, body, attachment], end)?;
+        let mut raw = [0u8; RESPONSE_HEADER];
+        self.read_exact(&mut raw, end)?;
+        let reply = ResponseHeader::decode(&raw).map_err(|reason| self.malformed(reason))?;
+        if reply.seq != self.seq {
+            return Err(self.malformed(format!("answer {} to call {}", reply.seq, self.seq)));
+        }
+        if reply.body > MAX_REPLY_BODY {
+            return Err(self.malformed(format!("a response body of {} bytes", reply.body)));
+        }
+        let mut back = vec![0u8; reply.body as usize];
+        self.read_exact(&mut back, end)?;
+        self.discard(u64::from(reply.attachment), end)?;
+        if reply.error != 0 {
+            let message = wire::unpack_string(&back)
+                .map(|r| String::from_utf8_lossy(&back[r]).into_owned())
+                .unwrap_or_default();
+            return Err(Error::Refused {
+                peer: self.peer,
+                code: reply.error,
+                message,
+            });
+        }
+        Ok(back)
+    }
+
+    fn malformed(&self, reason: String) -> Error {
+        Error::Malformed {
+            peer: self.peer,
+            reason,
+        }
+    }
+
+    fn timed_out(&self, what: &'static str) -> Error {
+        Error::TimedOut {
+            peer: self.peer,
+            what,
+            secs: self.secs,
+        }
+    }
+
+    fn fail(&self, what: &'static str, e: io::Error) -> Error {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => self.timed_out(what),
+            _ => Error::socket(format!("{what} {}", self.peer), e),
+        }
+    }
+
+    /// Writes every part, gathered, by `end`.
+    fn write_all(&mut self, parts: &[&[u8]], end: Instant) -> Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut sent = 0usize;
+        while sent < total {
+            let left = left(end).ok_or_else(|| self.timed_out("sending to"))?;
+            self.stream
+                .set_write_timeout(Some(left))
+                .map_err(|e| self.fail("sending to", e))?;
+            let slices = remaining(parts, sent);
+            match self.stream.write_vectored(&slices) {
+                Ok(0) => return Err(self.fail("sending to", io::ErrorKind::WriteZero.into())),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail("sending to", e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8], end: Instant) -> Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            let left = left(end).ok_or_else(|| self.timed_out("waiting for the answer of"))?;
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| self.fail("reading from", e))?;
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => {
+                    let e = io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the peer closed the connection",
+                    );
+                    return Err(self.fail("reading from", e));
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail("waiting for the answer of", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and drops `n` bytes (the echo Mooncake's server attaches to a tensor's answer).
+    fn discard(&mut self, mut n: u64, end: Instant) -> Result<()> {
+        let mut sink = [0u8; 16 << 10];
+        while n > 0 {
+            let k = n.min(sink.len() as u64) as usize;
+            self.read_exact(&mut sink[..k], end)?;
+            n -= k as u64;
+        }
+        Ok(())
+    }
+}
+
+/// The parts' bytes from `skip` on, as slices for one gathered write.
+fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<IoSlice<'a>> {
+    let mut out = Vec::with_capacity(parts.len());
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        out.push(IoSlice::new(&p[skip..]));
+        skip = 0;
+    }
+    out
+}
+
+fn left(end: Instant) -> Option<std::time::Duration> {
+    end.checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gathered_writes_resume_where_they_stopped() {
+        let parts: [&[u8]; 3] = [b"abc", b"", b"defg"];
+        let flat = |s: Vec<IoSlice<'_>>| s.iter().flat_map(|x| x.to_vec()).collect::<Vec<u8>>();
+        assert_eq!(flat(remaining(&parts, 0)), b"abcdefg");
+        assert_eq!(flat(remaining(&parts, 2)), b"cdefg");
+        assert_eq!(flat(remaining(&parts, 3)), b"defg");
+        assert_eq!(flat(remaining(&parts, 7)), b"");
+    }
+}
