@@ -18,6 +18,7 @@
 //! Not here: argument conversion and each binding's return-code convention.
 
 mod batches;
+mod communicator;
 mod engine;
 mod error;
 mod handles;
@@ -29,6 +30,7 @@ mod session;
 pub mod settings;
 
 pub use batches::{LOCAL_SEGMENT, NicLoad, SegmentRequest};
+pub use communicator::{MOONCAKE_DEFAULT_SERVER, MooncakeRpc};
 pub use engine::{
     BatchProgress, Lists, Live, MooncakeEngine, TransferOptions, UNREGISTER_GRACE, local_topology,
 };
@@ -36,6 +38,8 @@ pub use error::{ERR_INVALID_ARGUMENT, ErrorKind, FacadeError, KINDS, KindRow, Re
 pub use runtime::RuntimeKind;
 pub use te_catalog::Protocol;
 pub use te_core::{Notification, Opcode, Permission};
+/// The RPC communicator's types, as the bindings see them.
+pub use te_rpc as rpc;
 /// TENT's runtime as the bindings see it (te-capi's `tent_*` functions): bindings reach te-tent
 /// only through the facade.
 #[cfg(feature = "tent")]

@@ -16,6 +16,7 @@ mod dlpack;
 mod engine;
 mod errors;
 mod logging;
+mod rpc;
 
 use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -670,6 +671,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TransferNotify>()?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<engine::Block>()?;
+    m.add_class::<rpc::RpcInterface>()?;
+    m.add_class::<rpc::ReceivedTensor>()?;
     m.add_function(wrap_pyfunction!(local_topology, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_range, m)?)?;
     m.add_function(wrap_pyfunction!(logging::enable_logging, m)?)?;

@@ -202,7 +202,7 @@ impl Shared {
             let Some(left) = end.checked_duration_since(Instant::now()) else {
                 return Err(Error::TimedOut {
                     peer: addr,
-                    what: "waiting for a pooled connection to",
+                    what: "waiting for a pooled connection",
                     secs: self.config.timeout.as_secs_f64(),
                 });
             };

@@ -55,7 +55,7 @@ pub enum Error {
         reason: String,
     },
     /// The call's deadline passed.
-    #[error("{what} with {peer}: no answer within {secs} s")]
+    #[error("{peer} did not answer within {secs} s ({what})")]
     TimedOut {
         /// The peer.
         peer: SocketAddr,

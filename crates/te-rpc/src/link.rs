@@ -184,7 +184,9 @@ impl Link {
 
     fn fail(&self, what: &'static str, e: io::Error) -> Error {
         match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => self.timed_out(what),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                self.timed_out(what.trim_end_matches(" to").trim_end_matches(" from"))
+            }
             _ => Error::socket(format!("{what} {}", self.peer), e),
         }
     }
@@ -194,7 +196,7 @@ impl Link {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut sent = 0usize;
         while sent < total {
-            let left = left(end).ok_or_else(|| self.timed_out("sending to"))?;
+            let left = left(end).ok_or_else(|| self.timed_out("sending"))?;
             self.stream
                 .set_write_timeout(Some(left))
                 .map_err(|e| self.fail("sending to", e))?;
@@ -212,7 +214,7 @@ impl Link {
     fn read_exact(&mut self, buf: &mut [u8], end: Instant) -> Result<()> {
         let mut got = 0;
         while got < buf.len() {
-            let left = left(end).ok_or_else(|| self.timed_out("waiting for the answer of"))?;
+            let left = left(end).ok_or_else(|| self.timed_out("waiting for the reply"))?;
             self.stream
                 .set_read_timeout(Some(left))
                 .map_err(|e| self.fail("reading from", e))?;
@@ -226,7 +228,7 @@ impl Link {
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail("waiting for the answer of", e)),
+                Err(e) => return Err(self.fail("waiting for the reply", e)),
             }
         }
         Ok(())

@@ -2,7 +2,8 @@
 
 ``te.Engine`` is te's own API (see ``te._engine``): regions from buffers, arrays and tensors,
 peers, synchronous and asynchronous transfers (awaitable from asyncio), notifications, and
-exceptions that carry Mooncake's error codes.
+exceptions that carry Mooncake's error codes. ``te.Rpc`` sends messages and tensors to a
+process by address and receives theirs.
 
 ``te.mooncake`` is a drop-in for Mooncake's ``mooncake.engine`` module: change
 ``from mooncake.engine import TransferEngine`` to ``from te.mooncake import TransferEngine``,
@@ -18,6 +19,7 @@ import logging as _logging
 from . import _native
 from ._engine import Engine, MemoryRegion, Notification, Peer, Transfer
 from ._native import __version__
+from ._rpc import Message, Rpc
 from .errors import (
     AccessDeniedError,
     BusyError,
@@ -29,6 +31,8 @@ from .errors import (
     NotRegisteredError,
     OverlapError,
     PeerError,
+    RpcError,
+    RpcTimeoutError,
     TeError,
     TransferError,
     TransferTimeoutError,
@@ -42,6 +46,8 @@ __all__ = [
     "Notification",
     "Peer",
     "Transfer",
+    "Rpc",
+    "Message",
     "set_log_level",
     "TeError",
     "AccessDeniedError",
@@ -54,6 +60,8 @@ __all__ = [
     "NotRegisteredError",
     "OverlapError",
     "PeerError",
+    "RpcError",
+    "RpcTimeoutError",
     "TransferError",
     "TransferTimeoutError",
     "TransportError",

@@ -18,6 +18,8 @@ __all__ = [
     "ForkedError",
     "GpuError",
     "TransportError",
+    "RpcError",
+    "RpcTimeoutError",
 ]
 
 
@@ -80,3 +82,12 @@ class ForkedError(TeError, RuntimeError):
 
 class GpuError(TeError, RuntimeError):
     """GPU memory cannot be used: no CUDA driver or device here, or the device refused."""
+
+
+class RpcError(TeError, RuntimeError):
+    """An RPC send failed: the peer refused it, broke the protocol, did not prove the cluster
+    secret, or could not be reached. A ``RuntimeError``, as Mooncake's ``RpcInterface`` raises."""
+
+
+class RpcTimeoutError(RpcError, TimeoutError):
+    """An RPC send got no answer within its timeout."""

@@ -9,6 +9,10 @@ synchronous calls wait without spinning a core; every call that can block releas
 timed-out batch (-2) instead of leaking it; ``get_engine()`` is ``None`` (there is no Mooncake
 C++ engine to share) and ``get_engine_ptr()`` raises ``NotImplementedError``. te adds
 ``close()`` and ``nic_load_stats()`` (each rail's load, as the C API's ``getNicLoadStats``).
+
+Mooncake's RPC communicator is here too (``RpcInterface`` and its companions, see ``te._rpc``),
+without the wheel's defects: failed sends return a negative code, the asyncio sends work and
+``ReceivedTensor.shape`` reads.
 """
 
 import enum
@@ -18,6 +22,14 @@ import types
 
 from ._native import TransferNotify, local_topology
 from ._native import TransferEngine as _NativeTransferEngine
+from ._rpc import (
+    CoroRPCInterface,
+    ReceivedData,
+    ReceivedTensor,
+    RpcInterface,
+    create_rpc_client,
+    create_rpc_server,
+)
 
 __all__ = [
     "TransferEngine",
@@ -31,6 +43,12 @@ __all__ = [
     "SUPPORT_MNNVL",
     "SUPPORT_MUSA",
     "SUPPORT_INTRA_NVLINK",
+    "RpcInterface",
+    "CoroRPCInterface",
+    "ReceivedData",
+    "ReceivedTensor",
+    "create_rpc_client",
+    "create_rpc_server",
     "install",
 ]
 

@@ -1,0 +1,298 @@
+"""Mooncake's RPC communicator on te.mooncake, and te's own ``te.Rpc``: real servers over
+loopback, bytes compared, Mooncake's return codes and callback shapes checked; the wheel's
+``RpcInterface`` (from ``target/mooncake-venv``) as the peer in both directions."""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import te
+import te.mooncake as mc
+
+MOONCAKE_PYTHON = os.path.join(
+    os.environ.get("TE_MOONCAKE_VENV",
+                   os.path.join(os.path.dirname(__file__), "../../../target/mooncake-venv")),
+    "bin", "python3")
+DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+
+
+class Inbox:
+    """Callbacks that record what a server was given."""
+
+    def __init__(self):
+        self.items = []
+        self.cond = threading.Condition()
+
+    def data(self, d):
+        with self.cond:
+            self.items.append(("data", d))
+            self.cond.notify_all()
+
+    def tensor(self, t):
+        with self.cond:
+            self.items.append(("tensor", t))
+            self.cond.notify_all()
+
+    def wait(self, n, timeout=10):
+        end = time.time() + timeout
+        with self.cond:
+            while len(self.items) < n and time.time() < end:
+                self.cond.wait(end - time.time())
+            got, self.items = self.items[:n], self.items[n:]
+        assert len(got) == n, f"{len(got)} of {n} messages arrived"
+        return got
+
+
+def serve(timeout=5):
+    inbox = Inbox()
+    s = mc.RpcInterface()
+    assert s.initialize("127.0.0.1:0", 2, timeout, 10)
+    s.set_data_receive_callback(inbox.data)
+    s.set_tensor_receive_callback(inbox.tensor)
+    assert s.start_server_async()
+    return s, inbox, s.local_address
+
+
+def test_the_module_has_mooncakes_names_and_defaults():
+    for name in ["RpcInterface", "CoroRPCInterface", "ReceivedData", "ReceivedTensor",
+                 "create_rpc_client", "create_rpc_server"]:
+        assert name in mc.__all__ and hasattr(mc, name), name
+    assert mc.CoroRPCInterface is mc.RpcInterface
+    r = mc.RpcInterface()
+    assert r.send_data("127.0.0.1:1", b"x") < 0, "before initialize"
+    assert r.start_server_async() is False, "before initialize"
+    assert r.initialize() is True and r.start_server_async() is False, "no listen address"
+    assert r.initialize_client() and r.initialize_client(pool_size=4, timeout_seconds=2)
+    assert r.initialize("not an address") is False
+    d = mc.ReceivedData("127.0.0.1:5", b"abc")
+    assert (d.source_address, d.data_size, d.get_bytes(), bytes(d.get_memory_view())) == (
+        "127.0.0.1:5", 3, b"abc", b"abc")
+    c = mc.create_rpc_client()
+    assert isinstance(c, mc.RpcInterface)
+
+
+def test_data_and_tensors_reach_mooncakes_callbacks_between_te_peers():
+    s, inbox, addr = serve()
+    c = mc.create_rpc_client()
+    for n in [0, 1, 1024, 1025, 1 << 20]:
+        payload = os.urandom(n)
+        assert c.send_data(addr, payload) == 0
+        kind, d = inbox.wait(1)[0]
+        assert kind == "data" and d["data"] == payload
+        assert d["source"].startswith("127.0.0.1:")
+    assert c.send_data(addr, bytearray(b"ba")) == 0 and inbox.wait(1)[0][1]["data"] == b"ba"
+    for dtype in DTYPES + ["bfloat16"] * 0:
+        for shape in [(), (5,), (2, 3), (2, 1, 3), (1, 2, 2, 2)]:
+            a = (np.arange(int(np.prod(shape))) % 2).astype(dtype).reshape(shape)
+            assert c.send_tensor(addr, a) == 0
+            kind, t = inbox.wait(1)[0]
+            assert kind == "tensor", (dtype, shape)
+            assert (t.dtype, tuple(t.shape), t.total_bytes) == (dtype, shape, a.nbytes)
+            assert t.get_data_as_bytes() == a.tobytes() and t.get_data_size() == a.nbytes
+            assert bytes(t.get_memory_view()) == a.tobytes()
+    # A non-contiguous view is sent as its contiguous copy.
+    a = np.arange(16, dtype=np.int32).reshape(4, 4)[:, 1]
+    assert c.send_tensor(addr, a) == 0
+    assert inbox.wait(1)[0][1].get_data_as_bytes() == np.ascontiguousarray(a).tobytes()
+    assert c.send_tensor(addr, b"not a tensor") == -1
+    s.stop_server()
+
+
+def test_failures_are_negative_codes_and_async_sends_raise():
+    c = mc.RpcInterface()
+    assert c.initialize_client(timeout_seconds=1)
+    assert c.send_data("127.0.0.1:1", b"x") < 0
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    start = time.time()
+    assert c.send_data("127.0.0.1:%d" % silent.getsockname()[1], b"x") == -2
+    assert time.time() - start < 5
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        with pytest.raises(RuntimeError):
+            await c.send_data_async("127.0.0.1:1", b"x", loop)
+        with pytest.raises(te.RpcTimeoutError):
+            await c.send_data_async("127.0.0.1:%d" % silent.getsockname()[1], b"x", loop)
+
+    asyncio.run(main())
+
+
+def test_asyncio_sends_from_many_tasks_all_arrive():
+    s, inbox, addr = serve()
+    c = mc.create_rpc_client()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        sends = [c.send_data_async(addr, i.to_bytes(4, "little"), loop) for i in range(300)]
+        sends += [c.send_tensor_async(addr, np.full((2, 2), i, dtype=np.int64), loop)
+                  for i in range(20)]
+        return await asyncio.gather(*sends)
+
+    assert asyncio.run(main()) == [0] * 320
+    got = inbox.wait(320)
+    data = sorted(int.from_bytes(d["data"], "little") for k, d in got if k == "data")
+    assert data == list(range(300))
+    tensors = sorted(np.frombuffer(t.get_data_as_bytes(), np.int64)[0] for k, t in got if k == "tensor")
+    assert tensors == list(range(20))
+    s.stop_server()
+
+
+def test_start_server_waits_without_the_gil_until_stopped():
+    s = mc.RpcInterface()
+    assert s.initialize_server("127.0.0.1:0", thread_count=1)
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", s.start_server()))
+    t.start()
+    deadline = time.time() + 5
+    while s.local_address is None and time.time() < deadline:
+        time.sleep(0.01)  # this thread runs: start_server holds no GIL
+    assert s.local_address is not None and t.is_alive()
+    s.stop_server()
+    t.join(5)
+    assert result == {"r": True}
+
+
+def test_tes_own_api_sends_receives_and_raises():
+    with te.Rpc("127.0.0.1:0", timeout=2) as server, te.Rpc(timeout=2) as client:
+        client.send(server.address, b"hello")
+        m = server.receive(5)
+        assert (m.data, m.is_tensor) == (b"hello", False)
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        client.send(server.address, a)
+        m = server.receive(5)
+        assert (m.dtype, m.shape) == ("float32", (2, 3))
+        assert np.array_equal(m.numpy(), a)
+
+        async def main():
+            await client.send_async(server.address, b"awaited")
+            return await server.receive_async()
+
+        assert asyncio.run(main()).data == b"awaited"
+        with pytest.raises(te.RpcError) as e:
+            client.send("127.0.0.1:1", b"x")
+        assert e.value.code < 0
+        with pytest.raises(TimeoutError):
+            server.receive(0.1)
+
+
+# The wheel's RpcInterface as a peer, driven in JSON lines.
+MOONCAKE_PEER = r"""
+import json, sys, threading, time, ctypes
+from mooncake.engine import RpcInterface
+rpc, got, cond = RpcInterface(), [], threading.Condition()
+def on_data(d):
+    with cond: got.append({"kind": "data", "hex": bytes(d["data"]).hex()}); cond.notify_all()
+def on_tensor(t):
+    with cond: got.append({"kind": "tensor", "dtype": t.dtype, "hex": t.get_data_as_bytes().hex()}); cond.notify_all()
+for line in sys.stdin:
+    r = json.loads(line); reply = {}
+    if r["op"] == "serve":
+        rpc.initialize("127.0.0.1:%d" % r["port"], 2, 10, 10)
+        rpc.set_data_receive_callback(on_data); rpc.set_tensor_receive_callback(on_tensor)
+        reply = {"ok": rpc.start_server_async()}
+    elif r["op"] == "client":
+        reply = {"ok": rpc.initialize_client(10, 10)}
+    elif r["op"] == "send":
+        reply = {"rc": rpc.send_data(r["target"], bytes.fromhex(r["hex"]))}
+    elif r["op"] == "got":
+        end = time.time() + 10
+        with cond:
+            while len(got) < r["n"] and time.time() < end: cond.wait(1)
+            reply = {"got": got[:]}; got.clear()
+    print(json.dumps(reply), flush=True)
+"""
+
+
+class MooncakePeer:
+    def __init__(self):
+        if not os.path.exists(MOONCAKE_PYTHON):
+            pytest.fail(f"{MOONCAKE_PYTHON} is missing: .ci/setup installs Mooncake's wheel")
+        self.p = subprocess.Popen([MOONCAKE_PYTHON, "-c", MOONCAKE_PEER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def call(self, **req):
+        self.p.stdin.write(json.dumps(req) + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def close(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_mooncakes_wheel_and_te_talk_both_ways():
+    peer = MooncakePeer()
+    try:
+        port = free_port()
+        assert peer.call(op="serve", port=port)["ok"]
+        c = mc.create_rpc_client()
+        payloads = [b"small", os.urandom(1025), os.urandom(1 << 20), b""]
+        for p in payloads:
+            assert c.send_data("127.0.0.1:%d" % port, p) == 0
+        got = peer.call(op="got", n=len(payloads))["got"]
+        assert [bytes.fromhex(g["hex"]) for g in got] == payloads
+        a = np.arange(12, dtype=np.float32)
+        assert c.send_tensor("127.0.0.1:%d" % port, a) == 0
+        g = peer.call(op="got", n=1)["got"][0]
+        assert (g["kind"], bytes.fromhex(g["hex"])) == ("data", a.tobytes()), "raw bytes, as Mooncake sends"
+    finally:
+        peer.close()
+    s, inbox, addr = serve()
+    peer = MooncakePeer()
+    try:
+        assert peer.call(op="client")["ok"]
+        for p in [b"x", os.urandom(1025), os.urandom(1 << 20)]:
+            assert peer.call(op="send", target=addr, hex=p.hex())["rc"] == 0
+            kind, d = inbox.wait(1)[0]
+            assert kind == "data" and d["data"] == p
+        header = (2).to_bytes(4, "little") + (2).to_bytes(4, "little")
+        header += b"".join(x.to_bytes(8, "little") for x in (2, 3, 0, 0))
+        body = np.arange(6, dtype=np.float32).tobytes()
+        assert peer.call(op="send", target=addr, hex=(header + body).hex())["rc"] == 0
+        kind, t = inbox.wait(1)[0]
+        assert kind == "tensor" and (t.dtype, list(t.shape)) == ("float32", [2, 3])
+        assert t.get_data_as_bytes() == header + body and t.header_bytes == 40
+    finally:
+        peer.close()
+        s.stop_server()
+
+
+@pytest.mark.skipif(not os.environ.get("TE_MOONCAKE_RPC_TEST"),
+                    reason="TE_MOONCAKE_RPC_TEST names Mooncake's rpc_communicator_test.py "
+                           "(in Mooncake's source, not its wheel)")
+def test_mooncakes_own_rpc_test_runs_on_te_on_both_sides():
+    wrap = ("import runpy, sys, te.mooncake; te.mooncake.install(); "
+            "sys.argv = ['rpc_communicator_test.py'] + sys.argv[1:]; "
+            "runpy.run_path(%r, run_name='__main__')" % os.environ["TE_MOONCAKE_RPC_TEST"])
+    url = "127.0.0.1:%d" % free_port()
+    server = subprocess.Popen([sys.executable, "-u", "-c", wrap, "server", "--url", url],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    client = subprocess.Popen([sys.executable, "-u", "-c", wrap, "client", "--url", url],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(4)
+    client.kill()
+    server.kill()
+    out = client.communicate()[0]
+    server.wait()
+    rates = [float(line.split()[1]) for line in out.splitlines() if line.startswith("bandwidth:")]
+    assert rates and min(rates) > 0, out
+    assert "Warning" not in out and "Error" not in out, out
