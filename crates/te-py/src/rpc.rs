@@ -24,6 +24,25 @@ struct Callbacks {
 
 impl te_facade::rpc::Handler for Callbacks {
     fn receive(&self, message: Received) {
+        let source = source_text(message.source, message.origin);
+        let (bytes, tensor) = match message.payload {
+            Payload::Tensor(t) => (t.bytes, Some((t.meta, t.header))),
+            Payload::Data(b) => (b, None),
+        };
+        let set = |m: &Mutex<Option<Py<PyAny>>>| {
+            m.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+        };
+        let wanted = set(&self.data) || (tensor.is_some() && set(&self.tensor));
+        if !wanted {
+            tracing::debug!(
+                len = bytes.len(),
+                "an RPC message with no callback set: dropped"
+            );
+            return;
+        }
+        // Large payloads were read into a Python bytes object already; the others are copied
+        // into one under the GIL, which is taken once.
+        let given = bytes.downcast::<PyBytesBuffer>().map(|g| g.object);
         Python::attach(|py| {
             let lock = |m: &Mutex<Option<Py<PyAny>>>| {
                 m.lock()
@@ -31,23 +50,23 @@ impl te_facade::rpc::Handler for Callbacks {
                     .as_ref()
                     .map(|c| c.clone_ref(py))
             };
-            let source = source_text(message.source, message.origin);
-            let called = match message.payload {
-                Payload::Tensor(t) if lock(&self.tensor).is_some() => {
-                    let cb = lock(&self.tensor).expect("checked");
-                    let header = t.header;
+            let data = match given {
+                Ok(object) => object,
+                Err(bytes) => PyBytes::new(py, &bytes).unbind(),
+            };
+            let called = match (tensor, lock(&self.tensor)) {
+                (Some((meta, header)), Some(cb)) => {
                     let received = ReceivedTensor {
                         source_address: source,
-                        shape: t.meta.shape.clone(),
-                        dtype: t.meta.dtype.name().to_string(),
-                        total_bytes: t.bytes.len() as u64,
-                        data: PyBytes::new(py, &t.bytes).unbind(),
+                        shape: meta.shape,
+                        dtype: meta.dtype.name().to_string(),
+                        total_bytes: data.bind(py).as_bytes().len() as u64,
+                        data,
                         header,
                     };
                     Py::new(py, received).and_then(|r| cb.call1(py, (r,)).map(drop))
                 }
-                Payload::Tensor(t) => call_data(py, lock(&self.data), &source, &t.bytes),
-                Payload::Data(bytes) => call_data(py, lock(&self.data), &source, &bytes),
+                _ => call_data(py, lock(&self.data), &source, data),
             };
             if let Err(e) = called {
                 tracing::error!(error = %e, "an RPC receive callback raised");
@@ -55,19 +74,73 @@ impl te_facade::rpc::Handler for Callbacks {
             }
         });
     }
+
+    fn buffer(&self, len: usize) -> Option<Box<dyn te_facade::rpc::Buffer>> {
+        let (object, dst) = new_python_bytes(len).ok()?;
+        Some(Box::new(PyBytesBuffer { object, dst, len }))
+    }
 }
 
-fn call_data(py: Python<'_>, cb: Option<Py<PyAny>>, source: &str, bytes: &[u8]) -> PyResult<()> {
+/// A Python bytes object a server reads a payload into before Python sees it.
+struct PyBytesBuffer {
+    object: Py<PyBytes>,
+    dst: Unpublished,
+    len: usize,
+}
+
+impl te_facade::rpc::Buffer for PyBytesBuffer {
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `dst` points at the object's `len` bytes, which live as long as `object`.
+        unsafe { std::slice::from_raw_parts(self.dst.0, self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as `as_slice`; no Python code holds the object before the callback, so this
+        // is its only writer.
+        unsafe { std::slice::from_raw_parts_mut(self.dst.0, self.len) }
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+/// A pointer into a bytes object no other thread can see yet.
+struct Unpublished(*mut u8);
+// SAFETY: the pointer is only written by the one thread that made the object, before the object
+// is handed to Python.
+unsafe impl Send for Unpublished {}
+
+/// A new, unfilled Python bytes object of `len` bytes and where its bytes are.
+fn new_python_bytes(len: usize) -> PyResult<(Py<PyBytes>, Unpublished)> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(len)
+        .map_err(|_| PyValueError::new_err("a message larger than Python's bytes take"))?;
+    Python::attach(|py| -> PyResult<(Py<PyBytes>, Unpublished)> {
+        // SAFETY: with a null source, CPython allocates `len` uninitialised bytes (plus its
+        // terminator) and returns a new reference, or null with an exception set.
+        let raw = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), len) };
+        // SAFETY: `raw` is a new (owned) reference or null.
+        let bound = unsafe { Bound::from_owned_ptr_or_err(py, raw)? };
+        let object = bound.cast_into::<PyBytes>()?.unbind();
+        // SAFETY: `object` is a bytes object: its buffer has `len` bytes.
+        let dst = unsafe { pyo3::ffi::PyBytes_AsString(object.as_ptr()) }.cast::<u8>();
+        Ok((object, Unpublished(dst)))
+    })
+}
+
+fn call_data(
+    py: Python<'_>,
+    cb: Option<Py<PyAny>>,
+    source: &str,
+    data: Py<PyBytes>,
+) -> PyResult<()> {
     let Some(cb) = cb else {
-        tracing::debug!(
-            len = bytes.len(),
-            "an RPC message with no data callback set: dropped"
-        );
+        tracing::debug!("an RPC message with no data callback set: dropped");
         return Ok(());
     };
     let d = PyDict::new(py);
     d.set_item("source", source)?;
-    d.set_item("data", PyBytes::new(py, bytes))?;
+    d.set_item("data", data)?;
     cb.call1(py, (d,)).map(drop)
 }
 

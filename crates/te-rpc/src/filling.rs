@@ -1,25 +1,53 @@
-//! A buffer filled from a socket up to an announced length, allocated as the bytes come rather
+//! A buffer filled from a socket up to an announced length, touched as the bytes come rather
 //! than as announced: a peer that announces a gigabyte and sends ten bytes costs about what it
-//! sent, and each byte is zeroed once.
+//! sent (address space is reserved up to [`RESERVE`], memory is touched as bytes arrive), and
+//! each byte is zeroed once.
 
-/// The first allocation of a buffer that grows.
+use crate::bytes::{Buffer, Bytes};
+
+/// The first growth of a buffer's touched part.
 const FIRST: usize = 64 << 10;
+/// Address space reserved up front (so a message up to this size is never moved while it
+/// grows); larger ones grow by doubling from there.
+const RESERVE: usize = 64 << 20;
 
 /// Bytes on their way into one owned buffer.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Filling {
     buf: Vec<u8>,
+    given: Option<Box<dyn Buffer>>,
     got: usize,
     want: usize,
+}
+
+impl std::fmt::Debug for Filling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filling")
+            .field("got", &self.got)
+            .field("want", &self.want)
+            .field("given", &self.given.is_some())
+            .finish()
+    }
 }
 
 impl Filling {
     /// An empty buffer that will hold `want` bytes.
     pub(crate) fn new(want: usize) -> Self {
         Filling {
-            buf: Vec::new(),
+            buf: Vec::with_capacity(want.min(RESERVE)),
+            given: None,
             got: 0,
             want,
+        }
+    }
+
+    /// A buffer that fills `given`, whose length is the bytes due.
+    pub(crate) fn into(given: Box<dyn Buffer>) -> Self {
+        Filling {
+            buf: Vec::new(),
+            want: given.as_slice().len(),
+            given: Some(given),
+            got: 0,
         }
     }
 
@@ -36,6 +64,9 @@ impl Filling {
     /// Room for the next bytes: at least one byte while any are due, the buffer grown by
     /// doubling (at most to the announced length).
     pub(crate) fn room(&mut self) -> &mut [u8] {
+        if let Some(given) = &mut self.given {
+            return &mut given.as_mut_slice()[self.got..];
+        }
         if self.got == self.buf.len() && self.got < self.want {
             let grown = (self.buf.len() * 2).max(FIRST).min(self.want);
             self.buf.resize(grown, 0);
@@ -65,8 +96,19 @@ impl Filling {
 
     /// The bytes, once all came.
     pub(crate) fn into_vec(mut self) -> Vec<u8> {
+        if let Some(given) = self.given {
+            return given.as_slice()[..self.got].to_vec();
+        }
         self.buf.truncate(self.got);
         self.buf
+    }
+
+    /// The bytes, once all came, where they were read.
+    pub(crate) fn into_bytes(self) -> Bytes {
+        match self.given {
+            Some(given) => Bytes::given(given),
+            None => self.into_vec().into(),
+        }
     }
 }
 
@@ -79,6 +121,7 @@ mod tests {
         let mut f = Filling::new(1 << 30);
         assert_eq!(f.take_from(&[1; 10]), 10);
         assert!(f.buf.len() <= FIRST, "{}", f.buf.len());
+        assert!(f.buf.capacity() <= RESERVE);
         assert!(!f.done());
         let mut small = Filling::new(5);
         assert_eq!(small.take_from(&[1, 2, 3, 4, 5, 6, 7]), 5);

@@ -18,6 +18,7 @@
 //! (`filling.rs`) or beyond the message limit; under a cluster secret te peers prove it before
 //! any message is taken, and Mooncake peers are served only from the allow-list.
 
+mod bytes;
 mod client;
 mod config;
 mod dispatch;
@@ -32,12 +33,13 @@ pub mod settings;
 pub mod tensor;
 pub mod wire;
 
+pub use bytes::{Buffer, Bytes};
 pub use client::{Client, Outgoing, Owned};
 pub use config::{Config, ServerConfig, resolve};
 pub use dispatch::{Done, SendFuture};
 pub use error::{Error, Result};
 pub use link::Kind;
-pub use message::{Handler, Origin, Payload, Received, Tensor};
+pub use message::{GIVEN_MIN, Handler, Origin, Payload, Received, Tensor};
 pub use server::Server;
 pub use te_reactor::allow::AllowList;
 pub use te_reactor::secret::ClusterKey;

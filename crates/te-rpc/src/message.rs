@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use crate::bytes::{Buffer, Bytes};
 use crate::tensor::TensorMeta;
 
 /// Which protocol a message came in.
@@ -15,22 +16,22 @@ pub enum Origin {
 }
 
 /// What came.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Payload {
     /// A message: exactly the bytes sent.
-    Data(Vec<u8>),
+    Data(Bytes),
     /// A tensor.
     Tensor(Tensor),
 }
 
 /// A received tensor.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Tensor {
     /// Its dtype and shape.
     pub meta: TensorMeta,
     /// The bytes as they came: from a Mooncake peer the header its receiver reads, then the
     /// data; from te, the data only.
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     /// Where the data starts in `bytes` (0 from te, the header's length from Mooncake).
     pub header: usize,
 }
@@ -43,7 +44,7 @@ impl Tensor {
 }
 
 /// One received message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Received {
     /// The sender's address (its connection's).
     pub source: SocketAddr,
@@ -59,7 +60,17 @@ pub struct Received {
 pub trait Handler: Send + Sync + 'static {
     /// One message.
     fn receive(&self, message: Received);
+
+    /// Memory to read a payload of `len` bytes into (asked for payloads of
+    /// [`GIVEN_MIN`] bytes or more, once the call is admitted), so that the bytes need no copy on
+    /// their way to the application; `None` (the default) reads them into a `Vec`.
+    fn buffer(&self, _len: usize) -> Option<Box<dyn Buffer>> {
+        None
+    }
 }
+
+/// The smallest payload a server reads into its handler's [`Handler::buffer`].
+pub const GIVEN_MIN: usize = 64 << 10;
 
 impl<F: Fn(Received) + Send + Sync + 'static> Handler for F {
     fn receive(&self, message: Received) {

@@ -15,7 +15,7 @@ use te_reactor::{Deal, Outbox, Protocol, Step};
 use crate::config::ServerConfig;
 use crate::error::{Error, Result};
 use crate::filling::Filling;
-use crate::message::Handler;
+use crate::message::{GIVEN_MIN, Handler};
 use crate::service::{Admit, Service, Trust, error};
 use crate::wire::{Function, REQUEST_HEADER, RequestHeader, code};
 
@@ -171,6 +171,10 @@ impl Protocol for RpcProtocol {
             }
             match self.advance(conn, stream) {
                 Ok(Some(n)) => read += n,
+                // Between calls, a peer's next call is often due within microseconds.
+                Ok(None) if conn.start == conn.end && matches!(conn.phase, Phase::Header) => {
+                    return Step::BlockedHotAlone;
+                }
                 Ok(None) => return Step::Blocked,
                 Err(()) => return Step::Close,
             }
@@ -283,11 +287,16 @@ impl RpcProtocol {
         match self.service.admit(&conn.trust, conn.peer, &head) {
             Admit::Read(function) => {
                 conn.bulk = head.attachment >= BULK;
+                let len = head.attachment as usize;
+                let given = (len >= GIVEN_MIN && function.carries_payload())
+                    .then(|| self.handler.buffer(len))
+                    .flatten()
+                    .filter(|b| b.as_slice().len() == len);
                 conn.phase = Phase::Frame {
                     seq: head.seq,
                     function,
                     body: Filling::new(head.body as usize),
-                    attachment: Filling::new(head.attachment as usize),
+                    attachment: given.map_or_else(|| Filling::new(len), Filling::into),
                 };
             }
             Admit::Skip { len, reply } => {
@@ -325,7 +334,7 @@ impl RpcProtocol {
             seq,
             function,
             body.into_vec(),
-            attachment.into_vec(),
+            attachment.into_bytes(),
         );
         let mut reply = answer.reply;
         if let Some(message) = answer.deliver {

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use te_reactor::allow::AllowList;
 use te_reactor::secret::ClusterKey;
 
+use crate::bytes::Bytes;
 use crate::handshake::{self, Nonce};
 use crate::message::{Origin, Payload, Received, Tensor};
 use crate::tensor::{MooncakeView, TensorMeta, mooncake_header};
@@ -108,7 +109,7 @@ impl Service {
         seq: u32,
         function: Function,
         body: Vec<u8>,
-        attachment: Vec<u8>,
+        attachment: Bytes,
     ) -> Answer {
         let had_attachment = !attachment.is_empty();
         let result = match function {
@@ -194,7 +195,7 @@ impl Service {
     }
 }
 
-fn te_tensor(body: &[u8], bytes: Vec<u8>) -> Result<Payload, String> {
+fn te_tensor(body: &[u8], bytes: Bytes) -> Result<Payload, String> {
     let meta = TensorMeta::decode(body)?;
     meta.check_len(bytes.len() as u64)?;
     Ok(Payload::Tensor(Tensor {
@@ -205,16 +206,16 @@ fn te_tensor(body: &[u8], bytes: Vec<u8>) -> Result<Payload, String> {
 }
 
 /// Mooncake's data call: the attachment when there is one, else the string argument.
-fn mooncake_data(body: &[u8], attachment: Vec<u8>) -> Result<Payload, String> {
+fn mooncake_data(body: &[u8], attachment: Bytes) -> Result<Payload, String> {
     let range = wire::unpack_string(body)?;
     if !attachment.is_empty() {
         return Ok(mooncake_payload(attachment));
     }
-    Ok(mooncake_payload(body[range].to_vec()))
+    Ok(mooncake_payload(body[range].to_vec().into()))
 }
 
 /// A Mooncake peer's payload, routed as Mooncake's receiver routes it.
-fn mooncake_payload(bytes: Vec<u8>) -> Payload {
+fn mooncake_payload(bytes: Bytes) -> Payload {
     match mooncake_header(&bytes) {
         MooncakeView::Tensor(meta) => Payload::Tensor(Tensor {
             meta,

@@ -74,6 +74,11 @@ impl Function {
         Function::ALL.into_iter().find(|f| f.id() == id)
     }
 
+    /// Whether its attachment is a payload for the handler.
+    pub fn carries_payload(self) -> bool {
+        !matches!(self, Function::TeHello | Function::TeProof)
+    }
+
     /// Whether Mooncake's engines make this call (te's answer it without te's handshake).
     pub fn is_mooncake(self) -> bool {
         matches!(self, Function::MooncakeData | Function::MooncakeTensor)

@@ -61,7 +61,7 @@ fn malformed_frames_are_refused_and_the_server_keeps_serving() {
     s.write_all(&frame(Function::TeData.id(), &[], b"after"))
         .unwrap();
     assert_eq!(answer(&mut s).unwrap().0.error, 0);
-    assert_eq!(next(&rx).payload, Payload::Data(b"after".to_vec()));
+    assert_eq!(next(&rx).payload, Payload::Data(b"after".to_vec().into()));
     // Bodies that do not decode: refused with "invalid argument", then closed.
     for (function, body) in [
         (
@@ -97,7 +97,7 @@ fn malformed_frames_are_refused_and_the_server_keeps_serving() {
     client(quick())
         .send(&addr.to_string(), Outgoing::Data(b"still"))
         .unwrap();
-    assert_eq!(next(&rx).payload, Payload::Data(b"still".to_vec()));
+    assert_eq!(next(&rx).payload, Payload::Data(b"still".to_vec().into()));
 }
 
 #[test]
@@ -161,7 +161,7 @@ fn under_a_cluster_secret_only_peers_that_prove_it_are_served() {
     client(secret.clone())
         .send(&target, Outgoing::Data(b"proved"))
         .unwrap();
-    assert_eq!(next(&rx).payload, Payload::Data(b"proved".to_vec()));
+    assert_eq!(next(&rx).payload, Payload::Data(b"proved".to_vec().into()));
     // No secret, or another: refused, nothing handed on.
     let e = client(quick())
         .send(&target, Outgoing::Data(b"x"))
@@ -215,5 +215,5 @@ fn under_a_cluster_secret_only_peers_that_prove_it_are_served() {
     s.write_all(&frame(Function::MooncakeTensor.id(), &[], &[3; 64]))
         .unwrap();
     assert_eq!(answer(&mut s).unwrap().0.error, 0);
-    assert_eq!(next(&rx2).payload, Payload::Data(vec![3; 64]));
+    assert_eq!(next(&rx2).payload, Payload::Data(vec![3; 64].into()));
 }

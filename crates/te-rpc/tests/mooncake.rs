@@ -99,7 +99,7 @@ fn te_receives_what_a_mooncake_client_sends() {
         let m = next(&rx);
         assert_eq!(m.origin, Origin::Mooncake);
         assert_eq!(m.source.ip(), srv.local_addr().ip(), "te names the sender");
-        assert_eq!(m.payload, Payload::Data(p), "{n} bytes");
+        assert_eq!(m.payload, Payload::Data(p.into()), "{n} bytes");
     }
     // Mooncake's tensors are raw bytes: data, unless they carry its receiver's header.
     let raw = pattern(4, 48);
@@ -107,7 +107,7 @@ fn te_receives_what_a_mooncake_client_sends() {
         mooncake.send_tensor(&target, &raw, "torch.float32", &[12], 4),
         0
     );
-    assert_eq!(next(&rx).payload, Payload::Data(raw));
+    assert_eq!(next(&rx).payload, Payload::Data(raw.into()));
     for dtype in 1..=9u32 {
         let d = Dtype::from_id(dtype).unwrap();
         let data = pattern(u64::from(dtype), 6 * d.size());
@@ -123,7 +123,8 @@ fn te_receives_what_a_mooncake_client_sends() {
                     }
                 );
                 assert_eq!(
-                    t.bytes, framed,
+                    &t.bytes[..],
+                    &framed[..],
                     "the whole payload, as Mooncake's receiver gives"
                 );
                 assert_eq!(t.data(), &data[..]);
@@ -165,7 +166,10 @@ fn a_mooncake_client_is_served_under_a_secret_only_from_the_allow_list() {
         mooncake.send_data(&srv2.local_addr().to_string(), b"admitted"),
         0
     );
-    assert_eq!(next(&rx2).payload, Payload::Data(b"admitted".to_vec()));
+    assert_eq!(
+        next(&rx2).payload,
+        Payload::Data(b"admitted".to_vec().into())
+    );
     // A te client with the secret sends to an allow-listed Mooncake server, not to another.
     let (mut mserver, port) = MooncakeRpc::start(true);
     let mtarget = format!("127.0.0.1:{port}");

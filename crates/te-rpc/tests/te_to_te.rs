@@ -23,13 +23,13 @@ fn messages_arrive_exactly_as_sent_at_every_size() {
         let got = next(&rx);
         assert_eq!(got.origin, Origin::Te);
         assert_eq!(got.source.ip(), srv.local_addr().ip());
-        assert_eq!(got.payload, Payload::Data(sent), "{len} bytes");
+        assert_eq!(got.payload, Payload::Data(sent.into()), "{len} bytes");
     }
     // A message that looks like Mooncake's tensor header is still a message between te peers.
     let mut lookalike = vec![2, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0];
     lookalike.resize(56, 0);
     c.send(&target, Outgoing::Data(&lookalike)).unwrap();
-    assert_eq!(next(&rx).payload, Payload::Data(lookalike));
+    assert_eq!(next(&rx).payload, Payload::Data(lookalike.into()));
     assert!(srv.connections() <= 1, "one sender, one pooled connection");
 }
 
@@ -138,7 +138,7 @@ fn messages_over_the_limit_are_refused_on_either_side() {
     }
     assert!(rx.try_recv().is_err());
     c.send(&target, Outgoing::Data(&[9; 1000])).unwrap();
-    assert_eq!(next(&rx).payload, Payload::Data(vec![9; 1000]));
+    assert_eq!(next(&rx).payload, Payload::Data(vec![9; 1000].into()));
 }
 
 #[test]
@@ -184,7 +184,7 @@ fn asynchronous_sends_from_many_tasks_all_arrive() {
     let mut got: Vec<u32> = rx
         .try_iter()
         .map(|m| match m.payload {
-            Payload::Data(b) => u32::from_le_bytes(b.try_into().unwrap()),
+            Payload::Data(b) => u32::from_le_bytes(b[..].try_into().unwrap()),
             other => panic!("{other:?}"),
         })
         .collect();
@@ -256,4 +256,78 @@ fn a_server_stopped_while_clients_send_fails_their_sends_without_hanging() {
         delivered >= ok,
         "every acknowledged send was handed over ({delivered} < {ok})"
     );
+}
+
+/// A handler's own memory, as a binding gives it.
+struct Marked(Vec<u8>);
+
+impl te_rpc::Buffer for Marked {
+    fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+struct Giving {
+    tx: std::sync::Mutex<std::sync::mpsc::Sender<(bool, Vec<u8>)>>,
+    wrong_length: bool,
+}
+
+impl te_rpc::Handler for Giving {
+    fn receive(&self, m: te_rpc::Received) {
+        let bytes = match m.payload {
+            Payload::Data(b) => b,
+            Payload::Tensor(t) => t.bytes,
+        };
+        let out = match bytes.downcast::<Marked>() {
+            Ok(given) => (true, given.0),
+            Err(b) => (false, b.into_vec()),
+        };
+        let _ = self.tx.lock().unwrap().send(out);
+    }
+
+    fn buffer(&self, len: usize) -> Option<Box<dyn te_rpc::Buffer>> {
+        let len = if self.wrong_length { len + 1 } else { len };
+        Some(Box::new(Marked(vec![0; len])))
+    }
+}
+
+#[test]
+fn large_payloads_are_read_into_the_handlers_own_memory() {
+    for wrong_length in [false, true] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handler = Giving {
+            tx: std::sync::Mutex::new(tx),
+            wrong_length,
+        };
+        let srv = te_rpc::Server::start("127.0.0.1:0", &quick(), Arc::new(handler)).unwrap();
+        let target = srv.local_addr().to_string();
+        let c = client(quick());
+        for len in [100, te_rpc::GIVEN_MIN - 1, te_rpc::GIVEN_MIN, 3 << 20] {
+            let sent = pattern(len as u64, len);
+            c.send(&target, Outgoing::Data(&sent)).unwrap();
+            let (given, got) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(got, sent, "{len} bytes");
+            assert_eq!(
+                given,
+                len >= te_rpc::GIVEN_MIN && !wrong_length,
+                "{len} bytes"
+            );
+        }
+        let meta = TensorMeta {
+            dtype: Dtype::Int64,
+            shape: vec![1 << 14],
+        };
+        let bytes = pattern(5, 1 << 17);
+        c.send(&target, Outgoing::Tensor(&meta, &bytes)).unwrap();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            (!wrong_length, bytes)
+        );
+    }
 }
