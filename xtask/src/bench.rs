@@ -271,7 +271,13 @@ pub(crate) fn run_json(mut cmd: Command, label: &str) -> Result<String, String> 
 
 /// One te-bench case with the target in its own process; returns GB/s. With `gaps` the
 /// batch's blocks are two blocks apart (`--block_stride`), so nothing merges.
-fn te_bench(bin: &str, op: &str, block: u64, gaps: bool, seconds: u64) -> Result<f64, String> {
+pub(crate) fn te_bench(
+    bin: &str,
+    op: &str,
+    block: u64,
+    gaps: bool,
+    seconds: u64,
+) -> Result<f64, String> {
     let mut target = Command::new(bin);
     let buffer = (block * 256).max(64 << 20);
     target.args([

@@ -52,6 +52,7 @@ mod nixl;
 mod python_bench;
 mod rdma_bench;
 mod report;
+mod rpc_bench;
 mod same_host_bench;
 mod scale_bench;
 mod shape;
@@ -162,7 +163,7 @@ fn run_benches(benches: &[(&str, BenchFn, Option<String>)], secs: &[&str]) -> Ve
 }
 
 /// Every bench `bench all` runs, in order, with why it cannot run here (if it cannot).
-fn benches() -> [(&'static str, BenchFn, Option<String>); 13] {
+fn benches() -> [(&'static str, BenchFn, Option<String>); 14] {
     [
         ("engine", bench::engine, None),
         ("metrics", metrics_bench::metrics, None),
@@ -171,6 +172,7 @@ fn benches() -> [(&'static str, BenchFn, Option<String>); 13] {
         ("tent", tent_bench::tent, None),
         ("interop", interop_bench::interop, None),
         ("python", python_bench::python, None),
+        ("rpc", rpc_bench::rpc, None),
         ("capi", capi_bench::capi, None),
         ("scale", scale_bench::scale, None),
         ("metadata", metadata_bench::metadata, None),
@@ -258,7 +260,7 @@ fn sim(args: &[&str]) -> Result<(), String> {
     run("simulation", &mut cmd)
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the published report) | cargo xtask bench update NAME... [--duration SECONDS] (re-run benches, their rows replaced in the published report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask bench nixl | cargo xtask nixl build [--release] | cargo xtask nixl test | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask tidy | cargo xtask config | cargo xtask bench [all] [--duration SECONDS] | cargo xtask bench report (redraw the published report) | cargo xtask bench update NAME... [--duration SECONDS] (re-run benches, their rows replaced in the published report) | cargo xtask bench tcp [--duration SECONDS] | cargo xtask bench topo [--duration SECONDS] | cargo xtask bench engine [--duration SECONDS] | cargo xtask bench metrics [--duration SECONDS] | cargo xtask bench local [--duration SECONDS] | cargo xtask bench rdma [--duration SECONDS] | cargo xtask bench tent [--duration SECONDS] | cargo xtask bench interop [--duration SECONDS] | cargo xtask bench python [same-host] [--duration SECONDS] | cargo xtask bench rpc [--duration SECONDS] | cargo xtask bench capi [same-host] [--duration SECONDS] | cargo xtask bench scale [--duration SECONDS] | cargo xtask bench nixl | cargo xtask nixl build [--release] | cargo xtask nixl test | cargo xtask licences | cargo xtask abi3 | cargo xtask consumers | cargo xtask gpu | cargo xtask fuzz <target|all> [--secs N] | cargo xtask softroce [--setup] [OPTIONS] -- CMD | cargo xtask sim [--seeds N | --seed S]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -283,6 +285,7 @@ fn main() -> ExitCode {
         ["bench", "interop", rest @ ..] => interop_bench::interop(rest),
         ["bench", "python", "same-host", rest @ ..] => same_host_bench::bench(rest),
         ["bench", "python", rest @ ..] => python_bench::python(rest),
+        ["bench", "rpc", rest @ ..] => rpc_bench::rpc(rest),
         ["bench", "capi", "same-host", rest @ ..] => capi_bench::same_host(rest),
         ["bench", "capi", rest @ ..] => capi_bench::capi(rest),
         ["bench", "scale", rest @ ..] => scale_bench::scale(rest),

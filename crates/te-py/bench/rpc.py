@@ -2,8 +2,9 @@
 ``cargo xtask bench rpc``: the same script runs on Mooncake's wheel and on te
 (``te.mooncake.install()``), as server or client, so every pairing can be measured.
 
-  rpc.py serve ENGINE                 prints "port N", serves until stdin closes, then prints
-                                      the receive callback's counts as JSON
+  rpc.py serve ENGINE [--no-callback] prints "port N", serves until stdin closes, then prints
+                                      the receive callback's counts as JSON (with
+                                      --no-callback none is set, as Mooncake's own test runs)
   rpc.py send ENGINE HOST:PORT --seconds S
                                       prints JSON: 8 threads x 1 MiB and x 4 KiB (GB/s), and
                                       one thread's 4 KiB send_data round trips (p50, p99 us)
@@ -37,7 +38,7 @@ def message(size):
     return body[:-8] + size.to_bytes(8, "little")
 
 
-def serve(engine):
+def serve(engine, callback):
     m = engine_module(engine)
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -56,7 +57,7 @@ def serve(engine):
 
     rpc = m.RpcInterface()
     assert rpc.initialize_server(f"127.0.0.1:{port}", thread_count=8)
-    if not __import__("os").environ.get("NOCB"):
+    if callback:
         rpc.set_data_receive_callback(on_data)
     assert rpc.start_server_async()
     print(f"port {port}", flush=True)
@@ -119,7 +120,7 @@ def send(engine, target, seconds):
 
 def main():
     if sys.argv[1] == "serve":
-        serve(sys.argv[2])
+        serve(sys.argv[2], "--no-callback" not in sys.argv)
     else:
         seconds = float(sys.argv[4].split("=")[1]) if len(sys.argv) > 4 else 3.0
         send(sys.argv[2], sys.argv[3], seconds)
