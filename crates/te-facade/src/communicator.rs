@@ -130,12 +130,16 @@ impl MooncakeRpc {
         }
     }
 
-    /// Waits until the server is stopped (Mooncake's blocking `start_server`, after it started).
-    pub fn wait_stopped(&self) {
-        let mut s = self.lock();
-        while s.server.is_some() {
-            s = self.stopped.wait(s).unwrap_or_else(PoisonError::into_inner);
-        }
+    /// Waits until the server is stopped, at most `limit` (Mooncake's blocking `start_server`,
+    /// after it started, waits in these steps so that its caller can look at signals between
+    /// them): whether it is stopped.
+    pub fn wait_stopped(&self, limit: Duration) -> bool {
+        let s = self.lock();
+        let (s, _) = self
+            .stopped
+            .wait_timeout_while(s, limit, |s| s.server.is_some())
+            .unwrap_or_else(PoisonError::into_inner);
+        s.server.is_none()
     }
 
     /// Where the server listens, while it does.

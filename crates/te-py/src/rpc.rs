@@ -249,15 +249,16 @@ impl RpcInterface {
     }
 
     /// Starts the server and waits, without the GIL, until `stop_server` (Mooncake's blocking
-    /// start); False when it cannot start.
-    fn start_server(&self, py: Python<'_>) -> bool {
-        py.detach(|| {
-            if !self.rpc.start_server() {
-                return false;
-            }
-            self.rpc.wait_stopped();
-            true
-        })
+    /// start); False when it cannot start. A signal's handler (Ctrl-C's `KeyboardInterrupt`)
+    /// runs while it waits, and its exception ends the wait.
+    fn start_server(&self, py: Python<'_>) -> PyResult<bool> {
+        if !py.detach(|| self.rpc.start_server()) {
+            return Ok(false);
+        }
+        while !py.detach(|| self.rpc.wait_stopped(std::time::Duration::from_millis(100))) {
+            py.check_signals()?;
+        }
+        Ok(true)
     }
 
     fn start_server_async(&self, py: Python<'_>) -> bool {

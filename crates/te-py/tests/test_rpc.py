@@ -296,3 +296,89 @@ def test_mooncakes_own_rpc_test_runs_on_te_on_both_sides():
     rates = [float(line.split()[1]) for line in out.splitlines() if line.startswith("bandwidth:")]
     assert rates and min(rates) > 0, out
     assert "Warning" not in out and "Error" not in out, out
+
+
+class MooncakeStyleTensor:
+    """The attributes Mooncake's send_tensor reads from a torch tensor, over numpy memory."""
+
+    def __init__(self, array):
+        self.array = np.ascontiguousarray(array)
+        self.shape = self.array.shape
+        self.dtype = "torch." + self.array.dtype.name
+
+    def data_ptr(self):
+        return self.array.ctypes.data
+
+    def numel(self):
+        return self.array.size
+
+    def element_size(self):
+        return self.array.itemsize
+
+
+class DlpackOnly:
+    """An object that offers DLPack, a dtype and a shape, and nothing numpy or torch offer."""
+
+    def __init__(self, array):
+        self.array = array
+        self.shape = array.shape
+        self.dtype = array.dtype
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_tensors_come_from_torch_style_and_dlpack_objects():
+    s, inbox, addr = serve()
+    c = mc.create_rpc_client()
+    a = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
+    for obj in [MooncakeStyleTensor(a), DlpackOnly(a)]:
+        assert c.send_tensor(addr, obj) == 0
+        kind, t = inbox.wait(1)[0]
+        assert (kind, t.dtype, tuple(t.shape)) == ("tensor", "int16", (2, 3, 4)), type(obj)
+        assert t.get_data_as_bytes() == a.tobytes()
+    odd = MooncakeStyleTensor(np.zeros(2, dtype=np.complex64))
+    assert c.send_tensor(addr, odd) == -1, "a dtype te does not send"
+    s.stop_server()
+
+
+def test_a_full_inbox_holds_senders_back_and_close_still_returns():
+    server = te.Rpc("127.0.0.1:0", timeout=10, queue_size=2)
+    client = te.Rpc(timeout=10)
+    done = []
+
+    def send_five():
+        for i in range(5):
+            client.send(server.address, bytes([i]))
+            done.append(i)
+
+    t = threading.Thread(target=send_five)
+    t.start()
+    time.sleep(1.0)
+    assert done == [0, 1], "the third waits for room in the receiver's queue"
+    assert [server.receive(5).data for _ in range(5)] == [bytes([i]) for i in range(5)]
+    t.join(10)
+    assert done == [0, 1, 2, 3, 4]
+    # A sender held by a full queue does not hold close().
+    for i in range(3):
+        threading.Thread(target=client.send, args=(server.address, b"x"), daemon=True).start()
+    time.sleep(0.5)
+    start = time.time()
+    server.close()
+    assert time.time() - start < 5
+
+
+def test_a_signal_ends_the_blocking_start_server():
+    import _thread
+
+    s = mc.RpcInterface()
+    assert s.initialize_server("127.0.0.1:0", thread_count=1)
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        s.start_server()
+    assert s.local_address is not None, "still serving until stop_server"
+    s.stop_server()
+    assert s.local_address is None

@@ -208,6 +208,7 @@ class Rpc:
         if timeout < 1:
             raise InvalidArgumentError("timeout must be at least 1 second", -1)
         self._inbox: "queue.Queue[Message]" = queue.Queue(maxsize=queue_size)
+        self._closed = threading.Event()
         self._native = _native.RpcInterface()
         self._native.set_data_receive_callback(self._on_data)
         self._native.set_tensor_receive_callback(self._on_tensor)
@@ -217,19 +218,29 @@ class Rpc:
                 f"pool_size={pool_size}); te's log says why", -1)
         if listen and not self._native.start_server_async():
             raise RpcError(f"cannot listen on {listen!r}; te's log says why", -1)
-        self._closed = threading.Event()
+
 
     @property
     def address(self) -> Optional[str]:
         """Where it listens (``host:port``), or None."""
         return self._native.local_address
 
+    def _put(self, message: Message) -> None:
+        # A full queue holds the server's thread (and so the sender) until there is room, or
+        # until close().
+        while not self._closed.is_set():
+            try:
+                self._inbox.put(message, timeout=0.1)
+                return
+            except queue.Full:
+                pass
+
     def _on_data(self, d) -> None:
-        self._inbox.put(Message(d["source"], d["data"]))
+        self._put(Message(d["source"], d["data"]))
 
     def _on_tensor(self, t) -> None:
         data = t.get_data_as_bytes()[t.header_bytes:]
-        self._inbox.put(Message(t.source_address, data, t.dtype, tuple(t.shape)))
+        self._put(Message(t.source_address, data, t.dtype, tuple(t.shape)))
 
     def send(self, target: str, payload) -> None:
         """Sends bytes (any bytes-like object) or a tensor, and returns once the peer's
@@ -266,7 +277,8 @@ class Rpc:
             yield self._inbox.get()
 
     def close(self) -> None:
-        """Stops serving and sending."""
+        """Stops serving; messages not yet taken are dropped."""
+        self._closed.set()
         self._native.stop_server()
 
     def __enter__(self):
