@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::{Config, resolve};
 use crate::dispatch::{Dispatch, Done, SendFuture};
@@ -15,6 +15,9 @@ use crate::error::{Error, Result};
 use crate::link::{Kind, Link};
 use crate::tensor::TensorMeta;
 use crate::wire::{self, Function};
+
+/// How long a pooled connection may idle before it is checked for its peer's close.
+const RECHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// What to send.
 #[derive(Clone, Copy, Debug)]
@@ -109,7 +112,18 @@ impl Client {
     /// did not answer in time, [`Error::Refused`] when it refused the call,
     /// [`Error::Untrusted`] when it did not prove the cluster secret, socket errors.
     pub fn send(&self, target: &str, what: Outgoing<'_>) -> Result<()> {
-        self.shared.send(target, what)
+        self.shared.send(target, what, self.shared.config.timeout)
+    }
+
+    /// As [`Client::send`], within `timeout` instead of the configured one.
+    ///
+    /// # Errors
+    /// As [`Client::send`]; [`Error::Invalid`] for a zero timeout.
+    pub fn send_within(&self, target: &str, what: Outgoing<'_>, timeout: Duration) -> Result<()> {
+        if timeout.is_zero() {
+            return Err(Error::invalid("timeout", "0 s", "a send needs some time"));
+        }
+        self.shared.send(target, what, timeout)
     }
 
     /// Sends `what` to `target` on the client's sending threads; the future resolves as
@@ -140,7 +154,7 @@ impl Client {
 }
 
 impl Shared {
-    pub(crate) fn send(&self, target: &str, what: Outgoing<'_>) -> Result<()> {
+    pub(crate) fn send(&self, target: &str, what: Outgoing<'_>, timeout: Duration) -> Result<()> {
         if self.stopped.load(Ordering::Acquire) {
             return Err(Error::Stopped);
         }
@@ -153,7 +167,7 @@ impl Shared {
         }
         check_tensor(&what)?;
         let addr = resolve(target)?;
-        let end = Instant::now() + self.config.timeout;
+        let end = Instant::now() + timeout;
         let peer = self.peer(addr);
         let mut link = self.checkout(&peer, addr, end)?;
         let result = exchange(&mut link, what, &self.config, end);
@@ -167,6 +181,10 @@ impl Shared {
         result
     }
 
+    pub(crate) fn timeout(&self) -> Duration {
+        self.config.timeout
+    }
+
     fn peer(&self, addr: SocketAddr) -> Arc<Peer> {
         lock(&self.peers).entry(addr).or_default().clone()
     }
@@ -177,7 +195,12 @@ impl Shared {
         let mut pool = lock(&peer.pool);
         loop {
             if let Some(link) = pool.idle.pop() {
-                return Ok(link);
+                // A connection idle a while may have been closed by the peer meanwhile.
+                if link.last_used.elapsed() < RECHECK_AFTER || link.alive() {
+                    return Ok(link);
+                }
+                pool.open -= 1;
+                continue;
             }
             if pool.open < self.config.pool_size {
                 pool.open += 1;

@@ -83,7 +83,7 @@ impl Dispatch {
                 }
             };
             self.room.notify_one();
-            let result = shared.send(&job.target, job.what.borrow());
+            let result = shared.send(&job.target, job.what.borrow(), shared.timeout());
             (job.done)(result);
         }
     }

@@ -30,6 +30,8 @@ pub(crate) struct Link {
     pub(crate) kind: Kind,
     /// Whether a call on it carried an attachment.
     pub(crate) carried_attachment: bool,
+    /// When its last call ended.
+    pub(crate) last_used: Instant,
     seq: u32,
     secs: f64,
 }
@@ -63,6 +65,7 @@ impl Link {
             peer,
             kind: Kind::Te,
             carried_attachment: false,
+            last_used: Instant::now(),
             seq: 0,
             secs,
         };
@@ -144,6 +147,7 @@ impl Link {
         self.write_all(&[&head, body, attachment], end)?;
         let mut raw = [0u8; RESPONSE_HEADER];
         self.read_exact(&mut raw, end)?;
+        self.last_used = Instant::now();
         let reply = ResponseHeader::decode(&raw).map_err(|reason| self.malformed(reason))?;
         if reply.seq != self.seq {
             return Err(self.malformed(format!("answer {} to call {}", reply.seq, self.seq)));
@@ -165,6 +169,18 @@ impl Link {
             });
         }
         Ok(back)
+    }
+
+    /// Whether the peer still holds the connection open (it closes idle ones): nothing to
+    /// read, no end of stream, no error.
+    pub(crate) fn alive(&self) -> bool {
+        let mut byte = [0u8; 1];
+        if self.stream.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let peeked = self.stream.peek(&mut byte);
+        let restored = self.stream.set_nonblocking(false).is_ok();
+        restored && matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     fn malformed(&self, reason: String) -> Error {

@@ -331,3 +331,25 @@ fn large_payloads_are_read_into_the_handlers_own_memory() {
         );
     }
 }
+
+#[test]
+fn a_pooled_connection_the_server_closed_is_replaced_not_failed() {
+    let mut config = quick();
+    config.idle_timeout = Duration::from_millis(500);
+    let (srv, rx) = server(&config);
+    let target = srv.local_addr().to_string();
+    let c = client(quick());
+    c.send(&target, Outgoing::Data(b"first")).unwrap();
+    assert_eq!(next(&rx).payload, Payload::Data(b"first".to_vec().into()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while srv.connections() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        srv.connections(),
+        0,
+        "the server closed its idle connection"
+    );
+    c.send(&target, Outgoing::Data(b"second")).unwrap();
+    assert_eq!(next(&rx).payload, Payload::Data(b"second".to_vec().into()));
+}
