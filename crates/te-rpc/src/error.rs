@@ -98,7 +98,16 @@ impl Error {
     /// a negative number): -1 for a refusal or broken peer, -2 for a timeout, -3 for bad
     /// arguments, -4 for an untrusted peer, -5 once stopped.
     pub fn code(&self) -> i32 {
+        use crate::wire::code;
         match self {
+            Error::Refused {
+                code: code::TOO_LARGE,
+                ..
+            } => -3,
+            Error::Refused {
+                code: code::NOT_TRUSTED,
+                ..
+            } => -4,
             Error::Invalid { .. } | Error::TooLarge { .. } | Error::Setting(_) => -3,
             Error::TimedOut { .. } => -2,
             Error::Untrusted { .. } => -4,

@@ -129,6 +129,7 @@ fn messages_over_the_limit_are_refused_on_either_side() {
     // The server's: refused with its code, and it keeps serving.
     let c = client(quick());
     let e = c.send(&target, Outgoing::Data(&[0; 5000])).unwrap_err();
+    assert_eq!(e.code(), -3);
     match e {
         Error::Refused { code, message, .. } => {
             assert_eq!(code, te_rpc::wire::code::TOO_LARGE);
