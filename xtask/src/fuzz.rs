@@ -5,7 +5,7 @@
 //! it as a regression test, replayed on every run.
 
 /// (target, crate, test path).
-pub(crate) const TARGETS: [(&str, &str, &str); 13] = [
+pub(crate) const TARGETS: [(&str, &str, &str); 15] = [
     ("control-frame", "te-core", "fuzz_targets::control_frame"),
     ("descriptor", "te-core", "fuzz_targets::descriptor"),
     ("http-head", "te-core", "fuzz_targets::http_head"),
@@ -35,6 +35,8 @@ pub(crate) const TARGETS: [(&str, &str, &str); 13] = [
         "handshake::tests::rdma_handshake",
     ),
     ("gpu-name", "te-nvlink", "handle::tests::gpu_name"),
+    ("rpc-frame", "te-rpc", "fuzz_targets::rpc_frame"),
+    ("rpc-reply", "te-rpc", "fuzz_targets::rpc_reply"),
 ];
 
 const USAGE: &str = "usage: cargo xtask fuzz <target|all> [--secs N]";

@@ -24,6 +24,8 @@ mod config;
 mod dispatch;
 mod error;
 mod filling;
+#[cfg(test)]
+mod fuzz_targets;
 pub mod handshake;
 mod link;
 mod message;

@@ -163,8 +163,11 @@ impl ResponseHeader {
     /// # Errors
     /// A description of what is wrong.
     pub fn decode(b: &[u8; RESPONSE_HEADER]) -> std::result::Result<Self, String> {
-        if b[0] != MAGIC || b[1] != 0 {
-            return Err(format!("response magic {:#04x} version {}", b[0], b[1]));
+        if b[0] != MAGIC || b[1] != 0 || b[3] != 0 {
+            return Err(format!(
+                "response magic {:#04x} version {} message type {}",
+                b[0], b[1], b[3]
+            ));
         }
         Ok(ResponseHeader {
             seq: u32_at(b, 4),
