@@ -76,11 +76,24 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
 }
 
-/// A client. Cloning it shares its pools.
+/// A client. Cloning it shares its pools; the last clone dropped stops it.
 #[derive(Clone, Debug)]
 pub struct Client {
+    handle: Arc<Handle>,
+}
+
+/// What every clone holds; its drop stops the sending threads (which hold only `shared` and
+/// `dispatch`, so they never keep a client alive).
+#[derive(Debug)]
+struct Handle {
     shared: Arc<Shared>,
     dispatch: Arc<Dispatch>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 impl Client {
@@ -97,12 +110,14 @@ impl Client {
         });
         let threads = shared.config.pool_size.clamp(1, 8);
         let dispatch = Dispatch::start(shared.clone(), threads)?;
-        Ok(Client { shared, dispatch })
+        Ok(Client {
+            handle: Arc::new(Handle { shared, dispatch }),
+        })
     }
 
     /// The configuration it runs with.
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.handle.shared.config
     }
 
     /// Sends `what` to `target` (`host:port`) and waits until the peer's handler took it.
@@ -112,7 +127,9 @@ impl Client {
     /// did not answer in time, [`Error::Refused`] when it refused the call,
     /// [`Error::Untrusted`] when it did not prove the cluster secret, socket errors.
     pub fn send(&self, target: &str, what: Outgoing<'_>) -> Result<()> {
-        self.shared.send(target, what, self.shared.config.timeout)
+        self.handle
+            .shared
+            .send(target, what, self.handle.shared.config.timeout)
     }
 
     /// As [`Client::send`], within `timeout` instead of the configured one.
@@ -123,13 +140,13 @@ impl Client {
         if timeout.is_zero() {
             return Err(Error::invalid("timeout", "0 s", "a send needs some time"));
         }
-        self.shared.send(target, what, timeout)
+        self.handle.shared.send(target, what, timeout)
     }
 
     /// Sends `what` to `target` on the client's sending threads; the future resolves as
     /// [`Client::send`] returns. Sends wait for room beyond a bounded queue.
     pub fn send_async(&self, target: &str, what: Owned) -> SendFuture {
-        self.dispatch.future(target.to_string(), what)
+        self.handle.dispatch.future(target.to_string(), what)
     }
 
     /// Sends `what` to `target` on the client's sending threads and calls `done` with the
@@ -138,11 +155,17 @@ impl Client {
     /// # Errors
     /// [`Error::Stopped`] (`done` is then not called).
     pub fn send_then(&self, target: &str, what: Owned, done: Done) -> Result<()> {
-        self.dispatch.submit(target.to_string(), what, done)
+        self.handle.dispatch.submit(target.to_string(), what, done)
     }
 
     /// Closes every connection and refuses further sends.
     pub fn stop(&self) {
+        self.handle.stop();
+    }
+}
+
+impl Handle {
+    fn stop(&self) {
         self.shared.stopped.store(true, Ordering::Release);
         self.dispatch.stop();
         let peers = std::mem::take(&mut *lock(&self.shared.peers));
