@@ -185,45 +185,24 @@ def test_tes_own_api_sends_receives_and_raises():
             server.receive(0.1)
 
 
-# The wheel's RpcInterface as a peer, driven in JSON lines.
-MOONCAKE_PEER = r"""
-import json, sys, threading, time, ctypes
-from mooncake.engine import RpcInterface
-rpc, got, cond = RpcInterface(), [], threading.Condition()
-def on_data(d):
-    with cond: got.append({"kind": "data", "hex": bytes(d["data"]).hex()}); cond.notify_all()
-def on_tensor(t):
-    with cond: got.append({"kind": "tensor", "dtype": t.dtype, "hex": t.get_data_as_bytes().hex()}); cond.notify_all()
-for line in sys.stdin:
-    r = json.loads(line); reply = {}
-    if r["op"] == "serve":
-        rpc.initialize("127.0.0.1:%d" % r["port"], 2, 10, 10)
-        rpc.set_data_receive_callback(on_data); rpc.set_tensor_receive_callback(on_tensor)
-        reply = {"ok": rpc.start_server_async()}
-    elif r["op"] == "client":
-        reply = {"ok": rpc.initialize_client(10, 10)}
-    elif r["op"] == "send":
-        reply = {"rc": rpc.send_data(r["target"], bytes.fromhex(r["hex"]))}
-    elif r["op"] == "got":
-        end = time.time() + 10
-        with cond:
-            while len(got) < r["n"] and time.time() < end: cond.wait(1)
-            reply = {"got": got[:]}; got.clear()
-    print(json.dumps(reply), flush=True)
-"""
+# The wheel's RpcInterface as a peer: te-testkit's driver script, in JSON lines.
+MOONCAKE_PEER = os.path.join(os.path.dirname(__file__), "../../te-testkit/peers/mooncake_rpc_peer.py")
 
 
 class MooncakePeer:
     def __init__(self):
         if not os.path.exists(MOONCAKE_PYTHON):
             pytest.fail(f"{MOONCAKE_PYTHON} is missing: .ci/setup installs Mooncake's wheel")
-        self.p = subprocess.Popen([MOONCAKE_PYTHON, "-c", MOONCAKE_PEER], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([MOONCAKE_PYTHON, MOONCAKE_PEER], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     def call(self, **req):
         self.p.stdin.write(json.dumps(req) + "\n")
         self.p.stdin.flush()
         return json.loads(self.p.stdout.readline())
+
+    def received(self, n):
+        return self.call(op="received", count=n, wait=10)["messages"]
 
     def close(self):
         self.p.kill()
@@ -241,17 +220,18 @@ def free_port():
 def test_mooncakes_wheel_and_te_talk_both_ways():
     peer = MooncakePeer()
     try:
-        port = free_port()
-        assert peer.call(op="serve", port=port)["ok"]
+        reply = peer.call(op="serve")
+        assert reply["ok"]
+        port = reply["port"]
         c = mc.create_rpc_client()
         payloads = [b"small", os.urandom(1025), os.urandom(1 << 20), b""]
         for p in payloads:
             assert c.send_data("127.0.0.1:%d" % port, p) == 0
-        got = peer.call(op="got", n=len(payloads))["got"]
+        got = peer.received(len(payloads))
         assert [bytes.fromhex(g["hex"]) for g in got] == payloads
         a = np.arange(12, dtype=np.float32)
         assert c.send_tensor("127.0.0.1:%d" % port, a) == 0
-        g = peer.call(op="got", n=1)["got"][0]
+        g = peer.received(1)[0]
         assert (g["kind"], bytes.fromhex(g["hex"])) == ("data", a.tobytes()), "raw bytes, as Mooncake sends"
     finally:
         peer.close()
@@ -260,13 +240,13 @@ def test_mooncakes_wheel_and_te_talk_both_ways():
     try:
         assert peer.call(op="client")["ok"]
         for p in [b"x", os.urandom(1025), os.urandom(1 << 20)]:
-            assert peer.call(op="send", target=addr, hex=p.hex())["rc"] == 0
+            assert peer.call(op="send_data", target=addr, hex=p.hex())["rc"] == 0
             kind, d = inbox.wait(1)[0]
             assert kind == "data" and d["data"] == p
         header = (2).to_bytes(4, "little") + (2).to_bytes(4, "little")
         header += b"".join(x.to_bytes(8, "little") for x in (2, 3, 0, 0))
         body = np.arange(6, dtype=np.float32).tobytes()
-        assert peer.call(op="send", target=addr, hex=(header + body).hex())["rc"] == 0
+        assert peer.call(op="send_data", target=addr, hex=(header + body).hex())["rc"] == 0
         kind, t = inbox.wait(1)[0]
         assert kind == "tensor" and (t.dtype, list(t.shape)) == ("float32", [2, 3])
         assert t.get_data_as_bytes() == header + body and t.header_bytes == 40

@@ -66,13 +66,83 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// A Mooncake engine in a child process; killed on drop. Its log (Mooncake's glog output) is
-/// kept in a file, for the message of a failing assertion.
-pub struct MooncakePeer {
+/// A Python script run by the wheel's interpreter in a child process, spoken to in JSON lines
+/// (one request on stdin, one reply on stdout); its stderr (Mooncake's glog output) is kept in a
+/// log file, for the message of a failing assertion.
+struct Script {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     log: PathBuf,
+}
+
+impl Script {
+    /// Starts `peers/<name>` with `env` added to its environment.
+    fn start(name: &str, env: &[(&str, &str)]) -> Self {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("peers")
+            .join(name);
+        let log = std::env::temp_dir().join(format!(
+            "te-{name}-{}-{}.log",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let mut cmd = Command::new(program("python3"));
+        cmd.arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("a log file for the Mooncake peer"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("the Mooncake peer starts");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Script {
+            child,
+            stdin,
+            stdout,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One request, one reply; panics (with the log) when the peer died.
+    fn call(&mut self, request: Value) -> Value {
+        let sent = writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush());
+        let mut line = String::new();
+        let read = sent.and_then(|()| self.stdout.read_line(&mut line));
+        match read {
+            Ok(n) if n > 0 => serde_json::from_str(&line).unwrap_or(Value::Null),
+            _ => panic!(
+                "the Mooncake peer died on {request}; its log:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A Mooncake engine in a child process; killed on drop. Its log (Mooncake's glog output) is
+/// kept in a file, for the message of a failing assertion.
+pub struct MooncakePeer {
+    script: Script,
     /// Mooncake's rpc port (P2PHANDSHAKE).
     pub rpc_port: u16,
     /// Its segment name, `host:rpc_port`.
@@ -110,33 +180,11 @@ impl MooncakePeer {
         (protocol, device): (&str, &str),
         env: &[(&str, &str)],
     ) -> Self {
-        let python = program("python3");
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mooncake_peer.py");
-        let log = std::env::temp_dir().join(format!(
-            "te-mooncake-peer-{}-{}.log",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
-        let mut cmd = Command::new(python);
-        cmd.arg(script)
-            // Mooncake's smallest transfer timeout, so a refused transfer fails in seconds.
-            .env("MC_TRANSFER_TIMEOUT", "5")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("a log file for the Mooncake peer"));
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("the Mooncake peer starts");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        // Mooncake's smallest transfer timeout, so a refused transfer fails in seconds.
+        let mut all = vec![("MC_TRANSFER_TIMEOUT", "5")];
+        all.extend_from_slice(env);
         let mut peer = MooncakePeer {
-            child,
-            stdin,
-            stdout,
-            log,
+            script: Script::start("mooncake_peer.py", &all),
             rpc_port: 0,
             name: String::new(),
         };
@@ -154,7 +202,7 @@ impl MooncakePeer {
 
     /// Mooncake's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.script.log()
     }
 
     /// One request, one reply.
@@ -162,16 +210,7 @@ impl MooncakePeer {
     /// # Panics
     /// When the peer died (its log is in the message).
     pub fn call(&mut self, request: Value) -> Value {
-        let sent = writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush());
-        let mut line = String::new();
-        let read = sent.and_then(|()| self.stdout.read_line(&mut line));
-        match read {
-            Ok(n) if n > 0 => serde_json::from_str(&line).unwrap_or(Value::Null),
-            _ => panic!(
-                "the Mooncake peer died on {request}; its log:\n{}",
-                self.log()
-            ),
-        }
+        self.script.call(request)
     }
 
     /// `len` bytes of the peer's own memory registered with Mooncake's `register_memory` (as
@@ -235,14 +274,14 @@ impl MooncakePeer {
         meanwhile: impl FnOnce(),
     ) -> Option<i64> {
         let request = batch_request(write, target, items);
-        writeln!(self.stdin, "{request}")
-            .and_then(|()| self.stdin.flush())
+        writeln!(self.script.stdin, "{request}")
+            .and_then(|()| self.script.stdin.flush())
             .unwrap_or_else(|e| panic!("the Mooncake peer died: {e}\n{}", self.log()));
         meanwhile();
         self.end();
         // A reply written before the kill is still in the pipe; otherwise the pipe is at its end.
         let mut line = String::new();
-        match self.stdout.read_line(&mut line) {
+        match self.script.stdout.read_line(&mut line) {
             Ok(n) if n > 0 => serde_json::from_str::<Value>(&line)
                 .ok()
                 .and_then(|r| r["rc"].as_i64()),
@@ -252,7 +291,7 @@ impl MooncakePeer {
 
     /// The peer's process id (to stop and continue it with signals).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.script.child.id()
     }
 
     /// Kills the peer's process at once (SIGKILL), as a crash would end it.
@@ -262,8 +301,7 @@ impl MooncakePeer {
 
     /// SIGKILL, and the process reaped.
     fn end(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.script.kill();
     }
 
     /// `transfer_sync(target, local, remote, len, Write, TransferNotify(name, msg))`: a WRITE
@@ -320,17 +358,15 @@ fn batch_request(write: bool, target: &str, items: &[(u64, u64, usize)]) -> Valu
 
 impl Drop for MooncakePeer {
     fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "{{\"op\":\"quit\"}}");
-        let _ = self.stdin.flush();
+        let _ = writeln!(self.script.stdin, "{{\"op\":\"quit\"}}");
+        let _ = self.script.stdin.flush();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while std::time::Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
+            if matches!(self.script.child.try_wait(), Ok(Some(_))) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        self.end();
-        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -420,10 +456,7 @@ impl Drop for MooncakeBenchTarget {
 /// Mooncake's RPC communicator (`mooncake.engine.RpcInterface`) in a child process, driven by
 /// `peers/mooncake_rpc_peer.py`; killed on drop.
 pub struct MooncakeRpc {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    log: PathBuf,
+    script: Script,
 }
 
 impl MooncakeRpc {
@@ -433,33 +466,12 @@ impl MooncakeRpc {
     /// # Panics
     /// When the wheel is missing or Mooncake's initialize fails.
     pub fn start(serve: bool) -> (Self, u16) {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/mooncake_rpc_peer.py");
-        let log = std::env::temp_dir().join(format!(
-            "te-mooncake-rpc-{}-{}.log",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
-        let mut child = Command::new(program("python3"))
-            .arg(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("a log file for the Mooncake peer"))
-            .spawn()
-            .expect("the Mooncake RPC peer starts");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let mut peer = MooncakeRpc {
-            child,
-            stdin,
-            stdout,
-            log,
+            script: Script::start("mooncake_rpc_peer.py", &[]),
         };
-        let r = if serve {
-            peer.call(json!({"op": "serve"}))
-        } else {
-            peer.call(json!({"op": "client"}))
+        let r = match serve {
+            true => peer.call(json!({"op": "serve"})),
+            false => peer.call(json!({"op": "client"})),
         };
         assert_eq!(
             r["ok"],
@@ -473,7 +485,7 @@ impl MooncakeRpc {
 
     /// Mooncake's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.script.log()
     }
 
     /// One request, one reply.
@@ -481,13 +493,7 @@ impl MooncakeRpc {
     /// # Panics
     /// When the peer died (its log is in the message).
     pub fn call(&mut self, request: Value) -> Value {
-        let sent = writeln!(self.stdin, "{request}").and_then(|()| self.stdin.flush());
-        let mut line = String::new();
-        let read = sent.and_then(|()| self.stdout.read_line(&mut line));
-        match read {
-            Ok(n) if n > 0 => serde_json::from_str(&line).unwrap_or(Value::Null),
-            _ => panic!("the Mooncake RPC peer died; its log:\n{}", self.log()),
-        }
+        self.script.call(request)
     }
 
     /// Mooncake's `send_data(target, data)`: its return code.
@@ -546,12 +552,4 @@ pub struct MooncakeReceived {
     pub shape: Value,
     /// A tensor's `total_bytes`.
     pub total_bytes: u64,
-}
-
-impl Drop for MooncakeRpc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
 }
