@@ -2,8 +2,8 @@
 //!
 //! - Every verbs device (or those named, or those `MC_TE_FILTERS` admits) is opened at install ([`verbs::Nic`]): PD, one
 //!   completion lane per worker (`MC_WORKERS_PER_CTX`), each with a completion channel and its
-//!   share of `MC_NUM_CQ_PER_CTX` CQs; the port's GID (RoCEv2 over IPv4 first; `MC_GID_INDEX`
-//!   overrides) and MTU. A thread per device reads its async events: a port down or a fatal
+//!   share of `MC_NUM_CQ_PER_CTX` CQs; the port's GID (the rail's interface and address,
+//!   routable before link-local, RoCE v2 first: [`gid`]; `MC_GID_INDEX` overrides) and MTU. A thread per device reads its async events: a port down or a fatal
 //!   error marks the device inactive and fails its queue pairs so their slices retry elsewhere;
 //!   the port coming back reactivates it.
 //! - Each registered region gets memory regions per device with access from its permission,
@@ -33,6 +33,7 @@
 mod connect;
 mod events;
 pub mod failover;
+pub mod gid;
 mod handshake;
 pub mod liveness;
 mod mooncake;
@@ -470,9 +471,13 @@ impl Transport for RdmaTransport {
         }
         let mut verbs = self.options.verbs.clone();
         verbs.lanes = ctx.config.workers_per_ctx.max(1);
+        let places = verbs::GidPlaces {
+            rails: ctx.rails.iter().map(|r| (r.name.clone(), r.ip)).collect(),
+            bind: Some(ctx.bind_ip).filter(|ip| !ip.is_unspecified() && !ip.is_loopback()),
+        };
         let nics = names
             .iter()
-            .map(|n| Nic::open(n, &verbs))
+            .map(|n| Nic::open(n, &verbs, &places))
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)?;
         let nics_len = nics.len();

@@ -6,7 +6,7 @@ use te_sys::env::{Setting, Unset, Value};
 pub(crate) const GID_INDEX: Setting = Setting {
     name: "MC_GID_INDEX",
     value: Value::Number {
-        unset: Unset::Means("probe: RoCEv2 over IPv4 first"),
+        unset: Unset::Means("the rail's: its interface and address, routable, RoCE v2"),
         min: 0,
         max: 255,
     },

@@ -80,6 +80,15 @@ impl Default for VerbsOptions {
     }
 }
 
+/// Where the engine is reached, for choosing each device's GID ([`crate::gid`]).
+#[derive(Clone, Debug, Default)]
+pub struct GidPlaces {
+    /// The local rails: interface name and address.
+    pub rails: Vec<(String, std::net::IpAddr)>,
+    /// The address the engine binds to, when it is a specific one.
+    pub bind: Option<std::net::IpAddr>,
+}
+
 /// One opened device: context, PD, completion lanes, and its port addressing.
 pub struct Nic {
     /// Device name.
@@ -161,28 +170,34 @@ fn clamp_mtu(asked: Option<u32>, active: Mtu) -> Mtu {
     }
 }
 
-fn pick_gid(ctx: &DeviceContext, port: u8, asked: Option<u32>) -> Result<(Gid, u8), String> {
+/// The port's GID table as [`crate::gid`] weighs it.
+fn gid_table(ctx: &DeviceContext, port: u8) -> Result<Vec<crate::gid::Candidate>, String> {
     let table = ctx
         .query_gid_table()
         .map_err(|e| format!("querying GIDs: {e}"))?;
-    let on_port = table
+    Ok(table
         .iter()
-        .filter(|g| g.port_num() == u32::from(port) && !g.gid().is_zero());
-    let chosen = match asked {
-        Some(i) => on_port.clone().find(|g| g.gid_index() == i),
-        // RoCEv2 over an IPv4 address routes like the network; then any RoCEv2, then the rest.
-        None => on_port
-            .clone()
-            .find(|g| {
-                g.gid_type() == GidType::RoceV2
-                    && Ipv6Addr::from(g.gid()).to_ipv4_mapped().is_some()
-            })
-            .or_else(|| on_port.clone().find(|g| g.gid_type() == GidType::RoceV2))
-            .or_else(|| on_port.clone().next()),
-    };
-    let g = chosen.ok_or_else(|| format!("no usable GID on port {port}"))?;
-    let index = u8::try_from(g.gid_index()).map_err(|_| "GID index over 255".to_string())?;
-    Ok((g.gid(), index))
+        .filter(|g| g.port_num() == u32::from(port))
+        .map(|g| crate::gid::Candidate {
+            index: g.gid_index(),
+            gid: Ipv6Addr::from(g.gid()),
+            roce_v2: g.gid_type() == GidType::RoceV2,
+            netdev: g.netdev_name().ok().filter(|n| !n.is_empty()),
+        })
+        .collect())
+}
+
+fn pick_gid(
+    ctx: &DeviceContext,
+    name: &str,
+    port: u8,
+    want: &crate::gid::Want<'_>,
+) -> Result<(Gid, u8), String> {
+    let table = gid_table(ctx, port)?;
+    let choice = crate::gid::choose(&table, want).map_err(|e| format!("port {port}: {e}"))?;
+    tracing::info!(device = name, port, index = choice.index, gid = %choice.gid, why = %choice.why, "GID chosen");
+    let index = u8::try_from(choice.index).map_err(|_| "GID index over 255".to_string())?;
+    Ok((Gid::from(choice.gid), index))
 }
 
 impl Nic {
@@ -190,7 +205,11 @@ impl Nic {
     ///
     /// # Errors
     /// The device is missing, its port is down, or a verbs call fails (the message says which).
-    pub fn open(name: &str, options: &VerbsOptions) -> Result<Arc<Nic>, String> {
+    pub fn open(
+        name: &str,
+        options: &VerbsOptions,
+        places: &GidPlaces,
+    ) -> Result<Arc<Nic>, String> {
         let list = DeviceList::new().map_err(|e| format!("{name}: listing verbs devices: {e}"))?;
         let device = list
             .iter()
@@ -201,8 +220,13 @@ impl Nic {
             .query_port(options.port)
             .map_err(|e| format!("{name}: port {}: {e}", options.port))?;
         let dev = ctx.query_device().map_err(|e| format!("{name}: {e}"))?;
+        let want = crate::gid::Want {
+            asked: options.gid_index,
+            rails: &places.rails,
+            bind: places.bind,
+        };
         let (gid, gid_index) =
-            pick_gid(&ctx, options.port, options.gid_index).map_err(|e| format!("{name}: {e}"))?;
+            pick_gid(&ctx, name, options.port, &want).map_err(|e| format!("{name}: {e}"))?;
         let pd = ctx
             .alloc_pd()
             .map_err(|e| format!("{name}: allocating a PD: {e}"))?;

@@ -144,7 +144,7 @@ fn engines_across_two_devices() {
 #[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
 fn a_read_only_region_refuses_writes_in_the_memory_region() {
     // Straight on the verbs layer, so nothing but the MR's access flags can refuse.
-    let nic = Nic::open("rxe0", &options("rxe0").verbs).unwrap();
+    let nic = Nic::open("rxe0", &options("rxe0").verbs, &Default::default()).unwrap();
     let src = Arc::new(HostBuffer::new(4096).unwrap());
     src.write_at(0, &[0xee; 4096]).unwrap();
     let dst = Arc::new(HostBuffer::new(4096).unwrap());
