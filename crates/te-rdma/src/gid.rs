@@ -31,6 +31,8 @@ pub struct Candidate {
 /// What the engine knows of where this device should be reached.
 #[derive(Clone, Debug, Default)]
 pub struct Want<'a> {
+    /// The device's name (a rail may be named by it rather than by its interface).
+    pub device: &'a str,
     /// `MC_GID_INDEX`: this index, or an error.
     pub asked: Option<u32>,
     /// The local rails: interface name and address.
@@ -95,10 +97,18 @@ pub fn choose(table: &[Candidate], want: &Want<'_>) -> Result<Choice, String> {
     })
 }
 
-/// The rail on `c`'s interface, if any.
+/// The rail `c` belongs to, if any: the rail named by its interface, else a rail named by the
+/// device.
 fn rail_of<'a>(c: &Candidate, want: &'a Want<'_>) -> Option<&'a (String, IpAddr)> {
-    let netdev = c.netdev.as_deref()?;
-    want.rails.iter().find(|(name, _)| name == netdev)
+    let netdev = c.netdev.as_deref();
+    want.rails
+        .iter()
+        .find(|(name, _)| Some(name.as_str()) == netdev)
+        .or_else(|| {
+            want.rails
+                .iter()
+                .find(|(name, _)| !want.device.is_empty() && name == want.device)
+        })
 }
 
 /// The family wanted for `c`: its rail's, else the bind address's, else IPv4.
@@ -253,6 +263,21 @@ mod tests {
         .unwrap();
         assert_eq!(got.index, 1);
         assert!(got.why.contains("rail's interface"), "{}", got.why);
+    }
+
+    #[test]
+    fn a_rail_named_by_the_device_brings_its_address() {
+        let table = [
+            c(0, "::ffff:10.0.0.1", true, "eth0"),
+            c(1, "fd00::7", true, "eth0"),
+        ];
+        let r = rails(&[("rxe0", "fd00::7")]);
+        let want = Want {
+            device: "rxe0",
+            rails: &r,
+            ..Want::default()
+        };
+        assert_eq!(choose(&table, &want).unwrap().index, 1);
     }
 
     #[test]

@@ -221,6 +221,7 @@ impl Nic {
             .map_err(|e| format!("{name}: port {}: {e}", options.port))?;
         let dev = ctx.query_device().map_err(|e| format!("{name}: {e}"))?;
         let want = crate::gid::Want {
+            device: name,
             asked: options.gid_index,
             rails: &places.rails,
             bind: places.bind,
