@@ -190,11 +190,20 @@ impl MooncakeRpc {
     }
 }
 
-impl Drop for MooncakeRpc {
-    fn drop(&mut self) {
+impl MooncakeRpc {
+    /// Stops the server and the client (their threads joined). A binding whose handler needs
+    /// a lock its caller holds (Python's GIL) calls this without holding it, before the drop.
+    pub fn shutdown(&self) {
         self.stop_server();
-        if let Some(c) = self.lock().client.take() {
+        let client = self.lock().client.take();
+        if let Some(c) = client {
             c.stop();
         }
+    }
+}
+
+impl Drop for MooncakeRpc {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }

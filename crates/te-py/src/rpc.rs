@@ -194,6 +194,15 @@ pub(crate) struct RpcInterface {
     callbacks: Arc<Callbacks>,
 }
 
+impl Drop for RpcInterface {
+    /// Python drops the object with the GIL held, and the server's and client's threads may be
+    /// waiting for it to run a callback: they are stopped and joined without it.
+    fn drop(&mut self) {
+        let rpc = self.rpc.clone();
+        Python::attach(|py| py.detach(move || rpc.shutdown()));
+    }
+}
+
 fn dtype_of(name: &str) -> PyResult<Dtype> {
     Dtype::from_name(name).ok_or_else(|| {
         PyValueError::new_err(format!(
@@ -341,10 +350,12 @@ impl RpcInterface {
     }
 
     /// Sends on te's sending threads and calls `done(code, message)` there (with the GIL):
-    /// `data` is bytes; a tensor when `dtype` is given.
+    /// `data` is bytes; a tensor when `dtype` is given. Waits, without the GIL, while the
+    /// sending queue is full.
     #[pyo3(signature = (target_address, data, done, dtype = None, shape = None))]
     fn _send_then(
         &self,
+        py: Python<'_>,
         target_address: &str,
         data: Vec<u8>,
         done: Py<PyAny>,
@@ -372,9 +383,10 @@ impl RpcInterface {
                 }
             });
         });
-        Ok(self
-            .rpc
-            .send_then(target_address, what, report)
+        // Without the GIL: a full queue waits for a sending thread, which may need the GIL to
+        // report the send before it.
+        Ok(py
+            .detach(|| self.rpc.send_then(target_address, what, report))
             .map_or_else(|e| e.code(), |()| 0))
     }
 

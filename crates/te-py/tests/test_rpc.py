@@ -362,3 +362,62 @@ def test_a_signal_ends_the_blocking_start_server():
     assert s.local_address is not None, "still serving until stop_server"
     s.stop_server()
     assert s.local_address is None
+
+
+def test_more_asyncio_sends_than_the_queue_holds_finish():
+    """Past the sending queue (1,024), a send waits for room without the GIL: the sending
+    threads, which take the GIL to report each send, keep going."""
+    inbox = Inbox()
+    s = mc.RpcInterface()
+    assert s.initialize("127.0.0.1:0", 1, 10, 10)
+
+    def slow(d):
+        time.sleep(0.0005)
+        inbox.data(d)
+
+    s.set_data_receive_callback(slow)
+    assert s.start_server_async()
+    c = mc.RpcInterface()
+    assert c.initialize_client(pool_size=2, timeout_seconds=30)
+    result = {}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        sends = [c.send_data_async(s.local_address, b"m", loop) for _ in range(1500)]
+        return await asyncio.gather(*sends)
+
+    t = threading.Thread(target=lambda: result.setdefault("r", asyncio.run(main())), daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the sends deadlocked"
+    assert result["r"] == [0] * 1500
+    assert len(inbox.wait(1500)) == 1500
+    s.stop_server()
+
+
+def test_dropping_a_communicator_with_sends_in_flight_does_not_hang():
+    """Python drops the object holding the GIL while te's threads may wait for it to report
+    a send or run a callback: they are stopped without it."""
+    import gc
+
+    s, inbox, addr = serve()
+
+    def run():
+        for _ in range(20):
+            c = mc.create_rpc_client()
+
+            async def main():
+                loop = asyncio.get_running_loop()
+                for _ in range(50):
+                    c.send_data_async(addr, b"x", loop)
+                await asyncio.sleep(0)  # the sends still in flight
+
+            asyncio.run(main())
+            del c
+            gc.collect()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "dropping the communicator deadlocked"
+    s.stop_server()
