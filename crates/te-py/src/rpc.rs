@@ -6,14 +6,13 @@
 
 #![allow(unsafe_code)] // a tensor's bytes are read from the address its Python wrapper holds
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use te_facade::MooncakeRpc;
-use te_facade::rpc::{Dtype, Origin, Outgoing, Owned, Payload, Received, TensorMeta};
+use te_facade::rpc::{Dtype, Outgoing, Owned, Payload, Received, TensorMeta};
 
 /// The Python callbacks a server hands its messages to.
 #[derive(Default)]
@@ -24,7 +23,8 @@ struct Callbacks {
 
 impl te_facade::rpc::Handler for Callbacks {
     fn receive(&self, message: Received) {
-        let source = source_text(message.source, message.origin);
+        // The sender's address (Mooncake's receiver says "").
+        let source = message.source.to_string();
         let (bytes, tensor) = match message.payload {
             Payload::Tensor(t) => (t.bytes, Some((t.meta, t.header))),
             Payload::Data(b) => (b, None),
@@ -142,11 +142,6 @@ fn call_data(
     d.set_item("source", source)?;
     d.set_item("data", data)?;
     cb.call1(py, (d,)).map(drop)
-}
-
-/// The sender as `host:port` (Mooncake's receiver says "").
-fn source_text(addr: SocketAddr, _origin: Origin) -> String {
-    addr.to_string()
 }
 
 /// A tensor as Mooncake's `ReceivedTensor` shows it, with its shape readable and its

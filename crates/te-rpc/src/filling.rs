@@ -33,8 +33,12 @@ impl std::fmt::Debug for Filling {
 impl Filling {
     /// An empty buffer that will hold `want` bytes.
     pub(crate) fn new(want: usize) -> Self {
+        // Reserved address space only; where even that is refused (strict overcommit), the
+        // buffer grows as bytes come instead.
+        let mut buf = Vec::new();
+        let _ = buf.try_reserve_exact(want.min(RESERVE));
         Filling {
-            buf: Vec::with_capacity(want.min(RESERVE)),
+            buf,
             given: None,
             got: 0,
             want,
