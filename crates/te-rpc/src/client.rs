@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     config: Config,
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
     stopped: AtomicBool,
+    /// When idle connections were last pruned.
+    pruned: Mutex<Instant>,
 }
 
 /// A client. Cloning it shares its pools; the last clone dropped stops it.
@@ -107,6 +109,7 @@ impl Client {
             config,
             peers: Mutex::default(),
             stopped: AtomicBool::new(false),
+            pruned: Mutex::new(Instant::now()),
         });
         let threads = shared.config.pool_size.clamp(1, 8);
         let dispatch = Dispatch::start(shared.clone(), threads)?;
@@ -209,7 +212,29 @@ impl Shared {
     }
 
     fn peer(&self, addr: SocketAddr) -> Arc<Peer> {
+        self.prune();
         lock(&self.peers).entry(addr).or_default().clone()
+    }
+
+    /// At most once a second: closes connections idle longer than the configured idle time,
+    /// and forgets peers left with none, so a client that talks to many peers over time holds
+    /// sockets only for those it uses.
+    fn prune(&self) {
+        let idle = self.config.idle_timeout;
+        {
+            let mut last = lock(&self.pruned);
+            if last.elapsed() < RECHECK_AFTER.min(idle) {
+                return;
+            }
+            *last = Instant::now();
+        }
+        lock(&self.peers).retain(|_, peer| {
+            let mut pool = lock(&peer.pool);
+            let before = pool.idle.len();
+            pool.idle.retain(|l| l.last_used.elapsed() < idle);
+            pool.open -= before - pool.idle.len();
+            pool.open > 0 || Arc::strong_count(peer) > 1
+        });
     }
 
     /// An idle connection, a new one while the pool has room, or the first to come back by

@@ -26,7 +26,7 @@ pub struct Config {
     pub max_message: u64,
     /// Connections a server holds.
     pub max_connections: usize,
-    /// How long a server keeps a connection that sends nothing.
+    /// How long a server keeps a connection that sends nothing, and a client an unused one.
     pub idle_timeout: Duration,
     /// The cluster key: te peers prove it both ways.
     pub key: Option<ClusterKey>,

@@ -354,3 +354,30 @@ fn a_pooled_connection_the_server_closed_is_replaced_not_failed() {
     c.send(&target, Outgoing::Data(b"second")).unwrap();
     assert_eq!(next(&rx).payload, Payload::Data(b"second".to_vec().into()));
 }
+
+#[test]
+fn a_client_closes_connections_it_no_longer_uses() {
+    let (a, rx_a) = server(&quick());
+    let (b, rx_b) = server(&quick());
+    let mut config = quick();
+    config.idle_timeout = Duration::from_millis(300);
+    let c = client(config);
+    c.send(&a.local_addr().to_string(), Outgoing::Data(b"a"))
+        .unwrap();
+    assert_eq!(next(&rx_a).payload, Payload::Data(b"a".to_vec().into()));
+    assert_eq!(a.connections(), 1);
+    std::thread::sleep(Duration::from_millis(600));
+    // A send to another peer prunes the first peer's idle connection.
+    c.send(&b.local_addr().to_string(), Outgoing::Data(b"b"))
+        .unwrap();
+    assert_eq!(next(&rx_b).payload, Payload::Data(b"b".to_vec().into()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.connections() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.connections(), 0, "the unused connection was closed");
+    // And the first peer is still reachable.
+    c.send(&a.local_addr().to_string(), Outgoing::Data(b"again"))
+        .unwrap();
+    assert_eq!(next(&rx_a).payload, Payload::Data(b"again".to_vec().into()));
+}
