@@ -735,3 +735,123 @@ fn closing_an_engine_mid_transfer_ends_its_task_and_releases_the_device() {
         "memory regions {made_mrs:?} released with the transport: {left_mrs:?} registered"
     );
 }
+
+/// rxe0's GIDs as sysfs lists them (index, address), the zero ones left out.
+fn rxe0_gids() -> Vec<(u32, std::net::Ipv6Addr)> {
+    (0..32)
+        .filter_map(|i| {
+            let text =
+                std::fs::read_to_string(format!("/sys/class/infiniband/rxe0/ports/1/gids/{i}"))
+                    .ok()?;
+            let ip: std::net::Ipv6Addr = text.trim().parse().ok()?;
+            (!ip.is_unspecified()).then_some((i, ip))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn the_gid_is_the_rails_address_not_a_link_local_one_listed_first() {
+    use te_rdma::verbs::{GidPlaces, mooncake_gid};
+    let v6: std::net::Ipv6Addr = "fd00:18::1".parse().unwrap();
+    let added = std::process::Command::new("ip")
+        .args(["-6", "addr", "add", "fd00:18::1/64", "dev", "eth0", "nodad"])
+        .status()
+        .unwrap();
+    assert!(added.success(), "an IPv6 address on eth0");
+    assert!(
+        eventually(|| rxe0_gids().iter().any(|(_, g)| *g == v6)),
+        "rxe0 lists the new address: {:?}",
+        rxe0_gids()
+    );
+    let table = rxe0_gids();
+    let first = table.first().map(|(_, g)| *g).unwrap();
+    assert_eq!(
+        first.segments()[0] & 0xffc0,
+        0xfe80,
+        "a link-local GID comes first: {table:?}"
+    );
+    let open = |rail: &str| {
+        let places = GidPlaces {
+            rails: vec![("eth0".to_string(), rail.parse().unwrap())],
+            bind: None,
+        };
+        Nic::open("rxe0", &options("rxe0").verbs, &places)
+            .unwrap()
+            .gid_string()
+    };
+    assert_eq!(
+        open("fd00:18::1"),
+        mooncake_gid(&v6.octets()),
+        "an IPv6 rail: {table:?}"
+    );
+    let v4 = std::net::Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped();
+    assert_eq!(
+        open("198.18.0.1"),
+        mooncake_gid(&v4.octets()),
+        "an IPv4 rail: {table:?}"
+    );
+    let _ = std::process::Command::new("ip")
+        .args(["-6", "addr", "del", "fd00:18::1/64", "dev", "eth0"])
+        .status();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: runs in the Soft-RoCE guest (cargo xtask softroce)"]
+fn engines_bound_to_an_ipv6_address_move_bytes_over_ipv6_gids() {
+    let added = std::process::Command::new("ip")
+        .args(["-6", "addr", "add", "fd00:18::2/64", "dev", "eth0", "nodad"])
+        .status()
+        .unwrap();
+    assert!(added.success(), "an IPv6 address on eth0");
+    let v6: std::net::Ipv6Addr = "fd00:18::2".parse().unwrap();
+    assert!(eventually(|| rxe0_gids().iter().any(|(_, g)| *g == v6)));
+    let v6_engine = || {
+        let mut c = Config::default();
+        c.tcp_bind_address = Some(std::net::IpAddr::V6(v6));
+        engine_from(c, "fd00:18::2", options("rxe0")).0
+    };
+    let target = v6_engine();
+    let len = 1 << 20;
+    let tbuf = Arc::new(HostBuffer::new(len).unwrap());
+    tbuf.write_at(0, &pattern(3, len)).unwrap();
+    target
+        .register_buffer(&tbuf, "*", Permission::RemoteReadWrite)
+        .unwrap();
+    let init = v6_engine();
+    let local = Arc::new(HostBuffer::new(len).unwrap());
+    init.register_buffer(&local, "*", Permission::LocalOnly)
+        .unwrap();
+    let seg = init.open_segment(target.segment_name()).unwrap();
+    let gid = init.segment(seg).unwrap().desc().devices[0].gid.clone();
+    assert_eq!(
+        gid,
+        te_rdma::verbs::mooncake_gid(&v6.octets()),
+        "the target publishes its IPv6 GID"
+    );
+    let read = TransferRequest {
+        opcode: Opcode::Read,
+        source: local.addr(),
+        target_id: seg,
+        target_offset: tbuf.addr(),
+        length: len as u64,
+    };
+    assert_eq!(run(&init, read), (TransferState::Completed, None));
+    assert!(
+        local.to_vec(0, len).unwrap() == pattern(3, len),
+        "read over IPv6: bytes differ"
+    );
+    local.write_at(0, &pattern(4, len)).unwrap();
+    let write = TransferRequest {
+        opcode: Opcode::Write,
+        ..read
+    };
+    assert_eq!(run(&init, write), (TransferState::Completed, None));
+    assert!(
+        tbuf.to_vec(0, len).unwrap() == pattern(4, len),
+        "write over IPv6: bytes differ"
+    );
+    let _ = std::process::Command::new("ip")
+        .args(["-6", "addr", "del", "fd00:18::2/64", "dev", "eth0"])
+        .status();
+}
