@@ -70,6 +70,12 @@ impl Write for DeadlineStream {
         self.stream.write(buf)
     }
 
+    /// One gathered write (a frame's header and payload in one system call).
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(left(self.end)?))?;
+        self.stream.write_vectored(bufs)
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         self.stream.flush()
     }

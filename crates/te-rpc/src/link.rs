@@ -2,8 +2,10 @@
 //! peer speaks, learned from te's greeting when the connection opens.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Instant;
+
+use te_reactor::deadline::DeadlineStream;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -25,7 +27,7 @@ const MAX_REPLY_BODY: u32 = 64 << 10;
 /// An open connection to a peer.
 #[derive(Debug)]
 pub(crate) struct Link {
-    stream: TcpStream,
+    stream: DeadlineStream,
     pub(crate) peer: SocketAddr,
     pub(crate) kind: Kind,
     /// Whether a call on it carried an attachment.
@@ -46,12 +48,7 @@ impl Link {
         end: Instant,
     ) -> Result<Link> {
         let secs = config.timeout.as_secs_f64();
-        let left = left(end).ok_or(Error::TimedOut {
-            peer,
-            what: "connecting",
-            secs,
-        })?;
-        let stream = TcpStream::connect_timeout(&peer, left).map_err(|e| match e.kind() {
+        let stream = DeadlineStream::connect(&peer, end).map_err(|e| match e.kind() {
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::TimedOut {
                 peer,
                 what: "connecting",
@@ -59,7 +56,7 @@ impl Link {
             },
             _ => Error::socket(format!("connecting to {peer}"), e),
         })?;
-        let _ = stream.set_nodelay(true);
+        let _ = stream.get_ref().set_nodelay(true);
         let mut link = Link {
             stream,
             peer,
@@ -144,9 +141,10 @@ impl Link {
         }
         .encode();
         self.carried_attachment |= !attachment.is_empty();
-        self.write_all(&[&head, body, attachment], end)?;
+        self.stream.set_deadline(end);
+        self.write_all(&[&head, body, attachment])?;
         let mut raw = [0u8; RESPONSE_HEADER];
-        self.read_exact(&mut raw, end)?;
+        self.read_exact(&mut raw)?;
         self.last_used = Instant::now();
         let reply = ResponseHeader::decode(&raw).map_err(|reason| self.malformed(reason))?;
         if reply.seq != self.seq {
@@ -156,8 +154,8 @@ impl Link {
             return Err(self.malformed(format!("a response body of {} bytes", reply.body)));
         }
         let mut back = vec![0u8; reply.body as usize];
-        self.read_exact(&mut back, end)?;
-        self.discard(u64::from(reply.attachment), end)?;
+        self.read_exact(&mut back)?;
+        self.discard(u64::from(reply.attachment))?;
         if reply.error != 0 {
             let message = wire::unpack_string(&back)
                 .map(|r| String::from_utf8_lossy(&back[r]).into_owned())
@@ -175,11 +173,12 @@ impl Link {
     /// read, no end of stream, no error.
     pub(crate) fn alive(&self) -> bool {
         let mut byte = [0u8; 1];
-        if self.stream.set_nonblocking(true).is_err() {
+        let stream = self.stream.get_ref();
+        if stream.set_nonblocking(true).is_err() {
             return false;
         }
-        let peeked = self.stream.peek(&mut byte);
-        let restored = self.stream.set_nonblocking(false).is_ok();
+        let peeked = stream.peek(&mut byte);
+        let restored = stream.set_nonblocking(false).is_ok();
         restored && matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
@@ -190,73 +189,53 @@ impl Link {
         }
     }
 
-    fn timed_out(&self, what: &'static str) -> Error {
-        Error::TimedOut {
-            peer: self.peer,
-            what,
-            secs: self.secs,
-        }
-    }
-
-    fn fail(&self, what: &'static str, e: io::Error) -> Error {
+    /// `e`, met `sending` or waiting for the reply, as te-rpc's error: a timeout (the socket's,
+    /// or the deadline's) as [`Error::TimedOut`].
+    fn fail(&self, sending: bool, e: io::Error) -> Error {
         match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                self.timed_out(what.trim_end_matches(" to").trim_end_matches(" from"))
-            }
-            _ => Error::socket(format!("{what} {}", self.peer), e),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::TimedOut {
+                peer: self.peer,
+                what: if sending {
+                    "sending"
+                } else {
+                    "waiting for the reply"
+                },
+                secs: self.secs,
+            },
+            _ if sending => Error::socket(format!("sending to {}", self.peer), e),
+            io::ErrorKind::UnexpectedEof => Error::socket(
+                format!("reading from {}", self.peer),
+                io::Error::new(e.kind(), "the peer closed the connection"),
+            ),
+            _ => Error::socket(format!("reading from {}", self.peer), e),
         }
     }
 
-    /// Writes every part, gathered, by `end`.
-    fn write_all(&mut self, parts: &[&[u8]], end: Instant) -> Result<()> {
+    /// Writes every part, gathered, by the call's deadline.
+    fn write_all(&mut self, parts: &[&[u8]]) -> Result<()> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut sent = 0usize;
         while sent < total {
-            let left = left(end).ok_or_else(|| self.timed_out("sending"))?;
-            self.stream
-                .set_write_timeout(Some(left))
-                .map_err(|e| self.fail("sending to", e))?;
-            let slices = remaining(parts, sent);
-            match self.stream.write_vectored(&slices) {
-                Ok(0) => return Err(self.fail("sending to", io::ErrorKind::WriteZero.into())),
+            match self.stream.write_vectored(&remaining(parts, sent)) {
+                Ok(0) => return Err(self.fail(true, io::ErrorKind::WriteZero.into())),
                 Ok(n) => sent += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail("sending to", e)),
+                Err(e) => return Err(self.fail(true, e)),
             }
         }
         Ok(())
     }
 
-    fn read_exact(&mut self, buf: &mut [u8], end: Instant) -> Result<()> {
-        let mut got = 0;
-        while got < buf.len() {
-            let left = left(end).ok_or_else(|| self.timed_out("waiting for the reply"))?;
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| self.fail("reading from", e))?;
-            match self.stream.read(&mut buf[got..]) {
-                Ok(0) => {
-                    let e = io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the peer closed the connection",
-                    );
-                    return Err(self.fail("reading from", e));
-                }
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail("waiting for the reply", e)),
-            }
-        }
-        Ok(())
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        self.stream.read_exact(buf).map_err(|e| self.fail(false, e))
     }
 
     /// Reads and drops `n` bytes (the echo Mooncake's server attaches to a tensor's answer).
-    fn discard(&mut self, mut n: u64, end: Instant) -> Result<()> {
-        let mut sink = [0u8; 16 << 10];
-        while n > 0 {
-            let k = n.min(sink.len() as u64) as usize;
-            self.read_exact(&mut sink[..k], end)?;
-            n -= k as u64;
+    fn discard(&mut self, n: u64) -> Result<()> {
+        let copied = io::copy(&mut (&mut self.stream).take(n), &mut io::sink())
+            .map_err(|e| self.fail(false, e))?;
+        if copied < n {
+            return Err(self.fail(false, io::ErrorKind::UnexpectedEof.into()));
         }
         Ok(())
     }
@@ -274,11 +253,6 @@ fn remaining<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<IoSlice<'a>> {
         skip = 0;
     }
     out
-}
-
-fn left(end: Instant) -> Option<std::time::Duration> {
-    end.checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
 }
 
 #[cfg(test)]
