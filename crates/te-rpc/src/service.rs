@@ -58,19 +58,15 @@ impl Service {
     /// Decides on a call from its header alone, before any of its bytes are read.
     pub(crate) fn admit(&self, trust: &Trust, peer: SocketAddr, head: &RequestHeader) -> Admit {
         let seq = head.seq;
-        let Some(function) = Function::from_id(head.function) else {
-            let len = u64::from(head.body) + u64::from(head.attachment);
-            if self.limits.check(head.body, head.attachment).is_err() {
-                return Admit::Refuse(error(seq, code::TOO_LARGE, "message over the limit"));
-            }
-            return Admit::Skip {
-                len,
-                reply: error(seq, code::NOT_REGISTERED, "the rpc function not registered"),
-            };
-        };
         if let Err(e) = self.limits.check(head.body, head.attachment) {
             return Admit::Refuse(error(seq, code::TOO_LARGE, &e.to_string()));
         }
+        let Some(function) = Function::from_id(head.function) else {
+            return Admit::Skip {
+                len: u64::from(head.body) + u64::from(head.attachment),
+                reply: error(seq, code::NOT_REGISTERED, "the rpc function not registered"),
+            };
+        };
         let small = head.attachment == 0 && head.body <= 64;
         let refuse = match function {
             Function::TeHello | Function::TeProof if !small => Some("a greeting over 64 bytes"),
