@@ -108,7 +108,7 @@ impl MooncakeRpc {
         if s.server.is_some() {
             return true;
         }
-        let Some(config) = s.config.clone() else {
+        let Some(config) = &s.config else {
             tracing::error!("RpcInterface.start_server before initialize");
             return false;
         };
@@ -116,9 +116,7 @@ impl MooncakeRpc {
             tracing::error!("RpcInterface.start_server: initialized without a listen address");
             return false;
         }
-        let mut config = config;
-        config.threads = config.server_threads();
-        match Server::start(&s.listen, &config, self.handler.clone()) {
+        match Server::start(&s.listen, config, self.handler.clone()) {
             Ok(server) => {
                 s.server = Some(server);
                 true

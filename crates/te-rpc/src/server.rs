@@ -102,8 +102,11 @@ impl Server {
             stall: config.timeout,
         });
         let limits = te_reactor::limits::ServerLimits::default();
-        let mut settings =
-            limits.data_server(config.threads, Deal::RoundRobin, &Default::default());
+        let mut settings = limits.data_server(
+            config.server_threads(),
+            Deal::RoundRobin,
+            &Default::default(),
+        );
         settings.max_connections = config.max_connections;
         let inner = te_reactor::Server::start(listener, protocol, settings)
             .map_err(|e| Error::socket(format!("starting the RPC server on {addr}"), e))?;
