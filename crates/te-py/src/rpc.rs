@@ -21,6 +21,21 @@ struct Callbacks {
     tensor: Mutex<Option<Py<PyAny>>>,
 }
 
+/// Whether a callback is set (read without the GIL).
+fn is_set(slot: &Mutex<Option<Py<PyAny>>>) -> bool {
+    slot.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_some()
+}
+
+/// The callback set, if any.
+fn callback(py: Python<'_>, slot: &Mutex<Option<Py<PyAny>>>) -> Option<Py<PyAny>> {
+    slot.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .map(|c| c.clone_ref(py))
+}
+
 impl te_facade::rpc::Handler for Callbacks {
     fn receive(&self, message: Received) {
         // The sender's address (Mooncake's receiver says "").
@@ -29,10 +44,7 @@ impl te_facade::rpc::Handler for Callbacks {
             Payload::Tensor(t) => (t.bytes, Some((t.meta, t.header))),
             Payload::Data(b) => (b, None),
         };
-        let set = |m: &Mutex<Option<Py<PyAny>>>| {
-            m.lock().unwrap_or_else(PoisonError::into_inner).is_some()
-        };
-        let wanted = set(&self.data) || (tensor.is_some() && set(&self.tensor));
+        let wanted = is_set(&self.data) || (tensor.is_some() && is_set(&self.tensor));
         if !wanted {
             tracing::debug!(
                 len = bytes.len(),
@@ -44,17 +56,11 @@ impl te_facade::rpc::Handler for Callbacks {
         // into one under the GIL, which is taken once.
         let given = bytes.downcast::<PyBytesBuffer>().map(|g| g.object);
         Python::attach(|py| {
-            let lock = |m: &Mutex<Option<Py<PyAny>>>| {
-                m.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref()
-                    .map(|c| c.clone_ref(py))
-            };
             let data = match given {
                 Ok(object) => object,
                 Err(bytes) => PyBytes::new(py, &bytes).unbind(),
             };
-            let called = match (tensor, lock(&self.tensor)) {
+            let called = match (tensor, callback(py, &self.tensor)) {
                 (Some((meta, header)), Some(cb)) => {
                     let received = ReceivedTensor {
                         source_address: source,
@@ -66,7 +72,7 @@ impl te_facade::rpc::Handler for Callbacks {
                     };
                     Py::new(py, received).and_then(|r| cb.call1(py, (r,)).map(drop))
                 }
-                _ => call_data(py, lock(&self.data), &source, data),
+                _ => call_data(py, callback(py, &self.data), &source, data),
             };
             if let Err(e) = called {
                 tracing::error!(error = %e, "an RPC receive callback raised");
@@ -76,6 +82,10 @@ impl te_facade::rpc::Handler for Callbacks {
     }
 
     fn buffer(&self, len: usize) -> Option<Box<dyn te_facade::rpc::Buffer>> {
+        // With no callback set the payload is dropped on arrival: no Python object, no GIL.
+        if !is_set(&self.data) && !is_set(&self.tensor) {
+            return None;
+        }
         let (object, dst) = new_python_bytes(len).ok()?;
         Some(Box::new(PyBytesBuffer { object, dst, len }))
     }
