@@ -172,6 +172,17 @@ mod tests {
         }
     }
 
+    /// The choice for `table` knowing only the rails.
+    fn on_rails(table: &[Candidate], rails: &[(String, IpAddr)]) -> Result<Choice, String> {
+        choose(
+            table,
+            &Want {
+                rails,
+                ..Want::default()
+            },
+        )
+    }
+
     fn rails(list: &[(&str, &str)]) -> Vec<(String, IpAddr)> {
         list.iter()
             .map(|(n, ip)| (n.to_string(), ip.parse().unwrap()))
@@ -188,14 +199,7 @@ mod tests {
             c(3, "fd00:1::2", true, "eth1"),
         ];
         let r = rails(&[("eth1", "fd00:1::2")]);
-        let got = choose(
-            &table,
-            &Want {
-                rails: &r,
-                ..Want::default()
-            },
-        )
-        .unwrap();
+        let got = on_rails(&table, &r).unwrap();
         assert_eq!(got.index, 3, "{}", got.why);
         assert!(got.why.contains("rail's own address"), "{}", got.why);
         // Nothing known of the rail: still routable over link-local.
@@ -211,32 +215,10 @@ mod tests {
             c(3, "::ffff:10.0.0.6", true, "eth0"),
         ];
         let v4 = rails(&[("eth0", "10.0.0.6")]);
-        assert_eq!(
-            choose(
-                &table,
-                &Want {
-                    rails: &v4,
-                    ..Want::default()
-                }
-            )
-            .unwrap()
-            .index,
-            3
-        );
+        assert_eq!(on_rails(&table, &v4).unwrap().index, 3);
         let v6 = rails(&[("eth0", "2001:db8::5")]);
-        assert_eq!(
-            choose(
-                &table,
-                &Want {
-                    rails: &v6,
-                    ..Want::default()
-                }
-            )
-            .unwrap()
-            .index,
-            2
-        );
-        // No rail: IPv4 first (as before), the lower index among equals.
+        assert_eq!(on_rails(&table, &v6).unwrap().index, 2);
+        // No rail: IPv4 first, the lower index among equals.
         assert_eq!(choose(&table, &Want::default()).unwrap().index, 1);
         // An IPv6 bind address with no rail on this interface.
         let bind = Want {
@@ -253,14 +235,7 @@ mod tests {
             c(1, "::ffff:10.1.0.1", true, "eth0"),
         ];
         let r = rails(&[("eth0", "10.1.0.9")]);
-        let got = choose(
-            &table,
-            &Want {
-                rails: &r,
-                ..Want::default()
-            },
-        )
-        .unwrap();
+        let got = on_rails(&table, &r).unwrap();
         assert_eq!(got.index, 1);
         assert!(got.why.contains("rail's interface"), "{}", got.why);
     }
