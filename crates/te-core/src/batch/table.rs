@@ -145,8 +145,6 @@ impl BatchTable {
         let mut guard = lock(&self.slots);
         let Slots { slots, free, spare } = &mut *guard;
         let batch = self.live_slot(slots, id)?;
-        // Ends no one asked about are counted now (nothing to do with metrics off).
-        batch.count_ended(None);
         {
             let tasks = lock(&batch.tasks);
             // A finishing task publishes its end before it counts itself out of `unfinished`:
@@ -159,6 +157,10 @@ impl BatchTable {
             }
             batch.freed.store(true, Ordering::Release);
         }
+        // Ends no one asked about are counted now, once every task has ended (counted before
+        // the check, an end published between the two went uncounted). Nothing to do with
+        // metrics off.
+        batch.count_ended(None);
         // Found above under this hold of the lock: it is there.
         let Some(mut batch) = slots[id.index()].batch.take() else {
             return Ok(());
